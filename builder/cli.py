@@ -1,0 +1,229 @@
+"""The command line: parses, calls one function, prints. No logic lives here."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from builder import build as build_pipeline
+from builder import engine
+from builder.errors import WheelbuildError
+from builder.recipes import known_recipes, resolve_recipe
+from builder.reporter import Reporter
+from builder.spec import (
+    DEFAULT_ARCHS,
+    BuildSpec,
+    GpuMode,
+    format_bytes,
+    parse_archs,
+    parse_memory,
+    parse_python,
+    resolve_ca_bundle,
+)
+from builder.variants import parse_variant
+
+
+class _RecipeShortcut(click.Group):
+    """`wheelbuild flash-attn ...` is the short form of `wheelbuild build flash-attn ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] in known_recipes():
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+def _image_options(
+    base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None
+) -> build_pipeline.ImageOptions:
+    return build_pipeline.ImageOptions(
+        base_image=base_image, ca_bundle=resolve_ca_bundle(ca_bundle), cuda12_image=cuda12_image
+    )
+
+
+_image_flags = [
+    click.option(
+        "--base-image",
+        envvar="WHEELBUILD_BASE_IMAGE",
+        help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
+        "tests use scripts/make-base-image].",
+    ),
+    click.option(
+        "--ca-bundle",
+        envvar="WHEELBUILD_CA_BUNDLE",
+        type=click.Path(path_type=Path),
+        help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
+    ),
+    click.option(
+        "--cuda12-image",
+        envvar="WHEELBUILD_CUDA12_IMAGE",
+        help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
+    ),
+]
+
+
+def image_flags(f: Any) -> Any:
+    for option in reversed(_image_flags):
+        f = option(f)
+    return f
+
+
+@click.group(cls=_RecipeShortcut, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wheelbuild")
+def main() -> None:
+    """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
+
+
+@main.command()
+@click.argument("package", required=False)
+@click.option(
+    "--torch",
+    "torch_variant",
+    default="cu130",
+    show_default=True,
+    help="cu130, cu128, ... or 2.11.0+cu130.",
+)
+@click.option(
+    "--torch-index-url",
+    envvar="WHEELBUILD_TORCH_INDEX_URL",
+    help="Index to install torch from [default: PyTorch's index for the variant].",
+)
+@click.option("--archs", default=",".join(map(str, DEFAULT_ARCHS)), show_default=True, help="CUDA SM archs.")
+@click.option(
+    "--python",
+    "pythons",
+    multiple=True,
+    help="3.11 or cp311; repeatable [default: every one in the image].",
+)
+@click.option("--version", "recipe_version", help="Release of a known recipe (flash-attn).")
+@click.option(
+    "--arch-env",
+    help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
+)
+@click.option(
+    "--memory",
+    help="Container memory limit, docker units (12g) [default: host available minus a reserve].",
+)
+@click.option("--cpus", type=float, help="Container CPUs [default: all of this process's].")
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(min=1),
+    help="MAX_JOBS for ninja [default: from memory and CPUs].",
+)
+@click.option("--nvcc-threads", type=click.IntRange(min=1), help="NVCC_THREADS [default: min(archs, 2)].")
+@click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
+@click.option("--output-dir", type=click.Path(path_type=Path), default=Path("wheelhouse"), show_default=True)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Hide the build log (it is still written to the run's build.log).",
+)
+@image_flags
+def build(
+    package: str | None,
+    torch_variant: str,
+    torch_index_url: str | None,
+    archs: str,
+    pythons: tuple[str, ...],
+    recipe_version: str | None,
+    arch_env: str | None,
+    memory: str | None,
+    cpus: float | None,
+    max_jobs: int | None,
+    nvcc_threads: int | None,
+    gpus: str,
+    output_dir: Path,
+    quiet: bool,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cuda12_image: str | None,
+) -> None:
+    """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
+    (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo."""
+    spec = BuildSpec(
+        recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env),
+        variant=parse_variant(torch_variant, torch_index_url),
+        archs=parse_archs(archs),
+        pythons=tuple(parse_python(p) for p in pythons),
+        gpus=GpuMode(gpus),
+        memory=parse_memory(memory) if memory else None,
+        cpus=cpus,
+        max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads,
+        output_dir=output_dir.resolve(),
+    )
+    options = _image_options(base_image, ca_bundle, cuda12_image)
+    reporter = Reporter(quiet=quiet)
+    result = build_pipeline.run_build(spec, options, reporter)
+    reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
+    for wheel in result.wheels:
+        click.echo(f"{wheel.path}")
+        for module, found in wheel.archs.items():
+            sass = ", ".join(f"sm_{a}" for a in sorted(found.sass)) or "none"
+            ptx = ", ".join(f"compute_{a}" for a in sorted(found.ptx)) or "none"
+            click.echo(f"    {module}: SASS {sass}; PTX {ptx}")
+        click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
+    click.echo(f"report: {result.report}")
+
+
+@main.group()
+def image() -> None:
+    """Build or list wheelbuild's CUDA build images."""
+
+
+@image.command("build")
+@image_flags
+def image_build(base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None) -> None:
+    """Build the image for these inputs, or reuse it if its content-hash tag exists."""
+    reporter = Reporter()
+    client = engine.connect()
+    built = build_pipeline.ensure_image(client, _image_options(base_image, ca_bundle, cuda12_image), reporter)
+    click.echo(built.tag)
+
+
+@image.command("ls")
+def image_ls() -> None:
+    """List wheelbuild images and the inputs their labels record."""
+    images = engine.list_images(engine.connect())
+    if not images:
+        click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")
+    for found in images:
+        labels = found.labels
+        click.echo(
+            f"{found.tag}  {found.id[7:19]}  base {labels.get('org.opencontainers.image.base.name', '?')}  "
+            f"cuda {labels.get('org.wheelbuild.cuda.version', '?')}  "
+            f"cuda12 {found.cuda12_image or 'none'}"
+        )
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run() -> None:
+    """Entry point: renders every WheelbuildError once, as cause and remedy, with its exit code."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up exactly like Ctrl-C
+    try:
+        main.main(standalone_mode=False)
+    except WheelbuildError as error:
+        if error.details:
+            click.echo(error.details, err=True)
+        click.echo(f"error: {error.cause}", err=True)
+        click.echo(f"remedy: {error.remedy}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)

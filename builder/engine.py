@@ -1,0 +1,450 @@
+"""The one room with Docker in it: preflight, image build, one cibuildwheel attempt in one
+container, and cleanup by label. Everything it returns is a plain dataclass.
+
+An attempt's container carries labels naming the run, the attempt and the owning process, so
+that whatever happens (Ctrl-C, SIGTERM, a crash) the container and every compiler in it can be
+found and removed, now or by the next run's sweep.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from builder.errors import (
+    BuildFailed,
+    CompileFailed,
+    DockerUnavailable,
+    ImageBuildFailed,
+    MemoryLimitNotApplied,
+    NvidiaRuntimeMissing,
+)
+from builder.image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs
+from builder.spec import GpuMode
+
+RUN_LABEL = "wheelbuild.run"
+ATTEMPT_LABEL = "wheelbuild.attempt"
+OWNER_LABEL = "wheelbuild.owner"  # host:pid:process-start-time of the wheelbuild that owns it
+PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
+
+# Lines the in-container checks print, read back from the log.
+MEMORY_MARK = "wheelbuild: container memory limit:"
+MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
+TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
+# A compiler diagnostic: `file.cpp:12:3: error: ...`, `file.cu(12): error: ...`, or ninja's FAILED.
+_COMPILER_ERROR = re.compile(r"^\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+_KILLED = re.compile(r"^(?:.*\bKilled\b.*|.*died due to signal 9.*|.*signal 9 \(Killed\).*)$", re.MULTILINE)
+
+
+def connect() -> Any:
+    """A docker client that has answered a ping, or DockerUnavailable."""
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise DockerUnavailable(
+            f"no Docker daemon answers at {host}",
+            "start one (as root: scripts/install-docker), or point DOCKER_HOST at a running daemon",
+        ) from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Images
+
+
+def local_image_id(client: Any, reference: str) -> str:
+    """The local ID of an image, or "" when it is not present here."""
+    try:
+        return str(client.images.get(reference).id)
+    except docker.errors.ImageNotFound:
+        return ""
+
+
+def _image(found: Any, tag: str, reused: bool) -> Image:
+    return Image(tag=tag, id=str(found.id), labels=dict(found.labels or {}), reused=reused)
+
+
+def ensure_image(client: Any, inputs: ImageInputs, on_line: Callable[[str], None]) -> Image:
+    """Reuse the image tagged by the inputs' hash, or build it with the log streamed live."""
+    try:
+        return _image(client.images.get(inputs.tag), inputs.tag, reused=True)
+    except docker.errors.ImageNotFound:
+        pass
+    on_line(f"building {inputs.tag} from {inputs.base_image} (once per set of inputs)")
+    tail: deque[str] = deque(maxlen=20)
+    try:
+        chunks = client.api.build(
+            fileobj=io.BytesIO(inputs.context_tar()),
+            custom_context=True,
+            dockerfile=DOCKERFILE,
+            tag=inputs.tag,
+            buildargs=inputs.buildargs(),
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
+        for chunk in chunks:
+            if "error" in chunk or "errorDetail" in chunk:
+                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
+                raise ImageBuildFailed(
+                    f"image build failed: {message.splitlines()[-1] if message else 'unknown error'}",
+                    "read the build log above; check the base image exists here "
+                    "(scripts/make-base-image) and the network reaches PyPI",
+                    details="\n".join(tail),
+                )
+            for line in str(chunk.get("stream", "")).splitlines():
+                if line.strip():
+                    tail.append(line)
+                    on_line(line)
+    except docker.errors.APIError as exc:
+        raise ImageBuildFailed(
+            f"image build failed: {exc.explanation or exc}",
+            "check that the base image exists locally (scripts/make-base-image) or can be pulled",
+        ) from exc
+    return _image(client.images.get(inputs.tag), inputs.tag, reused=False)
+
+
+def list_images(client: Any) -> list[Image]:
+    found = []
+    for image in client.images.list(filters={"label": LABEL}):
+        tags = [t for t in image.tags if t.startswith(f"{REPOSITORY}:")] or image.tags or ["<none>"]
+        found.append(_image(image, tags[0], reused=True))
+    return sorted(found, key=lambda i: i.tag)
+
+
+def image_pythons(client: Any, tag: str) -> list[str]:
+    """cibuildwheel tags (cp311, ...) of the CPython interpreters under /opt/python in the image."""
+    output = client.containers.run(tag, ["ls", "/opt/python"], remove=True, network_disabled=True)
+    names = output.decode().split()
+    tags = {n.split("-")[0] for n in names if re.fullmatch(r"cp3\d+-cp3\d+", n)}
+    tags.discard("cp39")  # cibuildwheel's env-dump link, not a build target here
+    return sorted(tags, key=lambda t: int(t[3:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Preflight
+
+
+def resolve_gpus(client: Any, mode: GpuMode) -> bool:
+    """Whether to pass the GPU through. `all` without an NVIDIA runtime is an error."""
+    if mode is GpuMode.NONE:
+        return False
+    runtimes = client.info().get("Runtimes") or {}
+    has_nvidia = "nvidia" in runtimes
+    if mode is GpuMode.ALL and not has_nvidia:
+        raise NvidiaRuntimeMissing(
+            f"--gpus all asked for a GPU, but the Docker daemon has no NVIDIA runtime "
+            f"(runtimes: {', '.join(sorted(runtimes)) or 'none'})",
+            "install nvidia-container-toolkit and restart dockerd, or use --gpus auto|none "
+            "(compiling needs no GPU)",
+        )
+    return has_nvidia
+
+
+# ---------------------------------------------------------------------------------------------
+# Ownership labels and cleanup
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks: with the pid, it names one process for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_token(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
+
+
+def _owner_alive(token: str) -> bool:
+    host, _, rest = token.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True  # another machine's run: not ours to judge
+    return _process_start(int(pid_text)) == start != ""
+
+
+def remove_containers(client: Any, label: str) -> int:
+    """Kill and remove every container carrying `label` (key=value). Returns how many."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": label}):
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+    return removed
+
+
+def sweep_orphans(client: Any) -> int:
+    """Remove containers of wheelbuild runs whose owning process is gone."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+        token = (container.labels or {}).get(OWNER_LABEL, "")
+        if token and not _owner_alive(token):
+            try:
+                container.remove(force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# One attempt: one cibuildwheel run in one container
+
+
+@dataclass(frozen=True)
+class AttemptConfig:
+    run_id: str
+    attempt: int
+    image: str
+    project_dir: Path  # copied into the container as /project
+    package: str  # what cibuildwheel builds: "." or an sdist path
+    identifiers: tuple[str, ...]  # cp311-manylinux_x86_64 ...
+    memory: int
+    cpus: float
+    gpus: bool
+    build_env: Mapping[str, str]
+    cuda_home: str
+    torch_requirement: str
+    torch_minor: str
+    torch_cuda_major: int
+    torch_index_url: str
+    output_dir: Path
+    log_path: Path
+    repair_excludes: tuple[str, ...] = (
+        "libtorch*.so",
+        "libc10*.so",
+        "libcudart.so*",
+        "libcuda.so*",
+        "libshm.so",
+    )
+
+    @property
+    def attempt_id(self) -> str:
+        return f"{self.run_id}.{self.attempt}"
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    attempt: int
+    returncode: int
+    duration_s: float
+    wheels: tuple[Path, ...]
+    memory_limit_seen: int | None
+    log_path: Path
+    log_tail: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _env_assignments(env: Mapping[str, str]) -> str:
+    return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+
+
+def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
+    """The CIBW_* settings of one attempt. Pure, so unit tests can read it."""
+    create_args = [
+        f"--memory={config.memory}",
+        f"--memory-swap={config.memory}",  # equal: no swap, so the limit is real
+        f"--cpus={config.cpus:g}",
+        f"--label={RUN_LABEL}={config.run_id}",
+        f"--label={ATTEMPT_LABEL}={config.attempt_id}",
+        f"--label={OWNER_LABEL}={owner_token()}",
+        f"--volume={PIP_CACHE_VOLUME}:/root/.cache/pip",
+    ]
+    if config.gpus:
+        create_args.append("--gpus=all")
+    container_env = {
+        **config.build_env,
+        "CUDA_HOME": config.cuda_home,
+        "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
+    }
+    # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
+    # silently ignore --memory, and then the plan's MAX_JOBS means nothing.
+    check_memory = (
+        "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
+        f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
+        f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
+        'runs without the requested limit" >&2; exit 86; }'
+    )
+    # A wheel built against the wrong torch breaks at import, so check what the index served.
+    check_torch = (
+        "import sys, torch; v = torch.__version__; c = torch.version.cuda or 'none'; "
+        f"ok = v.startswith('{config.torch_minor}.') and c.split('.')[0] == '{config.torch_cuda_major}'; "
+        f"print('wheelbuild: torch', v, 'CUDA', c) if ok else print('{TORCH_MISMATCH_MARK}:', v, "
+        f"'with CUDA', c, 'was installed; the variant needs torch {config.torch_minor}.* with CUDA "
+        f"{config.torch_cuda_major}.x'); sys.exit(0 if ok else 87)"
+    )
+    before_build = (
+        "python -m pip install 'setuptools>=70' wheel && "
+        'PIP_INDEX_URL="$WHEELBUILD_TORCH_INDEX_URL" '
+        f"python -m pip install {shlex.quote(config.torch_requirement)} && "
+        f"python -c {shlex.quote(check_torch)}"
+    )
+    excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
+    return {
+        "CIBW_PLATFORM": "linux",
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_BUILD": " ".join(config.identifiers),
+        "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
+        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
+        "CIBW_BUILD_VERBOSITY": "1",
+        "CIBW_BEFORE_ALL_LINUX": check_memory,
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
+        "CIBW_ENVIRONMENT_LINUX": _env_assignments(container_env) + f' PATH="$PATH:{config.cuda_home}/bin"',
+        # The index URL may carry credentials: pass it by name, never on a command line.
+        "CIBW_ENVIRONMENT_PASS_LINUX": "WHEELBUILD_TORCH_INDEX_URL",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}",
+        "CIBW_TEST_COMMAND": "",
+        "WHEELBUILD_TORCH_INDEX_URL": config.torch_index_url,
+    }
+
+
+def _terminate(proc: subprocess.Popen[str]) -> None:
+    """Stop cibuildwheel and everything it started (docker CLI children included)."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
+    assert proc.stdout is not None
+    yield from proc.stdout
+
+
+def run_attempt(client: Any, config: AttemptConfig, on_line: Callable[[str], None]) -> AttemptResult:
+    """Run cibuildwheel once. Whatever happens, the attempt's container is gone afterwards."""
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
+    env.update(cibuildwheel_env(config))
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [
+        sys.executable,
+        "-m",
+        "cibuildwheel",
+        "--output-dir",
+        str(config.output_dir),
+        config.package,
+    ]
+    tail: deque[str] = deque(maxlen=400)
+    memory_seen: int | None = None
+    started = time.monotonic()
+    with config.log_path.open("a", encoding="utf-8") as log:
+        log.write(f"=== attempt {config.attempt_id}: {shlex.join(command)}\n")
+        # A session of its own: a terminal's Ctrl-C reaches only us, and we stop it in order.
+        proc = subprocess.Popen(
+            command,
+            cwd=config.project_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
+        try:
+            for raw in _lines(proc):
+                line = raw.rstrip("\n")
+                log.write(line + "\n")
+                tail.append(line)
+                if line.startswith(MEMORY_MARK):
+                    value = line[len(MEMORY_MARK) :].split()[0]
+                    memory_seen = int(value) if value.isdigit() else None
+                on_line(line)
+            returncode = proc.wait()
+        finally:
+            _terminate(proc)
+            remove_containers(client, f"{ATTEMPT_LABEL}={config.attempt_id}")
+    wheels = tuple(sorted(config.output_dir.glob("*.whl")))
+    return AttemptResult(
+        attempt=config.attempt,
+        returncode=returncode,
+        duration_s=time.monotonic() - started,
+        wheels=wheels,
+        memory_limit_seen=memory_seen,
+        log_path=config.log_path,
+        log_tail=tuple(tail),
+    )
+
+
+def raise_for_failure(result: AttemptResult) -> None:
+    """Turn a failed attempt into the typed error that explains it."""
+    if result.returncode == 0 and result.wheels:
+        return
+    text = "\n".join(result.log_tail)
+    tail = "\n".join(result.log_tail[-25:])
+    where = f"full log: {result.log_path}"
+    if MEMORY_MISSING_MARK in text:
+        raise MemoryLimitNotApplied(
+            "the build container runs without the memory limit it was given "
+            f"(it read {result.memory_limit_seen or 'no limit'}); Docker ignored --memory",
+            "use a rootful Docker with the memory cgroup controller enabled "
+            "(rootless Docker on cgroup v1 cannot limit memory)",
+            details=tail,
+        )
+    mismatch = next((line for line in result.log_tail if line.startswith(TORCH_MISMATCH_MARK)), None)
+    if mismatch:
+        raise BuildFailed(
+            mismatch.removeprefix("wheelbuild: "),
+            "point --torch-index-url at an index serving that variant, or pick the variant the index has",
+            details=tail,
+        )
+    killed = _KILLED.search(text)
+    if killed:
+        raise BuildFailed(
+            f"a compiler was killed ({killed.group(0).strip()}), most likely out of memory",
+            "give the container more memory (--memory) or lower --max-jobs / --nvcc-threads; " + where,
+            details=tail,
+        )
+    first_error = _COMPILER_ERROR.search(text)
+    if first_error:
+        raise CompileFailed(
+            f"compile failed: {first_error.group(0).strip()}",
+            f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",
+            details=tail,
+        )
+    raise BuildFailed(
+        f"cibuildwheel exited with code {result.returncode} without a wheel",
+        f"read the log tail above; {where}",
+        details=tail,
+    )
+
+
+def interrupt_cleanup(client: Any, run_id: str) -> int:
+    """After Ctrl-C/SIGTERM: remove every container of the run (all its attempts)."""
+    return remove_containers(client, f"{RUN_LABEL}={run_id}")

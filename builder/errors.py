@@ -1,0 +1,95 @@
+"""Typed errors: each failure has its own exit code, a one-line cause and a one-line remedy.
+
+Errors are raised where they are understood and rendered once, by the CLI. Exit codes are part
+of the interface (scripts and CI branch on them), so they never change meaning:
+
+    2        usage error (click)
+    10-19    bad input: fix the command line or config
+    20-29    the machine: Docker, NVIDIA runtime, compilers
+    30-39    the image
+    40-49    the build itself
+    130      interrupted (Ctrl-C or SIGTERM)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class WheelbuildError(Exception):
+    """Base class. `cause` says what happened and why; `remedy` says what to do."""
+
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, cause: str, remedy: str, details: str = "") -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.remedy = remedy
+        self.details = details  # optional multi-line context (log tail), printed before the cause
+
+    def __str__(self) -> str:
+        return f"{self.cause} (remedy: {self.remedy})"
+
+
+class UnknownPackage(WheelbuildError):
+    exit_code = 10
+
+
+class BadVariant(WheelbuildError):
+    exit_code = 11
+
+
+class BadMemory(WheelbuildError):
+    exit_code = 12
+
+
+class BadArgument(WheelbuildError):
+    exit_code = 13
+
+
+class CaBundleMissing(WheelbuildError):
+    exit_code = 14
+
+
+class SourceUnavailable(WheelbuildError):
+    """A source path or sdist is missing, unreadable, or its sha256 does not match the pin."""
+
+    exit_code = 15
+
+
+class DockerUnavailable(WheelbuildError):
+    exit_code = 20
+
+
+class NvidiaRuntimeMissing(WheelbuildError):
+    exit_code = 21
+
+
+class CompilerUnavailable(WheelbuildError):
+    """The torch variant needs a CUDA compiler the image does not carry."""
+
+    exit_code = 22
+
+
+class ImageBuildFailed(WheelbuildError):
+    exit_code = 30
+
+
+class CompileFailed(WheelbuildError):
+    exit_code = 40
+
+
+class MemoryLimitNotApplied(WheelbuildError):
+    """The container runs without the memory limit it was promised (e.g. rootless Docker)."""
+
+    exit_code = 41
+
+
+class BuildFailed(WheelbuildError):
+    """cibuildwheel failed for a reason other than a compiler error (install, repair, ...)."""
+
+    exit_code = 42
+
+
+class Interrupted(WheelbuildError):
+    exit_code = 130

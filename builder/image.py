@@ -1,0 +1,142 @@
+"""The build image: images/Dockerfile.cuda131 plus its inputs, tagged by their content hash.
+
+An unchanged Dockerfile with unchanged build args gives the same tag, so the image is reused,
+never rebuilt. Pure: building and listing through the docker SDK live in engine.py.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
+DOCKERFILE = "Dockerfile.cuda131"
+REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
+REPOSITORY = "wheelbuild-cuda131"
+NO_CUDA12 = "wheelbuild-no-cuda12"  # the Dockerfile's empty stand-in stage
+LABEL = "org.wheelbuild.inputs.sha256"
+
+
+def production_base() -> str:
+    """manylinux_2_28 x86_64 pinned by digest: the pin the installed cibuildwheel ships."""
+    pins = resources.files("cibuildwheel") / "resources" / "pinned_docker_images.cfg"
+    config = configparser.ConfigParser()
+    config.read_string(pins.read_text())
+    return config["x86_64"]["manylinux_2_28"].split("#")[0].strip()
+
+
+def _pins(requirements: bytes) -> str:
+    lines = (line.split("--hash")[0].strip() for line in requirements.decode().splitlines())
+    return " ".join(line for line in lines if line and not line.startswith("#"))
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """Every input of the image. Its hash is the tag."""
+
+    dockerfile: bytes
+    tool_requirements: bytes
+    cuda_requirements: bytes
+    ca_bundle: bytes  # empty: use the base image's own trust store
+    base_image: str
+    base_id: str  # local image ID of the base when it is not pinned by digest, else ""
+    cuda12_image: str = NO_CUDA12
+    cuda12_version: str = "12.8"
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        base_image: str,
+        base_id: str = "",
+        ca_bundle: Path | None,
+        cuda12_image: str | None = None,
+        cuda12_version: str = "12.8",
+        images_dir: Path = IMAGES_DIR,
+    ) -> ImageInputs:
+        return cls(
+            dockerfile=(images_dir / DOCKERFILE).read_bytes(),
+            tool_requirements=(images_dir / REQUIREMENTS[0]).read_bytes(),
+            cuda_requirements=(images_dir / REQUIREMENTS[1]).read_bytes(),
+            ca_bundle=ca_bundle.read_bytes() if ca_bundle else b"",
+            base_image=base_image,
+            base_id=base_id,
+            cuda12_image=cuda12_image or NO_CUDA12,
+            cuda12_version=cuda12_version,
+        )
+
+    def _hashed_args(self) -> dict[str, str]:
+        return {
+            "BASE_IMAGE": self.base_image,
+            "CUDA12_IMAGE": self.cuda12_image,
+            "CUDA12_VERSION": self.cuda12_version,
+        }
+
+    @property
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for part in (
+            self.dockerfile,
+            self.tool_requirements,
+            self.cuda_requirements,
+            self.ca_bundle,
+        ):
+            digest.update(hashlib.sha256(part).digest())
+        digest.update(json.dumps({**self._hashed_args(), "base_id": self.base_id}, sort_keys=True).encode())
+        return digest.hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}:{self.sha256[:16]}"
+
+    def buildargs(self) -> dict[str, str]:
+        """Build args: the hashed inputs, plus label values derived from them."""
+        return {
+            **self._hashed_args(),
+            "BASE_DIGEST": self.base_image.partition("@")[2] or self.base_id or "unknown",
+            "DOCKERFILE_SHA256": hashlib.sha256(self.dockerfile).hexdigest(),
+            "INPUTS_SHA256": self.sha256,
+            "CA_BUNDLE_SHA256": hashlib.sha256(self.ca_bundle).hexdigest() if self.ca_bundle else "none",
+            "CUDA_PACKAGES": _pins(self.cuda_requirements),
+            "TOOL_PACKAGES": _pins(self.tool_requirements),
+        }
+
+    def context_tar(self) -> bytes:
+        """The build context: only the files the Dockerfile copies, nothing else of the repo."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            files = {
+                DOCKERFILE: self.dockerfile,
+                REQUIREMENTS[0]: self.tool_requirements,
+                REQUIREMENTS[1]: self.cuda_requirements,
+                "ca-bundle.crt": self.ca_bundle,
+            }
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Image:
+    tag: str
+    id: str
+    labels: dict[str, str]
+    reused: bool
+
+    @property
+    def cuda12_image(self) -> str | None:
+        value = self.labels.get("org.wheelbuild.cuda12.image", NO_CUDA12)
+        return None if value == NO_CUDA12 else value
+
+    @property
+    def cuda12_version(self) -> str:
+        return self.labels.get("org.wheelbuild.cuda12.version", "")

@@ -1,0 +1,80 @@
+"""Recipes: what to build and the env a package's setup.py reads. Pure: no Docker, no network.
+
+`resolve_recipe()` turns what the user typed into a Recipe: a known name (flash-attn, wbdemo),
+a local project directory, or an sdist (local path or URL pinned with #sha256=).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.errors import BadArgument, UnknownPackage
+from builder.recipes.base import GIB, Recipe, Source
+from builder.recipes.flash_attn import flash_attn_recipe
+from builder.recipes.torch_extension import torch_extension_recipe
+
+__all__ = ["EXAMPLE_DIR", "GIB", "Recipe", "Source", "known_recipes", "resolve_recipe"]
+
+# The bundled example, also the test fixture: a small real CUDA extension.
+EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wbdemo"
+
+
+def _wbdemo(version: str | None) -> Recipe:
+    return torch_extension_recipe(
+        name="wbdemo",
+        source=Source(location=str(EXAMPLE_DIR)),
+        arch_env="WBDEMO_CUDA_ARCHS",
+        # Measured: a plain .cu unit for two archs peaks near 190 MB; the pybind11 binding more.
+        job_memory_per_arch=GIB // 2,
+    )
+
+
+_KNOWN = {"flash-attn": flash_attn_recipe, "wbdemo": _wbdemo}
+
+
+def known_recipes() -> list[str]:
+    return sorted(_KNOWN)
+
+
+def resolve_recipe(package: str | None, *, version: str | None = None, arch_env: str | None = None) -> Recipe:
+    """Raises UnknownPackage or BadArgument with a one-line cause and remedy."""
+    if package is None:
+        package = "wbdemo"
+    normalized = package.lower().replace("_", "-")
+    if normalized in _KNOWN:
+        return _KNOWN[normalized](version)
+    if version is not None:
+        raise BadArgument(
+            f"--version applies to known recipes only, not to {package!r}",
+            "drop --version; a local path or sdist builds the version it contains",
+        )
+    if "://" in package:
+        location, _, fragment = package.partition("#")
+        if not fragment.startswith("sha256=") or len(fragment) != len("sha256=") + 64:
+            raise BadArgument(
+                f"sdist URL {location} carries no #sha256= pin",
+                f"append the file's hash: {location}#sha256=<64 hex digits>",
+            )
+        return torch_extension_recipe(
+            name=Path(location).name,
+            source=Source(location=location, sha256=fragment[7:]),
+            arch_env=arch_env,
+        )
+    path_text, _, fragment = package.partition("#")
+    path = Path(path_text).expanduser()
+    if path.is_dir() or path.is_file():
+        sha256 = fragment[7:] if fragment.startswith("sha256=") else None
+        if path.is_file() and not path.name.endswith((".tar.gz", ".zip")):
+            raise BadArgument(
+                f"{path} is neither a project directory nor an sdist (.tar.gz or .zip)",
+                "give a directory with setup.py/pyproject.toml or an sdist file",
+            )
+        return torch_extension_recipe(
+            name=path.resolve().name,
+            source=Source(location=str(path.resolve()), sha256=sha256),
+            arch_env=arch_env,
+        )
+    raise UnknownPackage(
+        f"unknown package {package!r}: not a known recipe, and no such path",
+        f"use one of {', '.join(known_recipes())}, a local project path, or an sdist URL with #sha256=",
+    )

@@ -1,0 +1,49 @@
+"""The Recipe value every recipe module produces."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Source:
+    """A local project directory, or an sdist (local path or URL), optionally pinned by sha256."""
+
+    location: str
+    sha256: str | None = None
+
+    @property
+    def is_url(self) -> bool:
+        return "://" in self.location
+
+    @property
+    def is_sdist(self) -> bool:
+        return self.location.endswith((".tar.gz", ".zip"))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    source: Source
+    version: str | None = None
+    arch_env: str | None = None  # env var the package reads its arch list from ("100;120")
+    extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Peak memory of one compile job per arch it compiles at once: the simple planner's model.
+    job_memory_per_arch: int = 4 * GIB
+
+    def build_env(self, archs: Sequence[int], max_jobs: int, nvcc_threads: int) -> dict[str, str]:
+        """The env the package's build reads inside the container."""
+        env = {
+            "MAX_JOBS": str(max_jobs),
+            "NVCC_THREADS": str(nvcc_threads),
+            # torch's own arch variable, for extensions that read no variable of their own.
+            "TORCH_CUDA_ARCH_LIST": ";".join(f"{a // 10}.{a % 10}" for a in archs),
+            **self.extra_env,
+        }
+        if self.arch_env:
+            env[self.arch_env] = ";".join(str(a) for a in archs)
+        return env

@@ -1,0 +1,42 @@
+"""flash-attn: the sdist pinned by sha256, built from source for the requested archs."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from builder.errors import BadArgument
+from builder.recipes.base import GIB, Recipe, Source
+
+DEFAULT_VERSION = "2.8.3"
+# Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index).
+SDISTS: dict[str, Source] = {
+    "2.8.3": Source(
+        location="https://files.pythonhosted.org/packages/3b/b2/"
+        "8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz",
+        sha256="1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
+    ),
+    "2.8.2": Source(
+        location="https://files.pythonhosted.org/packages/63/91/"
+        "91bcbd7424877fa8da4e7cc04b8a777247a33037b9c1fd976a5ad426c047/flash_attn-2.8.2.tar.gz",
+        sha256="740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54",
+    ),
+}
+
+
+def flash_attn_recipe(version: str | None) -> Recipe:
+    version = version or DEFAULT_VERSION
+    if version not in SDISTS:
+        raise BadArgument(
+            f"flash-attn {version} is not in wheelbuild's table of pinned releases",
+            f"use one of {', '.join(sorted(SDISTS))}, or pass the sdist URL with #sha256=",
+        )
+    return Recipe(
+        name="flash-attn",
+        version=version,
+        source=SDISTS[version],
+        arch_env="FLASH_ATTN_CUDA_ARCHS",
+        # Never download a prebuilt wheel from GitHub: we are here to build it.
+        extra_env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),
+        # Measured (shared/calibration): a bwd hdim256 unit peaks at about 7 GiB per arch.
+        job_memory_per_arch=int(7.2 * GIB),
+    )

@@ -1,0 +1,98 @@
+"""BuildSpec: everything that says what to build, parsed and validated. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from builder.errors import BadArgument, BadMemory, CaBundleMissing
+from builder.recipes import Recipe
+from builder.variants import TorchVariant
+
+DEFAULT_ARCHS = (100, 120)
+DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+PAGE = 4096
+# Docker refuses limits under 6 MiB; nothing that runs pip fits in less than this anyway.
+MIN_MEMORY = 256 * 1024**2
+
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+class GpuMode(StrEnum):
+    AUTO = "auto"
+    ALL = "all"
+    NONE = "none"
+
+
+def parse_memory(text: str) -> int:
+    """Docker's units, all binary: 64g = 64 GiB, 512m, 1.5g, 6GiB, 1073741824. Page-aligned."""
+    match = _MEMORY_RE.match(text)
+    if match is None:
+        raise BadMemory(
+            f"memory size {text!r} is not understood",
+            "write a number with a unit, as docker does: 6g, 512m, 1.5g, 64GiB",
+        )
+    number, unit = float(match[1]), match[2].lower()
+    size = int(number * _UNIT[unit]) // PAGE * PAGE  # the kernel rounds limits down to pages
+    if size < MIN_MEMORY:
+        raise BadMemory(
+            f"memory size {text!r} is below the {MIN_MEMORY // 1024**2} MiB a build container needs",
+            "give at least 256m; a CUDA extension build wants several GiB",
+        )
+    return size
+
+
+def format_bytes(size: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def parse_archs(text: str) -> tuple[int, ...]:
+    """'100,120' or '100;120' or 'sm_100' -> (100, 120)."""
+    parts = [p.strip().lower().removeprefix("sm_").removeprefix("sm") for p in re.split(r"[,;\s]+", text)]
+    parts = [p for p in parts if p]
+    if not parts or not all(p.isdigit() and 50 <= int(p) <= 200 for p in parts):
+        raise BadArgument(
+            f"CUDA arch list {text!r} is not understood",
+            "give SM numbers separated by commas, e.g. --archs 100,120",
+        )
+    return tuple(sorted({int(p) for p in parts}))
+
+
+def parse_python(text: str) -> str:
+    """'3.11' or 'cp311' -> 'cp311'."""
+    match = re.fullmatch(r"(?:cp)?3\.?(\d{1,2})", text.strip())
+    if match is None:
+        raise BadArgument(f"Python version {text!r} is not understood", "write it as 3.11 or cp311")
+    return f"cp3{match[1]}"
+
+
+def resolve_ca_bundle(given: Path | None) -> Path | None:
+    """The CA bundle given, else the host's bundle when it exists, else None (the base's own)."""
+    if given is not None:
+        if not given.is_file():
+            raise CaBundleMissing(
+                f"CA bundle {given} does not exist",
+                "pass the path of a PEM bundle with --ca-bundle, or leave it out to use the host's",
+            )
+        return given
+    return DEFAULT_CA_BUNDLE if DEFAULT_CA_BUNDLE.is_file() else None
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    recipe: Recipe
+    variant: TorchVariant
+    archs: tuple[int, ...]
+    pythons: tuple[str, ...]  # cibuildwheel tags, cp311...; empty = every one the image has
+    gpus: GpuMode
+    memory: int | None  # container limit in bytes; None = derive from the host
+    cpus: float | None
+    max_jobs: int | None
+    nvcc_threads: int | None
+    output_dir: Path

@@ -1,0 +1,144 @@
+"""Which CUDA architectures are really compiled into a wheel's shared objects.
+
+Reads the ``.nv_fatbin`` ELF section directly (no cuobjdump needed). Layout,
+checked against nvcc 13.0 output and cuobjdump 13.x (all little-endian):
+
+Container header, 16 bytes; a section holds several back to back (one per
+linked translation unit; nvcc 13 ``-shared`` adds one more at link time):
+
+    0  u32 magic 0xBA55ED50
+    4  u16 version (1)
+    6  u16 header_size (16): entries start here
+    8  u64 fat_size: bytes of entries after the header
+
+Entry header, 64/80/96/112 bytes, followed by its payload:
+
+    0  u16 kind: 1 = PTX, 2 = ELF (SASS cubin), 8 = NVVM IR (LTO)
+    2  u16 version (0x0101)
+    4  u32 header_size: payload starts here
+    8  u64 payload size, padded to 8: the next entry follows it
+   16  u32 compressed size (0 if stored plain)
+   24  u16 minor, u16 major: PTX ISA / ELF format version
+   28  u32 SM arch, e.g. 90, 100, 120 ("sm_90a" is 90 plus flag 0x100000)
+   40  u64 flags: 0x8000 = payload zstd-compressed
+   56  u64 uncompressed size
+
+Only the headers are read, so compressed payloads (nvcc compresses PTX by
+default, and ELF too with ``-Xfatbin -compress-all``) are reported like
+plain ones. ``__nv_relfatbin`` (relocatable device code kept for device
+linking) is ignored: the CUDA runtime only loads ``.nv_fatbin``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+__all__ = [
+    "CudaArchs",
+    "FatbinFormatError",
+    "archs_in_elf",
+    "archs_in_fatbin",
+    "archs_in_wheel",
+]
+
+FATBIN_MAGIC = 0xBA55ED50
+_CONTAINER = struct.Struct("<IHHQ")  # magic, version, header_size, fat_size
+_ENTRY = struct.Struct("<HHIQ")  # kind, version, header_size, padded payload size
+_ARCH = struct.Struct("<I")
+_ARCH_OFFSET = 28
+_MIN_ENTRY_HEADER = _ARCH_OFFSET + _ARCH.size
+_KIND_PTX = 1
+_KIND_ELF = 2
+
+
+class FatbinFormatError(ValueError):
+    """The ``.nv_fatbin`` section is corrupt (bad magic, truncated, bad sizes)."""
+
+
+@dataclass(frozen=True)
+class CudaArchs:
+    """SM versions found in one shared object."""
+
+    sass: frozenset[int]  # real cubin (ELF) entries, e.g. {100, 120}
+    ptx: frozenset[int]  # virtual archs with PTX entries, e.g. {120}
+
+
+EMPTY = CudaArchs(sass=frozenset(), ptx=frozenset())
+
+
+def archs_in_fatbin(section: bytes) -> CudaArchs:
+    """Parse the raw contents of a ``.nv_fatbin`` section."""
+    sass: set[int] = set()
+    ptx: set[int] = set()
+    pos, end = 0, len(section)
+    while True:
+        # The linker may pad between containers to the section alignment;
+        # the magic's first byte is non-zero, so zeros are never a header.
+        while pos < end and section[pos] == 0:
+            pos += 1
+        if pos == end:
+            break
+        if end - pos < _CONTAINER.size:
+            raise FatbinFormatError(f"truncated fatbin header at offset {pos:#x}")
+        magic, _version, header_size, fat_size = _CONTAINER.unpack_from(section, pos)
+        if magic != FATBIN_MAGIC:
+            raise FatbinFormatError(f"bad fatbin magic {magic:#010x} at offset {pos:#x}")
+        entry = pos + header_size
+        container_end = entry + fat_size
+        if header_size < _CONTAINER.size or container_end > end:
+            raise FatbinFormatError(f"fatbin container at {pos:#x} overruns the section")
+        while entry < container_end:
+            if container_end - entry < _MIN_ENTRY_HEADER:
+                raise FatbinFormatError(f"truncated fatbin entry at offset {entry:#x}")
+            kind, _ver, entry_header, payload = _ENTRY.unpack_from(section, entry)
+            (arch,) = _ARCH.unpack_from(section, entry + _ARCH_OFFSET)
+            # A too-small header would also loop forever or read the arch
+            # out of the payload; a too-big size would skip past the end.
+            if entry_header < _MIN_ENTRY_HEADER or entry + entry_header + payload > container_end:
+                raise FatbinFormatError(f"bad fatbin entry sizes at offset {entry:#x}")
+            if kind == _KIND_ELF:
+                sass.add(arch)
+            elif kind == _KIND_PTX:
+                ptx.add(arch)
+            # Other kinds (NVVM IR for LTO) are neither SASS nor PTX.
+            entry += entry_header + payload
+        pos = container_end
+    return CudaArchs(sass=frozenset(sass), ptx=frozenset(ptx))
+
+
+def archs_in_elf(data: bytes) -> CudaArchs:
+    """Archs in one ELF shared object/object file; empty if it has no device code.
+
+    Raises ``ValueError`` if *data* is not a readable ELF file and
+    ``FatbinFormatError`` if its fatbin is corrupt.
+    """
+    try:
+        section = ELFFile(io.BytesIO(data)).get_section_by_name(".nv_fatbin")
+        if section is None:
+            return EMPTY
+        raw, expected = section.data(), section.data_size
+    except ELFError as exc:
+        raise ValueError(f"not a readable ELF file: {exc}") from exc
+    if len(raw) != expected:
+        # pyelftools hands back short data when sh_offset/sh_size lie.
+        raise FatbinFormatError(".nv_fatbin section extends past the end of the file")
+    return archs_in_fatbin(raw)
+
+
+def archs_in_wheel(path: Path) -> dict[str, CudaArchs]:
+    """Member name -> archs for every ``*.so`` member of the wheel at *path*."""
+    result: dict[str, CudaArchs] = {}
+    with zipfile.ZipFile(path) as wheel:
+        for info in wheel.infolist():
+            if info.is_dir() or not info.filename.endswith(".so"):
+                continue
+            # ELFFile needs random access; a zip member stream seeks slowly.
+            result[info.filename] = archs_in_elf(wheel.read(info))
+    return result
