@@ -291,11 +291,11 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
     )
     # A wheel built against the wrong torch breaks at import, so check what the index served.
     check_torch = (
-        "import sys, torch; v = torch.__version__; c = torch.version.cuda or 'none'; "
-        f"ok = v.startswith('{config.torch_minor}.') and c.split('.')[0] == '{config.torch_cuda_major}'; "
-        f"print('wheelbuild: torch', v, 'CUDA', c) if ok else print('{TORCH_MISMATCH_MARK}:', v, "
-        f"'with CUDA', c, 'was installed; the variant needs torch {config.torch_minor}.* with CUDA "
-        f"{config.torch_cuda_major}.x'); sys.exit(0 if ok else 87)"
+        'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
+        f'ok = v.startswith("{config.torch_minor}.") and c.split(".")[0] == "{config.torch_cuda_major}"; '
+        f'print("wheelbuild: torch", v, "CUDA", c) if ok else print("{TORCH_MISMATCH_MARK}:", v, '
+        f'"with CUDA", c, "was installed; the variant needs torch {config.torch_minor}.* with CUDA '
+        f'{config.torch_cuda_major}.x"); sys.exit(0 if ok else 87)'
     )
     before_build = (
         "python -m pip install 'setuptools>=70' wheel && "
