@@ -46,8 +46,9 @@ PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
 MEMORY_MARK = "wheelbuild: container memory limit:"
 MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
 TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
-# A compiler diagnostic: `file.cpp:12:3: error: ...`, `file.cu(12): error: ...`, or ninja's FAILED.
-_COMPILER_ERROR = re.compile(r"^\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
+# (pip -v indents what the build backend prints).
+_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
 _KILLED = re.compile(r"^(?:.*\bKilled\b.*|.*died due to signal 9.*|.*signal 9 \(Killed\).*)$", re.MULTILINE)
 
 
@@ -409,7 +410,8 @@ def raise_for_failure(result: AttemptResult) -> None:
     text = "\n".join(result.log_tail)
     tail = "\n".join(result.log_tail[-25:])
     where = f"full log: {result.log_path}"
-    if MEMORY_MISSING_MARK in text:
+    # Marks count only at the start of a line: cibuildwheel also echoes the commands that print them.
+    if any(line.startswith(MEMORY_MISSING_MARK) for line in result.log_tail):
         raise MemoryLimitNotApplied(
             "the build container runs without the memory limit it was given "
             f"(it read {result.memory_limit_seen or 'no limit'}); Docker ignored --memory",

@@ -6,6 +6,7 @@ a local project directory, or an sdist (local path or URL pinned with #sha256=).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from builder.errors import BadArgument, UnknownPackage
@@ -50,7 +51,8 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
         )
     if "://" in package:
         location, _, fragment = package.partition("#")
-        if not fragment.startswith("sha256=") or len(fragment) != len("sha256=") + 64:
+        digest = fragment.removeprefix("sha256=")
+        if not fragment.startswith("sha256=") or not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise BadArgument(
                 f"sdist URL {location} carries no #sha256= pin",
                 f"append the file's hash: {location}#sha256=<64 hex digits>",

@@ -156,9 +156,7 @@ def _patched(path: Path, rel_offset: int, new: bytes) -> bytes:
         (16 + 8, struct.pack("<Q", 1 << 40), "bad fatbin entry sizes"),  # payload size
     ],
 )
-def test_corrupt_fatbin_raises(
-    built: dict[str, Path], rel_offset: int, new: bytes, message: str
-) -> None:
+def test_corrupt_fatbin_raises(built: dict[str, Path], rel_offset: int, new: bytes, message: str) -> None:
     with pytest.raises(FatbinFormatError, match=message):
         archs_in_elf(_patched(built["sass_ptx"], rel_offset, new))
 
@@ -189,7 +187,18 @@ def test_archs_in_wheel(built: dict[str, Path], tmp_path: Path) -> None:
 
 
 def _cuobjdump() -> str | None:
-    return os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    """$CUOBJDUMP, else the one from the nvidia-cuda-cuobjdump wheel (test extra), else PATH's."""
+    if os.environ.get("CUOBJDUMP"):
+        return os.environ["CUOBJDUMP"]
+    try:
+        import nvidia.cu13  # type: ignore[import-untyped]
+
+        wheel_binary = Path(next(iter(nvidia.cu13.__path__))) / "bin" / "cuobjdump"
+        if wheel_binary.is_file():
+            return str(wheel_binary)
+    except ImportError:
+        pass
+    return shutil.which("cuobjdump")
 
 
 @pytest.mark.skipif(_cuobjdump() is None, reason="cuobjdump not on PATH (or $CUOBJDUMP)")

@@ -1,0 +1,125 @@
+"""Integration fixtures: a real Docker engine, the local base image, the real CUDA image.
+
+Nothing here is mocked. scripts/test starts the engine and exports WHEELBUILD_BASE_IMAGE; run
+alone, these fixtures make the base image themselves (reused when present).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELBUILD = str(Path(sys.executable).parent / "wheelbuild")
+# torch 2.11.0 on PyPI is the cu130 build; PyTorch's own index is not reachable here.
+TORCH_INDEX = "https://pypi.org/simple"
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def run_id(self) -> str:
+        match = re.search(r"\(run (\S+)\)", self.stdout)
+        assert match, f"no run id in output:\n{self.stdout[-2000:]}"
+        return match[1]
+
+
+def wheelbuild(*args: str, env: dict[str, str] | None = None, timeout: float = 1200) -> Completed:
+    """Run the real CLI as a user would."""
+    proc = subprocess.run(
+        [WHEELBUILD, *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    client = docker.from_env()
+    client.ping()  # fails loudly: scripts/test starts the engine, so absence is a real failure
+    return client
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: docker.DockerClient) -> str:
+    base = os.environ.get("WHEELBUILD_BASE_IMAGE")
+    if not base:
+        out = subprocess.run(
+            [str(REPO / "scripts" / "make-base-image")], check=True, capture_output=True, text=True
+        )
+        base = out.stdout.strip().splitlines()[-1]
+        os.environ["WHEELBUILD_BASE_IMAGE"] = base
+    docker_client.images.get(base)
+    return base
+
+
+@pytest.fixture(scope="session")
+def cuda_image(base_image: str) -> str:
+    result = wheelbuild("image", "build", "--base-image", base_image)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+@dataclass(frozen=True)
+class FixtureBuild:
+    result: Completed
+    run_dir: Path
+    report: dict  # type: ignore[type-arg]
+    wheel: Path
+
+
+@pytest.fixture(scope="session")
+def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> FixtureBuild:
+    """One real build of the bundled example for cu130, sm_100 + sm_120, in a 4 GiB container."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    result = wheelbuild(
+        "build",
+        "--torch", "cu130",
+        "--torch-index-url", TORCH_INDEX,
+        "--archs", "100,120",
+        "--python", "3.11",
+        "--memory", "4g",
+        "--output-dir", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    run_dir = out / "runs" / result.run_id
+    report = json.loads((run_dir / "build-report.json").read_text())
+    wheels = sorted(run_dir.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return FixtureBuild(result=result, run_dir=run_dir, report=report, wheel=wheels[0])
+
+
+def containers_of_run(client: docker.DockerClient, run_id: str) -> list[str]:
+    return [c.name for c in client.containers.list(all=True, filters={"label": f"wheelbuild.run={run_id}"})]
+
+
+def compiler_processes() -> list[str]:
+    """Compiler processes on this machine (those inside containers show up here too)."""
+    names = {"nvcc", "cicc", "ptxas", "cc1plus", "ninja", "fatbinary", "cudafe++"}
+    out = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout
+    return [line.strip() for line in out.splitlines() if line.split()[-1] in names]
+
+
+@pytest.fixture
+def no_leftovers(docker_client: docker.DockerClient) -> Iterator[None]:
+    yield
+    assert compiler_processes() == []

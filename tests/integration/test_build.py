@@ -1,0 +1,168 @@
+"""Real builds of the bundled example: real Docker, real nvcc 13.1, real torch from PyPI."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.wheels import archs_in_wheel
+from tests.integration.conftest import (
+    REPO,
+    TORCH_INDEX,
+    WHEELBUILD,
+    FixtureBuild,
+    compiler_processes,
+    containers_of_run,
+    wheelbuild,
+)
+
+
+def test_fixture_wheel_holds_sm100_and_sm120_code(fixture_build: FixtureBuild) -> None:
+    assert fixture_build.wheel.name.startswith("wbdemo-0.1.0-cp311-cp311-manylinux_")
+    modules = archs_in_wheel(fixture_build.wheel)
+    assert set(modules) == {"wbdemo/_C.cpython-311-x86_64-linux-gnu.so"}
+    assert modules["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"].sass == {100, 120}
+    # The CLI prints where the wheel is and what it holds.
+    assert str(fixture_build.wheel) in fixture_build.result.stdout
+    assert "SASS sm_100, sm_120" in fixture_build.result.stdout
+
+
+def test_fixture_wheel_archs_agree_with_cuobjdump(fixture_build: FixtureBuild, tmp_path: Path) -> None:
+    # An independent reader: NVIDIA's cuobjdump from the nvidia-cuda-cuobjdump wheel (test extra).
+    import nvidia.cu13  # type: ignore[import-untyped]
+
+    cuobjdump = Path(next(iter(nvidia.cu13.__path__))) / "bin" / "cuobjdump"
+    shutil.unpack_archive(fixture_build.wheel, tmp_path, format="zip")
+    so = next(tmp_path.glob("wbdemo/_C*.so"))
+    listed = subprocess.run(
+        [str(cuobjdump), "--list-elf", str(so)], capture_output=True, text=True, check=True
+    )
+    # Lines read "ELF file    1: _C.cpython-311-x86_64-linux-gnu.1.sm_100.cubin".
+    archs = sorted(set(re.findall(r"\.(sm_\d+)\.cubin", listed.stdout)))
+    assert archs == ["sm_100", "sm_120"], listed.stdout
+
+
+def test_container_enforced_the_memory_limit_it_was_given(fixture_build: FixtureBuild) -> None:
+    # Read back from inside the container by the before-all check (cgroup memory limit file).
+    attempt = fixture_build.report["attempts"][0]
+    assert attempt["memory_limit_seen"] == 4 * 1024**3
+    assert fixture_build.report["plan"]["memory"] == 4 * 1024**3
+    log = (fixture_build.run_dir / "build.log").read_text()
+    assert "wheelbuild: container memory limit: 4294967296 (asked 4294967296)" in log
+    assert "wheelbuild: torch 2.11.0" in log and "CUDA 13.0" in log
+
+
+def test_build_leaves_no_container_behind(
+    fixture_build: FixtureBuild, docker_client: docker.DockerClient
+) -> None:
+    assert containers_of_run(docker_client, fixture_build.result.run_id) == []
+
+
+def test_build_report_records_the_wheel(fixture_build: FixtureBuild) -> None:
+    import hashlib
+
+    (entry,) = fixture_build.report["wheels"]
+    assert entry["file"] == fixture_build.wheel.name
+    assert entry["sha256"] == hashlib.sha256(fixture_build.wheel.read_bytes()).hexdigest()
+    assert entry["cuda"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]["sass"] == [100, 120]
+    assert fixture_build.report["torch"]["variant"] == "2.11.0+cu130"
+
+
+def test_sigint_mid_compile_leaves_nothing_behind(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    assert compiler_processes() == [], "another build is running on this machine"
+    proc = subprocess.Popen(
+        [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 900
+    seen: list[str] = []
+    while time.monotonic() < deadline and proc.poll() is None and not seen:
+        seen = compiler_processes()
+        time.sleep(0.1)
+    assert seen, "the build ended before any compiler ran"
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    run_id = output.split("(run ", 1)[1].split(")", 1)[0]
+    assert proc.returncode == 130, output[-3000:]
+    assert "error: interrupted" in output and "remedy:" in output
+    assert containers_of_run(docker_client, run_id) == []
+    time.sleep(1)
+    assert compiler_processes() == []
+
+
+def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
+    cuda_image: str, docker_client: docker.DockerClient
+) -> None:
+    # A container left by a wheelbuild whose process is gone (pid of an exited process).
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = docker_client.containers.run(
+        cuda_image,
+        ["sleep", "600"],
+        detach=True,
+        labels={"wheelbuild.run": "orphan-test", "wheelbuild.owner": f"{socket.gethostname()}:{dead.pid}:1"},
+    )
+    try:
+        result = wheelbuild("build", "--torch", "cu130", "--gpus", "all")
+        # This machine's daemon has no NVIDIA runtime (facts.md): a real error path, not a mock.
+        assert result.returncode == 21, result.stdout + result.stderr
+        assert "no NVIDIA runtime" in result.stderr and "remedy:" in result.stderr
+        assert "removed 1 container(s) left by earlier runs" in result.stdout
+        assert containers_of_run(docker_client, "orphan-test") == []
+        assert containers_of_run(docker_client, result.run_id) == []
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            orphan.remove(force=True)
+
+
+def test_compile_error_is_reported_with_first_compiler_error(
+    cuda_image: str, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    project = tmp_path / "broken"
+    shutil.copytree(REPO / "tests" / "fixtures" / "wbdemo", project)
+    source = project / "csrc" / "scale.cu"
+    source.write_text(source.read_text().replace("x[base + k] *= a;", "x[base + k] *= undefined_name;"))
+    result = wheelbuild(
+        "build", str(project), "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "--memory", "4g", "--output-dir", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 40, result.stdout[-3000:] + result.stderr
+    error_line = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert "scale.cu" in error_line and "undefined_name" in error_line and "error" in error_line
+    assert "remedy:" in result.stderr and "build.log" in result.stderr
+    assert containers_of_run(docker_client, result.run_id) == []
+
+
+def test_cu12_variant_fails_before_any_work_without_a_cuda12_compiler(cuda_image: str) -> None:
+    started = time.monotonic()
+    result = wheelbuild("flash-attn", "--torch", "cu128")
+    assert result.returncode == 22, result.stdout + result.stderr
+    assert "needs a CUDA 12.x compiler" in result.stderr and "--cuda12-image" in result.stderr
+    assert "image wheelbuild-cuda131" not in result.stdout  # failed before the image step
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("docker_host", ["unix:///nonexistent/docker.sock"])
+def test_no_docker_daemon_is_a_clear_error(docker_host: str) -> None:
+    result = wheelbuild("build", "--torch", "cu130", env={"DOCKER_HOST": docker_host})
+    assert result.returncode == 20, result.stdout + result.stderr
+    assert f"no Docker daemon answers at {docker_host}" in result.stderr
+    assert "remedy:" in result.stderr
+
+
+def test_ca_bundle_path_missing_is_a_clear_error() -> None:
+    result = wheelbuild("build", "--ca-bundle", "/nonexistent/ca.pem")
+    assert result.returncode == 14
+    assert "CA bundle /nonexistent/ca.pem does not exist" in result.stderr

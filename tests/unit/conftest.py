@@ -1,0 +1,95 @@
+"""Shared helpers for the unit suite: no Docker, no network, nothing slow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.engine import AttemptConfig, AttemptResult
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELBUILD = REPO / ".venv" / "bin" / "wheelbuild"
+# A Docker endpoint that cannot answer: anything that reaches Docker fails with exit code 20.
+NO_DOCKER = "unix:///nonexistent.sock"
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., AttemptConfig]:
+    """An AttemptConfig with realistic values; keyword arguments replace fields."""
+
+    def make(**overrides: Any) -> AttemptConfig:
+        values: dict[str, Any] = {
+            "run_id": "20260101-000000-abcdef",
+            "attempt": 2,
+            "image": "wheelbuild-cuda131:0123456789abcdef",
+            "project_dir": tmp_path / "project",
+            "package": ".",
+            "identifiers": ("cp311-manylinux_x86_64", "cp312-manylinux_x86_64"),
+            "memory": 6 * 1024**3,
+            "cpus": 7.5,
+            "gpus": False,
+            "build_env": {
+                "MAX_JOBS": "4",
+                "NVCC_THREADS": "2",
+                "TORCH_CUDA_ARCH_LIST": "10.0;12.0",
+                "FLASH_ATTN_CUDA_ARCHS": "100;120",
+            },
+            "cuda_home": "/usr/local/cuda-13.1/nvidia/cu13",
+            "torch_requirement": "torch==2.11.0",
+            "torch_minor": "2.11",
+            "torch_cuda_major": 13,
+            "torch_index_url": "https://user:secret@example.invalid/simple",
+            "output_dir": tmp_path / "out",
+            "log_path": tmp_path / "build.log",
+        }
+        values.update(overrides)
+        return AttemptConfig(**values)
+
+    return make
+
+
+@pytest.fixture
+def make_result(tmp_path: Path) -> Callable[..., AttemptResult]:
+    """An AttemptResult whose log tail is the given text, one entry per line."""
+
+    def make(
+        log: str, *, returncode: int = 1, wheels: tuple[Path, ...] = (), memory_seen: int | None = None
+    ) -> AttemptResult:
+        return AttemptResult(
+            attempt=1,
+            returncode=returncode,
+            duration_s=12.5,
+            wheels=wheels,
+            memory_limit_seen=memory_seen,
+            log_path=tmp_path / "build.log",
+            log_tail=tuple(log.splitlines()),
+        )
+
+    return make
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run the installed `wheelbuild` console script for real, with Docker unreachable."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELBUILD_", "CIBW_"))}
+        env["DOCKER_HOST"] = NO_DOCKER
+        env["NO_COLOR"] = "1"
+        env["WHEELBUILD_CACHE_DIR"] = str(tmp_path / "cache")
+        return subprocess.run(
+            [str(WHEELBUILD), *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run

@@ -1,0 +1,97 @@
+"""The installed `wheelbuild` command, run for real: exit codes and the error/remedy lines.
+
+Docker is unreachable (DOCKER_HOST points at a socket that does not exist), so an input error
+that were checked only after connecting would come out as DockerUnavailable (20) instead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+
+import pytest
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _error_and_remedy(result: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    error, remedy = lines
+    assert error.startswith("error: ")
+    assert remedy.startswith("remedy: ")
+    assert len(error) > len("error: ") and len(remedy) > len("remedy: ")
+    return error, remedy
+
+
+def test_control_a_valid_build_reaches_docker_and_fails_with_20(run_cli: RunCli) -> None:
+    result = run_cli("build", "--memory", "6g")
+    assert result.returncode == 20, result.stderr
+    error, _ = _error_and_remedy(result)
+    assert error == "error: no Docker daemon answers at unix:///nonexistent.sock"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "error"),
+    [
+        (("build", "foo-bar"), 10, "error: unknown package 'foo-bar': not a known recipe, and no such path"),
+        (
+            ("build", "--torch", "cu999"),
+            11,
+            "error: torch variant 'cu999' names CUDA tag 'cu999', which wheelbuild",
+        ),
+        (("build", "--torch", "rocm6.2"), 11, "error: torch variant 'rocm6.2' is not understood"),
+        (("build", "--memory", "6x"), 12, "error: memory size '6x' is not understood"),
+        (("build", "--memory", "100m"), 12, "error: memory size '100m' is below the 256 MiB"),
+        (("build", "--archs", "abc"), 13, "error: CUDA arch list 'abc' is not understood"),
+        (("build", "--python", "2.7"), 13, "error: Python version '2.7' is not understood"),
+        (("build", "flash-attn", "--version", "0.0.1"), 13, "error: flash-attn 0.0.1 is not in wheelbuild's"),
+        (("build", "--ca-bundle", "/nonexistent"), 14, "error: CA bundle /nonexistent does not exist"),
+        (("flash-attn", "--torch", "cu999"), 11, "error: torch variant 'cu999' names CUDA tag"),
+    ],
+    ids=[
+        "unknown-package",
+        "bad-variant-tag",
+        "bad-variant-syntax",
+        "bad-memory",
+        "memory-too-small",
+        "bad-archs",
+        "bad-python",
+        "bad-recipe-version",
+        "missing-ca-bundle",
+        "shortcut-bad-variant",
+    ],
+)
+def test_bad_input_fails_with_its_own_code_before_docker_is_touched(
+    run_cli: RunCli, args: tuple[str, ...], code: int, error: str
+) -> None:
+    result = run_cli(*args)
+    assert result.returncode == code, result.stderr
+    line, _ = _error_and_remedy(result)
+    assert line.startswith(error)
+    assert "Docker" not in result.stderr
+    assert result.stdout == ""  # the build never started: no progress line was printed
+
+
+def test_recipe_name_is_a_shortcut_for_build_in_help(run_cli: RunCli) -> None:
+    result = run_cli("flash-attn", "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: wheelbuild build [OPTIONS] [PACKAGE]")
+    assert "--torch" in result.stdout
+    assert result.stderr == ""
+
+
+def test_top_level_help_lists_build_and_image(run_cli: RunCli) -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.split("Commands:", 1)[1].split()
+    assert "build" in commands
+    assert "image" in commands
+    assert result.stdout.startswith("Usage: wheelbuild [OPTIONS] COMMAND [ARGS]...")
+
+
+def test_unknown_option_is_a_click_usage_error_with_code_2(run_cli: RunCli) -> None:
+    result = run_cli("build", "--no-such-option")
+    assert result.returncode == 2
+    assert result.stderr.startswith("Usage: wheelbuild build [OPTIONS] [PACKAGE]\n")
+    assert "No such option '--no-such-option'" in result.stderr

@@ -1,0 +1,152 @@
+"""builder.engine.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from collections.abc import Callable
+
+from cibuildwheel.environment import parse_environment
+
+from builder.engine import AttemptConfig, cibuildwheel_env, owner_token
+
+SECRET_INDEX = "https://user:secret@example.invalid/simple"
+GIB = 1024**3
+
+
+def _create_args(env: dict[str, str]) -> list[str]:
+    engine, _, args = env["CIBW_CONTAINER_ENGINE"].partition("; create_args: ")
+    assert engine == "docker"
+    return shlex.split(args)
+
+
+def test_container_memory_and_swap_are_equal_so_there_is_no_swap(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    args = _create_args(cibuildwheel_env(make_config(memory=6 * GIB)))
+    assert "--memory=6442450944" in args
+    assert "--memory-swap=6442450944" in args
+
+
+def test_create_args_are_exactly_limits_labels_and_pip_cache(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    config = make_config(run_id="run-1", attempt=3, cpus=7.5, memory=6 * GIB, gpus=False)
+    assert _create_args(cibuildwheel_env(config)) == [
+        "--memory=6442450944",
+        "--memory-swap=6442450944",
+        "--cpus=7.5",
+        "--label=wheelbuild.run=run-1",
+        "--label=wheelbuild.attempt=run-1.3",
+        f"--label=wheelbuild.owner={owner_token()}",
+        "--volume=wheelbuild-pip-cache:/root/.cache/pip",
+    ]
+
+
+def test_owner_label_names_this_host_and_process(make_config: Callable[..., AttemptConfig]) -> None:
+    args = _create_args(cibuildwheel_env(make_config()))
+    owner = next(a for a in args if a.startswith("--label=wheelbuild.owner="))
+    host, pid, start = owner.removeprefix("--label=wheelbuild.owner=").split(":")
+    assert host == socket.gethostname()
+    assert pid == str(os.getpid())
+    assert start.isdigit()
+
+
+def test_whole_cpus_are_written_without_a_fraction(make_config: Callable[..., AttemptConfig]) -> None:
+    assert "--cpus=8" in _create_args(cibuildwheel_env(make_config(cpus=8.0)))
+
+
+def test_gpus_are_passed_only_when_asked(make_config: Callable[..., AttemptConfig]) -> None:
+    assert "--gpus=all" in _create_args(cibuildwheel_env(make_config(gpus=True)))
+    without = cibuildwheel_env(make_config(gpus=False))
+    assert "--gpus=all" not in _create_args(without)
+    assert all("--gpus" not in value for value in without.values())
+
+
+def test_build_frontend_is_pip_without_build_isolation(make_config: Callable[..., AttemptConfig]) -> None:
+    assert cibuildwheel_env(make_config())["CIBW_BUILD_FRONTEND"] == "pip; args: --no-build-isolation"
+
+
+def test_platform_image_and_identifiers(make_config: Callable[..., AttemptConfig]) -> None:
+    env = cibuildwheel_env(make_config(image="wheelbuild-cuda131:0123456789abcdef"))
+    assert env["CIBW_PLATFORM"] == "linux"
+    assert env["CIBW_ARCHS_LINUX"] == "x86_64"
+    assert env["CIBW_BUILD"] == "cp311-manylinux_x86_64 cp312-manylinux_x86_64"
+    assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "wheelbuild-cuda131:0123456789abcdef"
+    assert env["CIBW_TEST_COMMAND"] == ""
+
+
+def test_torch_index_url_with_credentials_appears_only_in_its_own_variable(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    env = cibuildwheel_env(make_config(torch_index_url=SECRET_INDEX))
+    assert env["WHEELBUILD_TORCH_INDEX_URL"] == SECRET_INDEX
+    assert env["CIBW_ENVIRONMENT_PASS_LINUX"] == "WHEELBUILD_TORCH_INDEX_URL"
+    leaks = {
+        k
+        for k, v in env.items()
+        if k != "WHEELBUILD_TORCH_INDEX_URL" and ("secret" in v or "example.invalid" in v)
+    }
+    assert leaks == set()
+    # The pip command reads the index from the variable, by name.
+    assert 'PIP_INDEX_URL="$WHEELBUILD_TORCH_INDEX_URL"' in env["CIBW_BEFORE_BUILD_LINUX"]
+
+
+def test_before_build_installs_the_variants_torch_and_checks_it(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    before = cibuildwheel_env(make_config(torch_requirement="torch==2.11.0"))["CIBW_BEFORE_BUILD_LINUX"]
+    assert "python -m pip install torch==2.11.0 && " in before
+    assert 'v.startswith("2.11.")' in before
+    assert 'c.split(".")[0] == "13"' in before
+    assert "wheelbuild: torch mismatch:" in before
+
+
+def test_before_all_checks_the_memory_limit_the_container_got(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    before_all = cibuildwheel_env(make_config())["CIBW_BEFORE_ALL_LINUX"]
+    assert "/sys/fs/cgroup/memory.max" in before_all
+    assert '[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ]' in before_all
+    assert "exit 86" in before_all
+
+
+def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..., AttemptConfig]) -> None:
+    config = make_config(
+        memory=6 * GIB,
+        build_env={
+            "MAX_JOBS": "4",
+            "NVCC_THREADS": "2",
+            "TORCH_CUDA_ARCH_LIST": "10.0;12.0",
+            "FLASH_ATTN_CUDA_ARCHS": "100;120",
+        },
+        cuda_home="/usr/local/cuda-13.1/nvidia/cu13",
+    )
+    raw = cibuildwheel_env(config)["CIBW_ENVIRONMENT_LINUX"]
+    assert raw == (
+        "MAX_JOBS=4 NVCC_THREADS=2 TORCH_CUDA_ARCH_LIST='10.0;12.0' FLASH_ATTN_CUDA_ARCHS='100;120' "
+        "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
+        'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
+    )
+    evaluated = parse_environment(raw).as_dictionary({"PATH": "/opt/python/cp311-cp311/bin:/usr/bin"})
+    assert evaluated == {
+        "PATH": "/opt/python/cp311-cp311/bin:/usr/bin:/usr/local/cuda-13.1/nvidia/cu13/bin",
+        "MAX_JOBS": "4",
+        "NVCC_THREADS": "2",
+        "TORCH_CUDA_ARCH_LIST": "10.0;12.0",
+        "FLASH_ATTN_CUDA_ARCHS": "100;120",
+        "CUDA_HOME": "/usr/local/cuda-13.1/nvidia/cu13",
+        "WHEELBUILD_MEMORY_LIMIT": "6442450944",
+    }
+
+
+def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[..., AttemptConfig]) -> None:
+    command = cibuildwheel_env(make_config())["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+    assert command == (
+        "auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
+        "--exclude 'libcuda.so*' --exclude libshm.so -w {dest_dir} {wheel}"
+    )
+    words = shlex.split(command)
+    excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
+    assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)

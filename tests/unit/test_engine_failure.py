@@ -1,0 +1,304 @@
+"""builder.engine.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
+ownership tokens that let a later run sweep an orphaned container."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cibuildwheel.util.cmd import format_command_for_display
+
+from builder.engine import (
+    AttemptConfig,
+    AttemptResult,
+    _owner_alive,
+    cibuildwheel_env,
+    owner_token,
+    raise_for_failure,
+)
+from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied
+
+MakeResult = Callable[..., AttemptResult]
+
+NVCC_ERROR = '/project/csrc/saxpy.cu(5): error: identifier "x" is undefined'
+GCC_ERROR = '/project/csrc/saxpy.cu:5:2: error: #error "boom"'
+GCC_FATAL = "/project/csrc/binding.cpp:1:10: fatal error: missing.h: No such file or directory"
+
+PREAMBLE = """\
+Building cp311-manylinux_x86_64 wheel
+CPython 3.11 manylinux x86_64
+
+Running before_build...
+
+wheelbuild: torch 2.11.0+cu130 CUDA 13.0
+Building wheel...
+
+    + python -m pip wheel /project --wheel-dir=/tmp/cibuildwheel/built_wheel --no-deps --no-build-isolation -v
+Processing /project
+  /opt/python/cp311-cp311/lib/python3.11/site-packages/torch/_subclasses/functional_tensor.py:307: UserWarning: Failed to initialize NumPy
+  running build_ext
+"""
+
+NINJA_FAILED = (
+    "[1/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc -MD -MF /project/build/temp.linux-x86_64-cpython-311/csrc/saxpy.o.d "
+    "-c /project/csrc/saxpy.cu -o /project/build/temp.linux-x86_64-cpython-311/csrc/saxpy.o "
+    "-gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_120,code=sm_120 --threads 2\n"
+    "FAILED: /project/build/temp.linux-x86_64-cpython-311/csrc/saxpy.o\n"
+)
+
+TRACEBACK_END = """\
+ninja: build stopped: subcommand failed.
+Traceback (most recent call last):
+  File "/opt/python/cp311-cp311/lib/python3.11/site-packages/torch/utils/cpp_extension.py", line 2595, in _run_ninja_build
+subprocess.CalledProcessError: Command '['ninja', '-v', '-j', '4']' returned non-zero exit status 1.
+RuntimeError: Error compiling objects for extension
+  error: subprocess-exited-with-error
+ERROR: Failed building wheel for wbdemo
+cibuildwheel: error: Command python -m pip wheel /project failed with code 1.
+"""
+
+
+def _log(*middle: str) -> str:
+    return PREAMBLE + NINJA_FAILED + "".join(m + "\n" for m in middle) + TRACEBACK_END
+
+
+# ---------------------------------------------------------------------------------------------
+# Success
+
+
+def test_returncode_zero_with_a_wheel_does_not_raise(make_result: MakeResult, tmp_path: Path) -> None:
+    wheel = tmp_path / "wbdemo-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    raise_for_failure(make_result("all good", returncode=0, wheels=(wheel,)))  # no exception
+
+
+def test_returncode_zero_without_a_wheel_is_build_failed(make_result: MakeResult, tmp_path: Path) -> None:
+    with pytest.raises(BuildFailed) as caught:
+        raise_for_failure(make_result("nothing to build", returncode=0))
+    assert type(caught.value) is BuildFailed
+    assert caught.value.exit_code == 42
+    assert caught.value.cause == "cibuildwheel exited with code 0 without a wheel"
+    assert str(tmp_path / "build.log") in caught.value.remedy
+
+
+def test_nonzero_returncode_with_a_stale_wheel_still_fails(make_result: MakeResult, tmp_path: Path) -> None:
+    wheel = tmp_path / "old.whl"
+    with pytest.raises(BuildFailed):
+        raise_for_failure(make_result("auditwheel: error: cannot repair", returncode=1, wheels=(wheel,)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile errors
+
+
+@pytest.mark.parametrize("line", [NVCC_ERROR, GCC_ERROR, GCC_FATAL])
+def test_compiler_diagnostic_is_compile_failed_naming_that_line(make_result: MakeResult, line: str) -> None:
+    log = _log("/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc --generate-dependencies-with-compile ...", line)
+    with pytest.raises(CompileFailed) as caught:
+        raise_for_failure(make_result(log))
+    assert caught.value.exit_code == 40
+    assert caught.value.cause == f"compile failed: {line}"
+    assert "not an out-of-memory kill" in caught.value.remedy
+    assert line in caught.value.details
+
+
+def test_first_compiler_diagnostic_is_the_one_reported(make_result: MakeResult) -> None:
+    log = _log(NVCC_ERROR, '/project/csrc/saxpy.cu(9): error: expected a ";"')
+    with pytest.raises(CompileFailed) as caught:
+        raise_for_failure(make_result(log))
+    assert caught.value.cause == f"compile failed: {NVCC_ERROR}"
+
+
+def test_details_are_the_last_25_lines_of_the_tail(make_result: MakeResult) -> None:
+    log = _log(NVCC_ERROR)
+    with pytest.raises(CompileFailed) as caught:
+        raise_for_failure(make_result(log))
+    assert caught.value.details == "\n".join(log.splitlines()[-25:])
+
+
+def test_pip_and_python_error_lines_alone_are_not_compile_errors(make_result: MakeResult) -> None:
+    with pytest.raises(BuildFailed) as caught:
+        raise_for_failure(make_result(_log(), returncode=1))
+    assert type(caught.value) is BuildFailed
+    assert caught.value.cause == "cibuildwheel exited with code 1 without a wheel"
+
+
+# pip -v indents everything the build backend prints by two spaces (see a real build.log:
+# "  [1/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc ..."), so ninja's FAILED and the compiler's
+# diagnostics arrive indented too.
+@pytest.mark.parametrize("line", [NVCC_ERROR, GCC_ERROR])
+def test_compiler_diagnostic_indented_by_pip_is_compile_failed(make_result: MakeResult, line: str) -> None:
+    log = _log("  FAILED: /project/build/temp.linux-x86_64-cpython-311/csrc/saxpy.o", "  " + line)
+    with pytest.raises(CompileFailed) as caught:
+        raise_for_failure(make_result(log))
+    assert caught.value.cause == f"compile failed: {line}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Out of memory
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Killed",
+        "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+        "nvcc error   : 'ptxas' died due to signal 9 (Kill signal)",
+        "g++: fatal error: Killed signal terminated program cc1plus",
+        "  Killed",
+    ],
+)
+def test_killed_compiler_is_build_failed_for_memory_not_compile_failed(
+    make_result: MakeResult, line: str
+) -> None:
+    with pytest.raises(BuildFailed) as caught:
+        raise_for_failure(make_result(_log(line)))
+    assert type(caught.value) is BuildFailed
+    assert caught.value.exit_code == 42
+    assert caught.value.cause == f"a compiler was killed ({line.strip()}), most likely out of memory"
+    assert "--memory" in caught.value.remedy
+    assert "--max-jobs" in caught.value.remedy
+
+
+def test_kill_wins_over_a_compiler_diagnostic_in_the_same_tail(make_result: MakeResult) -> None:
+    with pytest.raises(BuildFailed) as caught:
+        raise_for_failure(make_result(_log(NVCC_ERROR, "Killed")))
+    assert type(caught.value) is BuildFailed
+    assert "out of memory" in caught.value.cause
+
+
+# ---------------------------------------------------------------------------------------------
+# In-container checks
+
+
+def test_memory_not_applied_mark_is_memory_limit_not_applied(make_result: MakeResult) -> None:
+    log = (
+        "Running before_all...\n"
+        "wheelbuild: container memory limit: max (asked 6442450944)\n"
+        "wheelbuild: memory limit not applied: the container runs without the requested limit\n"
+        "cibuildwheel: error: Command sh -c ... failed with code 86.\n"
+    )
+    with pytest.raises(MemoryLimitNotApplied) as caught:
+        raise_for_failure(make_result(log, returncode=1, memory_seen=None))
+    assert caught.value.exit_code == 41
+    assert caught.value.cause == (
+        "the build container runs without the memory limit it was given (it read no limit); Docker ignored --memory"
+    )
+
+
+def test_memory_not_applied_reports_the_limit_it_read(make_result: MakeResult) -> None:
+    log = "wheelbuild: memory limit not applied: the container runs without the requested limit\n"
+    with pytest.raises(MemoryLimitNotApplied) as caught:
+        raise_for_failure(make_result(log, memory_seen=9223372036854771712))
+    assert "(it read 9223372036854771712)" in caught.value.cause
+
+
+def test_torch_mismatch_mark_is_build_failed_naming_what_was_installed(make_result: MakeResult) -> None:
+    line = (
+        "wheelbuild: torch mismatch: 2.10.0+cu128 with CUDA 12.8 was installed; "
+        "the variant needs torch 2.11.* with CUDA 13.x"
+    )
+    log = f"Running before_build...\nSuccessfully installed torch-2.10.0+cu128\n{line}\n"
+    with pytest.raises(BuildFailed) as caught:
+        raise_for_failure(make_result(log))
+    assert type(caught.value) is BuildFailed
+    assert caught.value.cause == (
+        "torch mismatch: 2.10.0+cu128 with CUDA 12.8 was installed; the variant needs torch 2.11.* with CUDA 13.x"
+    )
+    assert "--torch-index-url" in caught.value.remedy
+
+
+def _options_summary(config: AttemptConfig) -> str:
+    """The lines of cibuildwheel's options summary that show wheelbuild's commands."""
+    env = cibuildwheel_env(config)
+    return f"  before_all: {env['CIBW_BEFORE_ALL_LINUX']}\n  before_build: {env['CIBW_BEFORE_BUILD_LINUX']}\n"
+
+
+def _echoed_before_all(config: AttemptConfig) -> str:
+    """What cibuildwheel 4.x logs when it runs before_all: `    + sh -c '...'`, then its output."""
+    command = cibuildwheel_env(config)["CIBW_BEFORE_ALL_LINUX"]
+    return (
+        "Running before_all...\n\n"
+        f"    + {format_command_for_display(['sh', '-c', command])}\n"
+        "wheelbuild: container memory limit: 6442450944 (asked 6442450944)\n"
+    )
+
+
+def _echoed_before_build(config: AttemptConfig) -> str:
+    command = cibuildwheel_env(config)["CIBW_BEFORE_BUILD_LINUX"]
+    return (
+        "Running before_build...\n\n"
+        f"    + {format_command_for_display(['sh', '-c', command])}\n"
+        "Successfully installed torch-2.11.0+cu130\n"
+    )
+
+
+def test_echoed_torch_check_command_is_not_a_torch_mismatch(
+    make_result: MakeResult, make_config: Callable[..., AttemptConfig]
+) -> None:
+    # The before_build command's text holds the mismatch mark; only a line the check printed counts.
+    echoed = _echoed_before_build(make_config())
+    assert "wheelbuild: torch mismatch:" in echoed
+    with pytest.raises(CompileFailed):
+        raise_for_failure(make_result(echoed + _log(NVCC_ERROR)))
+
+
+# cibuildwheel logs its options summary and `    + sh -c '<before_all>'`, both holding the
+# memory-missing mark's text: a whole wbdemo log is ~350 lines, so they sit inside the 400-line tail.
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [(NVCC_ERROR, CompileFailed), ("Killed", BuildFailed)],
+    ids=["compile-error", "oom-kill"],
+)
+def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
+    make_result: MakeResult,
+    make_config: Callable[..., AttemptConfig],
+    line: str,
+    expected: type[Exception],
+) -> None:
+    config = make_config()
+    log = _options_summary(config) + _echoed_before_all(config) + _echoed_before_build(config) + _log(line)
+    with pytest.raises(expected) as caught:
+        raise_for_failure(make_result(log, memory_seen=6442450944))
+    assert type(caught.value) is expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Ownership tokens
+
+
+def test_own_token_names_host_pid_and_start_time() -> None:
+    host, pid, start = owner_token().split(":")
+    assert host == socket.gethostname()
+    assert pid == str(os.getpid())
+    assert start.isdigit()
+    assert owner_token(os.getpid()) == owner_token()
+
+
+def test_own_token_is_alive() -> None:
+    assert _owner_alive(owner_token()) is True
+
+
+def test_token_of_an_exited_process_is_not_alive() -> None:
+    proc = subprocess.Popen(["true"])
+    token_while_it_ran = owner_token(proc.pid)
+    proc.wait()
+    assert _owner_alive(token_while_it_ran) is False
+    assert _owner_alive(owner_token(proc.pid)) is False  # start time unreadable once gone
+
+
+def test_token_with_a_reused_pid_is_not_alive() -> None:
+    # Same host and pid as this process, but another start time: the pid was reused.
+    host, pid, start = owner_token().split(":")
+    assert _owner_alive(f"{host}:{pid}:{int(start) + 1}") is False
+
+
+def test_token_from_another_host_counts_as_alive() -> None:
+    assert _owner_alive(f"not-{socket.gethostname()}:1:12345") is True
+
+
+def test_malformed_token_counts_as_alive() -> None:
+    assert _owner_alive(f"{socket.gethostname()}:notapid:1") is True

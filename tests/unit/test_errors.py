@@ -1,0 +1,59 @@
+"""builder.errors: every failure has its own exit code, and the codes never change meaning."""
+
+from __future__ import annotations
+
+from builder import errors
+from builder.errors import WheelbuildError
+
+KNOWN_CODES = {
+    "UnknownPackage": 10,
+    "BadVariant": 11,
+    "BadMemory": 12,
+    "BadArgument": 13,
+    "CaBundleMissing": 14,
+    "SourceUnavailable": 15,
+    "DockerUnavailable": 20,
+    "NvidiaRuntimeMissing": 21,
+    "CompilerUnavailable": 22,
+    "ImageBuildFailed": 30,
+    "CompileFailed": 40,
+    "MemoryLimitNotApplied": 41,
+    "BuildFailed": 42,
+    "Interrupted": 130,
+}
+
+
+def _all_subclasses(cls: type[WheelbuildError]) -> list[type[WheelbuildError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+def _error_classes() -> list[type[WheelbuildError]]:
+    # Subclasses defined in builder.errors itself (tests elsewhere may define their own).
+    return [c for c in _all_subclasses(WheelbuildError) if c.__module__ == errors.__name__]
+
+
+def test_every_error_class_has_a_distinct_exit_code() -> None:
+    codes = [c.exit_code for c in _error_classes()]
+    assert len(codes) == len(set(codes)), sorted(codes)
+    assert WheelbuildError.exit_code not in codes
+
+
+def test_exit_codes_are_exactly_the_documented_set() -> None:
+    assert {c.__name__: c.exit_code for c in _error_classes()} == KNOWN_CODES
+
+
+def test_no_error_uses_click_usage_code_2_or_success_0() -> None:
+    assert all(c.exit_code not in (0, 2) for c in _error_classes())
+
+
+def test_error_keeps_cause_remedy_and_details_and_renders_both() -> None:
+    error = errors.BadMemory("memory size '6x' is not understood", "write 6g", details="tail")
+    assert error.cause == "memory size '6x' is not understood"
+    assert error.remedy == "write 6g"
+    assert error.details == "tail"
+    assert str(error) == "memory size '6x' is not understood (remedy: write 6g)"
+    assert error.args == ("memory size '6x' is not understood",)

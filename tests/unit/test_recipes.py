@@ -1,0 +1,183 @@
+"""builder.recipes: what the user typed -> a Recipe, and the env its build reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from builder.errors import BadArgument, UnknownPackage
+from builder.recipes import EXAMPLE_DIR, GIB, Recipe, Source, known_recipes, resolve_recipe
+from builder.recipes.flash_attn import DEFAULT_VERSION, SDISTS
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+PIN = "a" * 64
+URL = "https://files.example.invalid/pkgs/myext-1.0.tar.gz"
+
+
+def test_known_recipes_are_flash_attn_and_wbdemo() -> None:
+    assert known_recipes() == ["flash-attn", "wbdemo"]
+
+
+def test_no_package_means_the_bundled_wbdemo_example() -> None:
+    recipe = resolve_recipe(None)
+    assert recipe.name == "wbdemo"
+    assert recipe.source == Source(location=str(EXAMPLE_DIR))
+    assert Path(recipe.source.location).is_dir()
+    assert (Path(recipe.source.location) / "setup.py").is_file()
+    assert recipe.arch_env == "WBDEMO_CUDA_ARCHS"
+    assert recipe.job_memory_per_arch == GIB // 2
+    assert recipe.version is None
+
+
+def test_wbdemo_source_dir_is_tests_fixtures_wbdemo() -> None:
+    assert Path(__file__).resolve().parents[1] / "fixtures" / "wbdemo" == EXAMPLE_DIR
+
+
+@pytest.mark.parametrize("name", ["flash-attn", "flash_attn", "FLASH-ATTN", "Flash_Attn"])
+def test_flash_attn_spellings_resolve_to_the_pinned_sdist(name: str) -> None:
+    recipe = resolve_recipe(name)
+    assert recipe.name == "flash-attn"
+    assert recipe.version == DEFAULT_VERSION == "2.8.3"
+    assert recipe.source.is_url
+    assert recipe.source.is_sdist
+    assert recipe.source.location.startswith("https://files.pythonhosted.org/packages/")
+    assert recipe.source.location.endswith("/flash_attn-2.8.3.tar.gz")
+    assert recipe.source.sha256 == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+    assert recipe.arch_env == "FLASH_ATTN_CUDA_ARCHS"
+    assert dict(recipe.extra_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
+
+
+@pytest.mark.parametrize("version", sorted(SDISTS))
+def test_every_pinned_flash_attn_release_has_a_64_hex_sha256_and_matching_file(version: str) -> None:
+    recipe = resolve_recipe("flash-attn", version=version)
+    assert recipe.version == version
+    assert recipe.source.sha256 is not None
+    assert HEX64.fullmatch(recipe.source.sha256)
+    assert recipe.source.location.endswith(f"/flash_attn-{version}.tar.gz")
+
+
+def test_flash_attn_build_env_forces_a_source_build_and_names_its_arch_variable() -> None:
+    env = resolve_recipe("flash-attn").build_env((100, 120), 4, 2)
+    assert env == {
+        "MAX_JOBS": "4",
+        "NVCC_THREADS": "2",
+        "TORCH_CUDA_ARCH_LIST": "10.0;12.0",
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "FLASH_ATTN_CUDA_ARCHS": "100;120",
+    }
+
+
+def test_unknown_flash_attn_version_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument) as caught:
+        resolve_recipe("flash-attn", version="9.9.9")
+    assert caught.value.exit_code == 13
+    assert caught.value.cause == "flash-attn 9.9.9 is not in wheelbuild's table of pinned releases"
+    assert "2.8.2, 2.8.3" in caught.value.remedy
+
+
+def test_version_with_a_local_path_is_a_bad_argument(tmp_path: Path) -> None:
+    (tmp_path / "setup.py").write_text("")
+    with pytest.raises(BadArgument) as caught:
+        resolve_recipe(str(tmp_path), version="1.0")
+    assert caught.value.exit_code == 13
+    assert caught.value.cause.startswith("--version applies to known recipes only")
+
+
+def test_url_without_sha256_pin_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument) as caught:
+        resolve_recipe(URL)
+    assert caught.value.exit_code == 13
+    assert caught.value.cause == f"sdist URL {URL} carries no #sha256= pin"
+    assert caught.value.remedy == f"append the file's hash: {URL}#sha256=<64 hex digits>"
+
+
+@pytest.mark.parametrize("fragment", ["sha256=abc", "md5=" + PIN, "sha256=" + PIN + "0", "", PIN])
+def test_url_with_a_malformed_pin_is_a_bad_argument(fragment: str) -> None:
+    with pytest.raises(BadArgument):
+        resolve_recipe(f"{URL}#{fragment}")
+
+
+def test_url_with_sha256_pin_is_a_pinned_generic_source() -> None:
+    recipe = resolve_recipe(f"{URL}#sha256={PIN}", arch_env="MYEXT_ARCHS")
+    assert recipe == Recipe(
+        name="myext-1.0.tar.gz",
+        source=Source(location=URL, sha256=PIN),
+        arch_env="MYEXT_ARCHS",
+        job_memory_per_arch=4 * GIB,
+    )
+    assert recipe.source.is_url
+    assert recipe.source.is_sdist
+
+
+def test_local_project_dir_is_a_generic_recipe(tmp_path: Path) -> None:
+    project = tmp_path / "myext"
+    project.mkdir()
+    (project / "setup.py").write_text("")
+    recipe = resolve_recipe(str(project))
+    assert recipe.name == "myext"
+    assert recipe.source == Source(location=str(project.resolve()), sha256=None)
+    assert recipe.arch_env is None
+    assert recipe.version is None
+    assert recipe.job_memory_per_arch == 4 * GIB
+    assert dict(recipe.extra_env) == {}
+
+
+def test_local_sdist_keeps_its_sha256_pin(tmp_path: Path) -> None:
+    sdist = tmp_path / "myext-1.0.tar.gz"
+    sdist.write_bytes(b"not really a tarball")
+    recipe = resolve_recipe(f"{sdist}#sha256={PIN}")
+    assert recipe.name == "myext-1.0.tar.gz"
+    assert recipe.source == Source(location=str(sdist.resolve()), sha256=PIN)
+    assert not recipe.source.is_url
+    assert recipe.source.is_sdist
+
+
+def test_nonexistent_name_is_an_unknown_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnknownPackage) as caught:
+        resolve_recipe("foo-bar")
+    assert caught.value.exit_code == 10
+    assert caught.value.cause == "unknown package 'foo-bar': not a known recipe, and no such path"
+    assert "flash-attn, wbdemo" in caught.value.remedy
+
+
+@pytest.mark.parametrize("name", ["setup.py", "myext-1.0.whl", "myext-1.0.tar.bz2", "notes.txt"])
+def test_local_file_that_is_not_a_tar_gz_or_zip_is_a_bad_argument(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text("x")
+    with pytest.raises(BadArgument) as caught:
+        resolve_recipe(str(path))
+    assert caught.value.exit_code == 13
+    assert caught.value.cause == f"{path} is neither a project directory nor an sdist (.tar.gz or .zip)"
+
+
+def test_local_zip_sdist_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "myext-1.0.zip"
+    path.write_bytes(b"PK")
+    assert resolve_recipe(str(path)).source == Source(location=str(path.resolve()))
+
+
+def test_build_env_carries_jobs_threads_and_both_arch_spellings() -> None:
+    recipe = Recipe(name="x", source=Source(location="/x"), arch_env="X_ARCHS")
+    assert recipe.build_env((100, 120), 3, 1) == {
+        "MAX_JOBS": "3",
+        "NVCC_THREADS": "1",
+        "TORCH_CUDA_ARCH_LIST": "10.0;12.0",
+        "X_ARCHS": "100;120",
+    }
+
+
+def test_build_env_without_arch_env_sets_only_torch_arch_list() -> None:
+    recipe = Recipe(name="x", source=Source(location="/x"))
+    assert recipe.build_env((86, 90), 1, 2) == {
+        "MAX_JOBS": "1",
+        "NVCC_THREADS": "2",
+        "TORCH_CUDA_ARCH_LIST": "8.6;9.0",
+    }
+
+
+def test_url_with_a_64_char_non_hex_pin_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument):
+        resolve_recipe(f"{URL}#sha256={'z' * 64}")

@@ -1,0 +1,100 @@
+"""builder.variants: torch variant strings and the compiler that can build against them."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.errors import BadVariant
+from builder.variants import CudaCompiler, TorchVariant, compiler_for, parse_variant
+
+
+def test_cuda_tag_alone_picks_the_default_torch_its_cuda_and_pytorch_index() -> None:
+    variant = parse_variant("cu130")
+    assert variant == TorchVariant(
+        tag="cu130", torch_version="2.11.0", index_url="https://download.pytorch.org/whl/cu130"
+    )
+    assert variant.cuda_version == "13.0"
+    assert variant.cuda_major == 13
+    assert variant.torch_minor == "2.11"
+    assert variant.label == "cu130torch2.11"
+    assert variant.requirement == "torch==2.11.0"
+    assert str(variant) == "2.11.0+cu130"
+
+
+def test_full_version_plus_tag_uses_that_torch_version() -> None:
+    variant = parse_variant("2.9.1+cu128")
+    assert variant.tag == "cu128"
+    assert variant.torch_version == "2.9.1"
+    assert variant.cuda_version == "12.8"
+    assert variant.cuda_major == 12
+    assert variant.index_url == "https://download.pytorch.org/whl/cu128"
+    assert variant.label == "cu128torch2.9"
+    assert variant.requirement == "torch==2.9.1"
+
+
+def test_two_part_torch_version_is_normalised_to_three_parts() -> None:
+    variant = parse_variant("2.10+cu128")
+    assert variant.torch_version == "2.10.0"
+    assert variant.requirement == "torch==2.10.0"
+    assert variant.label == "cu128torch2.10"
+
+
+def test_surrounding_whitespace_is_ignored() -> None:
+    assert parse_variant("  cu128 \n").torch_version == "2.10.0"
+
+
+def test_index_url_override_replaces_the_pytorch_index() -> None:
+    variant = parse_variant("cu130", "https://mirror.example.invalid/torch/cu130")
+    assert variant.index_url == "https://mirror.example.invalid/torch/cu130"
+    assert variant.torch_version == "2.11.0"
+
+
+@pytest.mark.parametrize(
+    "text", ["cu13", "2.11.0cu130", "cu999", "rocm6.2", "", "2.11.0+", "+cu130", "CU130x"]
+)
+def test_bad_variant_strings_raise_bad_variant_with_exit_code_11(text: str) -> None:
+    with pytest.raises(BadVariant) as caught:
+        parse_variant(text)
+    assert caught.value.exit_code == 11
+    assert repr(text) in caught.value.cause
+    assert caught.value.remedy
+
+
+def test_unsupported_cuda_tag_remedy_lists_the_supported_tags() -> None:
+    with pytest.raises(BadVariant) as caught:
+        parse_variant("cu999")
+    assert caught.value.remedy == "use one of cu126, cu128, cu129, cu130"
+
+
+def test_cu13_variant_compiles_with_the_image_cuda_13_1() -> None:
+    assert compiler_for(parse_variant("cu130"), None) == CudaCompiler(
+        version="13.1", home="/usr/local/cuda-13.1/nvidia/cu13"
+    )
+
+
+def test_cu13_variant_ignores_any_cuda12_layer() -> None:
+    cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
+    assert compiler_for(parse_variant("cu130"), cuda12) == CudaCompiler(
+        version="13.1", home="/usr/local/cuda-13.1/nvidia/cu13"
+    )
+
+
+def test_cu12_variant_without_a_cuda12_compiler_has_none() -> None:
+    assert compiler_for(parse_variant("cu128"), None) is None
+
+
+@pytest.mark.parametrize("version", ["12.8", "12.9", "12.10"])
+def test_cu12_variant_uses_a_cuda12_compiler_of_12_8_or_newer(version: str) -> None:
+    cuda12 = CudaCompiler(version=version, home=f"/usr/local/cuda-{version}")
+    assert compiler_for(parse_variant("cu128"), cuda12) is cuda12
+
+
+@pytest.mark.parametrize("version", ["12.6", "12.4", "12.0"])
+def test_cu12_variant_rejects_a_cuda12_compiler_older_than_12_8_which_lacks_sm_100(version: str) -> None:
+    cuda12 = CudaCompiler(version=version, home=f"/usr/local/cuda-{version}")
+    assert compiler_for(parse_variant("cu126"), cuda12) is None
+
+
+def test_compiler_major_is_read_from_its_version() -> None:
+    assert CudaCompiler(version="12.8", home="/x").major == 12
+    assert CudaCompiler(version="13.1", home="/x").major == 13
