@@ -16,16 +16,20 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
+import requests
+import tenacity
 
+from builder import cgroup
 from builder.errors import (
     BuildFailed,
     CompileFailed,
@@ -33,6 +37,7 @@ from builder.errors import (
     ImageBuildFailed,
     MemoryLimitNotApplied,
     NvidiaRuntimeMissing,
+    OutOfMemory,
 )
 from builder.image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs
 from builder.spec import GpuMode
@@ -49,7 +54,38 @@ TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
 # A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
 # (pip -v indents what the build backend prints).
 _COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
-_KILLED = re.compile(r"^(?:.*\bKilled\b.*|.*died due to signal 9.*|.*signal 9 \(Killed\).*)$", re.MULTILINE)
+# A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
+# "Killed signal terminated program cc1plus".
+_KILLED_LINE = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
+
+
+def is_kill_line(line: str) -> bool:
+    """A log line saying a compiler was killed by signal 9. cibuildwheel's echoes of the
+    commands it runs ("+ sh -c ...") prove nothing and do not count."""
+    return bool(_KILLED_LINE.search(line)) and not line.lstrip().startswith("+ ")
+
+
+def _is_transient(error: BaseException) -> bool:
+    """Connection resets and a restarting daemon pass; a 4xx answer or a missing image does not."""
+    if isinstance(error, requests.exceptions.ConnectionError):
+        return True
+    if isinstance(error, docker.errors.APIError):
+        status = error.status_code or 0
+        return (status >= 500 and "restarting" in str(error.explanation or "").lower()) or status in (
+            502,
+            503,
+            504,
+        )
+    return False
+
+
+# Docker API calls outside the build itself are retried with backoff on transient errors.
+transient_retry = tenacity.retry(
+    retry=tenacity.retry_if_exception(_is_transient),
+    stop=tenacity.stop_after_attempt(5),
+    wait=tenacity.wait_exponential(multiplier=0.5, max=8),
+    reraise=True,
+)
 
 
 def connect() -> Any:
@@ -70,6 +106,7 @@ def connect() -> Any:
 # Images
 
 
+@transient_retry
 def local_image_id(client: Any, reference: str) -> str:
     """The local ID of an image, or "" when it is not present here."""
     try:
@@ -123,6 +160,7 @@ def ensure_image(client: Any, inputs: ImageInputs, on_line: Callable[[str], None
     return _image(client.images.get(inputs.tag), inputs.tag, reused=False)
 
 
+@transient_retry
 def list_images(client: Any) -> list[Image]:
     found = []
     for image in client.images.list(filters={"label": LABEL}):
@@ -131,6 +169,7 @@ def list_images(client: Any) -> list[Image]:
     return sorted(found, key=lambda i: i.tag)
 
 
+@transient_retry
 def image_pythons(client: Any, tag: str) -> list[str]:
     """cibuildwheel tags (cp311, ...) of the CPython interpreters under /opt/python in the image."""
     output = client.containers.run(tag, ["ls", "/opt/python"], remove=True, network_disabled=True)
@@ -144,6 +183,7 @@ def image_pythons(client: Any, tag: str) -> list[str]:
 # Preflight
 
 
+@transient_retry
 def resolve_gpus(client: Any, mode: GpuMode) -> bool:
     """Whether to pass the GPU through. `all` without an NVIDIA runtime is an error."""
     if mode is GpuMode.NONE:
@@ -186,6 +226,7 @@ def _owner_alive(token: str) -> bool:
     return _process_start(int(pid_text)) == start != ""
 
 
+@transient_retry
 def remove_containers(client: Any, label: str) -> int:
     """Kill and remove every container carrying `label` (key=value). Returns how many."""
     removed = 0
@@ -198,6 +239,7 @@ def remove_containers(client: Any, label: str) -> int:
     return removed
 
 
+@transient_retry
 def sweep_orphans(client: Any) -> int:
     """Remove containers of wheelbuild runs whose owning process is gone."""
     removed = 0
@@ -210,6 +252,130 @@ def sweep_orphans(client: Any) -> int:
             except docker.errors.NotFound:
                 pass
     return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching an attempt: OOM evidence and memory, without trusting the exit code
+#
+# When a compiler is OOM-killed, ninja fails, cibuildwheel exits 1 and the container's PID 1
+# (cibuildwheel's bash) exits 0: no 137 anywhere. The kernel and Docker know, so we ask them.
+
+
+@dataclass(frozen=True)
+class OomEvidence:
+    docker_oom_events: int = 0  # Docker's `oom` events for the attempt's label
+    state_oom_killed: bool = False  # State.OOMKilled, seen while the container lived
+    cgroup_oom_kills: int = 0  # rise of the container cgroup's oom_kill counter
+    killed_lines: tuple[str, ...] = ()  # "Killed", "died due to signal 9" in the log
+
+    @property
+    def fired(self) -> tuple[str, ...]:
+        found = []
+        if self.docker_oom_events:
+            found.append(f"docker oom event x{self.docker_oom_events}")
+        if self.state_oom_killed:
+            found.append("State.OOMKilled")
+        if self.cgroup_oom_kills:
+            found.append(f"cgroup oom_kill +{self.cgroup_oom_kills}")
+        if self.killed_lines:
+            found.append(f"log: {self.killed_lines[0]}")
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    used: int
+    peak: int
+    limit: int | None
+
+
+class AttemptWatcher:
+    """For the whole attempt: Docker's oom events for its label (one thread), and once a second
+    the container's State.OOMKilled, its cgroup oom_kill counter and memory use (another)."""
+
+    def __init__(
+        self, client: Any, attempt_id: str, on_memory: Callable[[MemorySample], None] | None = None
+    ) -> None:
+        self._client = client
+        self._label = f"{ATTEMPT_LABEL}={attempt_id}"
+        self._on_memory = on_memory
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.oom_events = 0
+        self.state_oom_killed = False
+        self.cgroup_oom_kills = 0
+        self.peak_memory: int | None = None
+        self._events: Any = None
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> AttemptWatcher:
+        # Subscribe before cibuildwheel creates the container, so no event can be missed.
+        self._events = self._client.events(decode=True, filters={"label": self._label, "type": "container"})
+        for target in (self._watch_events, self._poll):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._poll_once()  # a last look, in case the container is still there
+        time.sleep(0.5)  # let the daemon deliver events of the container's last moments
+        self._events.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def evidence(self, killed_lines: Sequence[str]) -> OomEvidence:
+        return OomEvidence(
+            docker_oom_events=self.oom_events,
+            state_oom_killed=self.state_oom_killed,
+            cgroup_oom_kills=self.cgroup_oom_kills,
+            killed_lines=tuple(killed_lines[:5]),
+        )
+
+    def _watch_events(self) -> None:
+        try:
+            for event in self._events:
+                if event.get("status") == "oom" or event.get("Action") == "oom":
+                    with self._lock:
+                        self.oom_events += 1
+        except Exception:  # the stream ends with an error when closed; that is how it stops
+            return
+
+    def _poll(self) -> None:
+        while not self._stop.wait(1.0):
+            self._poll_once()
+
+    def _poll_once(self) -> None:
+        try:
+            containers = self._client.containers.list(all=True, filters={"label": self._label})
+        except docker.errors.DockerException:
+            return
+        for container in containers:
+            try:
+                container.reload()
+            except docker.errors.DockerException:
+                continue
+            state = container.attrs.get("State", {})
+            if state.get("OOMKilled"):
+                self.state_oom_killed = True
+            pid = int(state.get("Pid") or 0)
+            if pid:
+                self._read_cgroup(pid)
+
+    def _read_cgroup(self, pid: int) -> None:
+        try:
+            found = cgroup.read_limits(pid=str(pid))
+        except (OSError, ValueError):
+            return
+        # The container's cgroup is new with the attempt, so its counter started at 0.
+        if found.oom_kills is not None:
+            self.cgroup_oom_kills = max(self.cgroup_oom_kills, found.oom_kills)
+        peak = found.memory_peak or found.memory_current
+        if peak is not None:
+            self.peak_memory = max(self.peak_memory or 0, peak)
+        if self._on_memory is not None and found.memory_current is not None:
+            self._on_memory(MemorySample(found.memory_current, self.peak_memory or 0, found.memory_limit))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,6 +423,8 @@ class AttemptResult:
     memory_limit_seen: int | None
     log_path: Path
     log_tail: tuple[str, ...] = field(default_factory=tuple)
+    oom: OomEvidence = field(default_factory=OomEvidence)
+    peak_memory: int | None = None
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
@@ -346,8 +514,14 @@ def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
     yield from proc.stdout
 
 
-def run_attempt(client: Any, config: AttemptConfig, on_line: Callable[[str], None]) -> AttemptResult:
-    """Run cibuildwheel once. Whatever happens, the attempt's container is gone afterwards."""
+def run_attempt(
+    client: Any,
+    config: AttemptConfig,
+    on_line: Callable[[str], None],
+    on_memory: Callable[[MemorySample], None] | None = None,
+) -> AttemptResult:
+    """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's container
+    is gone afterwards."""
     config.output_dir.mkdir(parents=True, exist_ok=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
     env.update(cibuildwheel_env(config))
@@ -361,9 +535,11 @@ def run_attempt(client: Any, config: AttemptConfig, on_line: Callable[[str], Non
         config.package,
     ]
     tail: deque[str] = deque(maxlen=400)
+    killed: list[str] = []
     memory_seen: int | None = None
     started = time.monotonic()
-    with config.log_path.open("a", encoding="utf-8") as log:
+    watcher = AttemptWatcher(client, config.attempt_id, on_memory)
+    with config.log_path.open("a", encoding="utf-8") as log, watcher:
         log.write(f"=== attempt {config.attempt_id}: {shlex.join(command)}\n")
         # A session of its own: a terminal's Ctrl-C reaches only us, and we stop it in order.
         proc = subprocess.Popen(
@@ -386,6 +562,8 @@ def run_attempt(client: Any, config: AttemptConfig, on_line: Callable[[str], Non
                 if line.startswith(MEMORY_MARK):
                     value = line[len(MEMORY_MARK) :].split()[0]
                     memory_seen = int(value) if value.isdigit() else None
+                if is_kill_line(line):
+                    killed.append(line.strip())
                 on_line(line)
             returncode = proc.wait()
         finally:
@@ -400,6 +578,8 @@ def run_attempt(client: Any, config: AttemptConfig, on_line: Callable[[str], Non
         memory_limit_seen=memory_seen,
         log_path=config.log_path,
         log_tail=tuple(tail),
+        oom=watcher.evidence(killed),
+        peak_memory=watcher.peak_memory,
     )
 
 
@@ -426,10 +606,10 @@ def raise_for_failure(result: AttemptResult) -> None:
             "point --torch-index-url at an index serving that variant, or pick the variant the index has",
             details=tail,
         )
-    killed = _KILLED.search(text)
-    if killed:
-        raise BuildFailed(
-            f"a compiler was killed ({killed.group(0).strip()}), most likely out of memory",
+    if result.oom.fired:
+        raise OutOfMemory(
+            f"a compiler was OOM-killed in attempt {result.attempt} "
+            f"(evidence: {'; '.join(result.oom.fired)})",
             "give the container more memory (--memory) or lower --max-jobs / --nvcc-threads; " + where,
             details=tail,
         )

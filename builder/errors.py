@@ -91,5 +91,12 @@ class BuildFailed(WheelbuildError):
     exit_code = 42
 
 
+class OutOfMemory(WheelbuildError):
+    """A compiler was OOM-killed (by evidence, not by exit code). Retried at half the jobs until
+    the smallest plan also fails; then this is the error the user sees."""
+
+    exit_code = 43
+
+
 class Interrupted(WheelbuildError):
     exit_code = 130

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from builder.engine import AttemptConfig, AttemptResult
+from builder.engine import AttemptConfig, AttemptResult, OomEvidence
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELBUILD = REPO / ".venv" / "bin" / "wheelbuild"
@@ -58,9 +58,15 @@ def make_result(tmp_path: Path) -> Callable[..., AttemptResult]:
     """An AttemptResult whose log tail is the given text, one entry per line."""
 
     def make(
-        log: str, *, returncode: int = 1, wheels: tuple[Path, ...] = (), memory_seen: int | None = None
+        log: str,
+        *,
+        returncode: int = 1,
+        wheels: tuple[Path, ...] = (),
+        memory_seen: int | None = None,
+        oom: OomEvidence | None = None,
     ) -> AttemptResult:
         return AttemptResult(
+            oom=oom or OomEvidence(),
             attempt=1,
             returncode=returncode,
             duration_s=12.5,

@@ -15,12 +15,14 @@ from cibuildwheel.util.cmd import format_command_for_display
 from builder.engine import (
     AttemptConfig,
     AttemptResult,
+    OomEvidence,
     _owner_alive,
     cibuildwheel_env,
+    is_kill_line,
     owner_token,
     raise_for_failure,
 )
-from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied
+from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory
 
 MakeResult = Callable[..., AttemptResult]
 
@@ -141,33 +143,69 @@ def test_compiler_diagnostic_indented_by_pip_is_compile_failed(make_result: Make
 # Out of memory
 
 
+KILL_LINES = [
+    "Killed",
+    "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+    "nvcc error   : 'ptxas' died due to signal 9 (Kill signal)",
+    "g++: fatal error: Killed signal terminated program cc1plus",
+    "  Killed",
+]
+
+
+@pytest.mark.parametrize("line", KILL_LINES)
+def test_compiler_kill_lines_are_recognised(line: str) -> None:
+    assert is_kill_line(line)
+
+
 @pytest.mark.parametrize(
     "line",
     [
-        "Killed",
-        "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
-        "nvcc error   : 'ptxas' died due to signal 9 (Kill signal)",
-        "g++: fatal error: Killed signal terminated program cc1plus",
-        "  Killed",
+        "    + sh -c 'echo Killed'",  # cibuildwheel echoing a command is no evidence
+        NVCC_ERROR,
+        "Skilled workers compiled this",
     ],
 )
-def test_killed_compiler_is_build_failed_for_memory_not_compile_failed(
-    make_result: MakeResult, line: str
-) -> None:
-    with pytest.raises(BuildFailed) as caught:
-        raise_for_failure(make_result(_log(line)))
-    assert type(caught.value) is BuildFailed
-    assert caught.value.exit_code == 42
-    assert caught.value.cause == f"a compiler was killed ({line.strip()}), most likely out of memory"
+def test_other_lines_are_not_kill_lines(line: str) -> None:
+    assert not is_kill_line(line)
+
+
+@pytest.mark.parametrize("line", KILL_LINES)
+def test_killed_compiler_is_out_of_memory_not_compile_failed(make_result: MakeResult, line: str) -> None:
+    evidence = OomEvidence(killed_lines=(line.strip(),))
+    with pytest.raises(OutOfMemory) as caught:
+        raise_for_failure(make_result(_log(line), oom=evidence))
+    assert caught.value.exit_code == 43
+    assert caught.value.cause == (f"a compiler was OOM-killed in attempt 1 (evidence: log: {line.strip()})")
     assert "--memory" in caught.value.remedy
     assert "--max-jobs" in caught.value.remedy
 
 
+@pytest.mark.parametrize(
+    ("evidence", "named"),
+    [
+        (OomEvidence(docker_oom_events=3), "docker oom event x3"),
+        (OomEvidence(state_oom_killed=True), "State.OOMKilled"),
+        (OomEvidence(cgroup_oom_kills=2), "cgroup oom_kill +2"),
+    ],
+)
+def test_each_kind_of_evidence_alone_is_out_of_memory(
+    make_result: MakeResult, evidence: OomEvidence, named: str
+) -> None:
+    # The exit code says nothing (cibuildwheel exits 1, the container's PID 1 exits 0).
+    with pytest.raises(OutOfMemory) as caught:
+        raise_for_failure(make_result(_log(), oom=evidence))
+    assert named in caught.value.cause
+
+
 def test_kill_wins_over_a_compiler_diagnostic_in_the_same_tail(make_result: MakeResult) -> None:
-    with pytest.raises(BuildFailed) as caught:
-        raise_for_failure(make_result(_log(NVCC_ERROR, "Killed")))
-    assert type(caught.value) is BuildFailed
-    assert "out of memory" in caught.value.cause
+    evidence = OomEvidence(docker_oom_events=1, killed_lines=("Killed",))
+    with pytest.raises(OutOfMemory):
+        raise_for_failure(make_result(_log(NVCC_ERROR, "Killed"), oom=evidence))
+
+
+def test_kill_text_without_evidence_is_not_an_oom(make_result: MakeResult) -> None:
+    with pytest.raises(CompileFailed):
+        raise_for_failure(make_result(_log(NVCC_ERROR)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +288,7 @@ def test_echoed_torch_check_command_is_not_a_torch_mismatch(
 # memory-missing mark's text: a whole wbdemo log is ~350 lines, so they sit inside the 400-line tail.
 @pytest.mark.parametrize(
     ("line", "expected"),
-    [(NVCC_ERROR, CompileFailed), ("Killed", BuildFailed)],
+    [(NVCC_ERROR, CompileFailed), ("Killed", OutOfMemory)],
     ids=["compile-error", "oom-kill"],
 )
 def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
@@ -262,7 +300,8 @@ def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
     config = make_config()
     log = _options_summary(config) + _echoed_before_all(config) + _echoed_before_build(config) + _log(line)
     with pytest.raises(expected) as caught:
-        raise_for_failure(make_result(log, memory_seen=6442450944))
+        evidence = OomEvidence(killed_lines=("Killed",)) if line == "Killed" else None
+        raise_for_failure(make_result(log, memory_seen=6442450944, oom=evidence))
     assert type(caught.value) is expected
 
 

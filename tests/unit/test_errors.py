@@ -19,6 +19,7 @@ KNOWN_CODES = {
     "CompileFailed": 40,
     "MemoryLimitNotApplied": 41,
     "BuildFailed": 42,
+    "OutOfMemory": 43,
     "Interrupted": 130,
 }
 
