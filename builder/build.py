@@ -7,15 +7,18 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import engine
-from builder.cgroup import host_memory_available
-from builder.errors import BadArgument, CompilerUnavailable, Interrupted
+import tenacity
+
+from builder import cgroup, engine
+from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
-from builder.planner import Plan, default_memory, plan_build
+from builder.planner import Plan, container_limit, explain_container_limit, plan_build
+from builder.recipes import Recipe
 from builder.reporter import Reporter
 from builder.sources import prepare_source
 from builder.spec import BuildSpec, format_bytes
@@ -102,6 +105,37 @@ def _inspect(path: Path) -> BuiltWheel:
     )
 
 
+def plan_for(
+    recipe: Recipe,
+    archs: tuple[int, ...],
+    memory: int | None,
+    cpus: float | None,
+    max_jobs: int | None,
+    nvcc_threads: int | None,
+    root: Path = Path("/"),
+) -> Plan:
+    """The plan for these resources, given or read from this machine (its available memory and
+    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints."""
+    own = cgroup.read_limits(root)
+    if memory is None:
+        available = cgroup.host_memory_available(root)
+        budget = container_limit(available, own.memory_limit)
+        why = explain_container_limit(available, own.memory_limit)
+    else:
+        budget, why = memory, f"memory limit {format_bytes(memory)}: given (--memory)"
+    if cpus is None:
+        cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
+    return plan_build(
+        budget=budget,
+        cpus=cpus,
+        archs=len(archs),
+        model=recipe.memory_model,
+        max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads,
+        budget_reason=why,
+    )
+
+
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> BuildResult:
     run_id = new_run_id()
     run_dir = spec.output_dir / "runs" / run_id
@@ -132,50 +166,43 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             "pick --python from those, or build on a base image that has it",
         )
 
-    memory = spec.memory or default_memory(host_memory_available())
-    cpus = spec.cpus or float(len(os.sched_getaffinity(0)))
-    plan = plan_build(
-        memory=memory,
-        cpus=cpus,
-        archs=len(spec.archs),
-        job_memory_per_arch=spec.recipe.job_memory_per_arch,
-        max_jobs=spec.max_jobs,
-        nvcc_threads=spec.nvcc_threads,
-    )
+    plan = plan_for(spec.recipe, spec.archs, spec.memory, spec.cpus, spec.max_jobs, spec.nvcc_threads)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    config = engine.AttemptConfig(
-        run_id=run_id,
-        attempt=1,
-        image=image.tag,
-        project_dir=source.project_dir,
-        package=source.package,
-        identifiers=tuple(f"{p}-manylinux_x86_64" for p in pythons),
-        memory=plan.memory,
-        cpus=plan.cpus,
-        gpus=gpus,
-        build_env=spec.recipe.build_env(spec.archs, plan.max_jobs, plan.nvcc_threads),
-        cuda_home=compiler.home,
-        torch_requirement=spec.variant.requirement,
-        torch_minor=spec.variant.torch_minor,
-        torch_cuda_major=spec.variant.cuda_major,
-        torch_index_url=spec.variant.index_url,
-        output_dir=run_dir,
-        log_path=run_dir / "build.log",
-    )
-    reporter.step(f"attempt 1: cibuildwheel for {', '.join(pythons)} in {image.tag} (log: {config.log_path})")
+
+    def attempt_config(number: int, current: Plan) -> engine.AttemptConfig:
+        return engine.AttemptConfig(
+            run_id=run_id,
+            attempt=number,
+            image=image.tag,
+            project_dir=source.project_dir,
+            package=source.package,
+            identifiers=tuple(f"{p}-manylinux_x86_64" for p in pythons),
+            memory=current.memory,
+            cpus=current.cpus,
+            gpus=gpus,
+            build_env=spec.recipe.build_env(spec.archs, current.max_jobs, current.nvcc_threads),
+            cuda_home=compiler.home,
+            torch_requirement=spec.variant.requirement,
+            torch_minor=spec.variant.torch_minor,
+            torch_cuda_major=spec.variant.cuda_major,
+            torch_index_url=spec.variant.index_url,
+            output_dir=run_dir,
+            log_path=run_dir / "build.log",
+        )
+
     try:
-        result = engine.run_attempt(client, config, reporter.log)
+        attempts = _attempts(client, plan, attempt_config, reporter)
     except KeyboardInterrupt:
         removed = engine.interrupt_cleanup(client, run_id)
         raise Interrupted(
             f"interrupted; stopped cibuildwheel and removed {removed} container(s) of run {run_id}",
             "nothing of this run is left running; rerun the same command to start again",
         ) from None
-    engine.raise_for_failure(result)
+    plan, result = attempts[-1]
 
     wheels = tuple(_inspect(path) for path in result.wheels)
     report = run_dir / "build-report.json"
@@ -195,15 +222,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
                 "archs": list(spec.archs),
                 "pythons": list(pythons),
                 "image": {"tag": image.tag, "id": image.id, "labels": image.labels},
-                "plan": asdict(plan),
-                "attempts": [
-                    {
-                        "attempt": result.attempt,
-                        "returncode": result.returncode,
-                        "duration_s": round(result.duration_s, 1),
-                        "memory_limit_seen": result.memory_limit_seen,
-                    }
-                ],
+                "plan": plan.as_dict(),
+                "attempts": [_attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)],
                 "wheels": [
                     {
                         "file": w.path.name,
@@ -221,6 +241,84 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         + "\n"
     )
     return BuildResult(run_id=run_id, run_dir=run_dir, image=image, plan=plan, wheels=wheels, report=report)
+
+
+def _attempts(
+    client: Any,
+    plan: Plan,
+    attempt_config: Callable[[int, Plan], engine.AttemptConfig],
+    reporter: Reporter,
+) -> list[tuple[Plan, engine.AttemptResult]]:
+    """Attempts until one succeeds. An OOM kill (by evidence) retries at half the parallelism;
+    sccache keeps every unit that finished, so the retry resumes rather than restarts. Any other
+    failure is final, and so is an OOM kill of the smallest plan."""
+    done: list[tuple[Plan, engine.AttemptResult]] = []
+    plans = [plan]
+
+    def halve(state: tenacity.RetryCallState) -> None:
+        smaller = plans[-1].halved()
+        assert smaller is not None  # the stop condition ends the loop first
+        reporter.warn(
+            f"attempt {state.attempt_number} was OOM-killed ({'; '.join(done[-1][1].oom.fired)}); "
+            f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
+            "keeping every unit that finished"
+        )
+        plans.append(smaller)
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(OutOfMemory),
+        stop=lambda state: plans[-1].halved() is None,
+        before_sleep=halve,
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                number = attempt.retry_state.attempt_number
+                config = attempt_config(number, plans[-1])
+                reporter.step(
+                    f"attempt {number}: MAX_JOBS={plans[-1].max_jobs}, NVCC_THREADS={plans[-1].nvcc_threads}, "
+                    f"{format_bytes(plans[-1].memory)} (log: {config.log_path})"
+                )
+                with reporter.build_view(plans[-1].memory) as view:
+                    result = engine.run_attempt(client, config, view.line, view.memory)
+                done.append((plans[-1], result))
+                engine.raise_for_failure(result)
+    except OutOfMemory as final:
+        smallest = plans[-1]
+        raise OutOfMemory(
+            f"even the smallest plan (MAX_JOBS={smallest.max_jobs}, NVCC_THREADS={smallest.nvcc_threads}) was "
+            f"OOM-killed in {format_bytes(smallest.memory)} after {len(done)} attempt(s)",
+            f"give the build more memory than {format_bytes(smallest.memory)} (--memory), or fewer archs",
+            details=final.details,
+        ) from None
+    return done
+
+
+def _attempt_record(
+    plan: Plan, result: engine.AttemptResult, before: list[tuple[Plan, engine.AttemptResult]]
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "attempt": result.attempt,
+        "max_jobs": plan.max_jobs,
+        "nvcc_threads": plan.nvcc_threads,
+        "memory": plan.memory,
+        "returncode": result.returncode,
+        "duration_s": round(result.duration_s, 1),
+        "build_s": round(result.build_seconds, 1),
+        "memory_limit_seen": result.memory_limit_seen,
+        "peak_memory": result.peak_memory,
+        "oom_evidence": list(result.oom.fired),
+        "units_finished": result.units_finished,
+        "cache_hits": result.cache_hits,
+        "cache_misses": result.cache_misses,
+    }
+    if before and result.returncode == 0:
+        # Units that finished in an earlier attempt and were compiled again here: sccache misses
+        # beyond the units no earlier attempt finished. The goal is 0.
+        finished_before = max(r.units_finished for _, r in before)
+        record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - finished_before))
+    return record
 
 
 def _redact(url: str) -> str:

@@ -13,6 +13,7 @@ import click
 from builder import build as build_pipeline
 from builder import engine
 from builder.errors import WheelbuildError
+from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
 from builder.spec import (
@@ -21,6 +22,7 @@ from builder.spec import (
     GpuMode,
     format_bytes,
     parse_archs,
+    parse_env,
     parse_memory,
     parse_python,
     resolve_ca_bundle,
@@ -114,7 +116,12 @@ def main() -> None:
     type=click.IntRange(min=1),
     help="MAX_JOBS for ninja [default: from memory and CPUs].",
 )
-@click.option("--nvcc-threads", type=click.IntRange(min=1), help="NVCC_THREADS [default: min(archs, 2)].")
+@click.option(
+    "--nvcc-threads",
+    type=click.IntRange(min=1),
+    help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
+)
+@click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE for the build's environment; repeatable.")
 @click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("wheelhouse"), show_default=True)
 @click.option(
@@ -136,6 +143,7 @@ def build(
     cpus: float | None,
     max_jobs: int | None,
     nvcc_threads: int | None,
+    env_pairs: tuple[str, ...],
     gpus: str,
     output_dir: Path,
     quiet: bool,
@@ -146,7 +154,9 @@ def build(
     """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
     (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo."""
     spec = BuildSpec(
-        recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env),
+        recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(
+            parse_env(env_pairs)
+        ),
         variant=parse_variant(torch_variant, torch_index_url),
         archs=parse_archs(archs),
         pythons=tuple(parse_python(p) for p in pythons),
@@ -169,6 +179,37 @@ def build(
             click.echo(f"    {module}: SASS {sass}; PTX {ptx}")
         click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
     click.echo(f"report: {result.report}")
+
+
+@main.command()
+@click.argument("package", required=False)
+@click.option("--archs", default=",".join(map(str, DEFAULT_ARCHS)), show_default=True, help="CUDA SM archs.")
+@click.option("--version", "recipe_version", help="Release of a known recipe (flash-attn).")
+@click.option("--memory", help="Container memory limit (64g) [default: this machine's, less a reserve].")
+@click.option("--cpus", type=float, help="CPUs [default: this machine's (cgroup quota, cpuset)].")
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Keep MAX_JOBS at this.")
+@click.option("--nvcc-threads", type=click.IntRange(min=1), help="Keep NVCC_THREADS at this.")
+@click.option(
+    "--torch", "torch_variant", default="cu130", show_default=True, help="Accepted for symmetry with build."
+)
+def plan(
+    package: str | None,
+    archs: str,
+    recipe_version: str | None,
+    memory: str | None,
+    cpus: float | None,
+    max_jobs: int | None,
+    nvcc_threads: int | None,
+    torch_variant: str,
+) -> None:
+    """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
+    building: `wheelbuild plan flash-attn --memory 64g --cpus 128 --archs 100,120`."""
+    parse_variant(torch_variant)
+    recipe = resolve_recipe(package, version=recipe_version)
+    planned = build_pipeline.plan_for(
+        recipe, parse_archs(archs), parse_memory(memory) if memory else None, cpus, max_jobs, nvcc_threads
+    )
+    click.echo(format_plan(planned))
 
 
 @main.group()

@@ -30,6 +30,7 @@ import requests
 import tenacity
 
 from builder import cgroup
+from builder.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
 from builder.errors import (
     BuildFailed,
     CompileFailed,
@@ -46,23 +47,14 @@ RUN_LABEL = "wheelbuild.run"
 ATTEMPT_LABEL = "wheelbuild.attempt"
 OWNER_LABEL = "wheelbuild.owner"  # host:pid:process-start-time of the wheelbuild that owns it
 PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
+# sccache's local store, shared by every attempt, Python and night on this machine: a retry after
+# an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
+SCCACHE_VOLUME = "wheelbuild-sccache"
+SCCACHE_DIR = "/root/.cache/sccache"
 
-# Lines the in-container checks print, read back from the log.
-MEMORY_MARK = "wheelbuild: container memory limit:"
-MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
-TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
 # A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
 # (pip -v indents what the build backend prints).
 _COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
-# A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
-# "Killed signal terminated program cc1plus".
-_KILLED_LINE = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
-
-
-def is_kill_line(line: str) -> bool:
-    """A log line saying a compiler was killed by signal 9. cibuildwheel's echoes of the
-    commands it runs ("+ sh -c ...") prove nothing and do not count."""
-    return bool(_KILLED_LINE.search(line)) and not line.lstrip().startswith("+ ")
 
 
 def _is_transient(error: BaseException) -> bool:
@@ -282,13 +274,6 @@ class OomEvidence:
         return tuple(found)
 
 
-@dataclass(frozen=True)
-class MemorySample:
-    used: int
-    peak: int
-    limit: int | None
-
-
 class AttemptWatcher:
     """For the whole attempt: Docker's oom events for its label (one thread), and once a second
     the container's State.OOMKilled, its cgroup oom_kill counter and memory use (another)."""
@@ -401,6 +386,7 @@ class AttemptConfig:
     torch_index_url: str
     output_dir: Path
     log_path: Path
+    compiler_cache: bool = True
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -425,6 +411,11 @@ class AttemptResult:
     log_tail: tuple[str, ...] = field(default_factory=tuple)
     oom: OomEvidence = field(default_factory=OomEvidence)
     peak_memory: int | None = None
+    units_finished: int = 0  # ninja units that completed in this attempt
+    units_total: int = 0
+    cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
+    cache_misses: int = 0
+    build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
@@ -442,6 +433,8 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         f"--label={OWNER_LABEL}={owner_token()}",
         f"--volume={PIP_CACHE_VOLUME}:/root/.cache/pip",
     ]
+    if config.compiler_cache:
+        create_args.append(f"--volume={SCCACHE_VOLUME}:{SCCACHE_DIR}")
     if config.gpus:
         create_args.append("--gpus=all")
     container_env = {
@@ -449,6 +442,16 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         "CUDA_HOME": config.cuda_home,
         "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
     }
+    if config.compiler_cache:
+        # torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place of c++.
+        container_env.update(
+            {
+                "PYTORCH_NVCC": f"sccache {config.cuda_home}/bin/nvcc",
+                "CXX": "/usr/local/bin/sccache-c++",
+                "SCCACHE_DIR": SCCACHE_DIR,
+                "SCCACHE_IDLE_TIMEOUT": "0",
+            }
+        )
     # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
     # silently ignore --memory, and then the plan's MAX_JOBS means nothing.
     check_memory = (
@@ -466,13 +469,18 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         f'"with CUDA", c, "was installed; the variant needs torch {config.torch_minor}.* with CUDA '
         f'{config.torch_cuda_major}.x"); sys.exit(0 if ok else 87)'
     )
+    excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
     before_build = (
         "python -m pip install 'setuptools>=70' wheel && "
         'PIP_INDEX_URL="$WHEELBUILD_TORCH_INDEX_URL" '
         f"python -m pip install {shlex.quote(config.torch_requirement)} && "
         f"python -c {shlex.quote(check_torch)}"
     )
-    excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
+    repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
+    if config.compiler_cache:
+        # Counted per build: zeroed before it, printed after it (read back from the log).
+        before_build += " && sccache --zero-stats >/dev/null"
+        repair = f"sccache --show-stats; {repair}"
     return {
         "CIBW_PLATFORM": "linux",
         "CIBW_ARCHS_LINUX": "x86_64",
@@ -487,7 +495,7 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         "CIBW_ENVIRONMENT_LINUX": _env_assignments(container_env) + f' PATH="$PATH:{config.cuda_home}/bin"',
         # The index URL may carry credentials: pass it by name, never on a command line.
         "CIBW_ENVIRONMENT_PASS_LINUX": "WHEELBUILD_TORCH_INDEX_URL",
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
         "CIBW_TEST_COMMAND": "",
         "WHEELBUILD_TORCH_INDEX_URL": config.torch_index_url,
     }
@@ -517,7 +525,7 @@ def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
 def run_attempt(
     client: Any,
     config: AttemptConfig,
-    on_line: Callable[[str], None],
+    on_line: Callable[[str, BuildLog], None],
     on_memory: Callable[[MemorySample], None] | None = None,
 ) -> AttemptResult:
     """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's container
@@ -535,8 +543,7 @@ def run_attempt(
         config.package,
     ]
     tail: deque[str] = deque(maxlen=400)
-    killed: list[str] = []
-    memory_seen: int | None = None
+    progress = BuildLog()
     started = time.monotonic()
     watcher = AttemptWatcher(client, config.attempt_id, on_memory)
     with config.log_path.open("a", encoding="utf-8") as log, watcher:
@@ -559,12 +566,8 @@ def run_attempt(
                 line = raw.rstrip("\n")
                 log.write(line + "\n")
                 tail.append(line)
-                if line.startswith(MEMORY_MARK):
-                    value = line[len(MEMORY_MARK) :].split()[0]
-                    memory_seen = int(value) if value.isdigit() else None
-                if is_kill_line(line):
-                    killed.append(line.strip())
-                on_line(line)
+                progress.feed(line, time.monotonic())
+                on_line(line, progress)
             returncode = proc.wait()
         finally:
             _terminate(proc)
@@ -575,11 +578,16 @@ def run_attempt(
         returncode=returncode,
         duration_s=time.monotonic() - started,
         wheels=wheels,
-        memory_limit_seen=memory_seen,
+        memory_limit_seen=progress.memory_limit_seen,
         log_path=config.log_path,
         log_tail=tuple(tail),
-        oom=watcher.evidence(killed),
+        oom=watcher.evidence(progress.killed_lines),
         peak_memory=watcher.peak_memory,
+        units_finished=progress.units_finished,
+        units_total=progress.units_total,
+        cache_hits=progress.cache_hits,
+        cache_misses=progress.cache_misses,
+        build_seconds=progress.build_seconds,
     )
 
 

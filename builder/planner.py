@@ -1,62 +1,318 @@
 """Plan: the container's memory limit and CPUs, MAX_JOBS and NVCC_THREADS, and why. Pure.
 
-This is the simple, safe planner: jobs = memory / (per-job cost x archs compiled at once),
-capped by CPUs. The memory-planning issue replaces it with a calibrated model.
+The planner reads a MemoryModel (builder/memory_model.py): per-unit peak memory and time by archs
+compiled at once. A plan must be safe whichever units ninja happens to run together, so MAX_JOBS
+jobs are checked against the MAX_JOBS heaviest units plus the model's reserve.
+
+Choosing:
+1. MAX_JOBS first: the most jobs that fit the budget at one nvcc thread each, capped by whole
+   CPUs and by the number of units. It depends on memory only through that fit, so more memory
+   never gives fewer jobs.
+2. Then NVCC_THREADS (at most the number of archs; nvcc has nothing more to run in parallel):
+   among the values that still fit the budget at that MAX_JOBS, and that keep jobs x threads
+   within 1.25 x the CPUs, the one with the shortest predicted build (a list-scheduling
+   simulation of the model's units, as ninja runs them); a tie goes to fewer threads.
+   More threads shorten each unit but cost memory per job, so they win only where memory and
+   CPUs are left over once MAX_JOBS is set (few units on many cores).
+3. After an OOM kill, `Plan.halved()` halves MAX_JOBS, then lowers NVCC_THREADS.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
+from builder.memory_model import GIB, MemoryModel, simulate
 from builder.spec import format_bytes
 
-GIB = 1024**3
-# Memory left to the host (sshd, dockerd) when the limit is derived rather than given.
+__all__ = [
+    "GIB",
+    "HOST_RESERVE",
+    "MIN_CONTAINER",
+    "OVERSUBSCRIBE",
+    "PAGE",
+    "Plan",
+    "container_limit",
+    "default_memory",
+    "explain_container_limit",
+    "format_plan",
+    "plan_build",
+]
+
+PAGE = 4096
+# Memory left to the host (sshd, dockerd, the page cache they need) when the limit is derived.
 HOST_RESERVE = 2 * GIB
+# The least a derived container limit is set to. Docker reads --memory 0 as "no limit", so a
+# derived limit is never 0; below this nothing that runs pip and a compiler gets anywhere anyway.
+MIN_CONTAINER = GIB
+# jobs x nvcc threads may exceed the CPUs by this factor: nvcc's threads are busy only during
+# the per-arch part of a unit, and a little oversubscription shortens the tail of the build.
+OVERSUBSCRIBE = 1.25
 
 
 @dataclass(frozen=True)
 class Plan:
-    memory: int
+    memory: int  # the container's memory limit: the budget the plan fits
     cpus: float
     max_jobs: int
     nvcc_threads: int
-    reasons: tuple[str, ...]
+    reasons: tuple[str, ...]  # the numbers that led here, one line each
+    predicted_peak: int  # worst case under the model: reserve + the max_jobs heaviest units
+    archs: int
+    model: MemoryModel = field(repr=False, compare=False)
+    # Build time the model predicts, in the calibration machine's seconds: for comparing plans.
+    predicted_seconds: float | None = None
+
+    def halved(self) -> Plan | None:
+        """The next plan after an OOM kill: half the jobs; at one job, fewer nvcc threads.
+
+        None when this is already one job of one thread: nothing smaller is left to try.
+        """
+        if self.max_jobs > 1:
+            jobs, threads = self.max_jobs // 2, self.nvcc_threads
+            why = f"MAX_JOBS={jobs}: half of {self.max_jobs}, after an OOM kill"
+        elif self.nvcc_threads > 1:
+            jobs, threads = 1, self.nvcc_threads // 2
+            why = f"NVCC_THREADS={threads}: half of {self.nvcc_threads} after an OOM kill at MAX_JOBS=1"
+        else:
+            return None
+        peak = self.model.peak_of_jobs(jobs, threads, self.archs)
+        seconds = _predict(self.model, jobs, threads, self.archs, self.cpus)
+        return Plan(
+            memory=self.memory,
+            cpus=self.cpus,
+            max_jobs=jobs,
+            nvcc_threads=threads,
+            reasons=(why, _peak_line(self.model, peak, self.memory, jobs, threads, self.archs)),
+            predicted_peak=peak,
+            archs=self.archs,
+            model=self.model,
+            predicted_seconds=seconds,
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """For the build report: the plan and the model's name, not its unit table."""
+        return {
+            "memory": self.memory,
+            "cpus": self.cpus,
+            "max_jobs": self.max_jobs,
+            "nvcc_threads": self.nvcc_threads,
+            "archs": self.archs,
+            "predicted_peak": self.predicted_peak,
+            "predicted_seconds": None if self.predicted_seconds is None else round(self.predicted_seconds, 1),
+            "model": {"name": self.model.name, "source": self.model.source, "units": self.model.unit_count},
+            "reasons": list(self.reasons),
+        }
+
+
+def container_limit(host_available: int, own_cgroup_limit: int | None, reserve: int = HOST_RESERVE) -> int:
+    """The container's --memory: the smaller of the host's available memory and our own cgroup's
+    limit, less `reserve` for the host (sshd, dockerd), page-aligned down; never above that,
+    except that it is never under MIN_CONTAINER (docker would read 0 as "no limit")."""
+    ceiling = host_available if own_cgroup_limit is None else min(host_available, own_cgroup_limit)
+    return max(MIN_CONTAINER, (ceiling - reserve) // PAGE * PAGE)
+
+
+def explain_container_limit(
+    host_available: int, own_cgroup_limit: int | None, reserve: int = HOST_RESERVE
+) -> str:
+    """container_limit's reason, for Plan.reasons."""
+    limit = container_limit(host_available, own_cgroup_limit, reserve)
+    if own_cgroup_limit is not None and own_cgroup_limit < host_available:
+        source = (
+            f"our cgroup's limit {format_bytes(own_cgroup_limit)} "
+            f"(below the host's {format_bytes(host_available)} available)"
+        )
+    else:
+        source = f"host available {format_bytes(host_available)}"
+        if own_cgroup_limit is not None:
+            source += f" (our cgroup allows {format_bytes(own_cgroup_limit)})"
+    line = f"memory limit {format_bytes(limit)}: {source} less {format_bytes(reserve)} kept for the host"
+    ceiling = host_available if own_cgroup_limit is None else min(host_available, own_cgroup_limit)
+    if limit > ceiling - reserve:
+        line += f", raised to the {format_bytes(MIN_CONTAINER)} floor"
+    return line
 
 
 def default_memory(host_available: int) -> int:
-    return max(GIB, (host_available - HOST_RESERVE) // 4096 * 4096)
+    """Deprecated alias: container_limit(host_available, None)."""
+    return container_limit(host_available, None)
 
 
 def plan_build(
     *,
-    memory: int,
+    budget: int,
     cpus: float,
     archs: int,
-    job_memory_per_arch: int,
+    model: MemoryModel,
     max_jobs: int | None = None,
     nvcc_threads: int | None = None,
+    budget_reason: str | None = None,
 ) -> Plan:
-    reasons: list[str] = []
-    if nvcc_threads is None:
-        nvcc_threads = max(1, min(archs, 2))
-        reasons.append(f"NVCC_THREADS={nvcc_threads}: min(archs={archs}, 2)")
-    else:
-        reasons.append(f"NVCC_THREADS={nvcc_threads}: given")
-    if max_jobs is None:
-        per_job = job_memory_per_arch * min(nvcc_threads, archs)
-        by_memory = memory // per_job
-        max_jobs = max(1, min(int(cpus) or 1, by_memory))
-        reasons.append(
-            f"MAX_JOBS={max_jobs}: min(cpus={cpus:g}, memory {format_bytes(memory)} / "
-            f"{format_bytes(per_job)} per job = {by_memory}), at least 1"
-        )
-    else:
-        reasons.append(f"MAX_JOBS={max_jobs}: given")
-    return Plan(
-        memory=memory,
-        cpus=cpus,
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
-        reasons=tuple(reasons),
+    """MAX_JOBS and NVCC_THREADS for a container of `budget` bytes and `cpus` CPUs (see module doc).
+
+    Given values are kept as they are; the reasons say when the model thinks they do not fit.
+    """
+    archs = max(1, archs)
+    reasons: list[str] = [budget_reason] if budget_reason else []
+    reasons.append(
+        f"model: {model.describe()}; reserve {format_bytes(model.reserve)} once, "
+        f"+{model.margin:.0%} on every unit's peak"
     )
+    reasons.append(_worst_line(model, archs))
+
+    if max_jobs is None:
+        threads_for_jobs = nvcc_threads if nvcc_threads is not None else 1
+        jobs, line = _jobs(model, budget, cpus, archs, threads_for_jobs)
+        reasons.append(line)
+        over = jobs == 1 and model.peak_of_jobs(1, threads_for_jobs, archs) > budget
+    else:
+        jobs, over = max_jobs, False
+        reasons.append(f"MAX_JOBS={jobs}: given")
+
+    if nvcc_threads is None:
+        threads, line = (
+            (1, "NVCC_THREADS=1: the smallest job there is, as even one job does not fit")
+            if over
+            else _threads(model, budget, cpus, archs, jobs)
+        )
+        reasons.append(line)
+    else:
+        threads = nvcc_threads
+        given = f"NVCC_THREADS={threads}: given"
+        if threads > archs:
+            given += f" (nvcc compiles at most archs={archs} at once; more threads only idle)"
+        reasons.append(given)
+
+    peak = model.peak_of_jobs(jobs, threads, archs)
+    seconds = _predict(model, jobs, threads, archs, cpus)
+    reasons.append(_peak_line(model, peak, budget, jobs, threads, archs))
+    if seconds is not None:
+        reasons.append(
+            f"predicted build: {seconds:.0f} s at the calibration machine's speed per core "
+            f"(for comparing plans, not a promise)"
+        )
+    return Plan(
+        memory=budget,
+        cpus=cpus,
+        max_jobs=jobs,
+        nvcc_threads=threads,
+        reasons=tuple(reasons),
+        predicted_peak=peak,
+        archs=archs,
+        model=model,
+        predicted_seconds=seconds,
+    )
+
+
+def _jobs(model: MemoryModel, budget: int, cpus: float, archs: int, threads: int) -> tuple[int, str]:
+    slots = max(1, int(cpus))
+    fit = model.max_jobs_within(budget, threads, archs)
+    per = f"{threads} nvcc thread{'s' if threads > 1 else ''} each"
+    if fit == 0:
+        smallest = model.peak_of_jobs(1, threads, archs)
+        return 1, (
+            f"MAX_JOBS=1: the budget {format_bytes(budget)} is below the model's smallest job "
+            f"({format_bytes(smallest)}: reserve + the worst unit at {per}); running one job "
+            f"anyway, expect an OOM kill unless the model over-estimates"
+        )
+    caps = [(fit, f"{fit} fit {format_bytes(budget)} at {per}")]
+    caps.append((slots, f"{slots} whole CPU{'s' if slots > 1 else ''}"))
+    if model.unit_count is not None:
+        caps.append((model.unit_count, f"{model.unit_count} units"))
+    jobs = min(c for c, _ in caps)
+    used = model.peak_of_jobs(jobs, threads, archs)
+    detail = f"{'; '.join(text for _, text in caps)}"
+    if jobs == fit and (model.unit_count is None or fit < model.unit_count):
+        more = model.peak_of_jobs(fit + 1, threads, archs)
+        detail += f" ({jobs} need {format_bytes(used)}, {jobs + 1} would need {format_bytes(more)})"
+    return jobs, f"MAX_JOBS={jobs}: the least of: {detail}"
+
+
+def _threads(model: MemoryModel, budget: int, cpus: float, archs: int, jobs: int) -> tuple[int, str]:
+    if archs == 1:
+        return 1, "NVCC_THREADS=1: one arch, nothing for nvcc to run in parallel"
+    room = max(1, math.floor(OVERSUBSCRIBE * cpus) // jobs)
+    scored: list[tuple[float, int]] = []
+    refused: list[str] = []
+    for threads in range(1, archs + 1):
+        peak = model.peak_of_jobs(jobs, threads, archs)
+        if threads > 1 and peak > budget:
+            refused.append(f"{threads} would need {format_bytes(peak)} for {jobs} jobs")
+            continue
+        if threads > room:
+            refused.append(
+                f"{threads} would run {jobs * threads} threads on {cpus:g} CPUs (at most {OVERSUBSCRIBE:g}x)"
+            )
+            continue
+        scored.append((_score(model, jobs, threads, archs, cpus), threads))
+    best_score, best = min(scored)  # ties: fewer threads (tuples compare the count second)
+    others = [f"{t}: {s:.0f} s" for s, t in scored if t != best]
+    line = f"NVCC_THREADS={best}: of at most archs={archs}"
+    if others:
+        line += f", the shortest predicted build ({best_score:.0f} s vs {', '.join(others)})"
+    if refused:
+        line += f"; {'; '.join(refused)}"
+    return best, line
+
+
+def _predict(model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float) -> float | None:
+    """Predicted build seconds with a complete unit list; None without one."""
+    if not model.complete:
+        return None
+    return simulate(model.units, jobs=jobs, threads=threads, archs=archs, cpus=cpus).seconds
+
+
+def _score(model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float) -> float:
+    """Predicted build seconds; without a unit list, the seconds one wave of `jobs` units takes
+    (the build is some unknown number of such waves)."""
+    seconds = _predict(model, jobs, threads, archs, cpus)
+    if seconds is not None:
+        return seconds
+    unit = max(model.units, key=lambda u: u.cpu_seconds(archs))
+    wall = unit.wall(threads, archs)
+    busy = jobs * unit.cpu_seconds(archs) / wall
+    return wall * max(1.0, busy / max(cpus, 1e-9))
+
+
+def _worst_line(model: MemoryModel, archs: int) -> str:
+    one = model.peak_per_job(1, archs)
+    worst = max(model.units, key=lambda u: model.unit_peak(u, 1, archs))
+    text = f"worst unit: {worst.name.rsplit('/', 1)[-1]} at {format_bytes(one)} with 1 nvcc thread"
+    if archs > 1:
+        text += f", {format_bytes(model.peak_per_job(archs, archs))} with {archs} (archs={archs})"
+    return text
+
+
+def _peak_line(model: MemoryModel, peak: int, budget: int, jobs: int, threads: int, archs: int) -> str:
+    if model.complete and jobs < len(model.units):
+        which = f"the {jobs} heaviest unit{'s' if jobs > 1 else ''}"
+    elif model.complete:
+        which = f"all {len(model.units)} units"
+    else:
+        which = f"{jobs} x the worst unit"
+    verdict = "within" if peak <= budget else "OVER"
+    return (
+        f"predicted peak {format_bytes(peak)} {verdict} {format_bytes(budget)}: reserve + {which} "
+        f"at NVCC_THREADS={threads}"
+    )
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan and its reasoning, for `wheelbuild plan` and the build log."""
+    width = 16
+    rows = [
+        ("memory limit", format_bytes(plan.memory)),
+        ("CPUs", f"{plan.cpus:g}"),
+        ("archs", str(plan.archs)),
+        ("MAX_JOBS", str(plan.max_jobs)),
+        ("NVCC_THREADS", str(plan.nvcc_threads)),
+        ("predicted peak", f"{format_bytes(plan.predicted_peak)} ({plan.predicted_peak / plan.memory:.0%})"),
+    ]
+    if plan.predicted_seconds is not None:
+        rows.append(("predicted time", f"{plan.predicted_seconds:.0f} s (calibration machine)"))
+    lines = [f"plan for {plan.model.describe()}"]
+    lines += [f"  {key:<{width}}{value}" for key, value in rows]
+    lines.append("why:")
+    lines += [f"  - {reason}" for reason in plan.reasons]
+    return "\n".join(lines)

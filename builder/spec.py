@@ -72,6 +72,17 @@ def parse_python(text: str) -> str:
     return f"cp3{match[1]}"
 
 
+def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`--env KEY=VALUE` pairs for the build's environment."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BadArgument(f"--env {pair!r} is not KEY=VALUE", "write it as --env NAME=value")
+        env[key] = value
+    return env
+
+
 def resolve_ca_bundle(given: Path | None) -> Path | None:
     """The CA bundle given, else the host's bundle when it exists, else None (the base's own)."""
     if given is not None:

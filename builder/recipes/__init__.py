@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 
 from builder.errors import BadArgument, UnknownPackage
-from builder.recipes.base import GIB, Recipe, Source
+from builder.memory_model import wbdemo_model
+from builder.recipes.base import Recipe, Source
 from builder.recipes.flash_attn import flash_attn_recipe
 from builder.recipes.torch_extension import torch_extension_recipe
 
-__all__ = ["EXAMPLE_DIR", "GIB", "Recipe", "Source", "known_recipes", "resolve_recipe"]
+__all__ = ["EXAMPLE_DIR", "Recipe", "Source", "known_recipes", "resolve_recipe"]
 
 # The bundled example, also the test fixture: a small real CUDA extension.
 EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wbdemo"
@@ -25,8 +26,7 @@ def _wbdemo(version: str | None) -> Recipe:
         name="wbdemo",
         source=Source(location=str(EXAMPLE_DIR)),
         arch_env="WBDEMO_CUDA_ARCHS",
-        # Measured: a plain .cu unit for two archs peaks near 190 MB; the pybind11 binding more.
-        job_memory_per_arch=GIB // 2,
+        memory_model=wbdemo_model(),
     )
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-GIB = 1024**3
+from builder.memory_model import MemoryModel, default_model
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,12 @@ class Recipe:
     version: str | None = None
     arch_env: str | None = None  # env var the package reads its arch list from ("100;120")
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    # Peak memory of one compile job per arch it compiles at once: the simple planner's model.
-    job_memory_per_arch: int = 4 * GIB
+    # Peak memory and time of its units by archs compiled at once: what the planner plans with.
+    memory_model: MemoryModel = field(default_factory=default_model)
+
+    def with_env(self, env: Mapping[str, str]) -> Recipe:
+        """The same recipe with extra env for the build (`--env KEY=VALUE`)."""
+        return replace(self, extra_env=MappingProxyType({**self.extra_env, **env}))
 
     def build_env(self, archs: Sequence[int], max_jobs: int, nvcc_threads: int) -> dict[str, str]:
         """The env the package's build reads inside the container."""

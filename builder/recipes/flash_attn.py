@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from builder.errors import BadArgument
-from builder.recipes.base import GIB, Recipe, Source
+from builder.memory_model import flash_attn_model
+from builder.recipes.base import Recipe, Source
 
 DEFAULT_VERSION = "2.8.3"
 # Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index).
@@ -37,6 +38,6 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         arch_env="FLASH_ATTN_CUDA_ARCHS",
         # Never download a prebuilt wheel from GitHub: we are here to build it.
         extra_env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),
-        # Measured (shared/calibration): a bwd hdim256 unit peaks at about 7 GiB per arch.
-        job_memory_per_arch=int(7.2 * GIB),
+        # Fitted to measured units (builder/profiles/flash-attn-2.8.3.tsv).
+        memory_model=flash_attn_model(version),
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from builder.recipes.base import GIB, Recipe, Source
+from builder.memory_model import MemoryModel, default_model
+from builder.recipes.base import Recipe, Source
 
 
 def torch_extension_recipe(
-    *, name: str, source: Source, arch_env: str | None = None, job_memory_per_arch: int = 4 * GIB
+    *, name: str, source: Source, arch_env: str | None = None, memory_model: MemoryModel | None = None
 ) -> Recipe:
-    # 4 GiB per arch is conservative for an unknown extension: flash-attn's forward units measure
-    # 4-4.8 GiB per arch, most extensions far less. The planner issue refines this per recipe.
-    return Recipe(name=name, source=source, arch_env=arch_env, job_memory_per_arch=job_memory_per_arch)
+    # An unknown extension gets the conservative default model (4 GiB per arch per job):
+    # flash-attn's forward units measure 4-4.8 GiB per arch, most extensions far less.
+    return Recipe(
+        name=name, source=source, arch_env=arch_env, memory_model=memory_model or default_model(name)
+    )

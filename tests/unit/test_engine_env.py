@@ -41,7 +41,18 @@ def test_create_args_are_exactly_limits_labels_and_pip_cache(
         "--label=wheelbuild.attempt=run-1.3",
         f"--label=wheelbuild.owner={owner_token()}",
         "--volume=wheelbuild-pip-cache:/root/.cache/pip",
+        "--volume=wheelbuild-sccache:/root/.cache/sccache",
     ]
+
+
+def test_without_compiler_cache_no_sccache_volume_or_wrappers(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    env = cibuildwheel_env(make_config(compiler_cache=False))
+    assert not any("sccache" in arg for arg in _create_args(env))
+    assert "sccache" not in env["CIBW_ENVIRONMENT_LINUX"]
+    assert "sccache" not in env["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
+    assert "sccache" not in env["CIBW_BEFORE_BUILD_LINUX"]
 
 
 def test_owner_label_names_this_host_and_process(make_config: Callable[..., AttemptConfig]) -> None:
@@ -127,6 +138,8 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
     assert raw == (
         "MAX_JOBS=4 NVCC_THREADS=2 TORCH_CUDA_ARCH_LIST='10.0;12.0' FLASH_ATTN_CUDA_ARCHS='100;120' "
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
+        "PYTORCH_NVCC='sccache /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc' CXX=/usr/local/bin/sccache-c++ "
+        "SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
     )
     evaluated = parse_environment(raw).as_dictionary({"PATH": "/opt/python/cp311-cp311/bin:/usr/bin"})
@@ -138,15 +151,21 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "FLASH_ATTN_CUDA_ARCHS": "100;120",
         "CUDA_HOME": "/usr/local/cuda-13.1/nvidia/cu13",
         "WHEELBUILD_MEMORY_LIMIT": "6442450944",
+        # torch's cpp_extension puts these in place of nvcc and c++: every compile goes via sccache.
+        "PYTORCH_NVCC": "sccache /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc",
+        "CXX": "/usr/local/bin/sccache-c++",
+        "SCCACHE_DIR": "/root/.cache/sccache",
+        "SCCACHE_IDLE_TIMEOUT": "0",
     }
 
 
 def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[..., AttemptConfig]) -> None:
     command = cibuildwheel_env(make_config())["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
     assert command == (
+        "sccache --show-stats; "
         "auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
         "--exclude 'libcuda.so*' --exclude libshm.so -w {dest_dir} {wheel}"
     )
-    words = shlex.split(command)
+    words = shlex.split(command.split("; ", 1)[1])
     excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
     assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)

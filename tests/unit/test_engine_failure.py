@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from cibuildwheel.util.cmd import format_command_for_display
 
+from builder.buildlog import is_kill_line
 from builder.engine import (
     AttemptConfig,
     AttemptResult,
     OomEvidence,
     _owner_alive,
     cibuildwheel_env,
-    is_kill_line,
     owner_token,
     raise_for_failure,
 )

@@ -1,129 +1,479 @@
-"""builder.planner: properties of the simple plan that must hold for every input."""
+"""builder.planner and builder.memory_model: properties that must hold for every input, and the
+flash-attn model against the measurements it was fitted from."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.planner import GIB, HOST_RESERVE, default_memory, plan_build
+from builder.memory_model import (
+    MIB,
+    MemoryModel,
+    UnitCost,
+    default_model,
+    flash_attn_model,
+    parse_profile,
+    simulate,
+    wbdemo_model,
+)
+from builder.planner import (
+    GIB,
+    HOST_RESERVE,
+    MIN_CONTAINER,
+    OVERSUBSCRIBE,
+    Plan,
+    container_limit,
+    default_memory,
+    explain_container_limit,
+    format_plan,
+    plan_build,
+)
 
-MIB = 1024**2
-memories = st.integers(min_value=256 * MIB, max_value=2048 * GIB)
+FLASH_ATTN = flash_attn_model()
+WBDEMO = wbdemo_model()
+DEFAULT = default_model()
+
+units = st.builds(
+    UnitCost,
+    name=st.just("unit.cu"),
+    fixed=st.integers(min_value=0, max_value=4 * GIB),
+    per_arch=st.integers(min_value=0, max_value=8 * GIB),
+    front_s=st.floats(min_value=0.1, max_value=100),
+    per_arch_s=st.floats(min_value=0, max_value=200),
+)
+random_models = st.builds(
+    MemoryModel,
+    name=st.just("random"),
+    units=st.lists(units, min_size=1, max_size=12).map(tuple),
+    reserve=st.integers(min_value=0, max_value=2 * GIB),
+    margin=st.floats(min_value=0, max_value=0.5),
+    complete=st.booleans(),
+)
+models = st.one_of(st.sampled_from([FLASH_ATTN, WBDEMO, DEFAULT]), random_models)
+budgets = st.integers(min_value=256 * MIB, max_value=2048 * GIB)
 cpus = st.floats(min_value=0.1, max_value=512, allow_nan=False, allow_infinity=False)
 archs = st.integers(min_value=1, max_value=8)
-per_arch = st.integers(min_value=64 * MIB, max_value=32 * GIB)
 counts = st.integers(min_value=1, max_value=64)
 
 
+def _fits_one_job(model: MemoryModel, budget: int, threads: int, archs: int) -> bool:
+    return model.peak_of_jobs(1, threads, archs) <= budget
+
+
+# --- plan_build properties ---------------------------------------------------------------------
+
+
 @settings(max_examples=300, deadline=None)
-@given(memory=memories, cpus=cpus, archs=archs, per_arch=per_arch)
-def test_plan_always_gives_at_least_one_job(memory: int, cpus: float, archs: int, per_arch: int) -> None:
-    plan = plan_build(memory=memory, cpus=cpus, archs=archs, job_memory_per_arch=per_arch)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models)
+def test_plan_always_gives_at_least_one_job_and_thread(
+    budget: int, cpus: float, archs: int, model: MemoryModel
+) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
     assert plan.max_jobs >= 1
     assert plan.nvcc_threads >= 1
 
 
 @settings(max_examples=300, deadline=None)
-@given(memory=memories, cpus=cpus, archs=archs, per_arch=per_arch)
-def test_default_nvcc_threads_never_exceed_archs_nor_two(
-    memory: int, cpus: float, archs: int, per_arch: int
-) -> None:
-    plan = plan_build(memory=memory, cpus=cpus, archs=archs, job_memory_per_arch=per_arch)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models)
+def test_nvcc_threads_never_exceed_archs(budget: int, cpus: float, archs: int, model: MemoryModel) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
     assert plan.nvcc_threads <= archs
-    assert plan.nvcc_threads == min(archs, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models)
+def test_plan_never_exceeds_the_budget_under_its_own_model(
+    budget: int, cpus: float, archs: int, model: MemoryModel
+) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
+    assert plan.predicted_peak == model.peak_of_jobs(plan.max_jobs, plan.nvcc_threads, archs)
+    if _fits_one_job(model, budget, 1, archs):
+        assert plan.predicted_peak <= budget
+        if not model.complete:  # one kind of unit: every job may be the worst one
+            assert model.reserve + plan.max_jobs * model.peak_per_job(plan.nvcc_threads, archs) <= budget
+    else:
+        assert (plan.max_jobs, plan.nvcc_threads) == (1, 1)
+        assert any("below the model's smallest job" in reason for reason in plan.reasons)
+
+
+@settings(max_examples=300, deadline=None)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models, threads=counts)
+def test_plan_with_given_threads_never_exceeds_the_budget(
+    budget: int, cpus: float, archs: int, model: MemoryModel, threads: int
+) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model, nvcc_threads=threads)
+    assert plan.nvcc_threads == threads
+    if _fits_one_job(model, budget, threads, archs):
+        assert plan.predicted_peak <= budget
+    else:
+        assert plan.max_jobs == 1
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    memory=memories,
+    budget=budgets,
     extra=st.integers(min_value=0, max_value=512 * GIB),
     cpus=cpus,
     archs=archs,
-    per_arch=per_arch,
+    model=models,
+    threads=st.one_of(st.none(), counts),
 )
 def test_more_memory_never_gives_fewer_jobs(
-    memory: int, extra: int, cpus: float, archs: int, per_arch: int
+    budget: int, extra: int, cpus: float, archs: int, model: MemoryModel, threads: int | None
 ) -> None:
-    less = plan_build(memory=memory, cpus=cpus, archs=archs, job_memory_per_arch=per_arch)
-    more = plan_build(memory=memory + extra, cpus=cpus, archs=archs, job_memory_per_arch=per_arch)
+    less = plan_build(budget=budget, cpus=cpus, archs=archs, model=model, nvcc_threads=threads)
+    more = plan_build(budget=budget + extra, cpus=cpus, archs=archs, model=model, nvcc_threads=threads)
     assert more.max_jobs >= less.max_jobs
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    memory=memories,
-    cpus=cpus,
-    archs=archs,
-    per_arch=per_arch,
-    threads=st.one_of(st.none(), counts),
-)
-def test_several_jobs_never_exceed_memory_under_the_plans_own_model(
-    memory: int, cpus: float, archs: int, per_arch: int, threads: int | None
+@given(budget=budgets, cpus=cpus, archs=archs, model=models)
+def test_jobs_never_exceed_whole_cpus_nor_threads_oversubscribe_them(
+    budget: int, cpus: float, archs: int, model: MemoryModel
 ) -> None:
-    plan = plan_build(
-        memory=memory, cpus=cpus, archs=archs, job_memory_per_arch=per_arch, nvcc_threads=threads
-    )
-    per_job = per_arch * min(plan.nvcc_threads, archs)
-    if plan.max_jobs > 1:
-        assert plan.max_jobs * per_job <= memory
-
-
-@settings(max_examples=300, deadline=None)
-@given(memory=memories, cpus=cpus, archs=archs, per_arch=per_arch)
-def test_jobs_never_exceed_whole_cpus(memory: int, cpus: float, archs: int, per_arch: int) -> None:
-    plan = plan_build(memory=memory, cpus=cpus, archs=archs, job_memory_per_arch=per_arch)
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
     assert plan.max_jobs <= max(1, int(cpus))
+    if plan.nvcc_threads > 1:
+        assert plan.max_jobs * plan.nvcc_threads <= math.floor(OVERSUBSCRIBE * cpus)
+    if model.unit_count is not None:
+        assert plan.max_jobs <= model.unit_count
 
 
 @settings(max_examples=200, deadline=None)
-@given(memory=memories, cpus=cpus, archs=archs, per_arch=per_arch, jobs=counts, threads=counts)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models, jobs=counts, threads=counts)
 def test_given_max_jobs_and_nvcc_threads_are_respected(
-    memory: int, cpus: float, archs: int, per_arch: int, jobs: int, threads: int
+    budget: int, cpus: float, archs: int, model: MemoryModel, jobs: int, threads: int
 ) -> None:
-    plan = plan_build(
-        memory=memory,
-        cpus=cpus,
-        archs=archs,
-        job_memory_per_arch=per_arch,
-        max_jobs=jobs,
-        nvcc_threads=threads,
-    )
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model, max_jobs=jobs, nvcc_threads=threads)
     assert (plan.max_jobs, plan.nvcc_threads) == (jobs, threads)
-    assert plan.memory == memory
+    assert plan.memory == budget
     assert plan.cpus == cpus
-    assert plan.reasons == (f"NVCC_THREADS={threads}: given", f"MAX_JOBS={jobs}: given")
+    assert f"MAX_JOBS={jobs}: given" in plan.reasons
+    assert any(reason.startswith(f"NVCC_THREADS={threads}: given") for reason in plan.reasons)
+    verdict = "within" if plan.predicted_peak <= budget else "OVER"
+    assert any(reason.startswith("predicted peak") and verdict in reason for reason in plan.reasons)
 
 
-def test_plan_for_flash_attn_on_64_gib_and_32_cpus_is_four_jobs_of_two_threads() -> None:
-    plan = plan_build(memory=64 * GIB, cpus=32, archs=2, job_memory_per_arch=int(7.2 * GIB))
-    assert (plan.max_jobs, plan.nvcc_threads) == (4, 2)
-    assert plan.reasons == (
-        "NVCC_THREADS=2: min(archs=2, 2)",
-        "MAX_JOBS=4: min(cpus=32, memory 64.0 GiB / 14.4 GiB per job = 4), at least 1",
-    )
+@settings(max_examples=200, deadline=None)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models, jobs=counts)
+def test_given_max_jobs_gets_threads_that_fit(
+    budget: int, cpus: float, archs: int, model: MemoryModel, jobs: int
+) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model, max_jobs=jobs)
+    assert plan.max_jobs == jobs
+    assert 1 <= plan.nvcc_threads <= archs
+    if plan.nvcc_threads > 1:
+        assert plan.predicted_peak <= budget
 
 
-def test_plan_below_one_job_of_memory_still_runs_one_job() -> None:
-    plan = plan_build(memory=4 * GIB, cpus=16, archs=2, job_memory_per_arch=int(7.2 * GIB))
-    assert plan.max_jobs == 1
-
-
-def test_fractional_cpus_below_one_still_give_one_job() -> None:
-    plan = plan_build(memory=64 * GIB, cpus=0.5, archs=1, job_memory_per_arch=GIB)
-    assert plan.max_jobs == 1
+# --- halved -------------------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
-@given(available=st.integers(min_value=0, max_value=4096 * GIB))
-def test_default_memory_is_never_below_one_gib_and_is_page_aligned(available: int) -> None:
-    memory = default_memory(available)
-    assert memory >= GIB
-    assert memory % 4096 == 0
-    assert memory <= max(GIB, available - HOST_RESERVE)
+@given(budget=budgets, cpus=cpus, archs=archs, model=models, jobs=counts, threads=counts)
+def test_halved_strictly_shrinks_jobs_times_threads_and_ends_at_none(
+    budget: int, cpus: float, archs: int, model: MemoryModel, jobs: int, threads: int
+) -> None:
+    plan: Plan | None = plan_build(
+        budget=budget, cpus=cpus, archs=archs, model=model, max_jobs=jobs, nvcc_threads=threads
+    )
+    steps = 0
+    last = plan
+    while plan is not None:
+        last = plan
+        nxt = plan.halved()
+        if nxt is not None:
+            assert nxt.max_jobs * nxt.nvcc_threads < plan.max_jobs * plan.nvcc_threads
+            assert nxt.max_jobs >= 1 and nxt.nvcc_threads >= 1
+            assert (nxt.memory, nxt.cpus, nxt.archs) == (plan.memory, plan.cpus, plan.archs)
+            assert nxt.predicted_peak == model.peak_of_jobs(nxt.max_jobs, nxt.nvcc_threads, archs)
+            assert nxt.predicted_peak <= plan.predicted_peak
+        plan = nxt
+        steps += 1
+        assert steps <= 16
+    assert last is not None
+    assert (last.max_jobs, last.nvcc_threads) == (1, 1)
 
 
-def test_default_memory_leaves_two_gib_to_the_host() -> None:
-    assert default_memory(64 * GIB) == 62 * GIB
-    assert default_memory(64 * GIB + 4095) == 62 * GIB
-    assert default_memory(2 * GIB) == GIB
-    assert default_memory(0) == GIB
+def test_halved_halves_jobs_first_then_threads() -> None:
+    plan = plan_build(budget=64 * GIB, cpus=32, archs=2, model=FLASH_ATTN, max_jobs=5, nvcc_threads=2)
+    sequence = []
+    step: Plan | None = plan
+    while step is not None:
+        sequence.append((step.max_jobs, step.nvcc_threads))
+        step = step.halved()
+    assert sequence == [(5, 2), (2, 2), (1, 2), (1, 1)]
+    second = plan.halved()
+    assert second is not None
+    assert second.reasons[0] == "MAX_JOBS=2: half of 5, after an OOM kill"
+
+
+# --- concrete plans -----------------------------------------------------------------------------
+
+
+def test_flash_attn_at_64_gib_and_128_cpus_is_eight_jobs_of_one_thread() -> None:
+    budget = container_limit(432 * 10**9, 64 * GIB)
+    plan = plan_build(
+        budget=budget,
+        cpus=128,
+        archs=2,
+        model=FLASH_ATTN,
+        budget_reason=explain_container_limit(432 * 10**9, 64 * GIB),
+    )
+    assert budget == 62 * GIB
+    assert (plan.max_jobs, plan.nvcc_threads) == (8, 1)
+    # The 8 heaviest units are bwd units at 1 thread: 8 x 7.5 GiB + 1 GiB reserve.
+    assert 59 * GIB < plan.predicted_peak <= 62 * GIB
+    assert plan.reasons[0] == (
+        "memory limit 62.0 GiB: our cgroup's limit 64.0 GiB (below the host's 402.3 GiB available) "
+        "less 2.0 GiB kept for the host"
+    )
+    assert any(r.startswith("MAX_JOBS=8: the least of: 8 fit 62.0 GiB") for r in plan.reasons)
+    assert any(r.startswith("NVCC_THREADS=1") and "2 would need" in r for r in plan.reasons)
+    text = format_plan(plan)
+    assert "MAX_JOBS        8" in text
+    assert "NVCC_THREADS    1" in text
+    assert "flash_bwd_hdim256" in text
+
+
+def test_flash_attn_with_memory_to_spare_runs_every_unit_at_once() -> None:
+    plan = plan_build(budget=container_limit(432 * 10**9, None), cpus=128, archs=2, model=FLASH_ATTN)
+    assert (plan.max_jobs, plan.nvcc_threads) == (73, 1)
+
+
+def test_spare_cpus_and_memory_buy_nvcc_threads() -> None:
+    # 73 units on 128 CPUs: with memory for all of them at two threads, two threads win.
+    plan = plan_build(budget=1024 * GIB, cpus=128, archs=2, model=FLASH_ATTN)
+    one = plan_build(budget=1024 * GIB, cpus=128, archs=2, model=FLASH_ATTN, nvcc_threads=1)
+    assert (plan.max_jobs, plan.nvcc_threads) == (73, 2)
+    assert (one.max_jobs, one.nvcc_threads) == (73, 1)
+    assert plan.predicted_seconds is not None and one.predicted_seconds is not None
+    assert plan.predicted_seconds < one.predicted_seconds
+
+
+def test_plan_below_one_job_of_memory_still_runs_one_job() -> None:
+    plan = plan_build(budget=4 * GIB, cpus=16, archs=2, model=FLASH_ATTN)
+    assert (plan.max_jobs, plan.nvcc_threads) == (1, 1)
+    assert any("below the model's smallest job" in r for r in plan.reasons)
+
+
+def test_fractional_cpus_below_one_still_give_one_job() -> None:
+    plan = plan_build(budget=64 * GIB, cpus=0.5, archs=1, model=DEFAULT)
+    assert (plan.max_jobs, plan.nvcc_threads) == (1, 1)
+
+
+def test_generic_extension_gets_four_gib_per_arch_per_job() -> None:
+    plan = plan_build(budget=33 * GIB, cpus=64, archs=2, model=DEFAULT)
+    # 1 GiB reserve + 8 jobs x 4 GiB at one thread; two threads would need 8 GiB a job.
+    assert (plan.max_jobs, plan.nvcc_threads) == (8, 1)
+    assert plan.predicted_peak == 33 * GIB
+    assert plan.predicted_seconds is None
+
+
+def test_wbdemo_on_two_cpus_runs_two_jobs() -> None:
+    plan = plan_build(budget=6 * GIB, cpus=2, archs=2, model=WBDEMO)
+    assert (plan.max_jobs, plan.nvcc_threads) == (2, 1)
+    assert plan.predicted_peak < 2 * GIB
+
+
+def test_plan_as_dict_names_the_model_without_its_table() -> None:
+    plan = plan_build(budget=64 * GIB, cpus=16, archs=2, model=FLASH_ATTN)
+    data = plan.as_dict()
+    assert data["model"] == {"name": "flash-attn-2.8.3", "source": FLASH_ATTN.source, "units": 73}
+    assert data["max_jobs"] == plan.max_jobs
+    assert data["reasons"] == list(plan.reasons)
+
+
+# --- container limit ----------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    available=st.integers(min_value=0, max_value=4096 * GIB),
+    own=st.one_of(st.none(), st.integers(min_value=0, max_value=4096 * GIB)),
+)
+def test_container_limit_is_page_aligned_above_the_floor_and_never_more_than_allowed(
+    available: int, own: int | None
+) -> None:
+    limit = container_limit(available, own)
+    ceiling = available if own is None else min(available, own)
+    assert limit % 4096 == 0
+    assert limit >= MIN_CONTAINER
+    assert limit <= max(MIN_CONTAINER, ceiling - HOST_RESERVE)
+    assert limit == max(MIN_CONTAINER, (ceiling - HOST_RESERVE) // 4096 * 4096)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    available=st.integers(min_value=0, max_value=4096 * GIB),
+    own=st.one_of(st.none(), st.integers(min_value=0, max_value=4096 * GIB)),
+    extra=st.integers(min_value=0, max_value=64 * GIB),
+)
+def test_container_limit_grows_with_either_limit(available: int, own: int | None, extra: int) -> None:
+    assert container_limit(available + extra, own) >= container_limit(available, own)
+    if own is not None:
+        assert container_limit(available, own + extra) >= container_limit(available, own)
+        assert container_limit(available, own) <= container_limit(available, None)
+
+
+def test_container_limit_keeps_two_gib_for_the_host() -> None:
+    assert container_limit(64 * GIB, None) == 62 * GIB
+    assert container_limit(64 * GIB + 4095, None) == 62 * GIB
+    assert container_limit(432 * 10**9, 64 * GIB) == 62 * GIB
+    assert container_limit(16 * GIB, 64 * GIB) == 14 * GIB
+    assert container_limit(64 * GIB, None, reserve=4 * GIB) == 60 * GIB
+    assert container_limit(2 * GIB, None) == GIB
+    assert container_limit(0, None) == GIB
+    assert default_memory(64 * GIB) == container_limit(64 * GIB, None)
+
+
+def test_container_limit_reasons_name_the_smaller_limit_and_the_floor() -> None:
+    assert explain_container_limit(64 * GIB, None) == (
+        "memory limit 62.0 GiB: host available 64.0 GiB less 2.0 GiB kept for the host"
+    )
+    assert explain_container_limit(64 * GIB, 128 * GIB) == (
+        "memory limit 62.0 GiB: host available 64.0 GiB (our cgroup allows 128.0 GiB) "
+        "less 2.0 GiB kept for the host"
+    )
+    assert explain_container_limit(2 * GIB, None).endswith("raised to the 1.0 GiB floor")
+
+
+# --- the memory model ---------------------------------------------------------------------------
+
+# shared/calibration/flash-attn-2.8.3-cuda13.0.tsv: (unit, archs, nvcc threads, peak MiB).
+MEASURED = [
+    ("flash_fwd_hdim64_fp16_sm80.cu", 2, 2, 7778),
+    ("flash_fwd_hdim64_fp16_sm80.cu", 2, 1, 4150),
+    ("flash_fwd_hdim64_fp16_sm80.cu", 1, 1, 4040),
+    ("flash_bwd_hdim128_fp16_sm80.cu", 2, 2, 12856),
+    ("flash_bwd_hdim256_bf16_sm80.cu", 1, 1, 7126),
+    ("flash_fwd_hdim256_bf16_sm80.cu", 1, 1, 4770),
+    ("flash_fwd_split_hdim128_bf16_sm80.cu", 1, 1, 4296),
+    ("flash_bwd_hdim64_bf16_causal_sm80.cu", 1, 1, 6387),
+    ("flash_api.cpp", 1, 1, 1680),
+]
+
+
+def _unit(name: str) -> UnitCost:
+    (unit,) = [u for u in FLASH_ATTN.units if u.name.endswith("/" + name)]
+    return unit
+
+
+@pytest.mark.parametrize(("name", "archs", "threads", "peak_mib"), MEASURED)
+def test_flash_attn_model_never_under_estimates_a_measurement(
+    name: str, archs: int, threads: int, peak_mib: int
+) -> None:
+    fitted = _unit(name).peak(threads, archs) / MIB
+    assert peak_mib * 0.999 <= fitted <= peak_mib * 1.03
+    assert FLASH_ATTN.unit_peak(_unit(name), threads, archs) >= peak_mib * 1.05 * MIB
+
+
+def test_flash_attn_model_has_every_unit_in_setup_py_order() -> None:
+    names = [u.name.rsplit("/", 1)[-1] for u in FLASH_ATTN.units]
+    assert len(names) == len(set(names)) == 73
+    assert names[0] == "flash_api.cpp"
+    assert names[1] == "flash_fwd_hdim32_fp16_sm80.cu"
+    assert names[25] == "flash_bwd_hdim32_fp16_sm80.cu"
+    assert names[-1] == "flash_fwd_split_hdim256_bf16_causal_sm80.cu"
+    for family, count in (("flash_fwd_hdim", 24), ("flash_bwd_hdim", 24), ("flash_fwd_split_hdim", 24)):
+        assert sum(n.startswith(family) for n in names) == count
+    assert FLASH_ATTN.reserve == GIB
+    assert FLASH_ATTN.margin == 0.05
+
+
+def test_flash_attn_model_shares_memory_across_threads_and_bwd_is_the_worst() -> None:
+    # Two threads cost 1.87x one thread, not 2x (the calibration's fwd hdim64 rows).
+    fwd = _unit("flash_fwd_hdim64_fp16_sm80.cu")
+    assert 1.8 <= fwd.peak(2, 2) / fwd.peak(1, 2) <= 1.9
+    worst = max(FLASH_ATTN.units, key=lambda u: u.peak(1, 2))
+    assert "flash_bwd_hdim256" in worst.name
+    assert FLASH_ATTN.peak_per_job(1, 2) == FLASH_ATTN.unit_peak(worst, 1, 2)
+    for unit in FLASH_ATTN.units:
+        if "_bwd_" in unit.name:
+            assert 6.3 * GIB <= unit.peak(1, 2) <= 7.2 * GIB
+        elif "_fwd" in unit.name:
+            assert 3.9 * GIB <= unit.peak(1, 2) <= 4.9 * GIB
+
+
+def test_peak_of_jobs_is_the_heaviest_units_and_stops_at_the_unit_count() -> None:
+    peaks = sorted((FLASH_ATTN.unit_peak(u, 1, 2) for u in FLASH_ATTN.units), reverse=True)
+    assert FLASH_ATTN.peak_of_jobs(3, 1, 2) == GIB + sum(peaks[:3])
+    assert FLASH_ATTN.peak_of_jobs(500, 1, 2) == GIB + sum(peaks)
+    # Four bwd hdim256 units (fp16/bf16, causal or not) share the worst peak; the fifth is lighter.
+    worst = FLASH_ATTN.peak_per_job(1, 2)
+    assert FLASH_ATTN.peak_of_jobs(4, 1, 2) == GIB + 4 * worst
+    assert FLASH_ATTN.peak_of_jobs(5, 1, 2) < GIB + 5 * worst
+    assert DEFAULT.peak_of_jobs(5, 2, 2) == GIB + 5 * 8 * GIB
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=models, budget=budgets, threads=counts, archs=archs)
+def test_max_jobs_within_is_the_most_that_fit(
+    model: MemoryModel, budget: int, threads: int, archs: int
+) -> None:
+    jobs = model.max_jobs_within(budget, threads, archs)
+    if jobs > 0:
+        assert model.peak_of_jobs(jobs, threads, archs) <= budget
+    if model.unit_count is None or jobs < model.unit_count:
+        assert model.peak_of_jobs(jobs + 1, threads, archs) > budget
+
+
+def test_profile_with_a_wrong_header_is_refused() -> None:
+    with pytest.raises(ValueError, match="header"):
+        parse_profile("name\tpeak\nx.cu\t1\n", name="bad")
+    with pytest.raises(ValueError, match="line 2"):
+        parse_profile("unit\tfixed_mib\tper_arch_mib\tfront_s\tper_arch_s\nx.cu\tlots\t1\t1\t1\n", name="bad")
+
+
+def test_a_recipe_can_carry_its_own_profile() -> None:
+    model = parse_profile(
+        "# mine\n#@ reserve_mib 256\n#@ margin 0.1\nunit\tfixed_mib\tper_arch_mib\tfront_s\tper_arch_s\n"
+        "a.cu\t100\t200\t1\t2\nb.cpp\t300\t0\t3\t0\n",
+        name="mine",
+    )
+    assert [u.name for u in model.units] == ["a.cu", "b.cpp"]
+    assert model.reserve == 256 * MIB
+    assert model.unit_peak(model.units[0], 2, 2) == math.ceil(500 * 1.1) * MIB
+
+
+# --- simulate -----------------------------------------------------------------------------------
+
+TINY = [
+    UnitCost(name="a.cu", fixed=100 * MIB, per_arch=400 * MIB, front_s=2.0, per_arch_s=4.0),
+    UnitCost(name="b.cu", fixed=100 * MIB, per_arch=400 * MIB, front_s=2.0, per_arch_s=4.0),
+    UnitCost(name="c.cpp", fixed=300 * MIB, per_arch=0, front_s=3.0, per_arch_s=0.0),
+]
+
+
+def test_simulate_one_job_runs_units_one_after_another() -> None:
+    result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4)
+    assert result.ok and result.killed == 0
+    assert result.seconds == pytest.approx(10 + 10 + 3)
+    assert result.peak == 500 * MIB
+
+
+def test_simulate_jobs_and_threads_run_in_parallel_until_cpus_run_out() -> None:
+    assert simulate(TINY, jobs=3, threads=2, archs=2, cpus=8).seconds == pytest.approx(6)
+    # 2 + 2 + 1 threads wanted on 2 CPUs: everything runs at 2/5 speed until c.cpp ends.
+    squeezed = simulate(TINY, jobs=3, threads=2, archs=2, cpus=2)
+    assert squeezed.seconds > 6
+
+
+def test_simulate_oom_kills_the_largest_and_fails_the_attempt() -> None:
+    # At 20% of their 6 s both .cu units reach 900 MiB: 100 + 900 + 900 + 300 > 1400 MiB, so one
+    # is killed (a.cu, the first of the largest); ninja starts nothing more, the others finish.
+    result = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, limit=1400 * MIB, base=100 * MIB)
+    assert not result.ok
+    assert result.killed == 1
+    assert result.finished == frozenset({1, 2})
+    assert result.peak <= 1400 * MIB
+    assert simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, limit=2200 * MIB, base=100 * MIB).ok
+
+
+def test_simulate_cached_units_run_as_hits() -> None:
+    hit = UnitCost(name="hit", fixed=50 * MIB, per_arch=0, front_s=0.5, per_arch_s=0.0)
+    result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4, cached={0, 1}, hit=hit)
+    assert result.seconds == pytest.approx(0.5 + 0.5 + 3)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from builder.errors import BadArgument, UnknownPackage
-from builder.recipes import EXAMPLE_DIR, GIB, Recipe, Source, known_recipes, resolve_recipe
+from builder.memory_model import GIB
+from builder.recipes import EXAMPLE_DIR, Recipe, Source, known_recipes, resolve_recipe
 from builder.recipes.flash_attn import DEFAULT_VERSION, SDISTS
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -27,7 +28,8 @@ def test_no_package_means_the_bundled_wbdemo_example() -> None:
     assert Path(recipe.source.location).is_dir()
     assert (Path(recipe.source.location) / "setup.py").is_file()
     assert recipe.arch_env == "WBDEMO_CUDA_ARCHS"
-    assert recipe.job_memory_per_arch == GIB // 2
+    assert recipe.memory_model.name == "wbdemo"
+    assert recipe.memory_model.unit_count == 5
     assert recipe.version is None
 
 
@@ -101,12 +103,13 @@ def test_url_with_a_malformed_pin_is_a_bad_argument(fragment: str) -> None:
 
 def test_url_with_sha256_pin_is_a_pinned_generic_source() -> None:
     recipe = resolve_recipe(f"{URL}#sha256={PIN}", arch_env="MYEXT_ARCHS")
-    assert recipe == Recipe(
-        name="myext-1.0.tar.gz",
-        source=Source(location=URL, sha256=PIN),
-        arch_env="MYEXT_ARCHS",
-        job_memory_per_arch=4 * GIB,
+    assert (recipe.name, recipe.source, recipe.arch_env) == (
+        "myext-1.0.tar.gz",
+        Source(location=URL, sha256=PIN),
+        "MYEXT_ARCHS",
     )
+    # An unknown extension is planned with the conservative default: 4 GiB per arch per job.
+    assert recipe.memory_model.peak_per_job(1, 2) == 4 * GIB  # one arch at a time, per job
     assert recipe.source.is_url
     assert recipe.source.is_sdist
 
@@ -120,7 +123,7 @@ def test_local_project_dir_is_a_generic_recipe(tmp_path: Path) -> None:
     assert recipe.source == Source(location=str(project.resolve()), sha256=None)
     assert recipe.arch_env is None
     assert recipe.version is None
-    assert recipe.job_memory_per_arch == 4 * GIB
+    assert recipe.memory_model.unit_count is None
     assert dict(recipe.extra_env) == {}
 
 

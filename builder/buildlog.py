@@ -1,0 +1,95 @@
+"""Read a cibuildwheel log as it streams: which Python is building, ninja's [n/N] progress,
+the units that finished, sccache's counts, and the marks our in-container checks print.
+Pure: lines in, state out."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MEMORY_MARK = "wheelbuild: container memory limit:"
+MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
+TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
+
+# cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
+_BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")
+# ninja prints "[n/N] command" when a unit finishes (on a non-terminal); pip -v indents it.
+_NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)$")
+_OUTPUT = re.compile(r"\s-o\s+(\S+)")
+_SCCACHE = re.compile(r"^\s*Cache (hits|misses)\s+(\d+)\s*$")
+# A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
+# "Killed signal terminated program cc1plus".
+_KILLED = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
+
+
+def is_kill_line(line: str) -> bool:
+    """A log line saying a compiler was killed by signal 9. cibuildwheel's echoes of the
+    commands it runs ("+ sh -c ...") prove nothing and do not count."""
+    return bool(_KILLED.search(line)) and not line.lstrip().startswith("+ ")
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """The build container's memory, sampled while it runs."""
+
+    used: int
+    peak: int
+    limit: int | None
+
+
+@dataclass
+class BuildLog:
+    identifier: str | None = None  # the cibuildwheel build identifier now building
+    done: int = 0  # ninja units finished for the current identifier
+    total: int = 0  # ninja units of the current identifier
+    finished_units: dict[str, list[str]] = field(default_factory=dict)  # identifier -> outputs
+    cache_hits: int = 0
+    cache_misses: int = 0
+    memory_limit_seen: int | None = None
+    killed_lines: list[str] = field(default_factory=list)
+    # Seconds spent in cibuildwheel's "Building wheel..." steps (the compile, without setup,
+    # torch's install or the repair): what a compiler cache can save.
+    build_seconds: float = 0.0
+    _build_started: float | None = None
+    _totals: dict[str, int] = field(default_factory=dict)
+
+    def feed(self, line: str, now: float | None = None) -> None:
+        """One line of the log; `now` (monotonic seconds) times the build steps."""
+        if now is not None:
+            self._time_steps(line, now)
+        if started := _BUILD_START.search(line):
+            self.identifier, self.done, self.total = started[1], 0, 0
+        elif ninja := _NINJA.match(line):
+            self.done, self.total = int(ninja[1]), int(ninja[2])
+            self._totals[self.identifier or "?"] = self.total
+            output = _OUTPUT.search(ninja[3])
+            name = output[1].rsplit("/", 1)[-1] if output else ninja[3][:60]
+            self.finished_units.setdefault(self.identifier or "?", []).append(name)
+        elif counted := _SCCACHE.match(line):
+            if counted[1] == "hits":
+                self.cache_hits += int(counted[2])
+            else:
+                self.cache_misses += int(counted[2])
+        elif line.startswith(MEMORY_MARK):
+            value = line[len(MEMORY_MARK) :].split()[0]
+            self.memory_limit_seen = int(value) if value.isdigit() else None
+        if is_kill_line(line):
+            self.killed_lines.append(line.strip())
+
+    def _time_steps(self, line: str, now: float) -> None:
+        if line.startswith("Building wheel..."):
+            self._build_started = now
+        elif self._build_started is not None and line.startswith(
+            ("Repairing wheel...", "cibuildwheel: error")
+        ):
+            self.build_seconds += now - self._build_started
+            self._build_started = None
+
+    @property
+    def units_total(self) -> int:
+        """ninja's unit count over every identifier seen (each one's N)."""
+        return sum(self._totals.values()) if self._totals else self.total
+
+    @property
+    def units_finished(self) -> int:
+        return sum(len(units) for units in self.finished_units.values())

@@ -1,0 +1,79 @@
+"""builder.buildlog: reading cibuildwheel's streamed log (lines taken from a real build.log)."""
+
+from __future__ import annotations
+
+from builder.buildlog import BuildLog, is_kill_line
+
+NVCC = (
+    "  [{n}/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc -MD -MF "
+    "/project/build/temp.linux-x86_64-cpython-311/csrc/{unit}.o.d -c -c /project/csrc/{unit}.cu "
+    "-o /project/build/temp.linux-x86_64-cpython-311/csrc/{unit}.o --threads 2"
+)
+
+
+def feed(*lines: str) -> BuildLog:
+    log = BuildLog()
+    for line in lines:
+        log.feed(line)
+    return log
+
+
+def test_ninja_lines_count_finished_units_of_the_current_python() -> None:
+    log = feed(
+        "Building cp311-manylinux_x86_64 wheel",
+        NVCC.format(n=1, unit="reduce"),
+        NVCC.format(n=2, unit="relu"),
+    )
+    assert (log.identifier, log.done, log.total) == ("cp311-manylinux_x86_64", 2, 5)
+    assert log.finished_units == {"cp311-manylinux_x86_64": ["reduce.o", "relu.o"]}
+    assert log.units_finished == 2
+    assert log.units_total == 5
+
+
+def test_a_second_python_restarts_the_count_and_adds_to_the_total() -> None:
+    log = feed(
+        "Building cp311-manylinux_x86_64 wheel",
+        NVCC.format(n=5, unit="scale"),
+        "Building cp312-manylinux_x86_64 wheel",
+        NVCC.format(n=1, unit="scale"),
+    )
+    assert (log.identifier, log.done) == ("cp312-manylinux_x86_64", 1)
+    assert log.units_total == 10
+    assert log.units_finished == 2
+
+
+def test_sccache_counts_are_read_from_show_stats() -> None:
+    log = feed(
+        "Compile requests                      5",
+        "Cache hits                            3",
+        "Cache misses                          2",
+        "Cache hits rate                  60.00 %",
+    )
+    assert (log.cache_hits, log.cache_misses) == (3, 2)
+
+
+def test_memory_mark_is_read_back() -> None:
+    assert (
+        feed("wheelbuild: container memory limit: 4294967296 (asked 4294967296)").memory_limit_seen
+        == 4294967296
+    )
+    assert feed("wheelbuild: container memory limit: max (asked 4294967296)").memory_limit_seen is None
+
+
+def test_kill_lines_are_collected_but_echoed_commands_are_not() -> None:
+    log = feed(
+        "    + sh -c 'grep Killed log'",
+        "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+        "Killed",
+    )
+    assert log.killed_lines == ["nvcc error   : 'cicc' died due to signal 9 (Kill signal)", "Killed"]
+    assert not is_kill_line("    + sh -c 'grep Killed log'")
+
+
+def test_build_steps_are_timed_from_building_to_repairing() -> None:
+    log = BuildLog()
+    log.feed("Running before_build...", now=10.0)
+    log.feed("Building wheel...", now=40.0)
+    log.feed(NVCC.format(n=1, unit="relu"), now=45.0)
+    log.feed("Repairing wheel...", now=52.5)
+    assert log.build_seconds == 12.5
