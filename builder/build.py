@@ -309,15 +309,16 @@ def _attempt_record(
         "memory_limit_seen": result.memory_limit_seen,
         "peak_memory": result.peak_memory,
         "oom_evidence": list(result.oom.fired),
-        "units_finished": result.units_finished,
+        "units_finished": len(result.finished_units),
         "cache_hits": result.cache_hits,
         "cache_misses": result.cache_misses,
     }
     if before and result.returncode == 0:
         # Units that finished in an earlier attempt and were compiled again here: sccache misses
         # beyond the units no earlier attempt finished. The goal is 0.
-        finished_before = max(r.units_finished for _, r in before)
-        record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - finished_before))
+        finished_before = set().union(*(r.finished_units for _, r in before))
+        record["units_finished_before"] = len(finished_before)
+        record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - len(finished_before)))
     return record
 
 

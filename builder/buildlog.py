@@ -16,7 +16,11 @@ _BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")
 # ninja prints "[n/N] command" when a unit finishes (on a non-terminal); pip -v indents it.
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)$")
 _OUTPUT = re.compile(r"\s-o\s+(\S+)")
-_SCCACHE = re.compile(r"^\s*Cache (hits|misses)\s+(\d+)\s*$")
+# ninja prints the [n/N] line of a failed unit too, then "FAILED: [code=N] <output>".
+_FAILED = re.compile(r"^\s*FAILED:\s+(?:\[code=-?\d+\]\s+)?(\S+)")
+# sccache splits an nvcc compile into CUDA, device, PTX and CUBIN requests; the units are the
+# top-level "(C/C++)" and "(CUDA)" lines.
+_SCCACHE = re.compile(r"^\s*Cache (hits|misses) \((C/C\+\+|CUDA)\)\s+(\d+)\s*$")
 # A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
 # "Killed signal terminated program cc1plus".
 _KILLED = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
@@ -42,8 +46,9 @@ class BuildLog:
     identifier: str | None = None  # the cibuildwheel build identifier now building
     done: int = 0  # ninja units finished for the current identifier
     total: int = 0  # ninja units of the current identifier
-    finished_units: dict[str, list[str]] = field(default_factory=dict)  # identifier -> outputs
-    cache_hits: int = 0
+    # identifier -> the outputs (saxpy.o) of units that finished, failed ones taken out again
+    finished_units: dict[str, list[str]] = field(default_factory=dict)
+    cache_hits: int = 0  # sccache, in units (a .cu or a .cpp), over the builds that reached repair
     cache_misses: int = 0
     memory_limit_seen: int | None = None
     killed_lines: list[str] = field(default_factory=list)
@@ -65,11 +70,16 @@ class BuildLog:
             output = _OUTPUT.search(ninja[3])
             name = output[1].rsplit("/", 1)[-1] if output else ninja[3][:60]
             self.finished_units.setdefault(self.identifier or "?", []).append(name)
+        elif failed := _FAILED.match(line):
+            units = self.finished_units.get(self.identifier or "?", [])
+            name = failed[1].rsplit("/", 1)[-1]
+            if name in units:
+                units.remove(name)
         elif counted := _SCCACHE.match(line):
             if counted[1] == "hits":
-                self.cache_hits += int(counted[2])
+                self.cache_hits += int(counted[3])
             else:
-                self.cache_misses += int(counted[2])
+                self.cache_misses += int(counted[3])
         elif line.startswith(MEMORY_MARK):
             value = line[len(MEMORY_MARK) :].split()[0]
             self.memory_limit_seen = int(value) if value.isdigit() else None

@@ -164,6 +164,22 @@ def read_oom_kills(cgroup_dir: Path, version: HierarchyVersion) -> int | None:
     return None if counters is None else counters.get("oom_kill")
 
 
+def read_working_set(cgroup_dir: Path, version: HierarchyVersion) -> int | None:
+    """Memory charged now less the inactive page cache the kernel drops before it OOM-kills
+    (what `docker stats` shows). The raw usage counts cache: after pip unpacks torch it sits
+    near the limit without any pressure, so it says nothing about the compilers."""
+    current_name, inactive_key = (
+        ("memory.current", "inactive_file")
+        if version == "v2"
+        else ("memory.usage_in_bytes", "total_inactive_file")
+    )
+    current = _read_value(cgroup_dir / current_name, _parse_count)
+    stats = _read_value(cgroup_dir / "memory.stat", _parse_flat_keyed)
+    if current is None:
+        return None
+    return max(0, current - (stats or {}).get(inactive_key, 0))
+
+
 def parse_cpuset(text: str) -> int:
     """How many CPUs a cpuset list such as "0-3,8,10-11" names (each counted once)."""
     cpus: set[int] = set()

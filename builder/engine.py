@@ -351,16 +351,18 @@ class AttemptWatcher:
     def _read_cgroup(self, pid: int) -> None:
         try:
             found = cgroup.read_limits(pid=str(pid))
+            where = found.memory_cgroup
+            used = cgroup.read_working_set(where.path, where.version) if where else None
         except (OSError, ValueError):
             return
         # The container's cgroup is new with the attempt, so its counter started at 0.
         if found.oom_kills is not None:
             self.cgroup_oom_kills = max(self.cgroup_oom_kills, found.oom_kills)
-        peak = found.memory_peak or found.memory_current
-        if peak is not None:
-            self.peak_memory = max(self.peak_memory or 0, peak)
-        if self._on_memory is not None and found.memory_current is not None:
-            self._on_memory(MemorySample(found.memory_current, self.peak_memory or 0, found.memory_limit))
+        if used is not None:
+            # Sampled once a second: the working set's peak, not the cache-inflated max_usage.
+            self.peak_memory = max(self.peak_memory or 0, used)
+            if self._on_memory is not None:
+                self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,8 +412,8 @@ class AttemptResult:
     log_path: Path
     log_tail: tuple[str, ...] = field(default_factory=tuple)
     oom: OomEvidence = field(default_factory=OomEvidence)
-    peak_memory: int | None = None
-    units_finished: int = 0  # ninja units that completed in this attempt
+    peak_memory: int | None = None  # peak working set, sampled once a second
+    finished_units: tuple[str, ...] = ()  # "identifier:unit.o" of each unit that completed here
     units_total: int = 0
     cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
     cache_misses: int = 0
@@ -583,7 +585,9 @@ def run_attempt(
         log_tail=tuple(tail),
         oom=watcher.evidence(progress.killed_lines),
         peak_memory=watcher.peak_memory,
-        units_finished=progress.units_finished,
+        finished_units=tuple(
+            f"{identifier}:{unit}" for identifier, units in progress.finished_units.items() for unit in units
+        ),
         units_total=progress.units_total,
         cache_hits=progress.cache_hits,
         cache_misses=progress.cache_misses,

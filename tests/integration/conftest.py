@@ -114,7 +114,7 @@ def containers_of_run(client: docker.DockerClient, run_id: str) -> list[str]:
 
 def compiler_processes() -> list[str]:
     """Compiler processes on this machine (those inside containers show up here too)."""
-    names = {"nvcc", "cicc", "ptxas", "cc1plus", "ninja", "fatbinary", "cudafe++"}
+    names = {"nvcc", "cicc", "ptxas", "cc1plus", "ninja", "fatbinary", "cudafe++", "sccache"}
     out = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout
     return [line.strip() for line in out.splitlines() if line.split()[-1] in names]
 

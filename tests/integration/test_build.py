@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import docker
@@ -81,9 +83,11 @@ def test_sigint_mid_compile_leaves_nothing_behind(
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     assert compiler_processes() == [], "another build is running on this machine"
+    # Salted, slightly heavy units: a fresh compile the cache cannot answer, a few seconds each.
     proc = subprocess.Popen(
         [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path)],
+         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path),
+         "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 900
@@ -100,6 +104,40 @@ def test_sigint_mid_compile_leaves_nothing_behind(
     assert containers_of_run(docker_client, run_id) == []
     time.sleep(1)
     assert compiler_processes() == []
+
+
+def test_oom_kill_is_detected_and_retried_at_half_the_jobs_without_recompiling(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    # Each .cu unit includes a generated 3M-element array: measured here, one unit compiled for two
+    # archs at NVCC_THREADS=2 peaks near 2.2 GiB, so two at once cannot fit in 3 GiB but one can.
+    # The salt makes the source new to the shared compiler cache, so attempt 1 really compiles.
+    result = wheelbuild(
+        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "--memory", "3g", "--max-jobs", "2", "--nvcc-threads", "2",
+        "--env", "WBDEMO_BLOB_ELEMENTS=3000000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
+        "--output-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    report = json.loads((tmp_path / "runs" / result.run_id / "build-report.json").read_text())
+    first, *retries = report["attempts"]
+    # Attempt 1 was OOM-killed, and the exit code did not say so: cibuildwheel exits 1, not 137.
+    assert first["returncode"] == 1
+    assert first["oom_evidence"], first
+    assert any(
+        e.startswith(("docker oom event", "State.OOMKilled", "cgroup oom_kill"))
+        for e in first["oom_evidence"]
+    )
+    # Retried at half the jobs (and, had that been killed too, fewer threads), then it succeeded.
+    assert retries and retries[0]["max_jobs"] == 1 and retries[0]["nvcc_threads"] == 2
+    last = report["attempts"][-1]
+    assert last["returncode"] == 0 and last["oom_evidence"] == []
+    # Resume, not restart: every unit that finished before was a cache hit.
+    assert last["units_finished_before"] >= 1  # at least the light binding finished in attempt 1
+    assert last["cache_hits"] >= last["units_finished_before"]
+    assert last["units_recompiled"] == 0
+    assert "was OOM-killed" in result.stdout and "retrying at MAX_JOBS=1" in result.stdout
+    assert containers_of_run(docker_client, result.run_id) == []
 
 
 def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
@@ -142,6 +180,9 @@ def test_compile_error_is_reported_with_first_compiler_error(
     error_line = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
     assert "scale.cu" in error_line and "undefined_name" in error_line and "error" in error_line
     assert "remedy:" in result.stderr and "build.log" in result.stderr
+    # A compile error is not an OOM: reported once, never retried.
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [error_line]
+    assert "attempt 2" not in result.stdout and "OOM-killed" not in result.stdout
     assert containers_of_run(docker_client, result.run_id) == []
 
 

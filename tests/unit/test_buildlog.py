@@ -42,14 +42,26 @@ def test_a_second_python_restarts_the_count_and_adds_to_the_total() -> None:
     assert log.units_finished == 2
 
 
-def test_sccache_counts_are_read_from_show_stats() -> None:
+def test_sccache_counts_are_read_per_unit_from_show_stats() -> None:
+    # As sccache 0.16 printed it for wbdemo (4 .cu units and 1 .cpp), all compiled.
     log = feed(
-        "Compile requests                      5",
-        "Cache hits                            3",
-        "Cache misses                          2",
-        "Cache hits rate                  60.00 %",
+        "Cache hits                                 0",
+        "Cache misses                              25",
+        "Cache misses (C/C++)                       1",
+        "Cache misses (CUBIN)                       8",
+        "Cache misses (CUDA)                        4",
+        "Cache misses (CUDA (Device code))          4",
+        "Cache misses (PTX)                         8",
+        "Cache hits rate                         0.00 %",
     )
-    assert (log.cache_hits, log.cache_misses) == (3, 2)
+    assert (log.cache_hits, log.cache_misses) == (0, 5)
+
+
+def test_sccache_hits_count_units_too() -> None:
+    log = feed(
+        "Cache hits                                 5", "Cache hits (C/C++)  1", "Cache hits (CUDA)  4"
+    )
+    assert (log.cache_hits, log.cache_misses) == (5, 0)
 
 
 def test_memory_mark_is_read_back() -> None:
@@ -77,3 +89,16 @@ def test_build_steps_are_timed_from_building_to_repairing() -> None:
     log.feed(NVCC.format(n=1, unit="relu"), now=45.0)
     log.feed("Repairing wheel...", now=52.5)
     assert log.build_seconds == 12.5
+
+
+def test_a_unit_ninja_reports_failed_is_not_finished() -> None:
+    # From a real OOM-killed attempt: ninja prints the [n/N] line of a failed unit too.
+    log = feed(
+        "Building cp311-manylinux_x86_64 wheel",
+        NVCC.format(n=1, unit="scale"),
+        NVCC.format(n=2, unit="reduce"),
+        "  FAILED: [code=254] /project/build/temp.linux-x86_64-cpython-311/csrc/reduce.o",
+        "  gcc: fatal error: Killed signal terminated program cc1plus",
+    )
+    assert log.finished_units == {"cp311-manylinux_x86_64": ["scale.o"]}
+    assert log.killed_lines == ["gcc: fatal error: Killed signal terminated program cc1plus"]
