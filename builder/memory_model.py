@@ -155,6 +155,8 @@ class SimResult:
     killed: int  # compilers OOM-killed
     peak: int  # highest memory in use (bytes), base included
     ok: bool  # every unit finished
+    # With admission: the highest sum of admitted units' predicted costs (the wrapper's ledger).
+    admitted_peak: int = 0
 
 
 def simulate(
@@ -169,6 +171,9 @@ def simulate(
     cached: Collection[int] = (),
     hit: UnitCost | None = None,
     onset: float = 0.2,
+    admit_budget: int | None = None,
+    admit_costs: Sequence[int] | None = None,
+    admit_fairness_s: float = 30.0,
 ) -> SimResult:
     """Run `units` in order, `jobs` at a time, like ninja: a unit starts when a slot frees.
 
@@ -178,25 +183,63 @@ def simulate(
     With `limit`, base + memory in use above it OOM-kills the largest compilers until it fits;
     ninja then starts nothing more and the attempt ends when the running units finish.
     Units in `cached` run as `hit` (an sccache hit) instead.
+
+    With `admit_budget`, every compile goes through images/wheelbuild-admit: a unit ninja
+    launches waits, holding its slot but no memory or CPU, until it is admitted, and then
+    compiles. Admission is the wrapper's rule, in launch order: a waiter is admitted when the
+    predicted costs of the admitted units plus its own fit `admit_budget`, or when nothing is
+    admitted (a unit larger than the budget runs alone); later waiters may pass one that does
+    not fit, except one that has waited longer than `admit_fairness_s`. The predicted cost of
+    unit i is `admit_costs[i]` (the wrapper's costs file: the model's peak, margin included),
+    by default its own peak; sccache hits are admitted at that cost too (the wrapper runs
+    before sccache). Memory in use is still the units' true peaks, so the limit can still
+    OOM-kill when the costs are too low. Launched units still waiting when a kill fails the
+    attempt are admitted and compiled in turn, as ninja waits for every command it started.
     """
     jobs = max(1, jobs)
     pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
     running: dict[int, float] = {}  # unit index -> progress in [0, 1]
+    waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
     cost = {i: (hit if (hit is not None and i in cached) else u) for i, u in enumerate(units)}
     walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in cost.items()}
     demand = {
         i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / walls[i]) for i, c in cost.items()
     }
-    now, killed, failed, peak_seen = 0.0, 0, False, base
+    if admit_costs is not None and len(admit_costs) != len(units):
+        raise ValueError(f"admit_costs has {len(admit_costs)} entries for {len(units)} units")
+    predicted = [
+        admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
+    ]
+    now, killed, failed, peak_seen, admitted_peak = 0.0, 0, False, base, 0
     finished: set[int] = set()
 
     def in_use(i: int) -> int:
         c = cost[i]
         return c.peak(threads, archs) if running[i] >= onset else c.fixed
 
+    def admit() -> None:
+        """The wrapper's rule (images/wheelbuild-admit, _admissible), over waiters in launch order."""
+        nonlocal admitted_peak
+        assert admit_budget is not None
+        total, count = sum(predicted[i] for i in running), len(running)
+        for i in sorted(waiting, key=lambda i: (waiting[i], i)):
+            if total + predicted[i] <= admit_budget or count == 0:
+                del waiting[i]
+                running[i] = 0.0
+                total += predicted[i]
+                count += 1
+            elif now - waiting[i] > admit_fairness_s:
+                break  # waited too long: nobody newer passes it
+        admitted_peak = max(admitted_peak, total)
+
     while True:
-        while not failed and pending and len(running) < jobs:
-            running[pending.pop()] = 0.0
+        while not failed and pending and len(running) + len(waiting) < jobs:
+            if admit_budget is None:
+                running[pending.pop()] = 0.0
+            else:
+                waiting[pending.pop()] = now
+        if waiting:
+            admit()
         if limit is not None:
             used = base + sum(in_use(i) for i in running)
             while running and used > limit:
@@ -209,6 +252,8 @@ def simulate(
         else:
             peak_seen = max(peak_seen, base + sum(in_use(i) for i in running))
         if not running:
+            if waiting:
+                continue  # the kills left room: admit the next waiters
             break
         speed = min(1.0, max(cpus, 1e-9) / sum(demand[i] for i in running))
         # Next event: a unit reaching its peak onset or its end.
@@ -227,6 +272,7 @@ def simulate(
         killed=killed,
         peak=peak_seen,
         ok=len(finished) == len(units),
+        admitted_peak=admitted_peak,
     )
 
 

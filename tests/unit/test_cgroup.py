@@ -17,6 +17,7 @@ from builder.cgroup import (
     parse_cpuset,
     read_limits,
     read_oom_kills,
+    read_working_set,
 )
 
 MEMINFO = """\
@@ -568,3 +569,26 @@ def test_the_real_hierarchy() -> None:
     budget = memory_budget()
     # MemAvailable moves between reads; allow for that much drift.
     assert 0 < budget <= max(before, host_memory_available()) + 256 * 1024**2
+
+
+# --- working set: usage less inactive page cache ---------------------------------------------
+
+
+def test_working_set_leaves_out_inactive_page_cache_v1(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "memory.usage_in_bytes": "3000000000\n",
+            "memory.stat": "cache 2000000000\nrss 900000000\ntotal_inactive_file 1800000000\n",
+        },
+    )
+    assert read_working_set(tmp_path, "v1") == 1_200_000_000
+
+
+def test_working_set_v2_and_missing_stat(tmp_path: Path) -> None:
+    _tree(tmp_path, {"memory.current": "500\n", "memory.stat": "anon 300\ninactive_file 120\n"})
+    assert read_working_set(tmp_path, "v2") == 380
+    (tmp_path / "memory.stat").unlink()
+    assert read_working_set(tmp_path, "v2") == 500
+    (tmp_path / "memory.current").unlink()
+    assert read_working_set(tmp_path, "v2") is None

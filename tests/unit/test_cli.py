@@ -95,3 +95,62 @@ def test_unknown_option_is_a_click_usage_error_with_code_2(run_cli: RunCli) -> N
     assert result.returncode == 2
     assert result.stderr.startswith("Usage: wheelbuild build [OPTIONS] [PACKAGE]\n")
     assert "No such option '--no-such-option'" in result.stderr
+
+
+# --- wheelbuild plan: the planner's properties, seen through the real command ----------------
+
+
+def _planned(run_cli: Callable[..., subprocess.CompletedProcess[str]], *args: str) -> dict[str, str]:
+    result = run_cli("plan", *args)
+    assert result.returncode == 0, result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.strip().partition("  ")
+        if key in {"MAX_JOBS", "NVCC_THREADS", "memory limit", "predicted peak"}:
+            rows[key] = value.strip()
+    return rows
+
+
+def _gib(text: str) -> float:
+    number, unit = text.split()[:2]
+    return float(number) * {"GiB": 1.0, "MiB": 1 / 1024}[unit]
+
+
+def test_plan_prints_a_plan_that_fits_its_budget(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    rows = _planned(run_cli, "flash-attn", "--memory", "64g", "--cpus", "128", "--archs", "100,120")
+    assert rows["memory limit"] == "64.0 GiB"
+    assert int(rows["MAX_JOBS"]) >= 1
+    assert 1 <= int(rows["NVCC_THREADS"]) <= 2
+    assert _gib(rows["predicted peak"]) <= 64.0
+
+
+def test_plan_never_gives_fewer_jobs_for_more_memory(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    jobs = [
+        int(
+            _planned(run_cli, "flash-attn", "--memory", f"{gib}g", "--cpus", "128", "--archs", "100,120")[
+                "MAX_JOBS"
+            ]
+        )
+        for gib in (8, 16, 32, 64, 128, 400)
+    ]
+    assert jobs == sorted(jobs)
+    assert jobs[0] >= 1 and jobs[-1] > jobs[0]
+
+
+def test_plan_with_one_arch_never_uses_two_nvcc_threads(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    rows = _planned(run_cli, "flash-attn", "--memory", "400g", "--cpus", "16", "--archs", "120")
+    assert rows["NVCC_THREADS"] == "1"
+
+
+def test_plan_reads_this_machine_when_no_resources_are_given(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    result = run_cli("plan")
+    assert result.returncode == 0, result.stderr
+    assert "host available" in result.stdout and "kept for the host" in result.stdout
