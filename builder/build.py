@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -14,13 +16,14 @@ from typing import Any
 
 import tenacity
 
-from builder import cgroup, engine
+from builder import cgroup, engine, results
 from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
 from builder.planner import Plan, container_limit, explain_container_limit, plan_build
 from builder.recipes import Recipe
 from builder.reporter import Reporter
-from builder.sources import prepare_source
+from builder.results import source_digest
+from builder.sources import cache_dir, prepare_source
 from builder.spec import BuildSpec, format_bytes
 from builder.variants import CudaCompiler, compiler_for
 from builder.wheels import CudaArchs, archs_in_wheel
@@ -51,7 +54,7 @@ class BuildResult:
     run_id: str
     run_dir: Path
     image: Image
-    plan: Plan
+    plan: Plan | None  # None when the wheels were reused from an earlier build
     wheels: tuple[BuiltWheel, ...]
     report: Path
 
@@ -73,8 +76,7 @@ def image_inputs(client: Any, options: ImageOptions) -> ImageInputs:
     )
 
 
-def ensure_image(client: Any, options: ImageOptions, reporter: Reporter) -> Image:
-    inputs = image_inputs(client, options)
+def ensure_image(client: Any, inputs: ImageInputs, reporter: Reporter) -> Image:
     image = engine.ensure_image(client, inputs, reporter.log)
     reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
     return image
@@ -155,7 +157,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
     source = prepare_source(spec.recipe.source, reporter.info)
 
     reporter.step("image")
-    image = ensure_image(client, options, reporter)
+    image = ensure_image(client, inputs, reporter)
     available = engine.image_pythons(client, image.tag)
     pythons = spec.pythons or tuple(available)
     missing = [p for p in pythons if p not in available]
@@ -164,6 +166,40 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             f"the image has no interpreter for {', '.join(missing) or 'any Python'} "
             f"(it has {', '.join(available) or 'none'})",
             "pick --python from those, or build on a base image that has it",
+        )
+
+    key = results.result_key(
+        source=source_digest(Path(spec.recipe.source.location))
+        if not spec.recipe.source.is_url
+        else str(spec.recipe.source.sha256),
+        image_inputs=inputs.sha256,
+        variant=str(spec.variant),
+        index_url=spec.variant.index_url,
+        archs=spec.archs,
+        pythons=pythons,
+        env=spec.recipe.build_env(spec.archs, 1, 1),
+        tools={"wheelbuild": _version(), "cibuildwheel": _version("cibuildwheel")},
+    )
+    store = cache_dir() / "results"
+    reused = None if spec.rebuild else results.lookup(store, key)
+    if reused:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for wheel in reused:
+            shutil.copy2(wheel, run_dir / wheel.name)
+        report = run_dir / "build-report.json"
+        earlier = json.loads((store / key / "build-report.json").read_text())
+        report.write_text(
+            json.dumps(
+                {**earlier, "run_id": run_id, "reused": {"key": key, "from_run": earlier["run_id"]}}, indent=2
+            )
+            + "\n"
+        )
+        reporter.step(
+            f"unchanged inputs: reusing the wheel(s) of run {earlier['run_id']} (key {key[:12]}; --rebuild builds anew)"
+        )
+        wheels = tuple(_inspect(run_dir / w.name) for w in reused)
+        return BuildResult(
+            run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report
         )
 
     plan = plan_for(spec.recipe, spec.archs, spec.memory, spec.cpus, spec.max_jobs, spec.nvcc_threads)
@@ -240,6 +276,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         )
         + "\n"
     )
+    results.save(store, key, result.wheels, report)
     return BuildResult(run_id=run_id, run_dir=run_dir, image=image, plan=plan, wheels=wheels, report=report)
 
 
@@ -320,6 +357,10 @@ def _attempt_record(
         record["units_finished_before"] = len(finished_before)
         record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - len(finished_before)))
     return record
+
+
+def _version(package: str = "wheelbuild") -> str:
+    return importlib.metadata.version(package)
 
 
 def _redact(url: str) -> str:

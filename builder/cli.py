@@ -124,6 +124,7 @@ def main() -> None:
 @click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE for the build's environment; repeatable.")
 @click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("wheelhouse"), show_default=True)
+@click.option("--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs.")
 @click.option(
     "-q",
     "--quiet",
@@ -146,6 +147,7 @@ def build(
     env_pairs: tuple[str, ...],
     gpus: str,
     output_dir: Path,
+    rebuild: bool,
     quiet: bool,
     base_image: str | None,
     ca_bundle: Path | None,
@@ -166,6 +168,7 @@ def build(
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,
         output_dir=output_dir.resolve(),
+        rebuild=rebuild,
     )
     options = _image_options(base_image, ca_bundle, cuda12_image)
     reporter = Reporter(quiet=quiet)
@@ -223,7 +226,8 @@ def image_build(base_image: str | None, ca_bundle: Path | None, cuda12_image: st
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
     client = engine.connect()
-    built = build_pipeline.ensure_image(client, _image_options(base_image, ca_bundle, cuda12_image), reporter)
+    inputs = build_pipeline.image_inputs(client, _image_options(base_image, ca_bundle, cuda12_image))
+    built = build_pipeline.ensure_image(client, inputs, reporter)
     click.echo(built.tag)
 
 

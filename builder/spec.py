@@ -107,3 +107,4 @@ class BuildSpec:
     max_jobs: int | None
     nvcc_threads: int | None
     output_dir: Path
+    rebuild: bool = False  # build even when a finished build has the same inputs

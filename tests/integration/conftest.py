@@ -99,6 +99,7 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
         "--python", "3.11",
         "--memory", "4g",
         "--output-dir", str(out),
+        "--rebuild",  # a real build, even when an earlier run left one with the same inputs
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
     run_dir = out / "runs" / result.run_id

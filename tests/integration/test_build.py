@@ -79,6 +79,35 @@ def test_build_report_records_the_wheel(fixture_build: FixtureBuild) -> None:
     assert fixture_build.report["torch"]["variant"] == "2.11.0+cu130"
 
 
+def test_unchanged_inputs_reuse_the_finished_wheel_without_a_container(
+    fixture_build: FixtureBuild, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    again = wheelbuild(
+        "build",
+        "--torch",
+        "cu130",
+        "--torch-index-url",
+        TORCH_INDEX,
+        "--archs",
+        "100,120",
+        "--python",
+        "3.11",
+        "--memory",
+        "8g",
+        "--max-jobs",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+    )  # fmt: skip  (other MAX_JOBS and memory: they do not change what the wheel holds)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    assert f"reusing the wheel(s) of run {fixture_build.result.run_id}" in again.stdout
+    reused = next((tmp_path / "runs" / again.run_id).glob("*.whl"))
+    assert reused.read_bytes() == fixture_build.wheel.read_bytes()
+    assert "attempt 1" not in again.stdout and containers_of_run(docker_client, again.run_id) == []
+    assert time.monotonic() - started < 60
+
+
 def test_sigint_mid_compile_leaves_nothing_behind(
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:

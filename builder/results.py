@@ -1,0 +1,90 @@
+"""Finished builds, kept by the hash of everything that went into them: the source's content,
+the image's inputs, the torch variant, archs, Pythons and the build's env. An unchanged nightly
+rebuild finds its wheel here and starts no container at all (`--rebuild` forces a build).
+
+MAX_JOBS and NVCC_THREADS are left out of the key: they change how fast a wheel is built, not
+what is in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+# Bump when a change to the build procedure changes what a wheel contains.
+PROCEDURE = "1"
+_SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".eggs", ".tox", ".venv"}
+
+
+def source_digest(path: Path) -> str:
+    """sha256 of an sdist file, or of a project tree (relative paths, modes and contents),
+    leaving out build output and VCS metadata."""
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(files):
+            file = Path(root) / name
+            relative = file.relative_to(path).as_posix()
+            digest.update(f"{relative}\0{file.stat().st_mode & 0o111:o}\0".encode())
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def result_key(
+    *,
+    source: str,
+    image_inputs: str,
+    variant: str,
+    index_url: str,
+    archs: Iterable[int],
+    pythons: Iterable[str],
+    env: Mapping[str, str],
+    tools: Mapping[str, str],
+) -> str:
+    payload = {
+        "procedure": PROCEDURE,
+        "source": source,
+        "image": image_inputs,
+        "variant": variant,
+        "index_url": hashlib.sha256(index_url.encode()).hexdigest(),  # may hold credentials
+        "archs": sorted(archs),
+        "pythons": sorted(pythons),
+        "env": {k: v for k, v in sorted(env.items()) if k not in {"MAX_JOBS", "NVCC_THREADS"}},
+        "tools": dict(sorted(tools.items())),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def lookup(store: Path, key: str) -> list[Path] | None:
+    """The wheels of a finished build with this key, or None."""
+    entry = store / key
+    wheels = sorted(entry.glob("*.whl")) if (entry / "build-report.json").is_file() else []
+    return wheels or None
+
+
+def save(store: Path, key: str, wheels: Iterable[Path], report: Path) -> None:
+    """Keep a finished build; the newest of a key wins (a --rebuild replaces the entry). Written
+    beside, then renamed: a reader never sees half an entry."""
+    store.mkdir(parents=True, exist_ok=True)
+    entry = store / key
+    staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:12]}-"))
+    for wheel in wheels:
+        shutil.copy2(wheel, staging / wheel.name)
+    shutil.copy2(report, staging / "build-report.json")
+    retired = None
+    if entry.exists():
+        retired = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:12]}-old-"))
+        os.rename(entry, retired / "entry")
+    try:
+        os.rename(staging, entry)
+    except OSError:  # another build saved the same key just now: theirs is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)

@@ -1,0 +1,101 @@
+"""builder.results: finished builds kept by the hash of their inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.results import lookup, result_key, save, source_digest
+
+BASE = {
+    "source": "s" * 64,
+    "image_inputs": "i" * 64,
+    "variant": "2.11.0+cu130",
+    "index_url": "https://user:secret@example.invalid/simple",
+    "archs": (100, 120),
+    "pythons": ("cp311",),
+    "env": {"MAX_JOBS": "4", "NVCC_THREADS": "2", "WBDEMO_CUDA_ARCHS": "100;120"},
+    "tools": {"wheelbuild": "0.1.0", "cibuildwheel": "4.3.5"},
+}
+
+
+def test_parallelism_does_not_change_the_key() -> None:
+    other = {**BASE, "env": {**BASE["env"], "MAX_JOBS": "1", "NVCC_THREADS": "1"}}
+    assert result_key(**BASE) == result_key(**other)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("source", "t" * 64),
+        ("image_inputs", "j" * 64),
+        ("variant", "2.10.0+cu128"),
+        ("index_url", "https://pypi.org/simple"),
+        ("archs", (100,)),
+        ("pythons", ("cp311", "cp312")),
+        ("env", {"WBDEMO_CUDA_ARCHS": "100;120", "WBDEMO_BLOB_SALT": "x"}),
+        ("tools", {"wheelbuild": "0.2.0", "cibuildwheel": "4.3.5"}),
+    ],
+)
+def test_every_input_changes_the_key(field: str, value: object) -> None:
+    assert result_key(**{**BASE, field: value}) != result_key(**BASE)
+
+
+def test_the_key_holds_no_credentials() -> None:
+    assert "secret" not in result_key(**BASE)
+
+
+def _project(root: Path) -> Path:
+    (root / "csrc").mkdir(parents=True)
+    (root / "setup.py").write_text("setup()\n")
+    (root / "csrc" / "a.cu").write_text("__global__ void k() {}\n")
+    return root
+
+
+def test_source_digest_ignores_build_output_but_not_sources(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p")
+    before = source_digest(project)
+    for junk in ("build/temp/a.o", "x.egg-info/PKG-INFO", "__pycache__/m.pyc", ".git/HEAD"):
+        (project / junk).parent.mkdir(parents=True, exist_ok=True)
+        (project / junk).write_text("junk")
+    assert source_digest(project) == before
+    (project / "csrc" / "a.cu").write_text("__global__ void k2() {}\n")
+    assert source_digest(project) != before
+
+
+def test_saved_build_is_found_and_an_unknown_key_is_not(tmp_path: Path) -> None:
+    wheel = tmp_path / "wbdemo-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
+    wheel.write_bytes(b"PK wheel")
+    report = tmp_path / "build-report.json"
+    report.write_text('{"run_id": "r1"}')
+    store = tmp_path / "store"
+    assert lookup(store, "k" * 64) is None
+    save(store, "k" * 64, [wheel], report)
+    (found,) = lookup(store, "k" * 64) or []
+    assert found.read_bytes() == b"PK wheel"
+    assert not [p for p in store.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_an_entry_without_its_report_is_not_a_finished_build(tmp_path: Path) -> None:
+    entry = tmp_path / "store" / ("k" * 64)
+    entry.mkdir(parents=True)
+    (entry / "x-0.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"half")
+    assert lookup(tmp_path / "store", "k" * 64) is None
+
+
+def test_a_rebuild_replaces_the_entry(tmp_path: Path) -> None:
+    report = tmp_path / "build-report.json"
+    report.write_text("{}")
+    old, new = (
+        tmp_path / "old" / "x-1-cp311-cp311-linux_x86_64.whl",
+        tmp_path / "new" / "x-1-cp311-cp311-linux_x86_64.whl",
+    )
+    for wheel, data in ((old, b"old"), (new, b"new")):
+        wheel.parent.mkdir()
+        wheel.write_bytes(data)
+    save(tmp_path / "store", "k" * 64, [old], report)
+    save(tmp_path / "store", "k" * 64, [new], report)
+    (found,) = lookup(tmp_path / "store", "k" * 64) or []
+    assert found.read_bytes() == b"new"
+    assert [p.name for p in (tmp_path / "store").iterdir()] == ["k" * 64]
