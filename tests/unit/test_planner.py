@@ -477,3 +477,135 @@ def test_simulate_cached_units_run_as_hits() -> None:
     hit = UnitCost(name="hit", fixed=50 * MIB, per_arch=0, front_s=0.5, per_arch_s=0.0)
     result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4, cached={0, 1}, hit=hit)
     assert result.seconds == pytest.approx(0.5 + 0.5 + 3)
+
+
+# --- simulate with memory admission (images/wheelbuild-admit) -------------------------------------
+
+
+def test_simulate_admission_holds_units_until_they_fit() -> None:
+    # Peaks at NVCC_THREADS=2: a.cu, b.cu 900 MiB, c.cpp 300 MiB; three jobs launched at once.
+    # Budget 1000: a.cu alone (0-6), then b.cu (6-12), then c.cpp (12-15).
+    held = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=1000 * MIB)
+    assert held.ok and held.seconds == pytest.approx(15)
+    assert held.admitted_peak == 900 * MIB
+    # Budget 1200: c.cpp passes b.cu and runs beside a.cu (0-3); b.cu follows a.cu (6-12).
+    passed = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=1200 * MIB)
+    assert passed.seconds == pytest.approx(12)
+    assert passed.admitted_peak == passed.peak == 1200 * MIB
+
+
+def test_simulate_admission_runs_a_unit_larger_than_the_budget_alone() -> None:
+    result = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=500 * MIB)
+    assert result.ok and result.seconds == pytest.approx(6 + 6 + 3)
+    assert result.peak == 900 * MIB  # one unit at a time, never two
+
+
+def test_simulate_admission_fairness_stops_newer_units_passing() -> None:
+    def unit(name: str, mib: int, seconds: float) -> UnitCost:
+        return UnitCost(name=name, fixed=mib * MIB, per_arch=0, front_s=seconds, per_arch_s=0.0)
+
+    # Budget 1000, four jobs: a (0-10) and c (0-15) run; b (1000) needs an empty ledger.
+    units = [
+        unit("a", 500, 10),
+        unit("b", 1000, 10),
+        unit("c", 500, 15),
+        unit("d", 500, 10),
+        unit("e", 500, 1),
+    ]
+
+    def makespan(fairness: float) -> float:
+        result = simulate(
+            units, jobs=4, threads=1, archs=1, cpus=8, admit_budget=1000 * MIB, admit_fairness_s=fairness
+        )
+        assert result.ok and result.admitted_peak <= 1000 * MIB
+        return result.seconds
+
+    # No window: d and e pass b; b gets in when d ends at 20 (20-30).
+    assert makespan(math.inf) == pytest.approx(30)
+    # 12 s: d passes b at 10; at 15 b has waited too long, e may not pass; b at 20-30, e 30-31.
+    assert makespan(12) == pytest.approx(31)
+    # 0 s: nobody passes b: b at 15-25 once a and c are done, then d and e (25-35).
+    assert makespan(0) == pytest.approx(35)
+
+
+def test_simulate_admission_uses_the_costs_and_still_oom_kills_on_the_true_peaks() -> None:
+    # The costs say 300 MiB each: all three admitted within 1200, but they truly need 2100 + 100.
+    low = [300 * MIB] * 3
+    result = simulate(
+        TINY,
+        jobs=3,
+        threads=2,
+        archs=2,
+        cpus=8,
+        limit=1400 * MIB,
+        base=100 * MIB,
+        admit_budget=1200 * MIB,
+        admit_costs=low,
+    )
+    assert result.killed >= 1 and not result.ok
+    assert result.admitted_peak == 900 * MIB
+    with pytest.raises(ValueError, match="admit_costs"):
+        simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=GIB, admit_costs=low[:2])
+
+
+def test_simulate_admission_lets_launched_units_finish_after_a_kill() -> None:
+    # a.cu's cost says 300 MiB: a.cu and b.cu are admitted (1200), c.cpp waits. At their peaks
+    # 100 + 900 + 900 > 1300: a.cu is OOM-killed and ninja starts nothing new, but c.cpp, already
+    # launched, is admitted into the room a.cu left and compiles.
+    costs = [300 * MIB, 900 * MIB, 300 * MIB]
+    result = simulate(
+        TINY,
+        jobs=3,
+        threads=2,
+        archs=2,
+        cpus=8,
+        limit=1300 * MIB,
+        base=100 * MIB,
+        admit_budget=1200 * MIB,
+        admit_costs=costs,
+    )
+    assert result.killed == 1
+    assert result.finished == frozenset({1, 2})
+    assert not result.ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    unit_list=st.lists(units, min_size=1, max_size=10),
+    jobs=st.integers(min_value=1, max_value=8),
+    threads=st.integers(min_value=1, max_value=2),
+    arch_count=st.integers(min_value=1, max_value=2),
+    budget=st.integers(min_value=0, max_value=40 * GIB),
+    margin=st.floats(min_value=0, max_value=0.3),
+)
+def test_simulate_admission_never_exceeds_the_budget_under_the_model(
+    unit_list: list[UnitCost], jobs: int, threads: int, arch_count: int, budget: int, margin: float
+) -> None:
+    model = MemoryModel(name="random", units=tuple(unit_list), reserve=0, margin=margin)
+    costs = [model.unit_peak(u, threads, arch_count) for u in unit_list]
+    result = simulate(
+        unit_list,
+        jobs=jobs,
+        threads=threads,
+        archs=arch_count,
+        cpus=4,
+        admit_budget=budget,
+        admit_costs=costs,
+    )
+    assert result.ok and result.killed == 0
+    # The ledger stays within the budget, except for one unit larger than it, alone.
+    assert result.admitted_peak <= max(budget, max(costs))
+    # The true peaks are below the costs (margin >= 0), so memory in use is too.
+    assert result.peak <= result.admitted_peak
+    plain = simulate(unit_list, jobs=jobs, threads=threads, archs=arch_count, cpus=4)
+    # A budget for everything at once admits everything as it is launched: no admission at all.
+    roomy = simulate(
+        unit_list,
+        jobs=jobs,
+        threads=threads,
+        archs=arch_count,
+        cpus=4,
+        admit_budget=sum(costs),
+        admit_costs=costs,
+    )
+    assert (roomy.seconds, roomy.peak, roomy.finished) == (plain.seconds, plain.peak, plain.finished)

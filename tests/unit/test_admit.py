@@ -1,0 +1,384 @@
+"""images/wheelbuild-admit: memory admission for compiles, run for real.
+
+Every test runs the script as a process in front of a fake compiler (a small Python script that
+records when it ran and under which pid, then sleeps, exits or kills itself), with a costs file,
+a budget and a ledger directory in tmp_path. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIT = REPO / "images" / "wheelbuild-admit"
+
+FAKE_COMPILER = """\
+import json, os, sys, time
+
+args = sys.argv[1:]
+name = args[args.index("-c") + 1] if "-c" in args else "no-source"
+record = os.environ["FAKE_RECORD"]
+
+
+def write(suffix, data):
+    path = os.path.join(record, name + suffix)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(data, handle)
+    os.replace(path + ".tmp", path)
+
+
+start = time.time()
+write(".start", {"pid": os.getpid(), "start": start})
+if "--hold" in args:  # until the test writes <record>/go-<name> (or go-ALL, when it ends)
+    while not any(os.path.exists(os.path.join(record, "go-" + n)) for n in (name, "ALL")):
+        time.sleep(0.01)
+time.sleep(float(args[args.index("--sleep") + 1]) if "--sleep" in args else 0.0)
+write(".json", {"pid": os.getpid(), "start": start, "end": time.time()})
+if "--signal" in args:
+    os.kill(os.getpid(), int(args[args.index("--signal") + 1]))
+sys.exit(int(args[args.index("--exit") + 1]) if "--exit" in args else 0)
+"""
+
+
+class Bench:
+    """A costs file, a budget, a ledger directory and a fake compiler, all in tmp_path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.record = root / "record"
+        self.record.mkdir()
+        self.ledger_dir = root / "ledger"
+        self.fake = root / "fake_cc.py"
+        self.fake.write_text(FAKE_COMPILER)
+        self.costs = root / "costs.json"
+        self.processes: list[subprocess.Popen[str]] = []
+        self.configure(budget=10, default=4)
+
+    def configure(
+        self, *, budget: int, default: int, units: dict[str, int] | None = None, fairness: float = 30
+    ) -> None:
+        self.costs.write_text(json.dumps({"default": default, "units": units or {}}))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_ADMIT_")}
+        self.env.update(
+            FAKE_RECORD=str(self.record),
+            WHEELBUILD_ADMIT_BUDGET=str(budget),
+            WHEELBUILD_ADMIT_COSTS=str(self.costs),
+            WHEELBUILD_ADMIT_DIR=str(self.ledger_dir),
+            WHEELBUILD_ADMIT_FAIRNESS_S=str(fairness),
+        )
+
+    def start(self, name: str, *extra: str, admit: bool = True) -> subprocess.Popen[str]:
+        """wheelbuild-admit <python> fake_cc.py [extra] -c <name>, like ninja's compile rule."""
+        env = (
+            self.env
+            if admit
+            else {k: v for k, v in self.env.items() if not k.startswith("WHEELBUILD_ADMIT_")}
+        )
+        command = [
+            sys.executable,
+            str(ADMIT),
+            sys.executable,
+            str(self.fake),
+            *extra,
+            "-c",
+            name,
+            "-o",
+            f"{name}.o",
+        ]
+        # A session of its own, as ninja gives each command a process group of its own.
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def queue(self, name: str, *extra: str) -> subprocess.Popen[str]:
+        """start(), then wait until the wrapper waits in the ledger."""
+        process = self.start(name, *extra)
+        self.wait_for(lambda: str(process.pid) in self.ledger()["waiting"], what=f"{name} to queue")
+        return process
+
+    def finish(self, process: subprocess.Popen[str], timeout: float = 15) -> int:
+        """Wait for a wrapper; it must print nothing."""
+        out, err = process.communicate(timeout=timeout)
+        assert (out, err) == ("", ""), f"wheelbuild-admit printed {out!r} {err!r}"
+        return process.returncode
+
+    def interval(self, name: str) -> tuple[float, float]:
+        data = json.loads((self.record / f"{name}.json").read_text())
+        return data["start"], data["end"]
+
+    def started(self, name: str) -> dict[str, Any] | None:
+        path = self.record / f"{name}.start"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def go(self, name: str) -> None:
+        (self.record / f"go-{name}").touch()
+
+    def ledger(self) -> dict[str, dict[str, Any]]:
+        path = self.ledger_dir / "ledger.json"
+        return json.loads(path.read_text()) if path.exists() else {"running": {}, "waiting": {}}
+
+    def wait_for(self, condition: Callable[[], object], timeout: float = 10, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or condition}")
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def bench(tmp_path: Path) -> Iterator[Bench]:
+    b = Bench(tmp_path)
+    yield b
+    b.go("ALL")  # every held fake compiler, also those still waiting, ends when it runs
+    for process in b.processes:
+        try:
+            process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # the wrapper and its compiler
+            process.communicate()
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    return max(sum(start <= t < end for start, end in intervals) for t, _ in intervals)
+
+
+def load_admit() -> ModuleType:
+    """The script as a module, for its pure functions."""
+    loader = importlib.machinery.SourceFileLoader("wheelbuild_admit", str(ADMIT))
+    spec = importlib.util.spec_from_loader("wheelbuild_admit", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+# --- (a) the budget holds -------------------------------------------------------------------------
+
+
+def test_at_most_what_fits_the_budget_runs_at_once(bench: Bench) -> None:
+    # budget 10, every unit 4: two at once, never three; all six finish.
+    wrappers = [bench.start(f"unit{i}.cu", "--sleep", "0.3") for i in range(6)]
+    assert [bench.finish(w) for w in wrappers] == [0] * 6
+    intervals = [bench.interval(f"unit{i}.cu") for i in range(6)]
+    assert most_at_once(intervals) == 2
+    assert bench.ledger() == {"running": {}, "waiting": {}}
+
+
+# --- (b) a unit larger than the budget --------------------------------------------------------------
+
+
+def test_a_unit_larger_than_the_budget_runs_alone(bench: Bench) -> None:
+    bench.configure(budget=10, default=4, units={"big.cu": 25})
+    small = [bench.start(f"small{i}.cu", "--sleep", "0.3") for i in range(2)]
+    big = bench.start("big.cu", "--sleep", "0.3")
+    more = [bench.start(f"late{i}.cu", "--sleep", "0.3") for i in range(2)]
+    assert bench.finish(big) == 0
+    assert [bench.finish(w) for w in small + more] == [0] * 4
+    big_start, big_end = bench.interval("big.cu")
+    for name in ("small0.cu", "small1.cu", "late0.cu", "late1.cu"):
+        start, end = bench.interval(name)
+        assert end <= big_start or start >= big_end, f"{name} ran alongside big.cu"
+
+
+# --- (c) exit codes -----------------------------------------------------------------------------------
+
+
+def test_exit_codes_pass_through(bench: Bench) -> None:
+    assert bench.finish(bench.start("three.cu", "--exit", "3")) == 3
+    assert bench.finish(bench.start("ok.cpp")) == 0
+
+
+def test_a_child_killed_by_a_signal_exits_128_plus_the_signal(bench: Bench) -> None:
+    assert bench.finish(bench.start("killed.cu", "--signal", str(int(signal.SIGKILL)))) == 128 + 9
+    assert bench.ledger()["running"] == {}
+
+
+# --- (d) a killed wrapper's entry -----------------------------------------------------------------
+
+
+def test_the_entry_of_a_killed_wrapper_is_dropped(bench: Bench) -> None:
+    bench.configure(budget=10, default=10)  # one unit holds the whole budget
+    victim = bench.start("victim.cu", "--sleep", "8")
+    bench.wait_for(lambda: bench.started("victim.cu"), what="victim.cu to start")
+    assert list(bench.ledger()["running"]) == [str(victim.pid)]  # the wrapper's pid, not the child's
+    orphan = bench.started("victim.cu")["pid"]  # type: ignore[index]
+    victim.kill()  # SIGKILL: no cleanup; left unreaped (a zombie) until the end on purpose
+    try:
+        began = time.monotonic()
+        assert bench.finish(bench.start("next.cu", "--sleep", "0.1")) == 0
+        assert time.monotonic() - began < 4
+        os.kill(orphan, 0)  # the orphaned compiler still runs: its wrapper's entry went, not it
+        assert bench.ledger() == {"running": {}, "waiting": {}}
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+        victim.wait()
+
+
+def test_a_waiter_killed_while_waiting_leaves_no_entry(bench: Bench) -> None:
+    bench.configure(budget=10, default=10)
+    holder = bench.start("holder.cu", "--hold")
+    bench.wait_for(lambda: bench.started("holder.cu"), what="holder.cu to start")
+    waiter = bench.start("waiter.cu")
+    bench.wait_for(lambda: str(waiter.pid) in bench.ledger()["waiting"], what="waiter.cu to queue")
+    waiter.send_signal(signal.SIGTERM)
+    assert waiter.wait(timeout=5) == 128 + signal.SIGTERM
+    assert bench.started("waiter.cu") is None  # never ran
+    assert str(waiter.pid) not in bench.ledger()["waiting"]
+    bench.go("holder.cu")
+    assert bench.finish(holder) == 0
+
+
+def test_sigterm_is_forwarded_to_the_compiler(bench: Bench) -> None:
+    wrapper = bench.start("long.cu", "--hold")
+    bench.wait_for(lambda: bench.started("long.cu"), what="long.cu to start")
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=5) == 128 + signal.SIGTERM  # the fake died of the forwarded SIGTERM
+    assert bench.ledger() == {"running": {}, "waiting": {}}
+
+
+# --- (e) without admission ------------------------------------------------------------------------
+
+
+def test_without_the_environment_the_command_is_execd(bench: Bench) -> None:
+    wrapper = bench.start("plain.cu", admit=False)
+    assert bench.finish(wrapper) == 0
+    assert bench.started("plain.cu")["pid"] == wrapper.pid  # type: ignore[index]  # exec: same process
+    assert not bench.ledger_dir.exists()
+
+
+def test_a_command_without_a_source_is_not_admitted(bench: Bench) -> None:
+    bench.configure(budget=10, default=10)
+    holder = bench.start("holder.cu", "--hold")
+    bench.wait_for(lambda: bench.started("holder.cu"), what="holder.cu to start")
+    # A link while the budget is taken: runs at once, as the wrapper's own process.
+    link = subprocess.run(
+        [sys.executable, str(ADMIT), sys.executable, str(bench.fake), "a.o", "b.o", "-shared", "-o", "x.so"],
+        env=bench.env,
+        capture_output=True,
+        text=True,
+        timeout=5,
+        check=False,
+    )
+    assert (link.returncode, link.stdout, link.stderr) == (0, "", "")
+    assert bench.started("no-source") is not None
+    bench.go("holder.cu")
+    assert bench.finish(holder) == 0
+
+
+# --- (f) fairness ---------------------------------------------------------------------------------
+
+
+def relay(bench: Bench, *, seconds: float) -> tuple[float | None, list[str]]:
+    """Budget 10: small units of 5 (two fit) keep one always running, handing over one by one, so
+    big.cu (10, needs an empty ledger) only gets in when newer small units stop passing it.
+    Returns when big.cu started after it queued (None: not within `seconds`) and the small units
+    that started before it."""
+    small = iter(f"small{i}.cu" for i in range(100))
+    running = [next(small), next(small)]
+    for name in running:
+        bench.start(name, "--hold")
+    bench.wait_for(lambda: all(bench.started(n) for n in running), what="the first small units")
+    bench.queue("big.cu", "--sleep", "0.1")
+    queued = time.monotonic()
+    passed: list[str] = []
+    while time.monotonic() - queued < seconds and not bench.started("big.cu"):
+        name = next(small)
+        bench.queue(name, "--hold")
+        bench.go(running.pop(0))  # one small unit ends: room for 5 again, not for 10
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline and not (bench.started(name) or bench.started("big.cu")):
+            time.sleep(0.02)
+        if bench.started(name):
+            passed.append(name)
+            running.append(name)
+        else:  # refused though it fits: big.cu waited too long; let the last running one end
+            for other in running:
+                bench.go(other)
+            running = []
+            bench.wait_for(lambda: bench.started("big.cu"), timeout=3, what="big.cu after the drain")
+    big_start = bench.started("big.cu")
+    return (None if big_start is None else time.monotonic() - queued), passed
+
+
+def test_fairness_a_big_unit_is_not_passed_after_the_window(bench: Bench) -> None:
+    bench.configure(budget=10, default=5, units={"big.cu": 10}, fairness=1.0)
+    waited, passed = relay(bench, seconds=6)
+    # Passed while within its window (how often depends on the machine's speed), then no more:
+    # the running small unit ends and big.cu gets in.
+    assert waited is not None and waited < 1.0 + 2.0, f"big.cu waited {waited}"
+    assert len(passed) <= 5
+    bench.wait_for(lambda: (bench.record / "big.cu.json").exists(), what="big.cu to finish")
+
+
+def test_without_the_fairness_window_small_units_keep_passing(bench: Bench) -> None:
+    # The control: with a window longer than the test, big.cu waits for as long as the relay runs.
+    bench.configure(budget=10, default=5, units={"big.cu": 10}, fairness=3600)
+    waited, passed = relay(bench, seconds=2.5)
+    assert waited is None
+    assert len(passed) >= 3
+
+
+# --- the pieces -----------------------------------------------------------------------------------
+
+
+def test_the_unit_is_found_in_ninja_compile_commands() -> None:
+    find = load_admit().find_unit
+    nvcc = (
+        "/usr/local/cuda/bin/nvcc --generate-dependencies-with-compile --dependency-output x.o.d -I/src/csrc"
+    )
+    assert find([*nvcc.split(), "-c", "/src/csrc/flash_bwd_hdim256_bf16_sm80.cu", "-o", "x.o", "-O3"]) == (
+        "/src/csrc/flash_bwd_hdim256_bf16_sm80.cu"
+    )
+    assert find(["c++", "-MMD", "-MF", "api.o.d", "-c", "/src/csrc/flash_api.cpp", "-o", "api.o"]) == (
+        "/src/csrc/flash_api.cpp"
+    )
+    assert find(["c++", "-c", "-o", "a.o", "a.cc"]) == "a.cc"
+    assert find(["c++", "a.o", "b.o", "-shared", "-o", "x.so"]) is None
+    assert find(["nvcc", "--version"]) is None
+    assert find(["c++", "-dumpversion"]) is None
+
+
+def test_costs_by_basename_else_default(tmp_path: Path) -> None:
+    load_cost = load_admit().load_cost
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"default": 7, "units": {"flash_bwd_hdim256_bf16_sm80.cu": 9}}))
+    assert load_cost(str(costs), "/src/csrc/flash_attn/src/flash_bwd_hdim256_bf16_sm80.cu") == 9
+    assert load_cost(str(costs), "other.cu") == 7
+
+
+def test_a_broken_costs_file_fails_loudly(bench: Bench) -> None:
+    bench.costs.write_text("{not json")
+    wrapper = bench.start("a.cu")
+    _, err = wrapper.communicate(timeout=10)
+    assert wrapper.returncode == 2
+    assert err.startswith("wheelbuild-admit: cannot read the costs file")
+    assert bench.started("a.cu") is None
+
+
+def test_the_script_is_python_3_9() -> None:
+    ast.parse(ADMIT.read_text(), feature_version=(3, 9))
+    assert os.access(ADMIT, os.X_OK)
+    assert ADMIT.read_text().startswith("#!/usr/bin/env python3\n")
