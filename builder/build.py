@@ -19,7 +19,14 @@ import tenacity
 from builder import cgroup, engine, results
 from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
-from builder.planner import Plan, container_limit, explain_container_limit, plan_build
+from builder.planner import (
+    Plan,
+    admission_costs,
+    container_limit,
+    explain_container_limit,
+    plan_build,
+    with_admission,
+)
 from builder.recipes import Recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
@@ -203,6 +210,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         )
 
     plan = plan_for(spec.recipe, spec.archs, spec.memory, spec.cpus, spec.max_jobs, spec.nvcc_threads)
+    if spec.admission:
+        plan = with_admission(plan, keep_jobs=spec.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)
@@ -228,6 +237,9 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             torch_index_url=spec.variant.index_url,
             output_dir=run_dir,
             log_path=run_dir / "build.log",
+            admission=None
+            if current.admission_budget is None
+            else (current.admission_budget, json.dumps(admission_costs(current), separators=(",", ":"))),
         )
 
     try:

@@ -124,6 +124,11 @@ def main() -> None:
 @click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE for the build's environment; repeatable.")
 @click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("wheelhouse"), show_default=True)
+@click.option(
+    "--admission",
+    is_flag=True,
+    help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted peak fits.",
+)
 @click.option("--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs.")
 @click.option(
     "-q",
@@ -147,6 +152,7 @@ def build(
     env_pairs: tuple[str, ...],
     gpus: str,
     output_dir: Path,
+    admission: bool,
     rebuild: bool,
     quiet: bool,
     base_image: str | None,
@@ -169,6 +175,7 @@ def build(
         nvcc_threads=nvcc_threads,
         output_dir=output_dir.resolve(),
         rebuild=rebuild,
+        admission=admission,
     )
     options = _image_options(base_image, ca_bundle, cuda12_image)
     reporter = Reporter(quiet=quiet)

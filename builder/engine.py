@@ -51,6 +51,7 @@ PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
 # an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
 SCCACHE_VOLUME = "wheelbuild-sccache"
 SCCACHE_DIR = "/root/.cache/sccache"
+ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
 
 # A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
 # (pip -v indents what the build backend prints).
@@ -389,6 +390,8 @@ class AttemptConfig:
     output_dir: Path
     log_path: Path
     compiler_cache: bool = True
+    # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
+    admission: tuple[int, str] | None = None
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -446,12 +449,24 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
     }
     if config.compiler_cache:
         # torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place of c++.
+        # sccache-c++ goes through wheelbuild-admit too, which admits only when its env is set.
         container_env.update(
             {
-                "PYTORCH_NVCC": f"sccache {config.cuda_home}/bin/nvcc",
+                "PYTORCH_NVCC": f"{'wheelbuild-admit ' if config.admission else ''}sccache {config.cuda_home}/bin/nvcc",
                 "CXX": "/usr/local/bin/sccache-c++",
                 "SCCACHE_DIR": SCCACHE_DIR,
                 "SCCACHE_IDLE_TIMEOUT": "0",
+            }
+        )
+    elif config.admission:
+        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
+    if config.admission:
+        budget, costs = config.admission
+        container_env.update(
+            {
+                "WHEELBUILD_ADMIT_BUDGET": str(budget),
+                "WHEELBUILD_ADMIT_COSTS": ADMIT_COSTS_PATH,
+                "WHEELBUILD_ADMIT_COSTS_JSON": costs,
             }
         )
     # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
@@ -479,6 +494,9 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         f"python -c {shlex.quote(check_torch)}"
     )
     repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
+    if config.admission:
+        # The wrapper reads its costs from a file; the env carries the text into the container.
+        before_build = f'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > {ADMIT_COSTS_PATH} && ' + before_build
     if config.compiler_cache:
         # Counted per build: zeroed before it, printed after it (read back from the log).
         before_build += " && sccache --zero-stats >/dev/null"

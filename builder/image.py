@@ -18,6 +18,7 @@ from pathlib import Path
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
 DOCKERFILE = "Dockerfile.cuda131"
 REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
+ADMIT_SCRIPT = "wheelbuild-admit"
 REPOSITORY = "wheelbuild-cuda131"
 NO_CUDA12 = "wheelbuild-no-cuda12"  # the Dockerfile's empty stand-in stage
 LABEL = "org.wheelbuild.inputs.sha256"
@@ -44,6 +45,7 @@ class ImageInputs:
     tool_requirements: bytes
     cuda_requirements: bytes
     ca_bundle: bytes  # empty: use the base image's own trust store
+    admit_script: bytes  # images/wheelbuild-admit, copied into the image
     base_image: str
     base_id: str  # local image ID of the base when it is not pinned by digest, else ""
     cuda12_image: str = NO_CUDA12
@@ -65,6 +67,7 @@ class ImageInputs:
             tool_requirements=(images_dir / REQUIREMENTS[0]).read_bytes(),
             cuda_requirements=(images_dir / REQUIREMENTS[1]).read_bytes(),
             ca_bundle=ca_bundle.read_bytes() if ca_bundle else b"",
+            admit_script=(images_dir / ADMIT_SCRIPT).read_bytes(),
             base_image=base_image,
             base_id=base_id,
             cuda12_image=cuda12_image or NO_CUDA12,
@@ -86,6 +89,7 @@ class ImageInputs:
             self.tool_requirements,
             self.cuda_requirements,
             self.ca_bundle,
+            self.admit_script,
         ):
             digest.update(hashlib.sha256(part).digest())
         digest.update(json.dumps({**self._hashed_args(), "base_id": self.base_id}, sort_keys=True).encode())
@@ -116,6 +120,7 @@ class ImageInputs:
                 REQUIREMENTS[0]: self.tool_requirements,
                 REQUIREMENTS[1]: self.cuda_requirements,
                 "ca-bundle.crt": self.ca_bundle,
+                ADMIT_SCRIPT: self.admit_script,
             }
             for name, data in files.items():
                 info = tarfile.TarInfo(name)

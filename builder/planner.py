@@ -20,23 +20,26 @@ Choosing:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from builder.memory_model import GIB, MemoryModel, simulate
 from builder.spec import format_bytes
 
 __all__ = [
+    "ADMIT_MARGIN",
     "GIB",
     "HOST_RESERVE",
     "MIN_CONTAINER",
     "OVERSUBSCRIBE",
     "PAGE",
     "Plan",
+    "admission_costs",
     "container_limit",
     "default_memory",
     "explain_container_limit",
     "format_plan",
     "plan_build",
+    "with_admission",
 ]
 
 PAGE = 4096
@@ -62,6 +65,8 @@ class Plan:
     model: MemoryModel = field(repr=False, compare=False)
     # Build time the model predicts, in the calibration machine's seconds: for comparing plans.
     predicted_seconds: float | None = None
+    # With admission (images/wheelbuild-admit): the bytes admitted compiles may hold together.
+    admission_budget: int | None = None
 
     def halved(self) -> Plan | None:
         """The next plan after an OOM kill: half the jobs; at one job, fewer nvcc threads.
@@ -88,6 +93,8 @@ class Plan:
             archs=self.archs,
             model=self.model,
             predicted_seconds=seconds,
+            # The model was wrong somewhere: admit less, too.
+            admission_budget=None if self.admission_budget is None else self.admission_budget * 3 // 4,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -101,8 +108,42 @@ class Plan:
             "predicted_peak": self.predicted_peak,
             "predicted_seconds": None if self.predicted_seconds is None else round(self.predicted_seconds, 1),
             "model": {"name": self.model.name, "source": self.model.source, "units": self.model.unit_count},
+            "admission_budget": self.admission_budget,
             "reasons": list(self.reasons),
         }
+
+
+# Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
+# up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner:
+# true peaks 10% over the profile gave first-attempt OOMs on 6 of 9 machines without it).
+ADMIT_MARGIN = 0.10
+
+
+def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
+    """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
+    launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
+    what the running ones leave of the container's limit less the model's reserve."""
+    units = plan.model.unit_count or plan.max_jobs
+    jobs = plan.max_jobs if keep_jobs else max(plan.max_jobs, min(max(1, int(plan.cpus)), units))
+    budget = max(PAGE, (plan.memory - plan.model.reserve) // PAGE * PAGE)
+    why = (
+        f"admission: ninja launches up to MAX_JOBS={jobs}; each compile starts once its predicted peak "
+        f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
+        "beside the running ones"
+    )
+    return replace(plan, max_jobs=jobs, admission_budget=budget, reasons=(*plan.reasons, why))
+
+
+def admission_costs(plan: Plan) -> dict[str, object]:
+    """The wrapper's costs file: each unit's predicted peak at the plan's NVCC_THREADS, by its
+    source's basename; an unknown unit costs as much as the heaviest."""
+    units = {
+        u.name.rsplit("/", 1)[-1]: int(
+            plan.model.unit_peak(u, plan.nvcc_threads, plan.archs) * (1 + ADMIT_MARGIN)
+        )
+        for u in plan.model.units
+    }
+    return {"default": max(units.values()), "units": units}
 
 
 def container_limit(host_available: int, own_cgroup_limit: int | None, reserve: int = HOST_RESERVE) -> int:

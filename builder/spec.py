@@ -108,3 +108,4 @@ class BuildSpec:
     nvcc_threads: int | None
     output_dir: Path
     rebuild: bool = False  # build even when a finished build has the same inputs
+    admission: bool = False  # admit compiles by memory (images/wheelbuild-admit)

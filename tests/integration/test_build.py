@@ -169,6 +169,29 @@ def test_oom_kill_is_detected_and_retried_at_half_the_jobs_without_recompiling(
     assert containers_of_run(docker_client, result.run_id) == []
 
 
+def test_admission_runs_every_compile_through_the_wrapper_in_the_image(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    # The admission rule itself is proven with real processes in tests/unit/test_admit.py; here,
+    # that the image's wrapper runs (its shebang rewritten to the tools venv) and gets its env.
+    result = wheelbuild(
+        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "--memory", "3g", "--admission", "--output-dir", str(tmp_path),
+        "--env", "WBDEMO_BLOB_ELEMENTS=200000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    run_dir = tmp_path / "runs" / result.run_id
+    report = json.loads((run_dir / "build-report.json").read_text())
+    assert report["plan"]["admission_budget"] == 3 * 1024**3 - 768 * 1024**2  # limit less wbdemo's reserve
+    assert report["plan"]["max_jobs"] == 2  # min(2 CPUs here, 5 units)
+    log = (run_dir / "build.log").read_text()
+    compiles = [line for line in log.splitlines() if re.match(r"\s*\[\d+/5\]", line)]
+    assert len(compiles) == 5
+    assert sum("wheelbuild-admit sccache /usr/local/cuda-13.1" in line for line in compiles) == 4
+    assert "wheelbuild-admit: " not in log  # the wrapper is silent unless a unit waits over 60 s
+    assert containers_of_run(docker_client, result.run_id) == []
+
+
 def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
     cuda_image: str, docker_client: docker.DockerClient
 ) -> None:

@@ -169,3 +169,25 @@ def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[
     words = shlex.split(command.split("; ", 1)[1])
     excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
     assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)
+
+
+def test_admission_routes_compiles_through_the_wrapper_with_budget_and_costs(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    costs = '{"default":100,"units":{"saxpy.cu":100}}'
+    env = cibuildwheel_env(make_config(admission=(2 * GIB, costs)))
+    evaluated = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
+    assert evaluated["PYTORCH_NVCC"].startswith("wheelbuild-admit sccache ")
+    assert evaluated["WHEELBUILD_ADMIT_BUDGET"] == str(2 * GIB)
+    assert evaluated["WHEELBUILD_ADMIT_COSTS"] == "/tmp/wheelbuild-admit-costs.json"
+    assert evaluated["WHEELBUILD_ADMIT_COSTS_JSON"] == costs
+    # before_build writes the costs file first, from the env (never on the command line).
+    assert env["CIBW_BEFORE_BUILD_LINUX"].startswith(
+        'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > /tmp/wheelbuild-admit-costs.json && '
+    )
+
+
+def test_without_admission_no_wrapper_env(make_config: Callable[..., AttemptConfig]) -> None:
+    env = cibuildwheel_env(make_config())
+    assert "WHEELBUILD_ADMIT" not in env["CIBW_ENVIRONMENT_LINUX"]
+    assert "wheelbuild-admit" not in env["CIBW_ENVIRONMENT_LINUX"]

@@ -33,6 +33,7 @@ def _inputs() -> ImageInputs:
         tool_requirements=TOOL_REQS,
         cuda_requirements=CUDA_REQS,
         ca_bundle=b"-----BEGIN CERTIFICATE-----\n",
+        admit_script=b"#!/usr/bin/env python3\n",
         base_image="wheelbuild-base:bookworm",
         base_id="sha256:" + "b" * 64,
         cuda12_image=NO_CUDA12,
@@ -65,6 +66,7 @@ def test_tag_is_the_repository_and_16_hex_of_the_inputs_sha256() -> None:
         ("base_id", "sha256:" + "c" * 64),
         ("cuda12_image", "nvidia/cuda:12.8.1-devel-rockylinux8@sha256:" + "d" * 64),
         ("cuda12_version", "12.9"),
+        ("admit_script", b"#!/usr/bin/env python3\n# changed\n"),
     ],
 )
 def test_changing_any_single_input_changes_the_tag(field: str, value: object) -> None:
@@ -106,7 +108,7 @@ def test_buildargs_base_digest_is_unknown_without_pin_or_id() -> None:
     assert dataclasses.replace(_inputs(), base_id="").buildargs()["BASE_DIGEST"] == "unknown"
 
 
-def test_context_tar_holds_exactly_the_four_files_the_dockerfile_copies() -> None:
+def test_context_tar_holds_exactly_the_files_the_dockerfile_copies() -> None:
     inputs = _inputs()
     with tarfile.open(fileobj=io.BytesIO(inputs.context_tar())) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
@@ -116,6 +118,7 @@ def test_context_tar_holds_exactly_the_four_files_the_dockerfile_copies() -> Non
         "requirements-tools.txt": inputs.tool_requirements,
         "requirements-cuda131.txt": inputs.cuda_requirements,
         "ca-bundle.crt": inputs.ca_bundle,
+        "wheelbuild-admit": inputs.admit_script,
     }
     assert set(modes.values()) == {0o644}
 

@@ -609,3 +609,33 @@ def test_simulate_admission_never_exceeds_the_budget_under_the_model(
         admit_costs=costs,
     )
     assert (roomy.seconds, roomy.peak, roomy.finished) == (plain.seconds, plain.peak, plain.finished)
+
+
+# --- admission (images/wheelbuild-admit) --------------------------------------------------------
+
+
+def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve() -> None:
+    from builder.planner import ADMIT_MARGIN, admission_costs, with_admission
+
+    model = flash_attn_model()
+    static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
+    admitted = with_admission(static)
+    assert admitted.max_jobs == 73  # min(128 CPUs, 73 units): memory is the wrapper's job now
+    assert admitted.admission_budget == 64 * GIB - model.reserve
+    costs = admission_costs(admitted)
+    worst = max(model.unit_peak(u, admitted.nvcc_threads, 2) for u in model.units)
+    assert costs["default"] == int(worst * (1 + ADMIT_MARGIN))
+    units = costs["units"]
+    assert isinstance(units, dict) and len(units) == 73 and "flash_api.cpp" in units
+
+
+def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
+    from builder.planner import with_admission
+
+    static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=flash_attn_model(), max_jobs=6)
+    admitted = with_admission(static, keep_jobs=True)
+    assert admitted.max_jobs == 6
+    smaller = admitted.halved()
+    assert smaller is not None and smaller.max_jobs == 3
+    assert admitted.admission_budget is not None
+    assert smaller.admission_budget == admitted.admission_budget * 3 // 4
