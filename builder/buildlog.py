@@ -13,6 +13,8 @@ TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
 
 # cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
 _BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")
+# cibuildwheel's step lines: "Setting up build environment...", "Running before_build...".
+_STEP = re.compile(r"^[A-Z][a-z]+ [\w ]+\.\.\.$")
 # ninja prints "[n/N] command" when a unit finishes (on a non-terminal); pip -v indents it.
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)$")
 _OUTPUT = re.compile(r"\s-o\s+(\S+)")
@@ -44,6 +46,7 @@ class MemorySample:
 @dataclass
 class BuildLog:
     identifier: str | None = None  # the cibuildwheel build identifier now building
+    step: str = "starting"  # cibuildwheel's current step: "Running before_build", "Building wheel"...
     done: int = 0  # ninja units finished for the current identifier
     total: int = 0  # ninja units of the current identifier
     # identifier -> the outputs (saxpy.o) of units that finished, failed ones taken out again
@@ -62,6 +65,8 @@ class BuildLog:
         """One line of the log; `now` (monotonic seconds) times the build steps."""
         if now is not None:
             self._time_steps(line, now)
+        if _STEP.match(line):
+            self.step = line.rstrip(". ")
         if started := _BUILD_START.search(line):
             self.identifier, self.done, self.total = started[1], 0, 0
         elif ninja := _NINJA.match(line):

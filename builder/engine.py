@@ -58,23 +58,20 @@ ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
 _COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
 
 
-def _is_transient(error: BaseException) -> bool:
-    """Connection resets and a restarting daemon pass; a 4xx answer or a missing image does not."""
+def is_transient(error: BaseException) -> bool:
+    """Connection resets and a restarting or overloaded daemon pass; a 4xx answer does not."""
     if isinstance(error, requests.exceptions.ConnectionError):
         return True
     if isinstance(error, docker.errors.APIError):
         status = error.status_code or 0
-        return (status >= 500 and "restarting" in str(error.explanation or "").lower()) or status in (
-            502,
-            503,
-            504,
-        )
+        restarting = "restarting" in str(error.explanation or "").lower()
+        return status in (502, 503, 504) or (status >= 500 and restarting)
     return False
 
 
 # Docker API calls outside the build itself are retried with backoff on transient errors.
 transient_retry = tenacity.retry(
-    retry=tenacity.retry_if_exception(_is_transient),
+    retry=tenacity.retry_if_exception(is_transient),
     stop=tenacity.stop_after_attempt(5),
     wait=tenacity.wait_exponential(multiplier=0.5, max=8),
     reraise=True,

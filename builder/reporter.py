@@ -37,12 +37,12 @@ class Reporter:
         self.quiet = quiet
         self._started = time.monotonic()
 
-    def _elapsed(self) -> str:
+    def elapsed(self) -> str:
         seconds = int(time.monotonic() - self._started)
         return f"{seconds // 60:d}:{seconds % 60:02d}"
 
     def step(self, text: str) -> None:
-        self.console.print(f"[bold cyan]==>[/] [dim]{self._elapsed()}[/] {escape(text)}")
+        self.console.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
 
     def info(self, text: str) -> None:
         self.console.print(f"    {escape(text)}")
@@ -87,6 +87,8 @@ class BuildView:
         self._tasks: dict[str, TaskID] = {}
         self._last_status = 0.0
         self._log = BuildLog()
+        # Until ninja reports units, one line says which step cibuildwheel is in.
+        self._setup = self.progress.add_task("starting", total=None, memory="")
 
     def line(self, line: str, progress: BuildLog) -> None:
         self._log = progress
@@ -94,6 +96,8 @@ class BuildView:
         if self.reporter.plain:
             self.status()
             return
+        where = f"{progress.identifier or 'cibuildwheel'}: {progress.step}"
+        self.progress.update(self._setup, description=where, memory=self.memory_text)
         if progress.identifier and progress.total:
             task = self._tasks.get(progress.identifier)
             if task is None:
@@ -115,7 +119,7 @@ class BuildView:
             return
         self._last_status = now
         units = f"{self._log.done}/{self._log.total} units" if self._log.total else "no units yet"
-        where = self._log.identifier or "setting up"
+        where = f"{self._log.identifier or 'cibuildwheel'}: {self._log.step}"
         self.reporter.console.print(
-            f"--- [{where}] {units}; {self.memory_text}; {self.reporter._elapsed()} elapsed"
+            f"--- [{where}] {units}; {self.memory_text}; {self.reporter.elapsed()} elapsed"
         )

@@ -102,3 +102,11 @@ def test_a_unit_ninja_reports_failed_is_not_finished() -> None:
     )
     assert log.finished_units == {"cp311-manylinux_x86_64": ["scale.o"]}
     assert log.killed_lines == ["gcc: fatal error: Killed signal terminated program cc1plus"]
+
+
+def test_cibuildwheel_steps_are_followed() -> None:
+    log = feed("Setting up build environment...", "Running before_build...")
+    assert log.step == "Running before_build"
+    log.feed("    + sh -c 'pip install ...'")
+    log.feed("Building wheel...")
+    assert log.step == "Building wheel"
