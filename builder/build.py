@@ -357,6 +357,7 @@ def _attempt_record(
         "build_s": round(result.build_seconds, 1),
         "memory_limit_seen": result.memory_limit_seen,
         "peak_memory": result.peak_memory,
+        "peak_memory_compile": result.peak_memory_compile,
         "oom_evidence": list(result.oom.fired),
         "units_finished": len(result.finished_units),
         "cache_hits": result.cache_hits,

@@ -52,6 +52,7 @@ PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
 SCCACHE_VOLUME = "wheelbuild-sccache"
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
+COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
 
 # A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
 # (pip -v indents what the build backend prints).
@@ -288,6 +289,10 @@ class AttemptWatcher:
         self.state_oom_killed = False
         self.cgroup_oom_kills = 0
         self.peak_memory: int | None = None
+        # cibuildwheel's current step, set by the reader of the log: peaks are kept per step, so
+        # the compile's peak is not confused with the page cache of torch's install.
+        self.phase = "starting"
+        self.peaks: dict[str, int] = {}
         self._events: Any = None
         self._threads: list[threading.Thread] = []
 
@@ -359,6 +364,8 @@ class AttemptWatcher:
         if used is not None:
             # Sampled once a second: the working set's peak, not the cache-inflated max_usage.
             self.peak_memory = max(self.peak_memory or 0, used)
+            phase = self.phase
+            self.peaks[phase] = max(self.peaks.get(phase, 0), used)
             if self._on_memory is not None:
                 self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))
 
@@ -413,6 +420,7 @@ class AttemptResult:
     log_tail: tuple[str, ...] = field(default_factory=tuple)
     oom: OomEvidence = field(default_factory=OomEvidence)
     peak_memory: int | None = None  # peak working set, sampled once a second
+    peak_memory_compile: int | None = None  # the same, during cibuildwheel's "Building wheel" step
     finished_units: tuple[str, ...] = ()  # "identifier:unit.o" of each unit that completed here
     units_total: int = 0
     cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
@@ -584,6 +592,7 @@ def run_attempt(
                 log.write(line + "\n")
                 tail.append(line)
                 progress.feed(line, time.monotonic())
+                watcher.phase = progress.step
                 on_line(line, progress)
             returncode = proc.wait()
         finally:
@@ -600,6 +609,7 @@ def run_attempt(
         log_tail=tuple(tail),
         oom=watcher.evidence(progress.killed_lines),
         peak_memory=watcher.peak_memory,
+        peak_memory_compile=watcher.peaks.get(COMPILE_STEP),
         finished_units=tuple(
             f"{identifier}:{unit}" for identifier, units in progress.finished_units.items() for unit in units
         ),

@@ -61,6 +61,8 @@ def test_container_enforced_the_memory_limit_it_was_given(fixture_build: Fixture
     log = (fixture_build.run_dir / "build.log").read_text()
     assert "wheelbuild: container memory limit: 4294967296 (asked 4294967296)" in log
     assert "wheelbuild: torch 2.11.0" in log and "CUDA 13.0" in log
+    # Memory was watched: a working set during the compile step, under the limit.
+    assert 0 < attempt["peak_memory_compile"] <= attempt["peak_memory"] <= 4 * 1024**3
 
 
 def test_build_leaves_no_container_behind(
