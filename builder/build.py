@@ -51,10 +51,6 @@ class BuiltWheel:
     size: int
     archs: dict[str, CudaArchs]  # per extension module
 
-    @property
-    def sass(self) -> frozenset[int]:
-        return frozenset().union(*(a.sass for a in self.archs.values()))
-
 
 @dataclass(frozen=True)
 class BuildResult:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,11 +217,10 @@ def _owner_alive(token: str) -> bool:
     return _process_start(int(pid_text)) == start != ""
 
 
-@transient_retry
-def remove_containers(client: Any, label: str) -> int:
-    """Kill and remove every container carrying `label` (key=value). Returns how many."""
+def _remove(containers: Iterable[Any]) -> int:
+    """Kill and remove these containers (one already gone counts as not removed)."""
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": label}):
+    for container in containers:
         try:
             container.remove(force=True)
             removed += 1
@@ -231,18 +230,18 @@ def remove_containers(client: Any, label: str) -> int:
 
 
 @transient_retry
+def remove_containers(client: Any, label: str) -> int:
+    """Kill and remove every container carrying `label` (key=value). Returns how many."""
+    return _remove(client.containers.list(all=True, filters={"label": label}))
+
+
+@transient_retry
 def sweep_orphans(client: Any) -> int:
     """Remove containers of wheelbuild runs whose owning process is gone."""
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": RUN_LABEL}):
-        token = (container.labels or {}).get(OWNER_LABEL, "")
-        if token and not _owner_alive(token):
-            try:
-                container.remove(force=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-    return removed
+    containers = client.containers.list(all=True, filters={"label": RUN_LABEL})
+    return _remove(
+        c for c in containers if (token := (c.labels or {}).get(OWNER_LABEL, "")) and not _owner_alive(token)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,11 +338,8 @@ class AttemptWatcher:
             containers = self._client.containers.list(all=True, filters={"label": self._label})
         except docker.errors.DockerException:
             return
+        # list() inspects each container it returns, so attrs are fresh: no reload().
         for container in containers:
-            try:
-                container.reload()
-            except docker.errors.DockerException:
-                continue
             state = container.attrs.get("State", {})
             if state.get("OOMKilled"):
                 self.state_oom_killed = True

@@ -104,10 +104,6 @@ class MemoryModel:
         """The worst unit's peak with `threads` nvcc threads, margin included."""
         return max(self.unit_peak(u, threads, archs) for u in self.units)
 
-    def smallest_job(self, archs: int) -> int:
-        """The least one job can need: reserve + the worst unit at one thread."""
-        return self.reserve + self.peak_per_job(1, archs)
-
     def peak_of_jobs(self, jobs: int, threads: int, archs: int) -> int:
         """Worst-case peak of `jobs` concurrent jobs: reserve + the `jobs` heaviest units.
 

@@ -35,7 +35,6 @@ __all__ = [
     "Plan",
     "admission_costs",
     "container_limit",
-    "default_memory",
     "explain_container_limit",
     "format_plan",
     "plan_build",
@@ -173,11 +172,6 @@ def explain_container_limit(
     if limit > ceiling - reserve:
         line += f", raised to the {format_bytes(MIN_CONTAINER)} floor"
     return line
-
-
-def default_memory(host_available: int) -> int:
-    """Deprecated alias: container_limit(host_available, None)."""
-    return container_limit(host_available, None)
 
 
 def plan_build(

@@ -26,7 +26,6 @@ from builder.planner import (
     OVERSUBSCRIBE,
     Plan,
     container_limit,
-    default_memory,
     explain_container_limit,
     format_plan,
     plan_build,
@@ -327,7 +326,6 @@ def test_container_limit_keeps_two_gib_for_the_host() -> None:
     assert container_limit(64 * GIB, None, reserve=4 * GIB) == 60 * GIB
     assert container_limit(2 * GIB, None) == GIB
     assert container_limit(0, None) == GIB
-    assert default_memory(64 * GIB) == container_limit(64 * GIB, None)
 
 
 def test_container_limit_reasons_name_the_smaller_limit_and_the_floor() -> None:
