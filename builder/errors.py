@@ -8,6 +8,7 @@ of the interface (scripts and CI branch on them), so they never change meaning:
     20-29    the machine: Docker, NVIDIA runtime, compilers
     30-39    the image
     40-49    the build itself
+    50-59    publish and serve
     130      interrupted (Ctrl-C or SIGTERM)
 """
 
@@ -100,3 +101,51 @@ class OutOfMemory(WheelbuildError):
 
 class Interrupted(WheelbuildError):
     exit_code = 130
+
+
+class PublishLocked(WheelbuildError):
+    """Another publish (or yank) held the wheelhouse's lock for longer than the timeout."""
+
+    exit_code = 50
+
+
+class WheelConflict(WheelbuildError):
+    """A wheel of the same file name but different content is already published; never overwritten."""
+
+    exit_code = 51
+
+
+class InvalidWheel(WheelbuildError):
+    """Not a usable wheel: bad file name, unreadable zip, or METADATA that disagrees with the name."""
+
+    exit_code = 52
+
+
+class NotPublished(WheelbuildError):
+    """A yank or unyank names a wheel or release the wheelhouse does not have."""
+
+    exit_code = 53
+
+
+class IndexWriteFailed(WheelbuildError):
+    """Writing the wheelhouse failed (disk full, permissions); every page is still whole."""
+
+    exit_code = 54
+
+
+class BadHtpasswd(WheelbuildError):
+    """The htpasswd file is unreadable or holds a hash format the server does not verify."""
+
+    exit_code = 55
+
+
+class NoIndex(WheelbuildError):
+    """`serve` was pointed at a directory without a generated index."""
+
+    exit_code = 56
+
+
+class ServeFailed(WheelbuildError):
+    """The server could not listen on the address (in use, not permitted)."""
+
+    exit_code = 57

@@ -1,0 +1,427 @@
+"""The static package index of a wheelhouse tree: PEP 503 HTML, PEP 691 JSON (API 1.1), PEP 658/714
+metadata files, PEP 592 yanking and PEP 700 sizes, upload times and versions.
+
+Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130``)::
+
+    files/<wheel>                the wheel; never changed once there
+    files/<wheel>.metadata       its METADATA bytes (PEP 658), linked from the pages
+    files/<wheel>.sha256         cache: "<sha256> <size> <mtime_ns>", trusted only while size and
+                                 mtime still match the wheel
+    files/<wheel>.yanked         optional marker; its text is the yank reason (PEP 592)
+    simple/index.html|json       every project
+    simple/<project>/index.html|json
+
+Every page is rendered from the full listing of ``files/`` (never appended to), so two publishers
+that each regenerate under the lock cannot lose each other's wheels. :func:`render` is pure (records
+in, page bytes out), so a remote target can list its bucket into :class:`Distribution` records and
+upload the same pages. :func:`write_plan` puts each file in place atomically (temp file in the same
+directory, fsync, rename): a crash at any moment leaves every page either old or new, each valid and
+each linking only to files that exist.
+
+This module reads and writes files; it takes no lock and touches no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.parser import BytesParser
+from email.policy import compat32
+from pathlib import Path
+from urllib.parse import quote
+
+from packaging.utils import (
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import InvalidWheel
+
+__all__ = [
+    "API_VERSION",
+    "Distribution",
+    "IndexPlan",
+    "WheelInfo",
+    "WriteHook",
+    "atomic_write",
+    "file_sha256",
+    "hash_file",
+    "normalize",
+    "plan_index",
+    "read_wheel",
+    "render",
+    "scan",
+    "sha256_record",
+    "write_plan",
+]
+
+API_VERSION = "1.1"
+FILES = "files"
+SIMPLE = "simple"
+METADATA_SUFFIX = ".metadata"
+SHA256_SUFFIX = ".sha256"
+YANKED_SUFFIX = ".yanked"
+TEMP_SUFFIX = ".tmp"
+_CHUNK = 1 << 20
+_VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+# Called with the relative path of each file just before it is renamed into place (its temp file
+# is complete and synced): tests stop a writer there to prove what a crash leaves behind.
+WriteHook = Callable[[str], None]
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def is_project_name(name: str) -> bool:
+    """Whether *name* is a normalized project name (what may appear under ``simple/``)."""
+    return bool(_VALID_PROJECT.match(name))
+
+
+@dataclass(frozen=True)
+class WheelInfo:
+    """What the index needs from a wheel file, read and checked."""
+
+    filename: str
+    project: NormalizedName
+    version: Version
+    metadata: bytes  # the wheel's .dist-info/METADATA, byte for byte
+    requires_python: str | None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One wheel as the index lists it."""
+
+    filename: str
+    project: NormalizedName
+    version: Version
+    sha256: str
+    size: int
+    upload_time: datetime  # aware, UTC
+    metadata_sha256: str | None
+    requires_python: str | None
+    yanked: str | None  # None: not yanked; "" yanked without a reason
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Files to put in place (relative path -> bytes, in write order) and to remove."""
+
+    writes: Mapping[str, bytes] = field(default_factory=dict)
+    removes: tuple[str, ...] = ()
+
+
+def _bad(path: Path, why: str) -> InvalidWheel:
+    return InvalidWheel(
+        f"{path.name} is not a usable wheel: {why}",
+        "publish wheels built by `wheelbuild build` (or remove the file from the wheelhouse)",
+    )
+
+
+def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
+    try:
+        name, version, _build, _tags = parse_wheel_filename(path.name)
+    except (InvalidWheelFilename, InvalidVersion) as error:
+        raise _bad(path, f"its file name does not parse ({error})") from None
+    return name, version
+
+
+def read_wheel(path: Path) -> WheelInfo:
+    """Read and check a wheel: its name parses, it is a zip with exactly one METADATA whose Name
+    and Version agree with the file name."""
+    project, version = parse_filename(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            candidates = [
+                n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+            ]
+            if len(candidates) != 1:
+                raise _bad(path, f"expected one <name>-<version>.dist-info/METADATA, found {len(candidates)}")
+            metadata = archive.read(candidates[0])
+    except (OSError, zipfile.BadZipFile) as error:
+        raise _bad(path, f"cannot read it as a zip file ({error})") from None
+    headers = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True)
+    meta_name, meta_version = headers.get("Name"), headers.get("Version")
+    if not meta_name or canonicalize_name(str(meta_name)) != project:
+        raise _bad(path, f"its METADATA names project {meta_name!r}, the file name says {project!r}")
+    try:
+        same_version = meta_version is not None and Version(str(meta_version)) == version
+    except InvalidVersion:
+        same_version = False
+    if not same_version:
+        raise _bad(path, f"its METADATA has version {meta_version!r}, the file name says {version}")
+    requires = headers.get("Requires-Python")
+    return WheelInfo(
+        filename=path.name,
+        project=project,
+        version=version,
+        metadata=metadata,
+        requires_python=str(requires).strip() if requires else None,
+    )
+
+
+def hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_record(sha256: str, stat: os.stat_result) -> bytes:
+    """The ``.sha256`` cache line for a wheel whose stat is *stat*."""
+    return f"{sha256} {stat.st_size} {stat.st_mtime_ns}\n".encode()
+
+
+def _cached_sha256(wheel: Path, stat: os.stat_result) -> str | None:
+    try:
+        text = wheel.with_name(wheel.name + SHA256_SUFFIX).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    parts = text.split()
+    if (
+        len(parts) == 3
+        and re.fullmatch(r"[0-9a-f]{64}", parts[0])
+        and parts[1] == str(stat.st_size)
+        and parts[2] == str(stat.st_mtime_ns)
+    ):
+        return parts[0]
+    return None
+
+
+def file_sha256(wheel: Path) -> str:
+    """sha256 of a wheel in a tree: from its cache when that still matches, else computed."""
+    return _cached_sha256(wheel, wheel.stat()) or hash_file(wheel)
+
+
+def _is_wheel_entry(entry: os.DirEntry[str]) -> bool:
+    return entry.name.endswith(".whl") and not entry.name.startswith(".") and entry.is_file()
+
+
+def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
+    """Every wheel under ``root/files`` as a record, and the sidecars that are missing or stale
+    (``.metadata`` extracted, ``.sha256`` recomputed), keyed by relative path."""
+    files_dir = root / FILES
+    sidecars: dict[str, bytes] = {}
+    found: list[Distribution] = []
+    if not files_dir.is_dir():
+        return (), sidecars
+    with os.scandir(files_dir) as entries:
+        wheels = sorted(e.name for e in entries if _is_wheel_entry(e))
+    for name in wheels:
+        wheel = files_dir / name
+        project, version = parse_filename(wheel)
+        stat = wheel.stat()
+        sha256 = _cached_sha256(wheel, stat)
+        if sha256 is None:
+            sha256 = hash_file(wheel)
+            sidecars[f"{FILES}/{name}{SHA256_SUFFIX}"] = sha256_record(sha256, stat)
+        metadata_path = files_dir / (name + METADATA_SUFFIX)
+        try:
+            metadata = metadata_path.read_bytes()
+        except FileNotFoundError:
+            metadata = read_wheel(wheel).metadata
+            sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
+        requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
+        try:
+            yanked: str | None = (files_dir / (name + YANKED_SUFFIX)).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            yanked = None
+        found.append(
+            Distribution(
+                filename=name,
+                project=project,
+                version=version,
+                sha256=sha256,
+                size=stat.st_size,
+                upload_time=datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC),
+                metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+                requires_python=str(requires).strip() if requires else None,
+                yanked=yanked,
+            )
+        )
+    return tuple(found), sidecars
+
+
+def _upload_time(moment: datetime) -> str:
+    """PEP 700: yyyy-mm-ddThh:mm:ss.ffffffZ, in UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _file_url(filename: str) -> str:
+    # Relative to simple/<project>/; quoted, so a local version's "+" reaches the server as "%2B".
+    return f"../../{FILES}/{quote(filename)}"
+
+
+def _json(document: object) -> bytes:
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _html(title: str, body: Iterable[str]) -> bytes:
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "  <head>",
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">',
+        f"    <title>{html.escape(title)}</title>",
+        "  </head>",
+        "  <body>",
+        f"    <h1>{html.escape(title)}</h1>",
+        *(f"    {line}" for line in body),
+        "  </body>",
+        "</html>",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _anchor(dist: Distribution) -> str:
+    attrs = [f'href="{html.escape(_file_url(dist.filename))}#sha256={dist.sha256}"']
+    if dist.requires_python:
+        attrs.append(f'data-requires-python="{html.escape(dist.requires_python)}"')
+    if dist.metadata_sha256:
+        attrs.append(f'data-dist-info-metadata="sha256={dist.metadata_sha256}"')
+        attrs.append(f'data-core-metadata="sha256={dist.metadata_sha256}"')
+    if dist.yanked is not None:
+        attrs.append(f'data-yanked="{html.escape(dist.yanked)}"')
+    return f"<a {' '.join(attrs)}>{html.escape(dist.filename)}</a><br>"
+
+
+def _file_json(dist: Distribution) -> dict[str, object]:
+    metadata: dict[str, str] | bool = {"sha256": dist.metadata_sha256} if dist.metadata_sha256 else False
+    entry: dict[str, object] = {
+        "filename": dist.filename,
+        "url": _file_url(dist.filename),
+        "hashes": {"sha256": dist.sha256},
+    }
+    if dist.requires_python:
+        entry["requires-python"] = dist.requires_python
+    entry["core-metadata"] = metadata
+    entry["dist-info-metadata"] = metadata
+    entry["size"] = dist.size
+    entry["upload-time"] = _upload_time(dist.upload_time)
+    # PEP 691: false, or the reason; a yank without a reason is plain true.
+    entry["yanked"] = False if dist.yanked is None else (dist.yanked or True)
+    return entry
+
+
+def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
+    """Every page of the index for these wheels: relative path -> bytes, project pages first and
+    the root list last (so a reader of the root never finds a project without its page)."""
+    projects: dict[NormalizedName, list[Distribution]] = {}
+    for dist in distributions:
+        projects.setdefault(dist.project, []).append(dist)
+    meta = {"api-version": API_VERSION}
+    pages: dict[str, bytes] = {}
+    for project in sorted(projects):
+        dists = sorted(projects[project], key=lambda d: (d.version, d.filename))
+        versions = sorted({d.version for d in dists})
+        pages[f"{SIMPLE}/{project}/index.html"] = _html(f"Links for {project}", map(_anchor, dists))
+        pages[f"{SIMPLE}/{project}/index.json"] = _json(
+            {
+                "meta": meta,
+                "name": project,
+                "versions": [str(v) for v in versions],
+                "files": [_file_json(d) for d in dists],
+            }
+        )
+    names = sorted(projects)
+    pages[f"{SIMPLE}/index.html"] = _html(
+        "Simple index", (f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in names)
+    )
+    pages[f"{SIMPLE}/index.json"] = _json({"meta": meta, "projects": [{"name": p} for p in names]})
+    return pages
+
+
+def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
+    """Pages of projects that are no longer in the listing."""
+    simple = root / SIMPLE
+    if not simple.is_dir():
+        return ()
+    stale: list[str] = []
+    for entry in sorted(simple.iterdir()):
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        for page in ("index.html", "index.json"):
+            rel = f"{SIMPLE}/{entry.name}/{page}"
+            if rel not in pages and (entry / page).exists():
+                stale.append(rel)
+    return tuple(stale)
+
+
+def plan_index(root: Path) -> IndexPlan:
+    """What to write so that the index of *root* lists exactly the wheels in ``root/files``:
+    missing sidecars first, then the pages; and which stale project pages to remove."""
+    distributions, sidecars = scan(root)
+    pages = render(distributions)
+    return IndexPlan(writes={**sidecars, **pages}, removes=_stale_pages(root, pages))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes | Path, *, hook: WriteHook | None = None, rel: str = "") -> None:
+    """Put *data* (bytes, or the contents of a file) at *path* all at once: a temp file in the
+    same directory, synced, then renamed over *path*. A reader sees the old file or the new one,
+    never a part. A killed writer leaves only a ``.<name>.*.tmp`` file, which readers ignore."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if isinstance(data, Path):
+                with data.open("rb") as source:
+                    shutil.copyfileobj(source, out, _CHUNK)
+            else:
+                out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, 0o644)  # served by whatever serves the tree; mkstemp made it 0600
+        if hook is not None:
+            hook(rel or path.name)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_plan(root: Path, plan: IndexPlan, *, hook: WriteHook | None = None) -> tuple[str, ...]:
+    """Carry out *plan* under *root*, in order; files whose bytes are already there are left
+    alone. Returns the relative paths written or removed."""
+    changed: list[str] = []
+    for rel, data in plan.writes.items():
+        target = root / rel
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            if target.read_bytes() == data:
+                continue
+        atomic_write(target, data, hook=hook, rel=rel)
+        changed.append(rel)
+    for rel in plan.removes:
+        target = root / rel
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+            changed.append(rel)
+        with contextlib.suppress(OSError):
+            target.parent.rmdir()  # only once both pages are gone and nothing else is there
+    return tuple(changed)

@@ -1,0 +1,297 @@
+"""Put checked wheels into a wheelhouse tree and regenerate its index, under the tree's lock.
+
+One exclusive lock (``<root>/.lock``) covers a whole publish: checking names against what is there,
+copying, and regenerating every page from the full listing. Two publishers therefore run one after
+the other, and the second one's pages list the first one's wheels too.
+
+A wheel that is already there with the same sha256 is left alone; one with the same file name and
+different bytes is refused, all wheels being checked before any is copied. Every file goes in
+through :func:`builder.index.atomic_write`, so a publish killed at any moment (or stopped by a full
+disk) leaves the previous pages whole, and each page only links files that exist with the hash it
+names; the next publish removes the killed one's temp files and finishes the job.
+
+Only the local tree is written here. A later remote target (S3, rsync, twine) can reuse the same
+pieces: :func:`builder.index.render` turns a listing into pages without touching any disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder import index
+from builder.errors import (
+    BadArgument,
+    IndexWriteFailed,
+    NotPublished,
+    PublishLocked,
+    WheelConflict,
+)
+
+__all__ = ["DEFAULT_LOCK_TIMEOUT", "PublishResult", "YankResult", "publish", "reindex", "unyank", "yank"]
+
+DEFAULT_LOCK_TIMEOUT = 120.0
+LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    root: Path
+    added: tuple[str, ...]  # wheel file names copied in
+    present: tuple[str, ...]  # already there with the same sha256: nothing done
+    written: tuple[str, ...]  # index files written or removed, relative to root
+
+    @property
+    def pages(self) -> tuple[str, ...]:
+        """The index pages (under simple/) that changed."""
+        return tuple(p for p in self.written if p.startswith(f"{index.SIMPLE}/"))
+
+
+@dataclass(frozen=True)
+class YankResult:
+    root: Path
+    changed: tuple[str, ...]  # wheels whose yank state this call changed
+    unchanged: tuple[str, ...]  # already in the asked state
+    written: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def _locked(root: Path, timeout: float) -> Iterator[None]:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise IndexWriteFailed(
+            f"cannot create the wheelhouse {root}: {error.strerror or error}",
+            "choose a directory you can write, or fix its permissions",
+        ) from None
+    lock = FileLock(root / LOCK_NAME, timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise PublishLocked(
+            f"another publish has held {root / LOCK_NAME} for over {timeout:g} s",
+            "wait for it to finish, or raise --lock-timeout; if no publish is running, the lock "
+            "is free already (it is released when its process dies) and this run can be retried",
+        ) from None
+    except OSError as error:
+        raise IndexWriteFailed(
+            f"cannot take the lock {root / LOCK_NAME}: {error.strerror or error}",
+            "publish into a directory you can write, or fix its permissions",
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _write_failed(root: Path, error: OSError) -> IndexWriteFailed:
+    return IndexWriteFailed(
+        f"writing {root} failed: {error.strerror or error}"
+        + (f" ({error.filename})" if error.filename else ""),
+        "free disk space (or fix permissions) and publish again; the index still lists only complete files",
+    )
+
+
+def _remove_temp_files(root: Path) -> None:
+    """Temp files of a killed writer. Only called under the lock, when no writer is running."""
+    for folder in (root / index.FILES, root / index.SIMPLE):
+        if not folder.is_dir():
+            continue
+        for dirpath, _dirs, names in os.walk(folder):
+            for name in names:
+                if name.startswith(".") and name.endswith(index.TEMP_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(dirpath, name))
+
+
+def _regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
+    return index.write_plan(root, index.plan_index(root), hook=hook)
+
+
+def publish(
+    wheels: Sequence[Path],
+    root: Path,
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    hook: index.WriteHook | None = None,
+) -> PublishResult:
+    """Copy *wheels* into ``root/files`` and regenerate the index of *root*.
+
+    Raises InvalidWheel for a file that is not a good wheel, WheelConflict when a published file
+    of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
+    had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write. *hook* is
+    called before each file is renamed into place (for tests)."""
+    checked = [(path, index.read_wheel(path), index.hash_file(path)) for path in wheels]
+    by_name: dict[str, str] = {}
+    for path, info, sha256 in checked:
+        if by_name.setdefault(info.filename, sha256) != sha256:
+            raise WheelConflict(
+                f"two different wheels named {info.filename} were given (one is {path})",
+                "publish one of them; a wheel's file name must name exactly one content",
+            )
+    files = root / index.FILES
+    with _locked(root, lock_timeout):
+        _remove_temp_files(root)
+        added: list[tuple[Path, index.WheelInfo, str]] = []
+        present: list[str] = []
+        seen: set[str] = set()
+        for path, info, sha256 in checked:
+            if info.filename in seen:
+                continue
+            seen.add(info.filename)
+            existing = files / info.filename
+            if not existing.exists():
+                added.append((path, info, sha256))
+                continue
+            published = index.file_sha256(existing)
+            if published != sha256:
+                raise WheelConflict(
+                    f"{info.filename} is already published with different contents (sha256 "
+                    f"{published[:16]}..., this one {sha256[:16]}...); nothing was copied",
+                    "give the new build another version or local label (e.g. +cu130torch2.11.post1), "
+                    "or yank the old one; a published file is never replaced",
+                )
+            present.append(info.filename)
+        try:
+            for path, info, sha256 in added:
+                target = files / info.filename
+                rel = f"{index.FILES}/{info.filename}"
+                index.atomic_write(
+                    target.with_name(target.name + index.METADATA_SUFFIX),
+                    info.metadata,
+                    hook=hook,
+                    rel=rel + index.METADATA_SUFFIX,
+                )
+                index.atomic_write(target, path, hook=hook, rel=rel)
+                index.atomic_write(
+                    target.with_name(target.name + index.SHA256_SUFFIX),
+                    index.sha256_record(sha256, target.stat()),
+                    hook=hook,
+                    rel=rel + index.SHA256_SUFFIX,
+                )
+            written = _regenerate(root, hook)
+        except OSError as error:
+            raise _write_failed(root, error) from error
+    return PublishResult(
+        root=root,
+        added=tuple(info.filename for _p, info, _s in added),
+        present=tuple(present),
+        written=written,
+    )
+
+
+def reindex(
+    root: Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, hook: index.WriteHook | None = None
+) -> tuple[str, ...]:
+    """Regenerate the index of *root* from its files (after a wheel was removed by hand, or to
+    finish a publish that was killed). Returns what was written or removed."""
+    with _locked(root, lock_timeout):
+        _remove_temp_files(root)
+        try:
+            return _regenerate(root, hook)
+        except OSError as error:
+            raise _write_failed(root, error) from error
+
+
+def _targets(root: Path, target: str) -> list[str]:
+    """Wheel file names in *root* that *target* names: a wheel file name, or PROJECT==VERSION."""
+    files = root / index.FILES
+    published = (
+        sorted(p.name for p in files.glob("*.whl") if not p.name.startswith(".")) if files.is_dir() else []
+    )
+    if target.endswith(".whl"):
+        if target not in published:
+            raise NotPublished(
+                f"{target} is not published in {root}",
+                f"name a file listed in {files}, or use PROJECT==VERSION",
+            )
+        return [target]
+    project, sep, version_text = target.partition("==")
+    try:
+        version = Version(version_text.strip())
+    except InvalidVersion:
+        sep = ""
+    if not sep or not project.strip():
+        raise BadArgument(
+            f"{target!r} names no wheel",
+            "give a wheel file name (flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_x86_64.whl) "
+            "or PROJECT==VERSION (flash-attn==2.8.3+cu130torch2.11)",
+        )
+    name = canonicalize_name(project.strip())
+    matches = []
+    for filename in published:
+        wheel_name, wheel_version = index.parse_filename(files / filename)
+        if wheel_name == name and wheel_version == version:
+            matches.append(filename)
+    if not matches:
+        raise NotPublished(
+            f"no wheel of {name} {version} is published in {root}",
+            "check the version, local label included (e.g. 2.8.3+cu130torch2.11)",
+        )
+    return matches
+
+
+def _set_yank(
+    root: Path, target: str, reason: str | None, lock_timeout: float, hook: index.WriteHook | None
+) -> YankResult:
+    changed: list[str] = []
+    unchanged: list[str] = []
+    with _locked(root, lock_timeout):
+        _remove_temp_files(root)
+        names = _targets(root, target)
+        try:
+            for name in names:
+                marker = root / index.FILES / (name + index.YANKED_SUFFIX)
+                if reason is None:
+                    if marker.exists():
+                        marker.unlink()
+                        changed.append(name)
+                    else:
+                        unchanged.append(name)
+                    continue
+                data = reason.encode()
+                try:
+                    same = marker.read_bytes() == data
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    unchanged.append(name)
+                else:
+                    index.atomic_write(marker, data, hook=hook, rel=f"{index.FILES}/{marker.name}")
+                    changed.append(name)
+            written = _regenerate(root, hook)
+        except OSError as error:
+            raise _write_failed(root, error) from error
+    return YankResult(root=root, changed=tuple(changed), unchanged=tuple(unchanged), written=written)
+
+
+def yank(
+    root: Path,
+    target: str,
+    reason: str = "",
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    hook: index.WriteHook | None = None,
+) -> YankResult:
+    """Mark the wheels *target* names (a file name or PROJECT==VERSION) as yanked (PEP 592), with
+    *reason* (one line; may be empty), and regenerate the index. Installers skip yanked files
+    unless pinned exactly."""
+    return _set_yank(root, target, " ".join(reason.split()), lock_timeout, hook)
+
+
+def unyank(
+    root: Path,
+    target: str,
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    hook: index.WriteHook | None = None,
+) -> YankResult:
+    """Take back a yank of the wheels *target* names, and regenerate the index."""
+    return _set_yank(root, target, None, lock_timeout, hook)

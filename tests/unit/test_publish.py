@@ -1,0 +1,302 @@
+"""builder.publish: wheels into a tree under a lock; the index stays whole through a full disk, a
+SIGKILL at any write, and two publishers at once (real processes, real filesystem)."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import index
+from builder.errors import (
+    BadArgument,
+    IndexWriteFailed,
+    InvalidWheel,
+    NotPublished,
+    PublishLocked,
+    WheelConflict,
+)
+from builder.publish import publish, reindex, unyank, yank
+from tests.indexkit import check_tree, make_wheel, parse_page
+
+REPO = Path(__file__).resolve().parents[2]
+# A publish of one new wheel writes: its .metadata, the wheel, its .sha256 cache, its project's
+# two pages, and (for a new project) the root's two pages.
+WRITES_NEW_PROJECT = 7
+WRITES_NEW_VERSION = 5
+
+
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _temp_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob(f"*{index.TEMP_SUFFIX}") if p.name.startswith("."))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A tree that already has one published wheel."""
+    root = tmp_path / "cu130"
+    publish([make_wheel(tmp_path / "old", "oldpkg", "1.0")], root)
+    return root
+
+
+def test_publish_copies_wheels_writes_sidecars_and_the_index(tmp_path: Path) -> None:
+    a = make_wheel(tmp_path / "in", "wbtiny", "0.1.0+cu130torch2.11")
+    b = make_wheel(tmp_path / "in", "flash_attn", "2.8.3+cu130torch2.11", tag="cp312-cp312-linux_x86_64")
+    root = tmp_path / "cu130"
+    result = publish([a, b], root)
+    assert result.added == (a.name, b.name)
+    assert result.present == ()
+    assert set(result.pages) == {
+        "simple/index.html",
+        "simple/index.json",
+        "simple/wbtiny/index.html",
+        "simple/wbtiny/index.json",
+        "simple/flash-attn/index.html",
+        "simple/flash-attn/index.json",
+    }
+    for wheel in (a, b):
+        published = root / "files" / wheel.name
+        assert published.read_bytes() == wheel.read_bytes()
+        assert published.with_name(wheel.name + ".metadata").is_file()
+    assert check_tree(root) == {"flash-attn": [b.name], "wbtiny": [a.name]}
+    assert _temp_files(root) == []
+
+
+def test_the_same_wheel_again_is_a_no_op(tmp_path: Path, tree: Path) -> None:
+    wheel = make_wheel(tmp_path / "old", "oldpkg", "1.0")  # byte-identical rebuild
+    before = {p: p.stat().st_mtime_ns for p in tree.rglob("*") if p.is_file() and p.name != ".lock"}
+    result = publish([wheel], tree)
+    assert result.added == ()
+    assert result.present == (wheel.name,)
+    assert result.written == ()
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_a_different_wheel_under_a_published_name_is_refused_and_nothing_is_copied(
+    tmp_path: Path, tree: Path
+) -> None:
+    fresh = make_wheel(tmp_path / "new", "fresh", "1.0")
+    clash = make_wheel(tmp_path / "new", "oldpkg", "1.0", payload="rebuilt with other flags")
+    published = tree / "files" / clash.name
+    before = published.read_bytes()
+    with pytest.raises(WheelConflict) as raised:
+        publish([fresh, clash], tree)
+    assert raised.value.exit_code == 51
+    assert clash.name in raised.value.cause
+    assert published.read_bytes() == before
+    assert not (tree / "files" / fresh.name).exists()  # every wheel is checked before any is copied
+    assert check_tree(tree) == {"oldpkg": [clash.name]}
+
+
+def test_two_different_wheels_of_one_name_in_one_call_are_refused(tmp_path: Path) -> None:
+    one = make_wheel(tmp_path / "a", "dup", "1.0", payload="a")
+    two = make_wheel(tmp_path / "b", "dup", "1.0", payload="b")
+    with pytest.raises(WheelConflict):
+        publish([one, two], tmp_path / "tree")
+    assert not (tmp_path / "tree" / "files").exists()
+
+
+def test_an_invalid_wheel_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    bad = tmp_path / "wbtiny-1.0-py3-none-any.whl"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(InvalidWheel):
+        publish([make_wheel(tmp_path / "in"), bad], tmp_path / "tree")
+    assert not (tmp_path / "tree").exists()
+
+
+HOLD_LOCK = """
+import sys, time
+from filelock import FileLock
+with FileLock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_held_lock_times_out_with_its_own_error(tmp_path: Path, tree: Path) -> None:
+    holder = _python(HOLD_LOCK, str(tree / ".lock"))
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        wheel = make_wheel(tmp_path / "in", "waiting", "1.0")
+        start = time.monotonic()
+        with pytest.raises(PublishLocked) as raised:
+            publish([wheel], tree, lock_timeout=0.5)
+        assert 0.5 <= time.monotonic() - start < 5
+        assert raised.value.exit_code == 50
+        assert not (tree / "files" / wheel.name).exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The lock dies with its holder: the next publish goes through.
+    assert publish([wheel], tree, lock_timeout=5).added == (wheel.name,)
+
+
+PUBLISHER = """
+import sys, time
+from pathlib import Path
+from builder.publish import publish
+root, go, *wheels = sys.argv[1:]
+while not Path(go).exists():
+    time.sleep(0.002)
+# A little time per write widens the window in which the two publishers overlap.
+result = publish([Path(w) for w in wheels], Path(root), hook=lambda rel: time.sleep(0.005), lock_timeout=60)
+print(len(result.added), flush=True)
+"""
+
+
+def test_concurrent_publisher_processes_all_end_up_in_the_index(tmp_path: Path, tree: Path) -> None:
+    go = tmp_path / "go"
+    batches = [
+        [make_wheel(tmp_path / f"p{n}", f"proj{n}", f"1.{k}") for k in range(3)]
+        + [make_wheel(tmp_path / f"p{n}", "shared", f"2.{n}")]
+        for n in range(4)
+    ]
+    procs = [_python(PUBLISHER, str(tree), str(go), *map(str, batch)) for batch in batches]
+    time.sleep(0.3)  # let every process import and wait at the start line
+    go.touch()
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out.strip() == "4"
+    listing = check_tree(tree)
+    assert sorted(listing) == ["oldpkg", "proj0", "proj1", "proj2", "proj3", "shared"]
+    for n, batch in enumerate(batches):
+        assert listing[f"proj{n}"] == [w.name for w in batch[:3]]
+    assert listing["shared"] == sorted(b[3].name for b in batches)
+    shared = parse_page((tree / "simple/shared/index.html").read_bytes())
+    assert len(shared.anchors) == 4
+
+
+@pytest.mark.parametrize("fail_at", range(1, WRITES_NEW_PROJECT + 1))
+def test_a_full_disk_at_any_write_leaves_a_valid_index_and_a_retry_finishes(
+    tmp_path: Path, tree: Path, fail_at: int
+) -> None:
+    wheel = make_wheel(tmp_path / "in", "newpkg", "1.0")
+    calls: list[str] = []
+
+    def disk_full(rel: str) -> None:
+        calls.append(rel)
+        if len(calls) == fail_at:
+            raise OSError(28, "No space left on device", rel)
+
+    with pytest.raises(IndexWriteFailed) as raised:
+        publish([wheel], tree, hook=disk_full)
+    assert raised.value.exit_code == 54
+    assert "No space left on device" in raised.value.cause
+    listing = check_tree(tree, settled=False)  # every page parses; each link resolves, right hash
+    assert listing["oldpkg"] == ["oldpkg-1.0-py3-none-any.whl"]
+    assert set(listing) <= {"oldpkg", "newpkg"}
+    assert _temp_files(tree) == []
+    assert publish([wheel], tree).added in ((wheel.name,), ())
+    assert check_tree(tree) == {"newpkg": [wheel.name], "oldpkg": ["oldpkg-1.0-py3-none-any.whl"]}
+
+
+KILLED_PUBLISHER = """
+import sys, time
+from pathlib import Path
+from builder.publish import publish
+wheel, root, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen = []
+def hook(rel):
+    seen.append(rel)
+    if len(seen) == stop_at:
+        print(rel, flush=True)  # the temp file is complete; the rename has not happened
+        time.sleep(60)
+publish([Path(wheel)], Path(root), hook=hook)
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kill_at", range(1, WRITES_NEW_VERSION + 1))
+def test_sigkill_at_any_write_leaves_the_previous_index_valid(
+    tmp_path: Path, tree: Path, kill_at: int
+) -> None:
+    old = check_tree(tree)
+    wheel = make_wheel(tmp_path / "in", "oldpkg", "1.1")  # a new version of a listed project
+    proc = _python(KILLED_PUBLISHER, str(wheel), str(tree), str(kill_at))
+    assert proc.stdout is not None
+    at = proc.stdout.readline().strip()
+    assert at and at != "finished", proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    # What a reader sees now: the old pages or new ones, each whole and each linking real files.
+    listing = check_tree(tree, settled=False)
+    assert listing["oldpkg"] in (old["oldpkg"], sorted([*old["oldpkg"], wheel.name]))
+    assert [t.name.split(".tmp")[0] for t in _temp_files(tree)] != []  # the killed write's leftover
+    # The dead process's lock is gone with it; the next publish cleans up and finishes.
+    publish([wheel], tree, lock_timeout=5)
+    assert check_tree(tree) == {"oldpkg": sorted([*old["oldpkg"], wheel.name])}
+    assert _temp_files(tree) == []
+    published = tree / "files" / wheel.name
+    assert (
+        hashlib.sha256(published.read_bytes()).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    )
+
+
+def test_yank_and_unyank_by_file_name_and_by_project_version(tmp_path: Path, tree: Path) -> None:
+    wheels = [
+        make_wheel(tmp_path / "in", "flash_attn", "2.8.3+cu130torch2.11", tag=f"cp3{n}-cp3{n}-linux_x86_64")
+        for n in (11, 12)
+    ]
+    publish(wheels, tree)
+    result = yank(tree, "Flash-Attn==2.8.3+cu130torch2.11", "miscompiled\nfor sm_120")
+    assert result.changed == tuple(sorted(w.name for w in wheels))
+    assert set(result.written) == {"simple/flash-attn/index.html", "simple/flash-attn/index.json"}
+    anchors = parse_page((tree / "simple/flash-attn/index.html").read_bytes()).anchors
+    assert [a.attrs["data-yanked"] for a in anchors] == ["miscompiled for sm_120"] * 2
+    assert yank(tree, wheels[0].name, "miscompiled for sm_120").unchanged == (wheels[0].name,)
+
+    assert unyank(tree, wheels[0].name).changed == (wheels[0].name,)
+    anchors = parse_page((tree / "simple/flash-attn/index.html").read_bytes()).anchors
+    assert ["data-yanked" in a.attrs for a in anchors] == [False, True]
+    check_tree(tree)
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        ("oldpkg==9.9", NotPublished),
+        ("nothere-1.0-py3-none-any.whl", NotPublished),
+        ("oldpkg", BadArgument),
+        ("oldpkg==not a version", BadArgument),
+    ],
+)
+def test_yank_of_what_is_not_published_says_so(tree: Path, target: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        yank(tree, target, "x")
+
+
+def test_reindex_after_a_wheel_was_removed_by_hand(tmp_path: Path, tree: Path) -> None:
+    extra = make_wheel(tmp_path / "in", "extra", "1.0")
+    publish([extra], tree)
+    (tree / "files" / extra.name).unlink()
+    written = reindex(tree)
+    assert "simple/extra/index.html" in written
+    assert check_tree(tree) == {"oldpkg": ["oldpkg-1.0-py3-none-any.whl"]}
+
+
+def test_the_crash_tests_stop_at_every_write_there_is(tmp_path: Path, tree: Path) -> None:
+    writes: list[str] = []
+    publish([make_wheel(tmp_path / "in", "newpkg", "1.0")], tree, hook=writes.append)
+    assert len(writes) == WRITES_NEW_PROJECT, writes
+    writes.clear()
+    publish([make_wheel(tmp_path / "in", "oldpkg", "1.1")], tree, hook=writes.append)
+    assert len(writes) == WRITES_NEW_VERSION, writes
+    assert writes[:3] == [f"files/oldpkg-1.1-py3-none-any.whl{s}" for s in (".metadata", "", ".sha256")]
