@@ -1,0 +1,120 @@
+"""Helpers for tests/integration/test_serve.py: the real server in a thread, raw HTTP requests, the
+access log read back."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import queue
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from builder.serve import serve
+
+
+@contextmanager
+def running_server(
+    root: Path, *, htpasswd: Path | None = None, access_log: Path | None = None
+) -> Iterator[str]:
+    """serve() in a thread on 127.0.0.1, a free port; yields the index URL (http://.../simple/)."""
+    urls: queue.Queue[str] = queue.Queue()
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve(root, htpasswd=htpasswd, access_log=access_log, ready=urls.put, stop=stop)
+        except BaseException as error:
+            failed.append(error)
+            urls.put("")
+
+    thread = threading.Thread(target=run, name="wheelbuild-serve", daemon=True)
+    thread.start()
+    url = urls.get(timeout=20)
+    if failed:
+        raise failed[0]
+    try:
+        yield url
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the server did not stop"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+
+def request(
+    url: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    *,
+    method: str = "GET",
+    auth: tuple[str, str] | None = None,
+) -> Reply:
+    """One request with *path* sent exactly as written (no normalization, no redirects followed)."""
+    where = urlsplit(url)
+    sent = dict(headers or {})
+    if auth is not None:
+        sent["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=10)
+    try:
+        has_host = any(name.lower() == "host" for name in sent)
+        connection.putrequest(method, path, skip_host=has_host, skip_accept_encoding=True)
+        for name, value in sent.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        body = response.read()
+        return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+    finally:
+        connection.close()
+
+
+_LINE = re.compile(
+    r"(?P<client>\S+) (?P<method>[A-Z]+) (?P<path>\S+) (?P<status>\d{3}) (?P<bytes>\d+) [\d.]+ms"
+    r'(?: range="(?P<range>[^"]*)")?$'
+)
+
+
+@dataclass(frozen=True)
+class Hit:
+    method: str
+    path: str
+    status: int
+    bytes: int
+    range: str | None
+
+
+def read_log(path: Path, *, at_least: int = 0, timeout: float = 5.0) -> list[Hit]:
+    """The access log's lines; waits (briefly) for at least *at_least* of them, since a line is
+    written just after its response went out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text() if path.exists() else ""
+        hits = []
+        for line in text.splitlines():
+            match = _LINE.search(line)
+            assert match, f"unparsable access log line: {line!r}"
+            hits.append(
+                Hit(
+                    method=match["method"],
+                    path=match["path"],
+                    status=int(match["status"]),
+                    bytes=int(match["bytes"]),
+                    range=match["range"],
+                )
+            )
+        if len(hits) >= at_least or time.monotonic() > deadline:
+            return hits
+        time.sleep(0.02)
