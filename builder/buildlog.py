@@ -22,7 +22,7 @@ _OUTPUT = re.compile(r"\s-o\s+(\S+)")
 _FAILED = re.compile(r"^\s*FAILED:\s+(?:\[code=-?\d+\]\s+)?(\S+)")
 # sccache splits an nvcc compile into CUDA, device, PTX and CUBIN requests; the units are the
 # top-level "(C/C++)" and "(CUDA)" lines.
-_SCCACHE = re.compile(r"^\s*Cache (hits|misses) \((C/C\+\+|CUDA)\)\s+(\d+)\s*$")
+_SCCACHE = re.compile(r"^\s*Cache (hits|misses) \((C/C\+\+|CUDA|CUDA \(Device code\))\)\s+(\d+)\s*$")
 # A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
 # "Killed signal terminated program cc1plus".
 _KILLED = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
@@ -51,13 +51,16 @@ class BuildLog:
     total: int = 0  # ninja units of the current identifier
     # identifier -> the outputs (saxpy.o) of units that finished, failed ones taken out again
     finished_units: dict[str, list[str]] = field(default_factory=dict)
-    cache_hits: int = 0  # sccache, in units (a .cu or a .cpp), over the builds that reached repair
-    cache_misses: int = 0
+    # identifier -> sccache's per-kind counts ("C/C++", "CUDA", "CUDA (Device code)") -> [hits,
+    # misses], from the stats printed after each build that reached the repair step
+    cache_counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     memory_limit_seen: int | None = None
     killed_lines: list[str] = field(default_factory=list)
     # Seconds spent in cibuildwheel's "Building wheel..." steps (the compile, without setup,
     # torch's install or the repair): what a compiler cache can save.
     build_seconds: float = 0.0
+    # The same per build identifier: how much a second Python costs after the first.
+    build_seconds_by_identifier: dict[str, float] = field(default_factory=dict)
     _build_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
 
@@ -81,10 +84,8 @@ class BuildLog:
             if name in units:
                 units.remove(name)
         elif counted := _SCCACHE.match(line):
-            if counted[1] == "hits":
-                self.cache_hits += int(counted[3])
-            else:
-                self.cache_misses += int(counted[3])
+            kinds = self.cache_counts.setdefault(self.identifier or "?", {})
+            kinds.setdefault(counted[2], [0, 0])[0 if counted[1] == "hits" else 1] += int(counted[3])
         elif line.startswith(MEMORY_MARK):
             value = line[len(MEMORY_MARK) :].split()[0]
             self.memory_limit_seen = int(value) if value.isdigit() else None
@@ -97,8 +98,33 @@ class BuildLog:
         elif self._build_started is not None and line.startswith(
             ("Repairing wheel...", "cibuildwheel: error")
         ):
-            self.build_seconds += now - self._build_started
+            seconds = now - self._build_started
+            self.build_seconds += seconds
+            key = self.identifier or "?"
+            self.build_seconds_by_identifier[key] = self.build_seconds_by_identifier.get(key, 0.0) + seconds
             self._build_started = None
+
+    @property
+    def cache_by_identifier(self) -> dict[str, tuple[int, int]]:
+        """(hits, misses) in units, a .cu or a .cpp each, per build identifier. A .cu unit counts
+        as a miss when its device code was compiled again, even if sccache counted the nvcc call
+        itself a hit: the device code (cicc, ptxas) is where a CUDA unit's time goes."""
+        units: dict[str, tuple[int, int]] = {}
+        for identifier, kinds in self.cache_counts.items():
+            cpp_hits, cpp_misses = kinds.get("C/C++", [0, 0])
+            cu_hits, cu_misses = kinds.get("CUDA", [0, 0])
+            cu_misses = max(cu_misses, kinds.get("CUDA (Device code)", [0, 0])[1])
+            cu_total = cu_hits + kinds.get("CUDA", [0, 0])[1]
+            units[identifier] = (cpp_hits + cu_total - cu_misses, cpp_misses + cu_misses)
+        return units
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(hits for hits, _ in self.cache_by_identifier.values())
+
+    @property
+    def cache_misses(self) -> int:
+        return sum(misses for _, misses in self.cache_by_identifier.values())
 
     @property
     def units_total(self) -> int:

@@ -422,10 +422,23 @@ class AttemptResult:
     cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
     cache_misses: int = 0
     build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
+    build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
+    cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
     return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+
+
+# Each Python's torch headers are the same, but live in that Python's own site-packages, a path
+# the preprocessed text sccache hashes names. sccache strips SCCACHE_BASEDIRS from it, so the
+# second Python reuses the first one's kernels (a unit that includes Python.h still differs in
+# content and recompiles). The path is asked of the build's python, resolved too: manylinux's
+# /opt/python/<tag> is a link to /opt/_internal/cpython-<version>.
+SITE_PACKAGES_BASEDIRS = (
+    "SCCACHE_BASEDIRS=\"$(python -c \"import os, sysconfig; p = sysconfig.get_path('purelib'); "
+    "print(p + ':' + os.path.realpath(p))\")\""
+)
 
 
 def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
@@ -499,8 +512,12 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         # The wrapper reads its costs from a file; the env carries the text into the container.
         before_build = f'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > {ADMIT_COSTS_PATH} && ' + before_build
     if config.compiler_cache:
-        # Counted per build: zeroed before it, printed after it (read back from the log).
-        before_build += " && sccache --zero-stats >/dev/null"
+        # Counted per build: zeroed before it, printed after it (read back from the log). A fresh
+        # server per build, since the server keeps the SCCACHE_BASEDIRS of the build that
+        # started it, and builds run one after another.
+        before_build += (
+            " && { sccache --stop-server >/dev/null 2>&1 || true; } && sccache --zero-stats >/dev/null"
+        )
         repair = f"sccache --show-stats; {repair}"
     return {
         "CIBW_PLATFORM": "linux",
@@ -513,7 +530,13 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         "CIBW_BEFORE_ALL_LINUX": check_memory,
         "CIBW_BEFORE_BUILD_LINUX": before_build,
         # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
-        "CIBW_ENVIRONMENT_LINUX": _env_assignments(container_env) + f' PATH="$PATH:{config.cuda_home}/bin"',
+        "CIBW_ENVIRONMENT_LINUX": " ".join(
+            [
+                _env_assignments(container_env),
+                *([SITE_PACKAGES_BASEDIRS] if config.compiler_cache else []),
+                f'PATH="$PATH:{config.cuda_home}/bin"',
+            ]
+        ),
         # The index URL may carry credentials: pass it by name, never on a command line.
         "CIBW_ENVIRONMENT_PASS_LINUX": "WHEELBUILD_TORCH_INDEX_URL",
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
@@ -613,6 +636,10 @@ def run_attempt(
         cache_hits=progress.cache_hits,
         cache_misses=progress.cache_misses,
         build_seconds=progress.build_seconds,
+        build_seconds_by_identifier=tuple(progress.build_seconds_by_identifier.items()),
+        cache_by_identifier=tuple(
+            (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
+        ),
     )
 
 

@@ -39,14 +39,14 @@ def test_image_has_cuda_13_1_toolchain_and_cibuildwheel_layout(
         "nvcc --version | grep -o 'release [0-9.]*'; echo CUDA_HOME=$CUDA_HOME;"
         " readlink $CUDA_HOME/lib/libcudart.so; test -x $CUDA_HOME/nvvm/bin/cicc && echo cicc-ok;"
         " /opt/python/cp39-cp39/bin/python -c 'print(\"cp39-link-ok\")';"
-        " /opt/python/cp311-cp311/bin/python -V; patchelf --version; auditwheel --version | cut -d' ' -f1-2;"
+        " /opt/python/cp311-cp311/bin/python -V; /opt/python/cp313-cp313/bin/python -V; patchelf --version; auditwheel --version | cut -d' ' -f1-2;"
         " python3 -c 'import ssl,os; print(os.environ[\"PIP_CERT\"])'",
     )
     assert "release 13.1" in out
     assert "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13" in out
     assert "libcudart.so.13" in out
     assert "cicc-ok" in out and "cp39-link-ok" in out
-    assert "Python 3.11" in out
+    assert "Python 3.11" in out and "Python 3.13" in out  # Debian's, and the one compiled into the base
     assert "patchelf 0.17.2" in out
     assert "/usr/local/share/wheelbuild/ca-bundle.crt" in out
 

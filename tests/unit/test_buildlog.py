@@ -57,6 +57,33 @@ def test_sccache_counts_are_read_per_unit_from_show_stats() -> None:
     assert (log.cache_hits, log.cache_misses) == (0, 5)
 
 
+def test_a_cuda_unit_whose_device_code_recompiled_is_a_miss() -> None:
+    # sccache 0.16 for wbdemo's second Python without SCCACHE_BASEDIRS: the nvcc calls "hit",
+    # but cicc (PTX) ran again for every arch: the units were recompiled, and count so.
+    log = feed(
+        "Building cp313-manylinux_x86_64 wheel",
+        "Cache hits                                 12",
+        "Cache hits (CUBIN)                          8",
+        "Cache hits (CUDA)                           4",
+        "Cache misses                               13",
+        "Cache misses (C/C++)                        1",
+        "Cache misses (CUDA (Device code))           4",
+        "Cache misses (PTX)                          8",
+    )
+    assert log.cache_by_identifier == {"cp313-manylinux_x86_64": (0, 5)}
+
+
+def test_sccache_counts_are_kept_per_python() -> None:
+    log = feed(
+        "Building cp311-manylinux_x86_64 wheel",
+        "Cache misses (C/C++)  1", "Cache misses (CUDA)  4", "Cache misses (CUDA (Device code))  4",
+        "Building cp313-manylinux_x86_64 wheel",
+        "Cache hits (CUDA)  4", "Cache hits (CUDA (Device code))  4", "Cache misses (C/C++)  1",
+    )  # fmt: skip
+    assert log.cache_by_identifier == {"cp311-manylinux_x86_64": (0, 5), "cp313-manylinux_x86_64": (4, 1)}
+    assert (log.cache_hits, log.cache_misses) == (4, 6)
+
+
 def test_sccache_hits_count_units_too() -> None:
     log = feed(
         "Cache hits                                 5", "Cache hits (C/C++)  1", "Cache hits (CUDA)  4"
@@ -89,6 +116,19 @@ def test_build_steps_are_timed_from_building_to_repairing() -> None:
     log.feed(NVCC.format(n=1, unit="relu"), now=45.0)
     log.feed("Repairing wheel...", now=52.5)
     assert log.build_seconds == 12.5
+
+
+def test_build_steps_are_timed_per_python_too() -> None:
+    log = BuildLog()
+    for identifier, start, end in (
+        ("cp311-manylinux_x86_64", 0.0, 30.0),
+        ("cp313-manylinux_x86_64", 40.0, 46.0),
+    ):
+        log.feed(f"Building {identifier} wheel", now=start)
+        log.feed("Building wheel...", now=start + 1)
+        log.feed("Repairing wheel...", now=end)
+    assert log.build_seconds_by_identifier == {"cp311-manylinux_x86_64": 29.0, "cp313-manylinux_x86_64": 5.0}
+    assert log.build_seconds == 34.0
 
 
 def test_a_unit_ninja_reports_failed_is_not_finished() -> None:

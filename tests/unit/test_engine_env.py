@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from cibuildwheel.environment import parse_environment
 
-from builder.engine import AttemptConfig, cibuildwheel_env, owner_token
+from builder.engine import SITE_PACKAGES_BASEDIRS, AttemptConfig, cibuildwheel_env, owner_token
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
 GIB = 1024**3
@@ -140,8 +143,10 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
         "PYTORCH_NVCC='sccache /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc' CXX=/usr/local/bin/sccache-c++ "
         "SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
+        f"{SITE_PACKAGES_BASEDIRS} "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
     )
+    raw = raw.replace(SITE_PACKAGES_BASEDIRS + " ", "")  # evaluated by the next test
     evaluated = parse_environment(raw).as_dictionary({"PATH": "/opt/python/cp311-cp311/bin:/usr/bin"})
     assert evaluated == {
         "PATH": "/opt/python/cp311-cp311/bin:/usr/bin:/usr/local/cuda-13.1/nvidia/cu13/bin",
@@ -157,6 +162,30 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "SCCACHE_DIR": "/root/.cache/sccache",
         "SCCACHE_IDLE_TIMEOUT": "0",
     }
+
+
+def test_sccache_basedirs_are_the_build_pythons_site_packages_plain_and_resolved(
+    make_config: Callable[..., AttemptConfig], tmp_path: Path
+) -> None:
+    # A Python reached through a directory link, as manylinux's /opt/python/<tag> is: the
+    # assignment is evaluated by the build's own python (here: this venv's base interpreter).
+    base_python = Path(sys.base_prefix) / "bin" / f"python3.{sys.version_info.minor}"
+    expected = subprocess.run(
+        [base_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    linked_prefix = tmp_path / "opt-python-cp3x"
+    linked_prefix.symlink_to(Path(sys.base_prefix).resolve(), target_is_directory=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(linked_prefix / "bin" / base_python.name)
+    raw = cibuildwheel_env(make_config())["CIBW_ENVIRONMENT_LINUX"]
+    evaluated = parse_environment(raw).as_dictionary({"PATH": f"{bin_dir}:/usr/bin"})
+    plain, resolved = evaluated["SCCACHE_BASEDIRS"].split(":")
+    assert Path(resolved) == Path(expected).resolve()
+    assert Path(plain).resolve() == Path(resolved)
 
 
 def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[..., AttemptConfig]) -> None:
@@ -176,7 +205,8 @@ def test_admission_routes_compiles_through_the_wrapper_with_budget_and_costs(
 ) -> None:
     costs = '{"default":100,"units":{"saxpy.cu":100}}'
     env = cibuildwheel_env(make_config(admission=(2 * GIB, costs)))
-    evaluated = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
+    raw = env["CIBW_ENVIRONMENT_LINUX"].replace(SITE_PACKAGES_BASEDIRS + " ", "")
+    evaluated = parse_environment(raw).as_dictionary({"PATH": "/usr/bin"})
     assert evaluated["PYTORCH_NVCC"].startswith("wheelbuild-admit sccache ")
     assert evaluated["WHEELBUILD_ADMIT_BUDGET"] == str(2 * GIB)
     assert evaluated["WHEELBUILD_ADMIT_COSTS"] == "/tmp/wheelbuild-admit-costs.json"
