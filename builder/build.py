@@ -1,8 +1,7 @@
-"""A build, as the pipeline reads: spec -> plan -> image -> attempt -> wheels -> report."""
+"""A build, as the pipeline reads: spec -> plan -> image -> attempt -> stamp -> check -> report."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -17,7 +16,8 @@ from typing import Any
 import tenacity
 
 from builder import cgroup, engine, results
-from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory
+from builder.check import Expectation, check_wheel, first_problem
+from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory, WheelbuildError
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
 from builder.planner import (
     Plan,
@@ -32,8 +32,9 @@ from builder.reporter import Reporter
 from builder.results import source_digest
 from builder.sources import cache_dir, prepare_source
 from builder.spec import BuildSpec, format_bytes
+from builder.stamp import Stamp, stamp_wheel
 from builder.variants import CudaCompiler, compiler_for
-from builder.wheels import CudaArchs, archs_in_wheel
+from builder.wheels import WheelInfo, inspect_wheel
 
 
 @dataclass(frozen=True)
@@ -45,20 +46,12 @@ class ImageOptions:
 
 
 @dataclass(frozen=True)
-class BuiltWheel:
-    path: Path
-    sha256: str
-    size: int
-    archs: dict[str, CudaArchs]  # per extension module
-
-
-@dataclass(frozen=True)
 class BuildResult:
     run_id: str
     run_dir: Path
     image: Image
     plan: Plan | None  # None when the wheels were reused from an earlier build
-    wheels: tuple[BuiltWheel, ...]
+    wheels: tuple[WheelInfo, ...]
     report: Path
 
 
@@ -100,14 +93,23 @@ def _compiler(spec: BuildSpec, inputs: ImageInputs) -> CudaCompiler:
     return compiler
 
 
-def _inspect(path: Path) -> BuiltWheel:
-    data = path.read_bytes()
-    return BuiltWheel(
-        path=path,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-        archs=archs_in_wheel(path),
-    )
+# Bumped whenever what happens to a wheel after cibuildwheel changes, so that results stored
+# by an earlier wheelbuild are not reused as if they had been through it.
+POSTPROCESS = "stamp+check-1"
+
+
+def expectation(spec: BuildSpec) -> Expectation:
+    return Expectation(archs=spec.archs, label=spec.variant.label, torch_minor=spec.variant.torch_minor)
+
+
+def stamp_and_check(
+    paths: tuple[Path, ...], spec: BuildSpec
+) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
+    """Label and pin each built wheel (METADATA and RECORD rewritten together), then judge it."""
+    stamp = Stamp(label=spec.variant.label, torch_minor=spec.variant.torch_minor)
+    wheels = tuple(inspect_wheel(stamp_wheel(path, stamp)) for path in paths)
+    problems = [problem for wheel in wheels for problem in check_wheel(wheel, expectation(spec))]
+    return wheels, problems
 
 
 def plan_for(
@@ -181,7 +183,11 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         archs=spec.archs,
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1),
-        tools={"wheelbuild": _version(), "cibuildwheel": _version("cibuildwheel")},
+        tools={
+            "wheelbuild": _version(),
+            "cibuildwheel": _version("cibuildwheel"),
+            "postprocess": POSTPROCESS,
+        },
     )
     store = cache_dir() / "results"
     reused = None if spec.rebuild else results.lookup(store, key)
@@ -200,7 +206,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         reporter.step(
             f"unchanged inputs: reusing the wheel(s) of run {earlier['run_id']} (key {key[:12]}; --rebuild builds anew)"
         )
-        wheels = tuple(_inspect(run_dir / w.name) for w in reused)
+        wheels = tuple(inspect_wheel(run_dir / w.name) for w in reused)
         return BuildResult(
             run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report
         )
@@ -248,7 +254,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         ) from None
     plan, result = attempts[-1]
 
-    wheels = tuple(_inspect(path) for path in result.wheels)
+    reporter.step("stamp and check")
+    wheels, problems = stamp_and_check(result.wheels, spec)
     report = run_dir / "build-report.json"
     report.write_text(
         json.dumps(
@@ -268,23 +275,18 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
                 "image": {"tag": image.tag, "id": image.id, "labels": image.labels},
                 "plan": plan.as_dict(),
                 "attempts": [_attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)],
-                "wheels": [
-                    {
-                        "file": w.path.name,
-                        "sha256": w.sha256,
-                        "size": w.size,
-                        "cuda": {
-                            m: {"sass": sorted(a.sass), "ptx": sorted(a.ptx)} for m, a in w.archs.items()
-                        },
-                    }
-                    for w in wheels
-                ],
+                "wheels": [w.to_json() for w in wheels],
+                "checks": [{"error": type(p).__name__, "cause": p.cause} for p in problems],
             },
             indent=2,
         )
         + "\n"
     )
-    results.save(store, key, result.wheels, report)
+    if problem := first_problem(problems):
+        # The wheels stay in the run directory for a look; they are neither stored nor reused.
+        problem.details = f"{problem.details}\nwheels and report kept in {run_dir}".strip()
+        raise problem
+    results.save(store, key, tuple(w.path for w in wheels), report)
     return BuildResult(run_id=run_id, run_dir=run_dir, image=image, plan=plan, wheels=wheels, report=report)
 
 
@@ -351,6 +353,9 @@ def _attempt_record(
         "returncode": result.returncode,
         "duration_s": round(result.duration_s, 1),
         "build_s": round(result.build_seconds, 1),
+        "build_s_by_python": {
+            identifier: round(s, 1) for identifier, s in result.build_seconds_by_identifier
+        },
         "memory_limit_seen": result.memory_limit_seen,
         "peak_memory": result.peak_memory,
         "peak_memory_compile": result.peak_memory_compile,
@@ -358,6 +363,9 @@ def _attempt_record(
         "units_finished": len(result.finished_units),
         "cache_hits": result.cache_hits,
         "cache_misses": result.cache_misses,
+        "cache_by_python": {
+            i: {"hits": hits, "misses": misses} for i, hits, misses in result.cache_by_identifier
+        },
     }
     if before and result.returncode == 0:
         # Units that finished in an earlier attempt and were compiled again here: sccache misses

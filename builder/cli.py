@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from pathlib import Path
@@ -11,11 +12,14 @@ from typing import Any
 import click
 
 from builder import build as build_pipeline
-from builder import engine
+from builder import check, engine, remote
+from builder import publish as publishing
+from builder import serve as serving
 from builder.errors import WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
+from builder.sources import cache_dir
 from builder.spec import (
     DEFAULT_ARCHS,
     BuildSpec,
@@ -28,6 +32,7 @@ from builder.spec import (
     resolve_ca_bundle,
 )
 from builder.variants import parse_variant
+from builder.wheels import WheelInfo
 
 
 class _RecipeShortcut(click.Group):
@@ -183,12 +188,18 @@ def build(
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
         click.echo(f"{wheel.path}")
-        for module, found in wheel.archs.items():
-            sass = ", ".join(f"sm_{a}" for a in sorted(found.sass)) or "none"
-            ptx = ", ".join(f"compute_{a}" for a in sorted(found.ptx)) or "none"
-            click.echo(f"    {module}: SASS {sass}; PTX {ptx}")
+        _echo_modules(wheel)
+        click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
         click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
     click.echo(f"report: {result.report}")
+
+
+def _echo_modules(wheel: WheelInfo) -> None:
+    for module in wheel.modules:
+        sass = ", ".join(f"sm_{a}" for a in sorted(module.archs.sass)) or "none"
+        ptx = ", ".join(f"compute_{a}" for a in sorted(module.archs.ptx)) or "none"
+        cudart = ", ".join(module.cudart) or "no libcudart"
+        click.echo(f"    {module.member}: SASS {sass}; PTX {ptx}; links {cudart}")
 
 
 @main.command()
@@ -251,6 +262,109 @@ def image_ls() -> None:
             f"cuda {labels.get('org.wheelbuild.cuda.version', '?')}  "
             f"cuda12 {found.cuda12_image or 'none'}"
         )
+
+
+@main.command()
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per wheel, in a list).")
+def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
+    """Show what a wheel really holds: name, version, tags, sha256, its torch requirement, the
+    CUDA runtime and the SASS/PTX archs of every extension module (read from .nv_fatbin)."""
+    infos = [check.inspect_or_refuse(path) for path in wheels]
+    if as_json:
+        click.echo(json.dumps([info.to_json() for info in infos], indent=2))
+        return
+    for info in infos:
+        click.echo(info.path.name)
+        click.echo(f"    {info.name} {info.version}; tags {', '.join(info.tags)}")
+        click.echo(f"    sha256 {info.sha256}, {format_bytes(info.size)}")
+        click.echo(f"    requires {', '.join(info.torch_requirements) or 'no torch'}")
+        _echo_modules(info)
+
+
+@main.command("publish")
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--to",
+    "target",
+    help="A wheelhouse tree: a directory [default: wheelhouse/<CUDA tag>] or [user@]host:path over "
+    "ssh+rsync; or an http(s) upload URL (pypiserver, devpi; credentials from "
+    "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
+)
+@click.option(
+    "--torch",
+    "torch_variant",
+    help="Variant the wheels were built for [default: the build report beside them].",
+)
+@click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
+def publish_command(
+    wheels: tuple[Path, ...], target: str | None, torch_variant: str | None, archs: str | None
+) -> None:
+    """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
+    regenerate its static index (PEP 503/691/658/700, under a lock, atomically)."""
+    variant, _checked = check.check_wheels(
+        wheels,
+        parse_variant(torch_variant) if torch_variant else None,
+        parse_archs(archs) if archs else None,
+    )
+    where = remote.parse_target(target) if target else Path("wheelhouse") / variant.tag
+    if isinstance(where, remote.UploadEndpoint):
+        remote.upload(wheels, where)
+        for wheel in wheels:
+            click.echo(f"uploaded {wheel.name} to {where.url}")
+        return
+    if isinstance(where, remote.RsyncTarget):
+        mirror = remote.mirror_dir(where, cache_dir())
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info)
+        root_text = str(where)
+    else:
+        result = publishing.publish(wheels, where)
+        root_text = str(where)
+    for name in result.added:
+        click.echo(f"added {name}")
+    for name in result.present:
+        click.echo(f"already there, same sha256: {name}")
+    click.echo(f"index: {root_text}/simple ({len(result.pages)} page(s) written)")
+
+
+@main.command()
+@click.argument("target")
+@click.option(
+    "--wheelhouse",
+    "root",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The tree, e.g. wheelhouse/cu130.",
+)
+@click.option("--reason", default="", help="Why (shown by pip and uv).")
+@click.option("--undo", is_flag=True, help="Take a yank back.")
+def yank(target: str, root: Path, reason: str, undo: bool) -> None:
+    """Yank (PEP 592) the wheels TARGET names: a file name, or PROJECT==VERSION. Installers skip
+    a yanked file unless it is pinned exactly; nothing is deleted."""
+    result = publishing.unyank(root, target) if undo else publishing.yank(root, target, reason)
+    for name in result.changed:
+        click.echo(f"{'unyanked' if undo else 'yanked'} {name}")
+    for name in result.unchanged:
+        click.echo(f"unchanged {name}")
+
+
+@main.command()
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
+)
+@click.option(
+    "--htpasswd", type=click.Path(path_type=Path), help="Require basic auth (bcrypt or {SHA} entries)."
+)
+@click.option("--access-log", type=click.Path(path_type=Path), help="Also append the access log here.")
+def serve(
+    directory: Path | None, host: str, port: int, htpasswd: Path | None, access_log: Path | None
+) -> None:
+    """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
+    404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
+    root = directory or publishing.only_tree(Path("wheelhouse"))
+    serving.serve(root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -99,6 +99,24 @@ class OutOfMemory(WheelbuildError):
     exit_code = 43
 
 
+class ArchMissing(WheelbuildError):
+    """A CUDA arch the build asked for has no SASS in the wheel's extension modules."""
+
+    exit_code = 44
+
+
+class VersionLabelWrong(WheelbuildError):
+    """The wheel's local version label does not name the torch variant it was built against."""
+
+    exit_code = 45
+
+
+class TorchNotPinned(WheelbuildError):
+    """METADATA does not pin the torch minor the wheel was built against (Requires-Dist: torch==X.Y.*)."""
+
+    exit_code = 46
+
+
 class Interrupted(WheelbuildError):
     exit_code = 130
 
@@ -149,3 +167,9 @@ class ServeFailed(WheelbuildError):
     """The server could not listen on the address (in use, not permitted)."""
 
     exit_code = 57
+
+
+class UploadFailed(WheelbuildError):
+    """An upload to a PyPI-compatible index was refused or failed (auth, conflict, network)."""
+
+    exit_code = 58

@@ -35,7 +35,16 @@ from builder.errors import (
     WheelConflict,
 )
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT", "PublishResult", "YankResult", "publish", "reindex", "unyank", "yank"]
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
+    "PublishResult",
+    "YankResult",
+    "only_tree",
+    "publish",
+    "reindex",
+    "unyank",
+    "yank",
+]
 
 DEFAULT_LOCK_TIMEOUT = 120.0
 LOCK_NAME = ".lock"
@@ -185,6 +194,18 @@ def publish(
         present=tuple(present),
         written=written,
     )
+
+
+def only_tree(parent: Path) -> Path:
+    """The one wheelhouse tree (a directory with simple/index.html) under *parent*."""
+    trees = sorted(p.parent.parent for p in parent.glob(f"*/{index.SIMPLE}/index.html"))
+    if len(trees) != 1:
+        found = ", ".join(str(t) for t in trees) or "none"
+        raise BadArgument(
+            f"{parent} holds {len(trees)} published trees ({found}), so which to serve is not clear",
+            "name one: wheelbuild serve wheelhouse/cu130",
+        )
+    return trees[0]
 
 
 def reindex(

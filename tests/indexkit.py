@@ -29,6 +29,8 @@ def make_wheel(
     payload: str = "",
     metadata_name: str | None = None,
     metadata_version: str | None = None,
+    requires_dist: tuple[str, ...] = (),
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """A real, installable pure-Python wheel with a correct RECORD. *payload* changes the bytes
     (and so the sha256) without changing the name. Its module is importable as
@@ -45,7 +47,9 @@ def make_wheel(
     ]
     if requires_python:
         metadata.append(f"Requires-Python: {requires_python}")
+    metadata += [f"Requires-Dist: {r}" for r in requires_dist]
     files = {
+        **(extra_files or {}),
         f"{module}/__init__.py": f'VERSION = "{version}"\nPAYLOAD = {payload!r}\n'.encode(),
         f"{dist_info}/METADATA": ("\n".join(metadata) + "\n\n").encode(),
         f"{dist_info}/WHEEL": (

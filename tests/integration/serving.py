@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
 import queue
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,39 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from builder.serve import serve
+
+
+def clean_env(tmp_path: Path, *, uv_cache: Path | None = None) -> dict[str, str]:
+    """The environment of a user with no pip/uv configuration (this machine sets PIP_FIND_LINKS).
+    uv's cache is per test unless *uv_cache* is given (a shared one saves downloading torch)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_CACHE_DIR="1",
+        UV_NO_CONFIG="1",
+        UV_CACHE_DIR=str(uv_cache or tmp_path / "uv-cache"),
+        UV_PYTHON_DOWNLOADS="never",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
+    return env
+
+
+def run_ok(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def uv_binary() -> str:
+    uv = Path(sys.executable).parent / "uv"
+    assert uv.is_file(), "uv is a test dependency: pip install -e '.[test]'"
+    return str(uv)
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from tests.integration.conftest import (
 
 
 def test_fixture_wheel_holds_sm100_and_sm120_code(fixture_build: FixtureBuild) -> None:
-    assert fixture_build.wheel.name.startswith("wbdemo-0.1.0-cp311-cp311-manylinux_")
+    assert fixture_build.wheel.name.startswith("wbdemo-0.1.0+cu130torch2.11-cp311-cp311-manylinux_")
     modules = archs_in_wheel(fixture_build.wheel)
     assert set(modules) == {"wbdemo/_C.cpython-311-x86_64-linux-gnu.so"}
     assert modules["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"].sass == {100, 120}
@@ -77,8 +77,13 @@ def test_build_report_records_the_wheel(fixture_build: FixtureBuild) -> None:
     (entry,) = fixture_build.report["wheels"]
     assert entry["file"] == fixture_build.wheel.name
     assert entry["sha256"] == hashlib.sha256(fixture_build.wheel.read_bytes()).hexdigest()
-    assert entry["cuda"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]["sass"] == [100, 120]
+    module = entry["extension_modules"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]
+    assert module["sass"] == [100, 120] and module["cudart"] == ["libcudart.so.13"]
     assert fixture_build.report["torch"]["variant"] == "2.11.0+cu130"
+    # Stamped with the variant it was built against, inside METADATA and RECORD, and checked.
+    assert entry["version"] == entry["metadata"]["version"] == "0.1.0+cu130torch2.11"
+    assert entry["torch_requirement"] == ["torch==2.11.*"]
+    assert fixture_build.report["checks"] == []
 
 
 def test_unchanged_inputs_reuse_the_finished_wheel_without_a_container(
@@ -108,6 +113,27 @@ def test_unchanged_inputs_reuse_the_finished_wheel_without_a_container(
     assert reused.read_bytes() == fixture_build.wheel.read_bytes()
     assert "attempt 1" not in again.stdout and containers_of_run(docker_client, again.run_id) == []
     assert time.monotonic() - started < 60
+
+
+def test_second_python_reuses_the_first_pythons_kernels(cuda_image: str, tmp_path: Path) -> None:
+    # A salt no cache has seen, so the first Python compiles everything; the blob is tiny.
+    result = wheelbuild(
+        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
+        "--python", "3.11", "--python", "3.13", "--memory", "4g", "--output-dir", str(tmp_path),
+        "--env", "WBDEMO_BLOB_ELEMENTS=1000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    report = json.loads((tmp_path / "runs" / result.run_id / "build-report.json").read_text())
+    (attempt,) = report["attempts"]
+    # 4 kernels (.cu, torch headers included) + 1 binding (.cpp) per Python. The salted kernels
+    # are new to the cache, so the first Python compiles them; the second reuses all four. The
+    # binding is not salted (an earlier run may have cached it for either Python).
+    first, second = (attempt["cache_by_python"][f"cp3{m}-manylinux_x86_64"] for m in (11, 13))
+    assert first["misses"] >= 4 and first["hits"] + first["misses"] == 5, first
+    assert second["hits"] >= 4 and second["hits"] + second["misses"] == 5, second
+    cuda = {entry["file"].split("-")[2]: entry["extension_modules"] for entry in report["wheels"]}
+    assert cuda["cp313"]["wbdemo/_C.cpython-313-x86_64-linux-gnu.so"]["sass"] == [100, 120]
+    assert cuda["cp311"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]["sass"] == [100, 120]
 
 
 def test_sigint_mid_compile_leaves_nothing_behind(

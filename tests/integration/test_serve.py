@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from builder.errors import BadHtpasswd, NoIndex, ServeFailed
 from builder.publish import publish, yank
 from builder.serve import MEDIA_HTML, MEDIA_HTML_V1, MEDIA_JSON, Htpasswd, negotiate, serve
 from tests.indexkit import make_wheel, parse_page
-from tests.integration.serving import Hit, read_log, request, running_server
+from tests.integration.serving import Hit, clean_env, read_log, request, run_ok, running_server, uv_binary
 
 pytestmark = pytest.mark.integration
 
@@ -56,34 +55,6 @@ def server(tree: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     log = tmp_path / "access.log"
     with running_server(tree, access_log=log) as url:
         yield url, log
-
-
-def _clean_env(tmp_path: Path) -> dict[str, str]:
-    """The environment of a user with no pip/uv configuration (this machine sets PIP_FIND_LINKS)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update(
-        PIP_CONFIG_FILE=os.devnull,
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-        PIP_NO_CACHE_DIR="1",
-        UV_NO_CONFIG="1",
-        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
-        UV_PYTHON_DOWNLOADS="never",
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    return env
-
-
-def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def _uv() -> str:
-    uv = Path(sys.executable).parent / "uv"
-    assert uv.is_file(), "uv is a test dependency: pip install -e '.[test]'"
-    return str(uv)
 
 
 # --- content negotiation --------------------------------------------------------------------
@@ -311,16 +282,16 @@ def test_pip_installs_a_local_version_by_name_from_the_served_index(
     server: tuple[str, Path], tmp_path: Path
 ) -> None:
     url, log = server
-    env = _clean_env(tmp_path)
+    env = clean_env(tmp_path)
     venv = tmp_path / "pip-venv"
-    _run([sys.executable, "-m", "venv", str(venv)], env, tmp_path)
+    run_ok([sys.executable, "-m", "venv", str(venv)], env, tmp_path)
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "--index-url", url, PIN], env, tmp_path)
-    done = _run([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
+    run_ok([python, "-m", "pip", "install", "--index-url", url, PIN], env, tmp_path)
+    done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"
     # The newer 0.2.0 is yanked: an unpinned upgrade keeps 0.1.0.
-    _run([python, "-m", "pip", "install", "--upgrade", "--index-url", url, "wbtiny"], env, tmp_path)
-    done = _run([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
+    run_ok([python, "-m", "pip", "install", "--upgrade", "--index-url", url, "wbtiny"], env, tmp_path)
+    done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"
     paths = [hit.path for hit in read_log(log, at_least=4)]
     # pip too decides from the PEP 658 file, then downloads the wheel.
@@ -331,12 +302,12 @@ def test_uv_resolves_from_the_metadata_file_then_fetches_the_wheel_once(
     server: tuple[str, Path], tree: Path, tmp_path: Path
 ) -> None:
     url, log = server
-    env = _clean_env(tmp_path)
+    env = clean_env(tmp_path)
     venv = tmp_path / "uv-venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env, tmp_path)
+    run_ok([sys.executable, "-m", "venv", "--without-pip", str(venv)], env, tmp_path)
     python = str(venv / "bin" / "python")
-    _run([_uv(), "pip", "install", "--python", python, "--index-url", url, PIN], env, tmp_path)
-    done = _run([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
+    run_ok([uv_binary(), "pip", "install", "--python", python, "--index-url", url, PIN], env, tmp_path)
+    done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"
 
     hits = read_log(log, at_least=3)
@@ -350,24 +321,24 @@ def test_uv_resolves_from_the_metadata_file_then_fetches_the_wheel_once(
     size = (tree / "files" / WHEEL).stat().st_size
     assert [(h.status, h.bytes) for h in fetched] == [(200, size)], fetched
 
-    _run(
-        [_uv(), "pip", "install", "--python", python, "--upgrade", "--index-url", url, "wbtiny"],
+    run_ok(
+        [uv_binary(), "pip", "install", "--python", python, "--upgrade", "--index-url", url, "wbtiny"],
         env,
         tmp_path,
     )
-    done = _run([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
+    done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"  # 0.2.0 is yanked
 
 
 def test_uv_installs_through_basic_auth(tree: Path, htpasswd: Path, tmp_path: Path) -> None:
-    env = _clean_env(tmp_path)
+    env = clean_env(tmp_path)
     venv = tmp_path / "uv-venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env, tmp_path)
+    run_ok([sys.executable, "-m", "venv", "--without-pip", str(venv)], env, tmp_path)
     python = str(venv / "bin" / "python")
     with running_server(tree, htpasswd=htpasswd, access_log=tmp_path / "access.log") as url:
         wrong = url.replace("http://", "http://alice:wrong@")
         refused = subprocess.run(
-            [_uv(), "pip", "install", "--python", python, "--index-url", wrong, PIN],
+            [uv_binary(), "pip", "install", "--python", python, "--index-url", wrong, PIN],
             env=env,
             cwd=tmp_path,
             capture_output=True,
@@ -378,6 +349,6 @@ def test_uv_installs_through_basic_auth(tree: Path, htpasswd: Path, tmp_path: Pa
         assert refused.returncode != 0
         assert "401" in refused.stderr or "nauthorized" in refused.stderr, refused.stderr
         right = url.replace("http://", "http://alice:alice-pw@")
-        _run([_uv(), "pip", "install", "--python", python, "--index-url", right, PIN], env, tmp_path)
-    done = _run([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
+        run_ok([uv_binary(), "pip", "install", "--python", python, "--index-url", right, PIN], env, tmp_path)
+    done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"

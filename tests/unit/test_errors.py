@@ -20,6 +20,18 @@ KNOWN_CODES = {
     "MemoryLimitNotApplied": 41,
     "BuildFailed": 42,
     "OutOfMemory": 43,
+    "ArchMissing": 44,
+    "VersionLabelWrong": 45,
+    "TorchNotPinned": 46,
+    "PublishLocked": 50,
+    "WheelConflict": 51,
+    "InvalidWheel": 52,
+    "NotPublished": 53,
+    "IndexWriteFailed": 54,
+    "BadHtpasswd": 55,
+    "NoIndex": 56,
+    "ServeFailed": 57,
+    "UploadFailed": 58,
     "Interrupted": 130,
 }
 

@@ -1,0 +1,185 @@
+"""Checks before publish: a wheel is refused unless it holds what the build promised.
+
+- SASS for every requested CUDA arch, in every extension module that has device code;
+- the local version label of the torch variant it was built against (+cu130torch2.11), and a
+  METADATA version equal to the file name's;
+- a torch pin to the minor it was built against (Requires-Dist: torch==2.11.*).
+
+Pure: a WheelInfo in, the problems out, each as the typed error that explains it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from builder.errors import (
+    ArchMissing,
+    BadArgument,
+    InvalidWheel,
+    TorchNotPinned,
+    VersionLabelWrong,
+    WheelbuildError,
+)
+from builder.stamp import torch_pin
+from builder.variants import TorchVariant, parse_variant
+from builder.wheels import WheelInfo, inspect_wheel
+
+__all__ = [
+    "Expectation",
+    "check_wheel",
+    "check_wheels",
+    "expectation_for",
+    "first_problem",
+    "inspect_or_refuse",
+]
+
+DEFAULT_ARCHS = (100, 120)
+REPORT = "build-report.json"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    archs: tuple[int, ...]  # SASS that must be present: (100, 120)
+    label: str  # cu130torch2.11
+    torch_minor: str  # 2.11
+
+
+def expectation_for(
+    wheel: Path, variant: TorchVariant | None, archs: tuple[int, ...] | None
+) -> tuple[TorchVariant, Expectation]:
+    """What `wheel` must hold: from the options given, else from the build report beside it
+    (a run directory of `wheelbuild build`), else the default archs."""
+    report_path = wheel.parent / REPORT
+    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    if variant is None:
+        if report is None:
+            raise BadArgument(
+                f"cannot tell which torch variant {wheel.name} was built for: no --torch and no "
+                f"{REPORT} beside it",
+                "pass --torch (e.g. --torch cu130), or publish from the build's run directory",
+            )
+        variant = parse_variant(report["torch"]["variant"])
+    if archs is None:
+        archs = tuple(report["archs"]) if report else DEFAULT_ARCHS
+    return variant, Expectation(archs=archs, label=variant.label, torch_minor=variant.torch_minor)
+
+
+def inspect_or_refuse(path: Path) -> WheelInfo:
+    try:
+        return inspect_wheel(path)
+    except (OSError, ValueError) as error:
+        raise InvalidWheel(
+            f"{path.name} is not a readable wheel: {error}", "check the path; wheelbuild reads .whl files"
+        ) from error
+
+
+def check_wheels(
+    paths: Sequence[Path], variant: TorchVariant | None, archs: tuple[int, ...] | None
+) -> tuple[TorchVariant, tuple[WheelInfo, ...]]:
+    """Inspect and check every wheel; raise the first problem (the others in its details).
+    All wheels must be for one variant: one variant is one wheelhouse tree."""
+    variants: dict[str, TorchVariant] = {}
+    wheels: list[WheelInfo] = []
+    problems: list[WheelbuildError] = []
+    for path in paths:
+        wheel = inspect_or_refuse(path)
+        wheel_variant, expected = expectation_for(path, variant, archs)
+        variants[wheel_variant.tag] = wheel_variant
+        wheels.append(wheel)
+        problems += check_wheel(wheel, expected)
+    if problem := first_problem(problems):
+        raise problem
+    if len(variants) > 1:
+        raise BadArgument(
+            f"the wheels were built for several variants ({', '.join(sorted(variants))})",
+            "publish each variant's wheels on their own (each variant is its own wheelhouse tree)",
+        )
+    (only,) = variants.values()
+    return only, tuple(wheels)
+
+
+def _pins(requirement: str, torch_minor: str) -> bool:
+    """Whether a torch requirement admits exactly the built minor: every 2.11.x, no other."""
+    specifier: SpecifierSet = Requirement(requirement).specifier
+    major, minor = (int(p) for p in torch_minor.split("."))
+    inside = [
+        Version(f"{major}.{minor}.0"),
+        Version(f"{major}.{minor}.9"),
+        Version(f"{major}.{minor}.0+cu130"),
+    ]
+    outside = [
+        Version(f"{major}.{minor - 1}.9") if minor else Version(f"{major - 1}.99"),
+        Version(f"{major}.{minor + 1}.0"),
+    ]
+    return all(specifier.contains(v, prereleases=True) for v in inside) and not any(
+        specifier.contains(v, prereleases=True) for v in outside
+    )
+
+
+def check_wheel(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError]:
+    problems: list[WheelbuildError] = []
+    name = wheel.path.name
+    if wheel.metadata_version != wheel.version:
+        problems.append(
+            InvalidWheel(
+                f"{name}: METADATA says version {wheel.metadata_version}, the file name {wheel.version}; "
+                "pip refuses such a wheel",
+                "rebuild; never rename a wheel file (wheelbuild sets the label inside METADATA and RECORD)",
+            )
+        )
+    if wheel.local_label != expected.label:
+        problems.append(
+            VersionLabelWrong(
+                f"{name}: local version label is {wheel.local_label or 'absent'}, "
+                f"but the wheel was built for {expected.label}",
+                f"build it for that variant (the label is set at build time: +{expected.label}), "
+                "or publish it under the variant it was built for",
+            )
+        )
+    pins = [r for r in wheel.torch_requirements if ";" not in r]
+    if not any(_pins(r, expected.torch_minor) for r in pins):
+        problems.append(
+            TorchNotPinned(
+                f"{name}: METADATA requires {', '.join(wheel.torch_requirements) or 'no torch'}, not "
+                f"{torch_pin(expected.torch_minor)}; on another torch it fails at import with undefined symbols",
+                "build it with wheelbuild, which pins the torch the wheel was built against",
+            )
+        )
+    with_device_code = [m for m in wheel.modules if m.archs.sass or m.archs.ptx]
+    if not with_device_code:
+        problems.append(
+            ArchMissing(
+                f"{name}: no extension module holds CUDA code (asked for sm_{', sm_'.join(map(str, expected.archs))})",
+                "check the recipe's arch env (e.g. FLASH_ATTN_CUDA_ARCHS) reached nvcc",
+            )
+        )
+    for module in with_device_code:
+        missing = sorted(set(expected.archs) - module.archs.sass)
+        if missing:
+            found = ", ".join(f"sm_{a}" for a in sorted(module.archs.sass)) or "none"
+            problems.append(
+                ArchMissing(
+                    f"{name}: {module.member} has no SASS for {', '.join(f'sm_{a}' for a in missing)} "
+                    f"(it has {found})",
+                    "rebuild with those archs (--archs); PTX alone would JIT at first use, or fail",
+                )
+            )
+    return problems
+
+
+def first_problem(problems: list[WheelbuildError]) -> WheelbuildError | None:
+    """The error to raise: the first one, with the others listed in its details."""
+    if not problems:
+        return None
+    first = problems[0]
+    if len(problems) > 1:
+        others = "\n".join(f"  also: {p.cause}" for p in problems[1:])
+        first.details = f"{first.details}\n{others}".strip()
+    return first

@@ -1,0 +1,162 @@
+"""Stamp a built wheel with what it was built against: the local version label of its torch
+variant (0.1.0 -> 0.1.0+cu130torch2.11) and a torch pin in METADATA (torch==2.11.*).
+
+A wheel built against torch 2.11 fails at import on 2.10 with undefined symbols, so the pin is
+the user's protection, and the label lets wheels for several variants share one index.
+
+The rewrite is consistent, never a rename: METADATA's Version, the .dist-info (and .data)
+directory names, every RECORD row (paths, and the hash and size of what changed) and the file
+name all agree afterwards. Every other member keeps its bytes, timestamp, permissions and
+compression. A wheel that already carries the label and the pin is left as it is (a recipe may
+set the label through its own env, as flash-attn's FLASH_ATTN_LOCAL_VERSION does).
+
+No Docker, no subprocess: zip in, zip out.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from builder.wheels import metadata_of
+
+__all__ = ["Stamp", "stamp_wheel", "stamped_metadata", "torch_pin"]
+
+
+@dataclass(frozen=True)
+class Stamp:
+    label: str  # local version label: cu130torch2.11
+    torch_minor: str  # 2.11: the pin is torch==2.11.*
+
+
+def torch_pin(torch_minor: str) -> str:
+    return f"torch=={torch_minor}.*"
+
+
+def _is_torch(value: str) -> Requirement | None:
+    try:
+        requirement = Requirement(value)
+    except InvalidRequirement:
+        return None
+    return requirement if canonicalize_name(requirement.name) == "torch" else None
+
+
+def stamped_version(version: str, label: str) -> str:
+    """0.1.0 -> 0.1.0+label; a different local label is replaced, the same one kept."""
+    try:
+        public = Version(version).public
+    except InvalidVersion as exc:
+        raise ValueError(f"version {version!r} is not PEP 440: {exc}") from exc
+    return f"{public}+{label}"
+
+
+def stamped_metadata(metadata: bytes, version: str, stamp: Stamp) -> bytes:
+    """METADATA with Version set and every torch requirement pinned to the built minor (its
+    marker kept); an unconditional pin is added when none names torch. The body (description)
+    after the headers is untouched."""
+    text = metadata.decode("utf-8")
+    head, separator, body = text.partition("\n\n")
+    lines = head.split("\n")
+    out: list[str] = []
+    pinned = False
+    for line in lines:
+        key, _, value = line.partition(": ")
+        if key == "Version":
+            out.append(f"Version: {version}")
+        elif key == "Requires-Dist" and (requirement := _is_torch(value)) is not None:
+            marker = f"; {requirement.marker}" if requirement.marker else ""
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            out.append(f"Requires-Dist: torch{extras}=={stamp.torch_minor}.*{marker}")
+            pinned = pinned or not requirement.marker
+        else:
+            out.append(line)
+    if not pinned:
+        # After the last header that describes dependencies, or at the end of the headers.
+        headers = ("Requires-Dist:", "Version:")
+        at = max((i for i, line in enumerate(out) if line.startswith(headers)), default=len(out) - 1)
+        out.insert(at + 1, f"Requires-Dist: {torch_pin(stamp.torch_minor)}")
+    return ("\n".join(out) + separator + body).encode("utf-8")
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def stamp_wheel(path: Path, stamp: Stamp) -> Path:
+    """Rewrite the wheel at `path` in place (a new file name when the version changes; the old
+    file is removed only once the new one is complete). Returns the stamped wheel's path."""
+    _name, version, _build, _tags = parse_wheel_filename(path.name)
+    new_version = stamped_version(str(version), stamp.label)
+    parts = path.name[: -len(".whl")].split("-")
+    old_prefix = f"{parts[0]}-{parts[1]}"
+    new_prefix = f"{parts[0]}-{new_version}"
+    new_name = "-".join([parts[0], new_version, *parts[2:]]) + ".whl"
+
+    with zipfile.ZipFile(path) as source:
+        metadata_member, metadata = metadata_of(source)
+        new_metadata = stamped_metadata(metadata, new_version, stamp)
+        if new_name == path.name and new_metadata == metadata:
+            return path  # already stamped
+        dist_info = metadata_member.split("/")[0]
+        if dist_info != f"{old_prefix}.dist-info":
+            raise ValueError(f"{path.name}: its .dist-info is {dist_info!r}, not {old_prefix}.dist-info")
+
+        def renamed(member: str) -> str:
+            top, slash, rest = member.partition("/")
+            if top in (f"{old_prefix}.dist-info", f"{old_prefix}.data"):
+                return top.replace(old_prefix, new_prefix, 1) + slash + rest
+            return member
+
+        record_member = f"{old_prefix}.dist-info/RECORD"
+        rows = list(csv.reader(io.StringIO(source.read(record_member).decode("utf-8"))))
+        new_record_member = renamed(record_member)
+        record = io.StringIO()
+        writer = csv.writer(record, lineterminator="\n")
+        for row in rows:
+            if not row:
+                continue
+            member = row[0]
+            if member == record_member:
+                writer.writerow([new_record_member, "", ""])
+            elif member == metadata_member:
+                writer.writerow([renamed(member), _record_hash(new_metadata), str(len(new_metadata))])
+            else:
+                writer.writerow([renamed(member), *row[1:]])
+        new_record = record.getvalue().encode("utf-8")
+
+        # Write beside the original, then rename: a crash leaves the original whole.
+        fd, temp = tempfile.mkstemp(prefix=f".{new_name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as target:
+                for info in source.infolist():
+                    data = source.read(info)
+                    if info.filename == metadata_member:
+                        data = new_metadata
+                    elif info.filename == record_member:
+                        data = new_record
+                    clone = zipfile.ZipInfo(renamed(info.filename), date_time=info.date_time)
+                    clone.external_attr = info.external_attr
+                    clone.compress_type = info.compress_type
+                    clone.create_system = info.create_system
+                    target.writestr(clone, data)
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(temp, path.parent / new_name)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+    if new_name != path.name:
+        path.unlink()
+    return path.parent / new_name
