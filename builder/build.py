@@ -182,7 +182,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         index_url=spec.variant.index_url,
         archs=spec.archs,
         pythons=pythons,
-        env=spec.recipe.build_env(spec.archs, 1, 1),
+        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
         tools={
             "wheelbuild": _version(),
             "cibuildwheel": _version("cibuildwheel"),
@@ -231,7 +231,9 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             memory=current.memory,
             cpus=current.cpus,
             gpus=gpus,
-            build_env=spec.recipe.build_env(spec.archs, current.max_jobs, current.nvcc_threads),
+            build_env=spec.recipe.build_env(
+                spec.archs, current.max_jobs, current.nvcc_threads, spec.variant.label
+            ),
             cuda_home=compiler.home,
             torch_requirement=spec.variant.requirement,
             torch_minor=spec.variant.torch_minor,

@@ -327,8 +327,10 @@ def load_profile(name: str) -> MemoryModel:
 
 
 def flash_attn_model(version: str = "2.8.3") -> MemoryModel:
-    """flash-attn's 73 units. Only 2.8.3 is measured; 2.8.2 has the same kernels and shares it."""
-    return load_profile("flash-attn-2.8.3") if version in ("2.8.3", "2.8.2") else default_model("flash-attn")
+    """flash-attn's 73 units. Only 2.8.3 is measured; 2.8.2 and the 2.8.3 post releases have the
+    same units and share it."""
+    same_units = ("2.8.2", "2.8.3", "2.8.3.post1", "2.8.3.post2")
+    return load_profile("flash-attn-2.8.3") if version in same_units else default_model("flash-attn")
 
 
 def wbdemo_model() -> MemoryModel:

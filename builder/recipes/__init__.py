@@ -7,6 +7,7 @@ a local project directory, or an sdist (local path or URL pinned with #sha256=).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from builder.errors import BadArgument, UnknownPackage
@@ -22,12 +23,13 @@ EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wbde
 
 
 def _wbdemo(version: str | None) -> Recipe:
-    return torch_extension_recipe(
+    recipe = torch_extension_recipe(
         name="wbdemo",
         source=Source(location=str(EXAMPLE_DIR)),
         arch_env="WBDEMO_CUDA_ARCHS",
         memory_model=wbdemo_model(),
     )
+    return replace(recipe, local_version_env="WBDEMO_LOCAL_VERSION")
 
 
 _KNOWN = {"flash-attn": flash_attn_recipe, "wbdemo": _wbdemo}

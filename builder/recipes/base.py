@@ -34,12 +34,17 @@ class Recipe:
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Peak memory and time of its units by archs compiled at once: what the planner plans with.
     memory_model: MemoryModel = field(default_factory=default_model)
+    # env var the package's setup.py appends to its version as a local label
+    # (FLASH_ATTN_LOCAL_VERSION); without one, the label is stamped into the built wheel after.
+    local_version_env: str | None = None
 
     def with_env(self, env: Mapping[str, str]) -> Recipe:
         """The same recipe with extra env for the build (`--env KEY=VALUE`)."""
         return replace(self, extra_env=MappingProxyType({**self.extra_env, **env}))
 
-    def build_env(self, archs: Sequence[int], max_jobs: int, nvcc_threads: int) -> dict[str, str]:
+    def build_env(
+        self, archs: Sequence[int], max_jobs: int, nvcc_threads: int, local_label: str | None = None
+    ) -> dict[str, str]:
         """The env the package's build reads inside the container."""
         env = {
             "MAX_JOBS": str(max_jobs),
@@ -50,4 +55,6 @@ class Recipe:
         }
         if self.arch_env:
             env[self.arch_env] = ";".join(str(a) for a in archs)
+        if self.local_version_env and local_label:
+            env[self.local_version_env] = local_label
         return env

@@ -8,13 +8,25 @@ from builder.errors import BadArgument
 from builder.memory_model import flash_attn_model
 from builder.recipes.base import Recipe, Source
 
-DEFAULT_VERSION = "2.8.3"
-# Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index).
+DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
+# Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index). The
+# 2.8.3 post releases have the same 73 units (post2: index-type fixes in the bwd kernels, CUDA 13
+# handling in setup.py), so they plan with 2.8.3's profile.
 SDISTS: dict[str, Source] = {
     "2.8.3": Source(
         location="https://files.pythonhosted.org/packages/3b/b2/"
         "8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz",
         sha256="1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
+    ),
+    "2.8.3.post2": Source(
+        location="https://files.pythonhosted.org/packages/6c/b1/"
+        "b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/flash_attn-2.8.3.post2.tar.gz",
+        sha256="d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b",
+    ),
+    "2.8.3.post1": Source(
+        location="https://files.pythonhosted.org/packages/01/7a/"
+        "92a46e7cd6bbb4d7b2855a457c3b855df54a97af5656d98fc92e58e61065/flash_attn-2.8.3.post1.tar.gz",
+        sha256="55d5103ed846da8b56e0797acf4bde07dee4b1c7e8907fcfc6699c203030c348",
     ),
     "2.8.2": Source(
         location="https://files.pythonhosted.org/packages/63/91/"
@@ -38,6 +50,8 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         arch_env="FLASH_ATTN_CUDA_ARCHS",
         # Never download a prebuilt wheel from GitHub: we are here to build it.
         extra_env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),
+        # Its setup.py appends this to the version: 2.8.3+cu130torch2.11.
+        local_version_env="FLASH_ATTN_LOCAL_VERSION",
         # Fitted to measured units (builder/profiles/flash-attn-2.8.3.tsv).
         memory_model=flash_attn_model(version),
     )

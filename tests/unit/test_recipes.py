@@ -71,6 +71,20 @@ def test_flash_attn_build_env_forces_a_source_build_and_names_its_arch_variable(
     }
 
 
+def test_flash_attn_gets_the_variants_label_through_its_own_variable() -> None:
+    env = resolve_recipe("flash-attn").build_env((100, 120), 4, 2, "cu130torch2.11")
+    assert env["FLASH_ATTN_LOCAL_VERSION"] == "cu130torch2.11"  # setup.py: 2.8.3+cu130torch2.11
+    assert resolve_recipe("wbdemo").build_env((100,), 1, 1, "cu130torch2.11")["WBDEMO_LOCAL_VERSION"] == (
+        "cu130torch2.11"
+    )
+
+
+def test_newest_flash_attn_release_seen_on_pypi_is_pinned_and_plans_with_the_measured_profile() -> None:
+    newest = resolve_recipe("flash-attn", version="2.8.3.post2")
+    assert newest.source.sha256 == "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
+    assert newest.memory_model == resolve_recipe("flash-attn").memory_model
+
+
 def test_unknown_flash_attn_version_is_a_bad_argument() -> None:
     with pytest.raises(BadArgument) as caught:
         resolve_recipe("flash-attn", version="9.9.9")
