@@ -15,10 +15,11 @@ from typing import Any
 
 import tenacity
 
-from builder import cgroup, engine, results
+from builder import cgroup, engine, publish, results
 from builder.check import Expectation, check_wheel, first_problem
 from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory, WheelbuildError
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
+from builder.matrix import Cell
 from builder.planner import (
     Plan,
     admission_costs,
@@ -27,13 +28,13 @@ from builder.planner import (
     plan_build,
     with_admission,
 )
-from builder.recipes import Recipe
+from builder.recipes import Recipe, resolve_recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
 from builder.sources import cache_dir, prepare_source
-from builder.spec import BuildSpec, format_bytes
+from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
-from builder.variants import CudaCompiler, compiler_for
+from builder.variants import CudaCompiler, compiler_for, parse_variant
 from builder.wheels import WheelInfo, inspect_wheel
 
 
@@ -112,6 +113,55 @@ def stamp_and_check(
     return wheels, problems
 
 
+def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -> str:
+    """The content hash of everything that decides what a build's wheels hold: source, image
+    inputs, torch variant and index, archs, Pythons, the build's env, the tools (not MAX_JOBS or
+    NVCC_THREADS, which change how fast, not what)."""
+    source = spec.recipe.source
+    return results.result_key(
+        source=source_digest(Path(source.location)) if not source.is_url else str(source.sha256),
+        image_inputs=inputs.sha256,
+        variant=str(spec.variant),
+        index_url=spec.variant.index_url,
+        archs=spec.archs,
+        pythons=pythons,
+        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
+        tools={
+            "wheelbuild": _version(),
+            "cibuildwheel": _version("cibuildwheel"),
+            "postprocess": POSTPROCESS,
+        },
+    )
+
+
+def unpublished_cells(
+    cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None
+) -> tuple[Cell, ...]:
+    """The cells whose build inputs no wheel in *tree* was built from: a quiet night (no new
+    source, image, torch or tool) leaves none to build."""
+    published = publish.published_inputs(tree)
+    if not published:
+        return cells
+    inputs = image_inputs(engine.connect(), options)
+    left = []
+    for cell in cells:
+        spec = BuildSpec(
+            recipe=resolve_recipe(cell.package, version=cell.version),
+            variant=parse_variant(cell.torch, torch_index_url),
+            archs=parse_archs(cell.archs),
+            pythons=(cell.python,),
+            gpus=GpuMode.AUTO,
+            memory=None,
+            cpus=None,
+            max_jobs=None,
+            nvcc_threads=None,
+            output_dir=Path("."),
+        )
+        if inputs_key(spec, inputs, spec.pythons) not in published:
+            left.append(cell)
+    return tuple(left)
+
+
 def plan_for(
     recipe: Recipe,
     archs: tuple[int, ...],
@@ -173,22 +223,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             "pick --python from those, or build on a base image that has it",
         )
 
-    key = results.result_key(
-        source=source_digest(Path(spec.recipe.source.location))
-        if not spec.recipe.source.is_url
-        else str(spec.recipe.source.sha256),
-        image_inputs=inputs.sha256,
-        variant=str(spec.variant),
-        index_url=spec.variant.index_url,
-        archs=spec.archs,
-        pythons=pythons,
-        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
-        tools={
-            "wheelbuild": _version(),
-            "cibuildwheel": _version("cibuildwheel"),
-            "postprocess": POSTPROCESS,
-        },
-    )
+    key = inputs_key(spec, inputs, pythons)
     store = cache_dir() / "results"
     reused = None if spec.rebuild else results.lookup(store, key)
     if reused:
@@ -199,7 +234,13 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         earlier = json.loads((store / key / "build-report.json").read_text())
         report.write_text(
             json.dumps(
-                {**earlier, "run_id": run_id, "reused": {"key": key, "from_run": earlier["run_id"]}}, indent=2
+                {
+                    **earlier,
+                    "run_id": run_id,
+                    "inputs_key": key,
+                    "reused": {"key": key, "from_run": earlier["run_id"]},
+                },
+                indent=2,
             )
             + "\n"
         )
@@ -241,6 +282,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             torch_index_url=spec.variant.index_url,
             output_dir=run_dir,
             log_path=run_dir / "build.log",
+            pass_env=engine.shared_cache_env(os.environ),
             admission=None
             if current.admission_budget is None
             else (current.admission_budget, json.dumps(admission_costs(current), separators=(",", ":"))),
@@ -263,6 +305,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         json.dumps(
             {
                 "run_id": run_id,
+                "inputs_key": key,
                 "recipe": {
                     "name": spec.recipe.name,
                     "version": spec.recipe.version,

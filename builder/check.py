@@ -80,29 +80,31 @@ def inspect_or_refuse(path: Path) -> WheelInfo:
         ) from error
 
 
+def inputs_key_beside(wheel: Path) -> str | None:
+    """The inputs key the build report beside a wheel records (None: no report, or an old one)."""
+    report = wheel.parent / REPORT
+    if not report.is_file():
+        return None
+    key = json.loads(report.read_text()).get("inputs_key")
+    return str(key) if key else None
+
+
 def check_wheels(
     paths: Sequence[Path], variant: TorchVariant | None, archs: tuple[int, ...] | None
-) -> tuple[TorchVariant, tuple[WheelInfo, ...]]:
+) -> dict[str, tuple[TorchVariant, tuple[Path, ...]]]:
     """Inspect and check every wheel; raise the first problem (the others in its details).
-    All wheels must be for one variant: one variant is one wheelhouse tree."""
-    variants: dict[str, TorchVariant] = {}
-    wheels: list[WheelInfo] = []
+    Returns the wheels grouped by the variant they were built for (tag -> variant, paths): each
+    variant is its own wheelhouse tree."""
+    groups: dict[str, tuple[TorchVariant, list[Path]]] = {}
     problems: list[WheelbuildError] = []
     for path in paths:
         wheel = inspect_or_refuse(path)
         wheel_variant, expected = expectation_for(path, variant, archs)
-        variants[wheel_variant.tag] = wheel_variant
-        wheels.append(wheel)
+        groups.setdefault(wheel_variant.tag, (wheel_variant, []))[1].append(path)
         problems += check_wheel(wheel, expected)
     if problem := first_problem(problems):
         raise problem
-    if len(variants) > 1:
-        raise BadArgument(
-            f"the wheels were built for several variants ({', '.join(sorted(variants))})",
-            "publish each variant's wheels on their own (each variant is its own wheelhouse tree)",
-        )
-    (only,) = variants.values()
-    return only, tuple(wheels)
+    return {tag: (v, tuple(group)) for tag, (v, group) in groups.items()}
 
 
 def _pins(requirement: str, torch_minor: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from builder import build as build_pipeline
-from builder import check, engine, remote
+from builder import check, engine, matrix, remote
 from builder import publish as publishing
 from builder import serve as serving
 from builder.errors import WheelbuildError
@@ -287,8 +288,10 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
 @click.option(
     "--to",
     "target",
-    help="A wheelhouse tree: a directory [default: wheelhouse/<CUDA tag>] or [user@]host:path over "
-    "ssh+rsync; or an http(s) upload URL (pypiserver, devpi; credentials from "
+    default=remote.DEFAULT_TO,
+    show_default=True,
+    help="A wheelhouse tree: a directory or [user@]host:path (ssh+rsync), where {variant} stands "
+    "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
     "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
 )
 @click.option(
@@ -298,16 +301,21 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
 )
 @click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
 def publish_command(
-    wheels: tuple[Path, ...], target: str | None, torch_variant: str | None, archs: str | None
+    wheels: tuple[Path, ...], target: str, torch_variant: str | None, archs: str | None
 ) -> None:
     """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
     regenerate its static index (PEP 503/691/658/700, under a lock, atomically)."""
-    variant, _checked = check.check_wheels(
+    groups = check.check_wheels(
         wheels,
         parse_variant(torch_variant) if torch_variant else None,
         parse_archs(archs) if archs else None,
     )
-    where = remote.parse_target(target) if target else Path("wheelhouse") / variant.tag
+    for tag, (_variant, paths) in groups.items():
+        _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths)
+
+
+def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels: tuple[Path, ...]) -> None:
+    inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
         remote.upload(wheels, where)
         for wheel in wheels:
@@ -315,16 +323,14 @@ def publish_command(
         return
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
-        result = remote.publish_rsync(wheels, where, mirror, Reporter().info)
-        root_text = str(where)
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs)
     else:
-        result = publishing.publish(wheels, where)
-        root_text = str(where)
+        result = publishing.publish(wheels, where, inputs=inputs)
     for name in result.added:
         click.echo(f"added {name}")
     for name in result.present:
         click.echo(f"already there, same sha256: {name}")
-    click.echo(f"index: {root_text}/simple ({len(result.pages)} page(s) written)")
+    click.echo(f"index: {where}/simple ({len(result.pages)} page(s) written)")
 
 
 @main.command()
@@ -365,6 +371,56 @@ def serve(
     404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
     root = directory or publishing.only_tree(Path("wheelhouse"))
     serving.serve(root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True)
+
+
+@main.command("matrix")
+@click.option("--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True)
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["github", "lines", "publish-to"]),
+    default="github",
+    show_default=True,
+    help="github: a strategy.matrix JSON value; lines: `ID ARGS...` per cell (scripts/nightly); "
+    "publish-to: where the wheels go.",
+)
+@click.option(
+    "--skip-published",
+    type=click.Path(path_type=Path),
+    help="A wheelhouse tree: leave out cells whose build inputs (source, image, torch, archs, "
+    "Python, tools) made a wheel it holds.",
+)
+@click.option(
+    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="As for build (part of the inputs)."
+)
+@image_flags
+def matrix_command(
+    config: Path,
+    output: str,
+    skip_published: Path | None,
+    torch_index_url: str | None,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cuda12_image: str | None,
+) -> None:
+    """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
+    variant, Python and arch list."""
+    declared = matrix.load_matrix(config)
+    cells = declared.cells
+    if skip_published and output != "publish-to":
+        options = _image_options(base_image, ca_bundle, cuda12_image)
+        cells = build_pipeline.unpublished_cells(cells, skip_published, options, torch_index_url)
+        click.echo(
+            f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
+            err=True,
+        )
+    if output == "github":
+        click.echo(matrix.github_matrix(cells))
+    elif output == "lines":
+        for cell in cells:
+            click.echo(f"{cell.id} {shlex.join(cell.build_args())}")
+    else:
+        click.echo(declared.publish_to)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

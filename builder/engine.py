@@ -392,6 +392,9 @@ class AttemptConfig:
     compiler_cache: bool = True
     # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
     admission: tuple[int, str] | None = None
+    # Host env vars handed to the build by name (values never on a command line): a shared
+    # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
+    pass_env: tuple[str, ...] = ()
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -428,6 +431,22 @@ class AttemptResult:
 
 def _env_assignments(env: Mapping[str, str]) -> str:
     return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+
+
+# sccache's shared storages (S3 and compatible, Redis, GitHub Actions' cache) and their
+# credentials: when the host has any of these, the build gets them, so that runners share what
+# any of them compiled.
+SHARED_CACHE_ENV = (
+    "SCCACHE_BUCKET", "SCCACHE_REGION", "SCCACHE_ENDPOINT", "SCCACHE_S3_KEY_PREFIX", "SCCACHE_S3_USE_SSL",
+    "SCCACHE_S3_NO_CREDENTIALS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "SCCACHE_REDIS", "SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_PASSWORD", "SCCACHE_REDIS_KEY_PREFIX",
+    "SCCACHE_GHA_ENABLED", "SCCACHE_GHA_VERSION", "ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN",
+)  # fmt: skip
+
+
+def shared_cache_env(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The SHARED_CACHE_ENV names set in `environ`."""
+    return tuple(name for name in SHARED_CACHE_ENV if environ.get(name))
 
 
 # Each Python's torch headers are the same, but live in that Python's own site-packages, a path
@@ -538,7 +557,9 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
             ]
         ),
         # The index URL may carry credentials: pass it by name, never on a command line.
-        "CIBW_ENVIRONMENT_PASS_LINUX": "WHEELBUILD_TORCH_INDEX_URL",
+        "CIBW_ENVIRONMENT_PASS_LINUX": " ".join(
+            ["WHEELBUILD_TORCH_INDEX_URL", *(config.pass_env if config.compiler_cache else ())]
+        ),
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
         "CIBW_TEST_COMMAND": "",
         "WHEELBUILD_TORCH_INDEX_URL": config.torch_index_url,

@@ -74,6 +74,9 @@ SIMPLE = "simple"
 METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
+INPUTS_SUFFIX = (
+    ".inputs"  # the inputs key of the build that made the wheel (wheelbuild matrix --skip-published)
+)
 TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +41,7 @@ __all__ = [
     "YankResult",
     "only_tree",
     "publish",
+    "published_inputs",
     "reindex",
     "unyank",
     "yank",
@@ -130,8 +131,11 @@ def publish(
     *,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     hook: index.WriteHook | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> PublishResult:
-    """Copy *wheels* into ``root/files`` and regenerate the index of *root*.
+    """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *inputs* maps a
+    wheel's file name to the inputs key of the build that made it, kept beside it
+    (``<wheel>.inputs``) so that a nightly can skip cells whose wheels are already published.
 
     Raises InvalidWheel for a file that is not a good wheel, WheelConflict when a published file
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
@@ -178,6 +182,13 @@ def publish(
                     hook=hook,
                     rel=rel + index.METADATA_SUFFIX,
                 )
+                if inputs and info.filename in inputs:
+                    index.atomic_write(
+                        target.with_name(target.name + index.INPUTS_SUFFIX),
+                        inputs[info.filename].encode() + b"\n",
+                        hook=hook,
+                        rel=rel + index.INPUTS_SUFFIX,
+                    )
                 index.atomic_write(target, path, hook=hook, rel=rel)
                 index.atomic_write(
                     target.with_name(target.name + index.SHA256_SUFFIX),
@@ -194,6 +205,14 @@ def publish(
         present=tuple(present),
         written=written,
     )
+
+
+def published_inputs(root: Path) -> set[str]:
+    """The inputs keys of the builds whose wheels *root* holds."""
+    keys: set[str] = set()
+    for sidecar in (root / index.FILES).glob(f"*.whl{index.INPUTS_SUFFIX}"):
+        keys.add(sidecar.read_text().strip())
+    return keys
 
 
 def only_tree(parent: Path) -> Path:

@@ -27,7 +27,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -35,9 +35,18 @@ from urllib.parse import urlsplit
 from builder import publish as publishing
 from builder.errors import BadArgument, UploadFailed
 
-__all__ = ["RsyncTarget", "UploadEndpoint", "parse_target", "publish_rsync", "upload"]
+__all__ = [
+    "DEFAULT_TO",
+    "RsyncTarget",
+    "UploadEndpoint",
+    "parse_target",
+    "publish_rsync",
+    "target_for",
+    "upload",
+]
 
 LOCK_TIMEOUT_S = 120
+DEFAULT_TO = "wheelhouse/{variant}"
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,19 @@ def upload(wheels: Sequence[Path], endpoint: UploadEndpoint, *, progress: bool =
         ) from None
 
 
+def target_for(template: str, tag: str, *, several: bool) -> Path | UploadEndpoint | RsyncTarget:
+    """The target of one variant's wheels: `{variant}` in the template becomes its CUDA tag.
+    Wheels of several variants need the placeholder, each variant being its own tree (an upload
+    URL takes them all: the server sorts them out)."""
+    where = parse_target(template.replace("{variant}", tag))
+    if several and "{variant}" not in template and not isinstance(where, UploadEndpoint):
+        raise BadArgument(
+            f"the wheels were built for several variants, and --to {template} would mix them in one tree",
+            "put {variant} in --to (e.g. --to 'wheelhouse/{variant}'), or publish each variant alone",
+        )
+    return where
+
+
 def _run(target: RsyncTarget, args: list[str], what: str) -> None:
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -188,7 +210,11 @@ def mirror_dir(target: RsyncTarget, cache: Path) -> Path:
 
 
 def publish_rsync(
-    wheels: Sequence[Path], target: RsyncTarget, mirror: Path, progress: Callable[[str], None]
+    wheels: Sequence[Path],
+    target: RsyncTarget,
+    mirror: Path,
+    progress: Callable[[str], None],
+    inputs: Mapping[str, str] | None = None,
 ) -> publishing.PublishResult:
     """Publish into the remote tree (see the module docstring for the order of things)."""
     for tool in ("rsync", target.ssh()[0]):
@@ -205,7 +231,7 @@ def publish_rsync(
     with _remote_lock(target):
         progress(f"locked {target}/.lock; pulling the tree into {mirror}")
         _run(target, [*rsync, "--delete", *keep_out, f"{remote}/", f"{mirror}/"], "pulling the remote tree")
-        result = publishing.publish(wheels, mirror)
+        result = publishing.publish(wheels, mirror, inputs=inputs)
         progress(f"pushing {len(result.added)} new wheel(s), then {len(result.pages)} page(s)")
         # Files before pages: a page never links a file the host does not have yet. Files are
         # immutable: --ignore-existing never replaces one (conflicts were refused above).

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from cibuildwheel.environment import parse_environment
 
-from builder.engine import SITE_PACKAGES_BASEDIRS, AttemptConfig, cibuildwheel_env, owner_token
+from builder.engine import (
+    SITE_PACKAGES_BASEDIRS,
+    AttemptConfig,
+    cibuildwheel_env,
+    owner_token,
+    shared_cache_env,
+)
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
 GIB = 1024**3
@@ -221,3 +227,28 @@ def test_without_admission_no_wrapper_env(make_config: Callable[..., AttemptConf
     env = cibuildwheel_env(make_config())
     assert "WHEELBUILD_ADMIT" not in env["CIBW_ENVIRONMENT_LINUX"]
     assert "wheelbuild-admit" not in env["CIBW_ENVIRONMENT_LINUX"]
+
+
+def test_a_shared_compiler_cache_is_handed_over_by_name_only(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    host = {
+        "SCCACHE_BUCKET": "ci-cache",
+        "AWS_SECRET_ACCESS_KEY": "s3cret",
+        "HOME": "/root",
+        "SCCACHE_REDIS": "",
+    }
+    names = shared_cache_env(host)
+    assert names == ("SCCACHE_BUCKET", "AWS_SECRET_ACCESS_KEY")  # set ones only, nothing else
+    env = cibuildwheel_env(make_config(pass_env=names))
+    assert env["CIBW_ENVIRONMENT_PASS_LINUX"].split() == [
+        "WHEELBUILD_TORCH_INDEX_URL",
+        "SCCACHE_BUCKET",
+        "AWS_SECRET_ACCESS_KEY",
+    ]
+    assert all("s3cret" not in value for value in env.values())
+    # Without a compiler cache there is nothing to share.
+    assert (
+        cibuildwheel_env(make_config(pass_env=names, compiler_cache=False))["CIBW_ENVIRONMENT_PASS_LINUX"]
+        == "WHEELBUILD_TORCH_INDEX_URL"
+    )

@@ -21,7 +21,7 @@ from builder.errors import (
     PublishLocked,
     WheelConflict,
 )
-from builder.publish import publish, reindex, unyank, yank
+from builder.publish import publish, published_inputs, reindex, unyank, yank
 from tests.indexkit import check_tree, make_wheel, parse_page
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,6 +74,18 @@ def test_publish_copies_wheels_writes_sidecars_and_the_index(tmp_path: Path) -> 
         assert published.with_name(wheel.name + ".metadata").is_file()
     assert check_tree(root) == {"flash-attn": [b.name], "wbtiny": [a.name]}
     assert _temp_files(root) == []
+
+
+def test_the_inputs_key_of_each_build_is_kept_beside_its_wheel(tmp_path: Path) -> None:
+    a = make_wheel(tmp_path / "in", "wbtiny", "0.1.0+cu130torch2.11")
+    b = make_wheel(tmp_path / "in", "wbtiny", "0.2.0+cu130torch2.11")
+    root = tmp_path / "cu130"
+    assert published_inputs(root) == set()
+    publish([a, b], root, inputs={a.name: "k" * 64})  # b came without a build report
+    assert (root / "files" / f"{a.name}.inputs").read_text() == "k" * 64 + "\n"
+    assert not (root / "files" / f"{b.name}.inputs").exists()
+    assert published_inputs(root) == {"k" * 64}
+    assert check_tree(root) == {"wbtiny": [a.name, b.name]}  # the sidecar is no page's business
 
 
 def test_the_same_wheel_again_is_a_no_op(tmp_path: Path, tree: Path) -> None:

@@ -1,0 +1,140 @@
+"""The nightly matrix: wheelbuild.toml's [[build]] tables expanded into cells, one `wheelbuild
+build` each. Pure: a config in, cells out (tomllib to read, no Docker, no network).
+
+    [[build]]
+    package = "flash-attn"          # a recipe name, a project path, or an sdist URL#sha256=
+    versions = ["2.8.3"]            # releases of a known recipe; omit for a path or an sdist
+    torch = ["cu130", "cu128"]      # torch variants
+    python = ["3.11", "3.12"]       # one cell per Python: runners build them in parallel
+    archs = ["100,120"]             # each entry is one cell's arch list
+
+    [publish]
+    to = "wheelhouse/{variant}"     # where `wheelbuild publish` puts each variant's wheels
+
+Every combination of a table's lists is a cell. A cell names what `wheelbuild build` takes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.errors import BadArgument
+from builder.spec import parse_archs, parse_python
+from builder.variants import parse_variant
+
+__all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix"]
+
+DEFAULT_PUBLISH_TO = "wheelhouse/{variant}"
+_KEYS = {"package", "versions", "torch", "python", "archs"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    package: str
+    version: str | None
+    torch: str  # as written: cu130 or 2.11.0+cu130
+    python: str  # cp311
+    archs: str  # 100,120
+
+    @property
+    def id(self) -> str:
+        """A name fit for a job and an artifact: flash-attn-2.8.3-cu130-cp311-100.120."""
+        name = Path(self.package.split("#")[0]).name.removesuffix(".tar.gz") or self.package
+        parts = [name, self.version, self.torch.replace("+", "-"), self.python, self.archs.replace(",", ".")]
+        return "-".join(p for p in parts if p)
+
+    def build_args(self) -> list[str]:
+        """The `wheelbuild build` arguments of this cell."""
+        args = [self.package, "--torch", self.torch, "--python", self.python, "--archs", self.archs]
+        return args + (["--version", self.version] if self.version else [])
+
+
+@dataclass(frozen=True)
+class Matrix:
+    cells: tuple[Cell, ...]
+    publish_to: str  # with {variant}
+
+
+_EXAMPLES = {"versions": "2.8.3", "torch": "cu130", "python": "3.11", "archs": "100,120"}
+
+
+def _strings(table: dict[str, Any], key: str, where: str, default: list[str] | None = None) -> list[str]:
+    value = table.get(key, default)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise BadArgument(
+            f"{where}: `{key}` must be a non-empty list of strings, got {value!r}",
+            f'write e.g. {key} = ["{_EXAMPLES.get(key, "...")}"]',
+        )
+    return list(value)
+
+
+def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Matrix:
+    builds = config.get("build")
+    if not isinstance(builds, list) or not builds:
+        raise BadArgument(f"{source} declares no [[build]] table", "add one: see `wheelbuild matrix --help`")
+    cells: list[Cell] = []
+    for number, table in enumerate(builds, 1):
+        where = f"{source} [[build]] #{number}"
+        unknown = set(table) - _KEYS
+        if unknown:
+            raise BadArgument(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))}", f"use {', '.join(sorted(_KEYS))}"
+            )
+        package = table.get("package")
+        if not isinstance(package, str) or not package:
+            raise BadArgument(f"{where}: `package` is missing", 'write e.g. package = "flash-attn"')
+        versions: list[str | None] = (
+            list(_strings(table, "versions", where)) if "versions" in table else [None]
+        )
+        torches = _strings(table, "torch", where)
+        for torch in torches:
+            parse_variant(torch)  # a bad variant fails here, not on a runner at night
+        pythons = [parse_python(p) for p in _strings(table, "python", where)]
+        archs = [",".join(map(str, parse_archs(a))) for a in _strings(table, "archs", where, ["100,120"])]
+        for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
+            cells.append(Cell(package=package, version=version, torch=torch, python=python, archs=arch))
+    ids = [c.id for c in cells]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise BadArgument(f"{source} names the same cell twice: {', '.join(twice)}", "remove the repeat")
+    publish = config.get("publish", {})
+    to = publish.get("to", DEFAULT_PUBLISH_TO) if isinstance(publish, dict) else DEFAULT_PUBLISH_TO
+    return Matrix(cells=tuple(cells), publish_to=str(to))
+
+
+def load_matrix(path: Path) -> Matrix:
+    try:
+        with path.open("rb") as file:
+            config = tomllib.load(file)
+    except FileNotFoundError:
+        raise BadArgument(
+            f"{path} does not exist", "write one (see README, Nightly), or pass --config"
+        ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise BadArgument(f"{path} is not valid TOML: {error}", "fix the file") from None
+    return parse_matrix(config, str(path))
+
+
+def github_matrix(cells: Iterable[Cell]) -> str:
+    """A GitHub Actions `strategy.matrix` value: {"include": [{"id", "args", ...}]}."""
+    include = [
+        {
+            "id": c.id,
+            "package": c.package,
+            "version": c.version or "",
+            "torch": c.torch,
+            "python": c.python,
+            "archs": c.archs,
+            "args": " ".join(c.build_args()),
+        }
+        for c in cells
+    ]
+    return json.dumps({"include": include}, separators=(",", ":"))

@@ -1,0 +1,76 @@
+"""flash-attn for real: cu128 stops before any work without a CUDA 12 compiler layer; cu130
+starts a real build (sdist pinned by sha256, image, plan, torch, nvcc on flash-attn's units),
+which this test interrupts once ninja reports a finished unit (a whole build takes hours on
+2 cores), then checks that nothing is left behind."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import docker
+
+from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes, containers_of_run
+
+NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+def test_flash_attn_cu128_fails_fast_with_the_compiler_layer_message(cuda_image: str) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [WHEELBUILD, "flash-attn", "--torch", "cu128"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 22, done.stdout + done.stderr
+    assert "needs a CUDA 12.x compiler" in done.stderr and "--cuda12-image" in done.stderr
+    assert time.monotonic() - started < 60  # no sdist download, no image build, no container
+
+
+def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    assert compiler_processes() == [], "another build is running on this machine"
+    proc = subprocess.Popen(
+        [WHEELBUILD, "flash-attn", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+         "--output-dir", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    output: list[str] = []
+    finished: tuple[int, int] | None = None
+    deadline = time.monotonic() + 1800
+    while finished is None and time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=5)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        output.append(line)
+        if match := NINJA.match(line):
+            finished = int(match[1]), int(match[2])
+    text = "".join(output)
+    assert finished is not None, text[-4000:]
+    assert finished[1] >= 70, finished  # flash-attn 2.8.3's 73 units (fewer once some are cached)
+    assert "sha256 1e71dd64" in text or "flash_attn-2.8.3.tar.gz" in text
+    assert re.search(r"MAX_JOBS=\d+", text) and "plan:" in text, text[-4000:]
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=180)
+    text += rest
+    run_id = text.split("(run ", 1)[1].split(")", 1)[0]
+    assert proc.returncode == 130, text[-3000:]
+    assert containers_of_run(docker_client, run_id) == []
+    time.sleep(1)
+    assert compiler_processes() == []

@@ -1,0 +1,86 @@
+"""builder.matrix: wheelbuild.toml's [[build]] tables into cells (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.errors import BadArgument, BadVariant
+from builder.matrix import Cell, github_matrix, load_matrix, parse_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_combination_of_a_tables_lists_is_a_cell() -> None:
+    matrix = parse_matrix(
+        {
+            "build": [
+                {"package": "flash-attn", "versions": ["2.8.3", "2.8.3.post2"], "torch": ["cu130", "cu128"],
+                 "python": ["3.11", "cp312"], "archs": ["100,120"]},
+                {"package": "./ext", "torch": "cu130", "python": ["3.11"]},
+            ]
+        }
+    )  # fmt: skip
+    assert len(matrix.cells) == 2 * 2 * 2 + 1
+    assert matrix.cells[0] == Cell("flash-attn", "2.8.3", "cu130", "cp311", "100,120")
+    assert matrix.cells[-1] == Cell("./ext", None, "cu130", "cp311", "100,120")  # archs default
+    assert matrix.publish_to == "wheelhouse/{variant}"
+    assert matrix.cells[0].id == "flash-attn-2.8.3-cu130-cp311-100.120"
+    assert matrix.cells[0].build_args() == [
+        "flash-attn", "--torch", "cu130", "--python", "cp311", "--archs", "100,120", "--version", "2.8.3"
+    ]  # fmt: skip
+
+
+def test_github_matrix_is_an_include_list_with_the_build_arguments() -> None:
+    cells = parse_matrix(
+        {"build": [{"package": "wbdemo", "torch": ["2.11.0+cu130"], "python": ["3.11", "3.13"]}]}
+    ).cells
+    include = json.loads(github_matrix(cells))["include"]
+    assert [c["id"] for c in include] == [
+        "wbdemo-2.11.0-cu130-cp311-100.120",
+        "wbdemo-2.11.0-cu130-cp313-100.120",
+    ]
+    assert include[1]["args"] == "wbdemo --torch 2.11.0+cu130 --python cp313 --archs 100,120"
+
+
+@pytest.mark.parametrize(
+    ("config", "error", "says"),
+    [
+        ({}, BadArgument, "no [[build]] table"),
+        ({"build": [{"torch": ["cu130"], "python": ["3.11"]}]}, BadArgument, "`package` is missing"),
+        ({"build": [{"package": "x", "torch": [], "python": ["3.11"]}]}, BadArgument, "`torch` must be"),
+        ({"build": [{"package": "x", "torch": ["cu999"], "python": ["3.11"]}]}, BadVariant, "cu999"),
+        ({"build": [{"package": "x", "torch": ["cu130"], "python": ["2.7"]}]}, BadArgument, "2.7"),
+        (
+            {"build": [{"package": "x", "torch": ["cu130"], "python": ["3.11"], "pythons": []}]},
+            BadArgument,
+            "unknown key",
+        ),
+        (
+            {"build": [{"package": "x", "torch": ["cu130", "cu130"], "python": ["3.11"]}]},
+            BadArgument,
+            "same cell twice",
+        ),
+    ],
+)
+def test_a_bad_matrix_fails_here_not_on_a_runner_at_night(config: dict, error: type, says: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(error) as caught:
+        parse_matrix(config)
+    assert says in caught.value.cause
+
+
+def test_the_repositorys_own_matrices_parse() -> None:
+    nightly = load_matrix(REPO / "wheelbuild.toml")
+    assert {c.torch for c in nightly.cells} == {"cu130", "cu128"} and len(nightly.cells) == 16
+    fixture = load_matrix(REPO / "tests" / "fixtures" / "nightly.toml")
+    assert [c.python for c in fixture.cells] == ["cp311", "cp313"]
+
+
+def test_a_missing_or_broken_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BadArgument, match="does not exist"):
+        load_matrix(tmp_path / "wheelbuild.toml")
+    (tmp_path / "bad.toml").write_text("[[build]\n")
+    with pytest.raises(BadArgument, match="not valid TOML"):
+        load_matrix(tmp_path / "bad.toml")
