@@ -9,7 +9,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from builder.planner import (
 from builder.recipes import Recipe, resolve_recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
-from builder.sources import cache_dir, prepare_source
+from builder.sources import cache_dir, prepare_source, resolve_lookup
 from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
 from builder.variants import CudaCompiler, compiler_for, parse_variant
@@ -146,7 +146,7 @@ def unpublished_cells(
     left = []
     for cell in cells:
         spec = BuildSpec(
-            recipe=resolve_recipe(cell.package, version=cell.version),
+            recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
             variant=parse_variant(cell.torch, torch_index_url),
             archs=parse_archs(cell.archs),
             pythons=(cell.python,),
@@ -209,6 +209,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     inputs = image_inputs(client, options)
     compiler = _compiler(spec, inputs)  # before any work: no image build for an impossible variant
+    spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     source = prepare_source(spec.recipe.source, reporter.info)
 
     reporter.step("image")

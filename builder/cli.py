@@ -20,7 +20,7 @@ from builder.errors import WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
-from builder.sources import cache_dir
+from builder.sources import cache_dir, newest_release
 from builder.spec import (
     DEFAULT_ARCHS,
     BuildSpec,
@@ -393,11 +393,17 @@ def serve(
 @click.option(
     "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="As for build (part of the inputs)."
 )
+@click.option(
+    "--track",
+    type=click.Choice(["latest"]),
+    help="latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX).",
+)
 @image_flags
 def matrix_command(
     config: Path,
     output: str,
     skip_published: Path | None,
+    track: str | None,
     torch_index_url: str | None,
     base_image: str | None,
     ca_bundle: Path | None,
@@ -406,6 +412,9 @@ def matrix_command(
     """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
     variant, Python and arch list."""
     declared = matrix.load_matrix(config)
+    if track == "latest":
+        versioned = sorted({c.package for c in declared.cells if c.version})
+        declared = matrix.tracking(declared, {p: newest_release(p) for p in versioned})
     cells = declared.cells
     if skip_published and output != "publish-to":
         options = _image_options(base_image, ca_bundle, cuda12_image)

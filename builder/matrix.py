@@ -28,7 +28,7 @@ from builder.errors import BadArgument
 from builder.spec import parse_archs, parse_python
 from builder.variants import parse_variant
 
-__all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix"]
+__all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 
 DEFAULT_PUBLISH_TO = "wheelhouse/{variant}"
 _KEYS = {"package", "versions", "torch", "python", "archs"}
@@ -108,6 +108,22 @@ def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Mat
     publish = config.get("publish", {})
     to = publish.get("to", DEFAULT_PUBLISH_TO) if isinstance(publish, dict) else DEFAULT_PUBLISH_TO
     return Matrix(cells=tuple(cells), publish_to=str(to))
+
+
+def tracking(matrix: Matrix, newest: dict[str, str]) -> Matrix:
+    """The matrix with each package's newest release (package -> version) added wherever the
+    package's cells list versions and lack that one: `wheelbuild matrix --track latest`."""
+    cells = list(matrix.cells)
+    for cell in matrix.cells:
+        version = newest.get(cell.package)
+        if cell.version is None or version is None:
+            continue
+        extra = Cell(
+            package=cell.package, version=version, torch=cell.torch, python=cell.python, archs=cell.archs
+        )
+        if extra not in cells:
+            cells.append(extra)
+    return Matrix(cells=tuple(cells), publish_to=matrix.publish_to)
 
 
 def load_matrix(path: Path) -> Matrix:

@@ -1,19 +1,30 @@
 """Get a recipe's source onto this machine: a local directory as is, an sdist verified against
-its sha256 pin (downloaded once into a cache keyed by that hash)."""
+its sha256 pin (downloaded once into a cache keyed by that hash). A release a recipe does not
+pin (`pypi:<project>==<version>`) is looked up on the index first, and then pinned by the hash
+the index lists, which the build report records."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urljoin
 
-from builder.errors import SourceUnavailable
-from builder.recipes import Source
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
+
+from builder.errors import BadArgument, SourceUnavailable
+from builder.recipes import Recipe, Source
+
+SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
+LOOKUP_PREFIX = "pypi:"
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,70 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
                 "check the URL and the network (proxy, CA bundle)",
             ) from exc
     os.replace(part.name, dest)
+
+
+def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
+    """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
+    base = os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX).rstrip("/")
+    page = f"{base}/{canonicalize_name(project)}/"
+    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            files = json.load(response).get("files", [])
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise BadArgument(f"{project} is not on the index ({base})", "check the name") from None
+        raise SourceUnavailable(
+            f"could not look up {project} at {page}: {exc}", "check the network"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SourceUnavailable(
+            f"could not look up {project} at {page}: {exc}", "check the network (proxy, CA bundle)"
+        ) from None
+    found = []
+    for entry in files:
+        try:
+            name, version = parse_sdist_filename(entry.get("filename", ""))
+        except (InvalidSdistFilename, InvalidVersion):
+            continue
+        sha256 = entry.get("hashes", {}).get("sha256")
+        if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
+            found.append((version, urljoin(page, entry["url"]), str(sha256)))
+    return page, found
+
+
+def lookup_sdist(project: str, version: str) -> Source:
+    """The sdist of `project==version` as the index lists it (PEP 691 JSON), pinned by its sha256."""
+    page, sdists = _sdists(project)
+    wanted = Version(version)
+    for found, url, sha256 in sdists:
+        if found == wanted:
+            return Source(location=url, sha256=sha256)
+    raise BadArgument(
+        f"{project} {version} has no sdist with a sha256 on the index ({page})",
+        f"check the version ({page}), or build from an sdist URL with #sha256=",
+    )
+
+
+def newest_release(project: str) -> str:
+    """The newest final (not pre-release) version with an sdist on the index."""
+    page, sdists = _sdists(project)
+    finals = [version for version, _url, _sha in sdists if not version.is_prerelease]
+    if not finals:
+        raise SourceUnavailable(f"{page} lists no final release of {project}", "check the index")
+    return str(max(finals))
+
+
+def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
+    """The recipe with a `pypi:` source replaced by the sdist the index lists (pinned)."""
+    if not recipe.source.location.startswith(LOOKUP_PREFIX):
+        return recipe
+    project, _, version = recipe.source.location.removeprefix(LOOKUP_PREFIX).partition("==")
+    source = lookup_sdist(project, version)
+    on_line(
+        f"{project} {version} is not in wheelbuild's table: the index lists {source.location} sha256 {source.sha256}"
+    )
+    return replace(recipe, source=source)
 
 
 def prepare_source(source: Source, on_line: Callable[[str], None]) -> PreparedSource:

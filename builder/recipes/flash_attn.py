@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from packaging.version import InvalidVersion, Version
+
 from builder.errors import BadArgument
 from builder.memory_model import flash_attn_model
 from builder.recipes.base import Recipe, Source
@@ -38,15 +40,20 @@ SDISTS: dict[str, Source] = {
 
 def flash_attn_recipe(version: str | None) -> Recipe:
     version = version or DEFAULT_VERSION
-    if version not in SDISTS:
+    try:
+        Version(version)
+    except InvalidVersion:
         raise BadArgument(
-            f"flash-attn {version} is not in wheelbuild's table of pinned releases",
-            f"use one of {', '.join(sorted(SDISTS))}, or pass the sdist URL with #sha256=",
-        )
+            f"flash-attn version {version!r} is not a version",
+            f"use one of {', '.join(sorted(SDISTS))}, or another release on PyPI (e.g. 2.8.1)",
+        ) from None
+    # A release not in the table is looked up on the index when the build starts, and pinned
+    # by the sha256 the index lists (the build report records it).
+    source = SDISTS.get(version) or Source(location=f"pypi:flash-attn=={version}")
     return Recipe(
         name="flash-attn",
         version=version,
-        source=SDISTS[version],
+        source=source,
         arch_env="FLASH_ATTN_CUDA_ARCHS",
         # Never download a prebuilt wheel from GitHub: we are here to build it.
         extra_env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import BadArgument, BadVariant
-from builder.matrix import Cell, github_matrix, load_matrix, parse_matrix
+from builder.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,3 +84,16 @@ def test_a_missing_or_broken_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[[build]\n")
     with pytest.raises(BadArgument, match="not valid TOML"):
         load_matrix(tmp_path / "bad.toml")
+
+
+def test_tracking_adds_the_newest_release_where_versions_are_listed() -> None:
+    matrix = parse_matrix(
+        {"build": [
+            {"package": "flash-attn", "versions": ["2.8.3"], "torch": ["cu130"], "python": ["3.11", "3.12"]},
+            {"package": "./ext", "torch": ["cu130"], "python": ["3.11"]},
+        ]}
+    )  # fmt: skip
+    tracked = tracking(matrix, {"flash-attn": "2.9.0", "./ext": "1.0"})
+    added = tracked.cells[len(matrix.cells) :]
+    assert [(c.version, c.python) for c in added] == [("2.9.0", "cp311"), ("2.9.0", "cp312")]
+    assert tracking(tracked, {"flash-attn": "2.9.0"}) == tracked  # already there: nothing new

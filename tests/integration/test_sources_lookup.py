@@ -1,0 +1,57 @@
+"""builder.sources.lookup_sdist against the real PyPI (its PEP 691 JSON; no Docker): a flash-attn release
+wheelbuild does not pin is found, pinned by the sha256 PyPI lists, and downloads to that hash."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from builder.errors import BadArgument
+from builder.recipes import resolve_recipe
+from builder.sources import lookup_sdist, newest_release, resolve_lookup
+
+
+def test_an_unpinned_release_is_looked_up_and_pinned_by_pypis_sha256() -> None:
+    said: list[str] = []
+    recipe = resolve_lookup(resolve_recipe("flash-attn", version="2.8.1"), said.append)
+    assert recipe.source.location.endswith("/flash_attn-2.8.1.tar.gz")
+    assert recipe.source.sha256 is not None and re.fullmatch(r"[0-9a-f]{64}", recipe.source.sha256)
+    assert "not in wheelbuild's table" in said[0] and recipe.source.sha256 in said[0]
+    with urllib.request.urlopen(recipe.source.location, timeout=120) as response:
+        assert hashlib.sha256(response.read()).hexdigest() == recipe.source.sha256
+
+
+def test_a_pinned_release_is_not_looked_up() -> None:
+    recipe = resolve_recipe("flash-attn", version="2.8.3")
+    assert resolve_lookup(recipe, pytest.fail) is recipe
+
+
+def test_a_release_pypi_does_not_have_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument) as caught:
+        lookup_sdist("flash-attn", "0.0.1.dev999")
+    assert "has no sdist with a sha256 on the index" in caught.value.cause
+
+
+def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path) -> None:
+    newest = newest_release("flash-attn")
+    assert Version(newest) >= Version("2.8.3.post2")
+    config = tmp_path / "wheelbuild.toml"
+    config.write_text(
+        '[[build]]\npackage = "flash-attn"\nversions = ["2.8.1"]\ntorch = ["cu130"]\npython = ["3.12"]\n'
+    )
+    done = subprocess.run(
+        [Path(sys.executable).parent / "wheelbuild", "matrix", "--config", config, "--format", "lines", "--track", "latest"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in done.stdout.splitlines()] == [
+        "flash-attn-2.8.1-cu130-cp312-100.120",
+        f"flash-attn-{newest}-cu130-cp312-100.120",
+    ]
