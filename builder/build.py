@@ -200,6 +200,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         f"wheelbuild {spec.recipe.name} for torch {spec.variant}, archs {spec.archs} (run {run_id})"
     )
 
+    # A release the recipe does not pin is found on the index and pinned now, before any work.
+    spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     client = engine.connect()
     if swept := engine.sweep_orphans(client):
         reporter.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
@@ -209,7 +211,6 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     inputs = image_inputs(client, options)
     compiler = _compiler(spec, inputs)  # before any work: no image build for an impossible variant
-    spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     source = prepare_source(spec.recipe.source, reporter.info)
 
     reporter.step("image")

@@ -4,6 +4,7 @@ wheelbuild does not pin is found, pinned by the sha256 PyPI lists, and downloads
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -55,3 +56,13 @@ def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path)
         "flash-attn-2.8.1-cu130-cp312-100.120",
         f"flash-attn-{newest}-cu130-cp312-100.120",
     ]
+
+
+def test_a_release_pypi_lacks_fails_before_docker_is_touched() -> None:
+    done = subprocess.run(
+        [Path(sys.executable).parent / "wheelbuild", "build", "flash-attn", "--version", "0.0.1.dev999"],
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 13, done.stdout + done.stderr
+    assert "flash-attn 0.0.1.dev999 has no sdist with a sha256 on the index" in done.stderr
