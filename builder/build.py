@@ -16,6 +16,7 @@ from typing import Any
 import tenacity
 
 from builder import cgroup, engine, publish, results
+from builder.calibration import load_calibrated
 from builder.check import Expectation, check_wheel, first_problem
 from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory, WheelbuildError
 from builder.image import NO_CUDA12, Image, ImageInputs, production_base
@@ -34,7 +35,7 @@ from builder.results import source_digest
 from builder.sources import cache_dir, prepare_source, resolve_lookup
 from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
-from builder.variants import CudaCompiler, compiler_for, parse_variant
+from builder.variants import CUDA13_VERSION, CudaCompiler, TorchVariant, compiler_for, parse_variant
 from builder.wheels import WheelInfo, inspect_wheel
 
 
@@ -80,13 +81,22 @@ def ensure_image(client: Any, inputs: ImageInputs, reporter: Reporter) -> Image:
 
 
 def _compiler(spec: BuildSpec, inputs: ImageInputs) -> CudaCompiler:
+    return compiler_in_image(spec.variant, inputs)
+
+
+def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
+    """The CUDA version that compiles for `variant` (a calibrated profile is per toolkit)."""
+    return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
+
+
+def compiler_in_image(variant: TorchVariant, inputs: ImageInputs) -> CudaCompiler:
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
         cuda12 = CudaCompiler(version=inputs.cuda12_version, home=f"/usr/local/cuda-{inputs.cuda12_version}")
-    compiler = compiler_for(spec.variant, cuda12)
+    compiler = compiler_for(variant, cuda12)
     if compiler is None:
         raise CompilerUnavailable(
-            f"torch {spec.variant} needs a CUDA {spec.variant.cuda_major}.x compiler (12.8 or newer for "
+            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler (12.8 or newer for "
             f"sm_100/sm_120); the image has only CUDA 13.1, and torch refuses an nvcc of another major",
             "build where NVIDIA's registry is reachable with --cuda12-image "
             "nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>, or use --torch cu130",
@@ -170,9 +180,11 @@ def plan_for(
     max_jobs: int | None,
     nvcc_threads: int | None,
     root: Path = Path("/"),
+    toolkit: str = CUDA13_VERSION,
 ) -> Plan:
     """The plan for these resources, given or read from this machine (its available memory and
-    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints."""
+    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
+    A profile `wheelbuild calibrate` measured for this release and toolkit beats the built-in one."""
     own = cgroup.read_limits(root)
     if memory is None:
         available = cgroup.host_memory_available(root)
@@ -186,7 +198,7 @@ def plan_for(
         budget=budget,
         cpus=cpus,
         archs=len(archs),
-        model=recipe.memory_model,
+        model=load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model,
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,
         budget_reason=why,
@@ -254,7 +266,15 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report
         )
 
-    plan = plan_for(spec.recipe, spec.archs, spec.memory, spec.cpus, spec.max_jobs, spec.nvcc_threads)
+    plan = plan_for(
+        spec.recipe,
+        spec.archs,
+        spec.memory,
+        spec.cpus,
+        spec.max_jobs,
+        spec.nvcc_threads,
+        toolkit=compiler.version,
+    )
     if spec.admission:
         plan = with_admission(plan, keep_jobs=spec.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")

@@ -13,10 +13,11 @@ from typing import Any
 import click
 
 from builder import build as build_pipeline
+from builder import calibrate as calibrating
 from builder import check, engine, matrix, remote
 from builder import publish as publishing
 from builder import serve as serving
-from builder.errors import WheelbuildError
+from builder.errors import BadArgument, WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
@@ -212,7 +213,11 @@ def _echo_modules(wheel: WheelInfo) -> None:
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Keep MAX_JOBS at this.")
 @click.option("--nvcc-threads", type=click.IntRange(min=1), help="Keep NVCC_THREADS at this.")
 @click.option(
-    "--torch", "torch_variant", default="cu130", show_default=True, help="Accepted for symmetry with build."
+    "--torch",
+    "torch_variant",
+    default="cu130",
+    show_default=True,
+    help="Picks the toolkit a calibrated profile is for.",
 )
 def plan(
     package: str | None,
@@ -226,12 +231,94 @@ def plan(
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
     building: `wheelbuild plan flash-attn --memory 64g --cpus 128 --archs 100,120`."""
-    parse_variant(torch_variant)
+    variant = parse_variant(torch_variant)
     recipe = resolve_recipe(package, version=recipe_version)
     planned = build_pipeline.plan_for(
-        recipe, parse_archs(archs), parse_memory(memory) if memory else None, cpus, max_jobs, nvcc_threads
+        recipe,
+        parse_archs(archs),
+        parse_memory(memory) if memory else None,
+        cpus,
+        max_jobs,
+        nvcc_threads,
+        toolkit=build_pipeline.toolkit_for(variant),
     )
     click.echo(format_plan(planned))
+
+
+@main.command()
+@click.argument("package")
+@click.option(
+    "--torch",
+    "torch_variant",
+    default="cu130",
+    show_default=True,
+    help="Variant whose headers and nvcc to use.",
+)
+@click.option("--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="Index to take torch from.")
+@click.option("--version", "recipe_version", help="Release of the recipe [default: its default].")
+@click.option(
+    "--archs",
+    "archs_options",
+    multiple=True,
+    help="Archs compiled at once; repeatable (--archs 100,120 --archs 100) [default: 100,120].",
+)
+@click.option("--threads", default="1", show_default=True, help="NVCC_THREADS values, e.g. 1,2.")
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Units to sample across families.",
+)
+@click.option(
+    "--unit",
+    "unit_names",
+    multiple=True,
+    help="Measure this unit (file name); repeatable; overrides --sample.",
+)
+@click.option("--memory", help="Each compile's container limit [default: this machine's, less a reserve].")
+@click.option(
+    "--compare",
+    type=click.Path(path_type=Path),
+    help="A calibration table in the same format (e.g. shared/calibration) to set the numbers against.",
+)
+@image_flags
+def calibrate(
+    package: str,
+    torch_variant: str,
+    torch_index_url: str | None,
+    recipe_version: str | None,
+    archs_options: tuple[str, ...],
+    threads: str,
+    sample: int,
+    unit_names: tuple[str, ...],
+    memory: str | None,
+    compare: Path | None,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cuda12_image: str | None,
+) -> None:
+    """Compile a sample of the recipe's real units alone, each in its own container, measure peak
+    memory and time, and write the profile the planner then prefers (`wheelbuild plan` says so)."""
+    thread_values = tuple(sorted({int(t) for t in threads.split(",") if t.strip().isdigit() and int(t) > 0}))
+    if not thread_values:
+        raise BadArgument(f"--threads {threads!r} names no thread count", "write e.g. --threads 1,2")
+    result = calibrating.run_calibration(
+        recipe=resolve_recipe(package, version=recipe_version),
+        variant=parse_variant(torch_variant, torch_index_url),
+        archs_options=[parse_archs(a) for a in archs_options] or [DEFAULT_ARCHS],
+        threads_options=thread_values,
+        sample=sample,
+        unit_names=unit_names,
+        memory=parse_memory(memory) if memory else None,
+        options=_image_options(base_image, ca_bundle, cuda12_image),
+        reporter=Reporter(),
+        reference=compare,
+    )
+    for line in result.comparisons:
+        click.echo(f"compared: {line}")
+    click.echo(f"measurements: {result.measured}")
+    click.echo(f"profile: {result.profile} ({result.model.source})")
 
 
 @main.group()

@@ -8,6 +8,7 @@ found and removed, now or by the next run's sweep.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -711,3 +712,131 @@ def raise_for_failure(result: AttemptResult) -> None:
 def interrupt_cleanup(client: Any, run_id: str) -> int:
     """After Ctrl-C/SIGTERM: remove every container of the run (all its attempts)."""
     return remove_containers(client, f"{RUN_LABEL}={run_id}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: one unit compiled alone in its own container (its own cgroup)
+
+CALIBRATE_MARK = "wheelbuild-calibrate:"
+TORCH_HEADERS_DIR = "/opt/wheelbuild-torch"
+
+
+@dataclass(frozen=True)
+class UnitCompile:
+    """One compile of one unit, as `wheelbuild calibrate` runs it."""
+
+    run_id: str
+    image: str
+    source_dir: Path  # the unpacked sdist on this machine, mounted read-only at /src
+    torch_volume: str  # a volume holding torch (headers) at TORCH_HEADERS_DIR
+    unit: str  # relative to the source root
+    flags: tuple[str, ...]  # the package's nvcc flags
+    include_dirs: tuple[str, ...]  # relative to the source root
+    archs: tuple[int, ...]
+    threads: int
+    memory: int
+    cpus: float
+    cuda_home: str
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    returncode: int
+    peak: int  # the container cgroup's peak memory, bytes
+    wall_s: float  # nvcc's own wall time, measured inside the container
+    oom: bool
+    log_tail: tuple[str, ...]
+
+
+def unit_compile_script(job: UnitCompile) -> str:
+    """The shell the container runs: nvcc on the unit, then its cgroup's peak and the time."""
+    torch_include = f"{TORCH_HEADERS_DIR}/torch/include"
+    includes = [f"/src/{d}" for d in job.include_dirs] + [
+        torch_include,
+        f"{torch_include}/torch/csrc/api/include",
+    ]
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in job.archs]
+    command = [
+        f"{job.cuda_home}/bin/nvcc", *(f"-I{d}" for d in includes), *job.flags, *gencode,
+        "--threads", str(job.threads), "--compiler-options", "-fPIC", "-c", f"/src/{job.unit}", "-o", "/tmp/unit.o",
+    ]  # fmt: skip
+    return (
+        "py_include=$(python3 -c \"import sysconfig; print(sysconfig.get_paths()['include'])\"); "
+        "start=$(date +%s.%N); "
+        f'{shlex.join(command)} -I"$py_include"; rc=$?; '
+        "end=$(date +%s.%N); "
+        "peak=$(cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes); "
+        "ooms=$(grep -h '^oom_kill ' /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control "
+        "2>/dev/null | head -n 1 | cut -d' ' -f2); "
+        f'echo "{CALIBRATE_MARK} rc=$rc peak=$peak ooms=${{ooms:-0}} start=$start end=$end"'
+    )
+
+
+def parse_unit_report(lines: Sequence[str], returncode: int) -> UnitResult:
+    marks = [line for line in lines if line.startswith(CALIBRATE_MARK)]
+    if not marks:
+        return UnitResult(
+            returncode=returncode or 1, peak=0, wall_s=0.0, oom=False, log_tail=tuple(lines[-30:])
+        )
+    fields = dict(pair.split("=", 1) for pair in marks[-1][len(CALIBRATE_MARK) :].split())
+    rc = int(fields["rc"])
+    return UnitResult(
+        returncode=rc,
+        peak=int(fields["peak"]),
+        wall_s=float(fields["end"]) - float(fields["start"]),
+        oom=rc != 0 and int(fields.get("ooms", "0") or 0) > 0,
+        log_tail=tuple(lines[-30:]),
+    )
+
+
+@transient_retry
+def ensure_torch_headers(
+    client: Any, image: str, requirement: str, index_url: str, on_line: Callable[[str], None]
+) -> str:
+    """A volume with torch unpacked (no dependencies: only its headers are needed), made once per
+    torch requirement and index. The index URL travels in the environment, never in a command."""
+    name = "wheelbuild-torch-" + hashlib.sha256(f"{requirement} {index_url}".encode()).hexdigest()[:16]
+    try:
+        client.volumes.get(name)
+        client.containers.run(
+            image, ["test", "-f", f"{TORCH_HEADERS_DIR}/.complete"], volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "ro"}},
+            remove=True, network_disabled=True,
+        )  # fmt: skip
+        return name
+    except (docker.errors.NotFound, docker.errors.ContainerError):
+        pass
+    on_line(f"unpacking {requirement} into volume {name} (its headers, for compiling units alone)")
+    client.containers.run(
+        image,
+        ["sh", "-c", f'python3 -m pip install -q --no-deps --target {TORCH_HEADERS_DIR} "$TORCH_REQUIREMENT" '
+         f'&& touch {TORCH_HEADERS_DIR}/.complete'],
+        environment={"PIP_INDEX_URL": index_url, "TORCH_REQUIREMENT": requirement},
+        volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"}},
+        labels={OWNER_LABEL: owner_token()},
+        remove=True,
+    )  # fmt: skip
+    return name
+
+
+def compile_unit_alone(client: Any, job: UnitCompile) -> UnitResult:
+    """Run one unit's compile in a container of its own and read back what it cost."""
+    container = client.containers.run(
+        job.image,
+        ["sh", "-c", unit_compile_script(job)],
+        detach=True,
+        mem_limit=job.memory,
+        memswap_limit=job.memory,
+        nano_cpus=int(job.cpus * 1e9),
+        network_disabled=True,
+        volumes={
+            str(job.source_dir): {"bind": "/src", "mode": "ro"},
+            job.torch_volume: {"bind": TORCH_HEADERS_DIR, "mode": "ro"},
+        },
+        labels={RUN_LABEL: job.run_id, OWNER_LABEL: owner_token()},
+    )
+    try:
+        status = container.wait()
+        lines = container.logs().decode(errors="replace").splitlines()
+    finally:
+        _remove([container])
+    return parse_unit_report(lines, int(status.get("StatusCode", 1)))

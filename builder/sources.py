@@ -147,6 +147,7 @@ def prepare_source(source: Source, on_line: Callable[[str], None]) -> PreparedSo
         except SourceUnavailable:
             dest.unlink()  # a bad download must not poison the cache
             raise
+        on_line(f"source {name}, sha256 {source.sha256[:16]}... verified")
         return PreparedSource(project_dir=dest.parent, package=name)
     path = Path(source.location)
     if path.is_dir():

@@ -26,6 +26,16 @@ class Source:
 
 
 @dataclass(frozen=True)
+class UnitRecipe:
+    """How to compile one of the package's units alone, as its setup.py would (for
+    `wheelbuild calibrate`), and how its units fall into families."""
+
+    nvcc_flags: tuple[str, ...]
+    include_dirs: tuple[str, ...]  # relative to the source root
+    families: Mapping[str, str]  # family -> regex on a unit's file name, in sampling order
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     source: Source
@@ -37,6 +47,8 @@ class Recipe:
     # env var the package's setup.py appends to its version as a local label
     # (FLASH_ATTN_LOCAL_VERSION); without one, the label is stamped into the built wheel after.
     local_version_env: str | None = None
+    # How to compile a unit alone (None: this recipe cannot be calibrated).
+    units: UnitRecipe | None = None
 
     def with_env(self, env: Mapping[str, str]) -> Recipe:
         """The same recipe with extra env for the build (`--env KEY=VALUE`)."""

@@ -8,7 +8,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import BadArgument
 from builder.memory_model import flash_attn_model
-from builder.recipes.base import Recipe, Source
+from builder.recipes.base import Recipe, Source, UnitRecipe
 
 DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
 # Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index). The
@@ -38,6 +38,23 @@ SDISTS: dict[str, Source] = {
 }
 
 
+# What flash-attn's setup.py (2.8.x) passes nvcc for its kernels, with what torch's
+# cpp_extension adds; include dirs relative to the sdist's root. For `wheelbuild calibrate`.
+UNITS = UnitRecipe(
+    nvcc_flags=(
+        "-O3", "-std=c++17",
+        "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
+        "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "-D_GLIBCXX_USE_CXX11_ABI=1",
+    ),
+    include_dirs=("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"),
+    families=MappingProxyType(
+        {"fwd": r"^flash_fwd_hdim", "bwd": r"^flash_bwd_", "fwd_split": r"^flash_fwd_split_"}
+    ),
+)  # fmt: skip
+
+
 def flash_attn_recipe(version: str | None) -> Recipe:
     version = version or DEFAULT_VERSION
     try:
@@ -59,6 +76,7 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         extra_env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),
         # Its setup.py appends this to the version: 2.8.3+cu130torch2.11.
         local_version_env="FLASH_ATTN_LOCAL_VERSION",
+        units=UNITS,
         # Fitted to measured units (builder/profiles/flash-attn-2.8.3.tsv).
         memory_model=flash_attn_model(version),
     )

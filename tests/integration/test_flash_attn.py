@@ -64,7 +64,7 @@ def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(
     text = "".join(output)
     assert finished is not None, text[-4000:]
     assert finished[1] >= 70, finished  # flash-attn 2.8.3's 73 units (fewer once some are cached)
-    assert "sha256 1e71dd64" in text or "flash_attn-2.8.3.tar.gz" in text
+    assert "source flash_attn-2.8.3.tar.gz, sha256 1e71dd64a9e0280e... verified" in text
     assert re.search(r"MAX_JOBS=\d+", text) and "plan:" in text, text[-4000:]
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=180)

@@ -99,3 +99,12 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def own_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own wheelbuild cache: a profile `wheelbuild calibrate` left on this machine
+    must not change what a planner test sees."""
+    cache = tmp_path / "wheelbuild-cache"
+    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(cache))
+    return cache

@@ -87,9 +87,12 @@ def test_url_sdist_already_in_the_cache_is_used_without_download(
     cached.parent.mkdir(parents=True)
     cached.write_bytes(SDIST_BYTES)
     source = Source(location="https://files.example.invalid/myext-1.0.tar.gz", sha256=SDIST_SHA)
-    assert prepare_source(source, _no_lines) == PreparedSource(
+    said: list[str] = []
+    assert prepare_source(source, said.append) == PreparedSource(
         project_dir=cached.parent, package="myext-1.0.tar.gz"
     )
+    # Nothing downloaded; the cached file is checked against its pin again, and that is said.
+    assert said == [f"source myext-1.0.tar.gz, sha256 {SDIST_SHA[:16]}... verified"]
 
 
 def test_url_sdist_in_the_cache_with_wrong_bytes_is_rejected_and_evicted(

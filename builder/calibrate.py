@@ -1,0 +1,171 @@
+"""`wheelbuild calibrate RECIPE`, as the pipeline reads: source -> image -> torch headers ->
+one container per (unit, archs, NVCC_THREADS) -> measurements -> calibrated profile.
+
+The measurements accumulate in <cache>/profiles/<recipe>-<version>-cuda<toolkit>.measured.tsv
+(a later run replaces the rows it measures again and keeps the others); the profile the planner
+then prefers is fitted from all of them (builder/calibration.py says how).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import build, engine
+from builder.calibration import (
+    Measurement,
+    calibrated_model,
+    compare_with,
+    measurements_tsv,
+    profile_path,
+    profile_tsv,
+    read_measurements,
+    sample_units,
+)
+from builder.errors import BadArgument, CompileFailed, Interrupted
+from builder.memory_model import MemoryModel
+from builder.recipes import Recipe
+from builder.reporter import Reporter
+from builder.sources import cache_dir, prepare_source, resolve_lookup
+from builder.spec import format_bytes
+from builder.variants import TorchVariant
+
+__all__ = ["CalibrationResult", "run_calibration"]
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    measurements: tuple[Measurement, ...]  # this run's
+    profile: Path
+    measured: Path
+    model: MemoryModel
+    comparisons: tuple[str, ...]
+
+
+def _unpacked(sdist: Path) -> Path:
+    """The sdist unpacked once beside itself; its single top directory."""
+    target = sdist.parent / "unpacked"
+    if not target.is_dir():
+        partial = sdist.parent / ".unpacking"
+        shutil.rmtree(partial, ignore_errors=True)
+        with tarfile.open(sdist) as archive:
+            archive.extractall(partial, filter="data")
+        partial.rename(target)
+    (top,) = [p for p in target.iterdir() if p.is_dir()]
+    return top
+
+
+def run_calibration(
+    recipe: Recipe,
+    variant: TorchVariant,
+    archs_options: Sequence[tuple[int, ...]],
+    threads_options: Sequence[int],
+    sample: int,
+    unit_names: Sequence[str],
+    memory: int | None,
+    options: build.ImageOptions,
+    reporter: Reporter,
+    reference: Path | None = None,
+) -> CalibrationResult:
+    if recipe.units is None:
+        raise BadArgument(
+            f"{recipe.name} cannot be calibrated: wheelbuild does not know how to compile its units alone",
+            "calibrate a recipe that declares its units (flash-attn)",
+        )
+    units_spec = recipe.units
+    if not recipe.source.is_url and not recipe.source.location.startswith("pypi:"):
+        raise BadArgument(
+            f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
+        )
+    recipe = resolve_lookup(recipe, reporter.info)
+    run_id = build.new_run_id()
+    client = engine.connect()
+    inputs = build.image_inputs(client, options)
+    compiler = build.compiler_in_image(variant, inputs)
+    source = prepare_source(recipe.source, reporter.info)
+    source_dir = _unpacked(source.project_dir / source.package)
+
+    most_archs = max(len(a) for a in archs_options)
+    if unit_names:
+        by_file = {u.name.rsplit("/", 1)[-1]: u for u in recipe.memory_model.units}
+        unknown = [n for n in unit_names if n.rsplit("/", 1)[-1] not in by_file]
+        if unknown:
+            raise BadArgument(
+                f"{recipe.name} has no unit {', '.join(unknown)}", "name units as its profile does"
+            )
+        chosen = [by_file[n.rsplit("/", 1)[-1]] for n in unit_names]
+    else:
+        chosen = sample_units(recipe.memory_model, units_spec.families, sample, most_archs)
+    plan = build.plan_for(recipe, archs_options[0], memory, None, None, None)
+    jobs = [(u, a, t) for u in chosen for a in archs_options for t in threads_options if t <= len(a)]
+    reporter.step(
+        f"calibrate {recipe.name} {recipe.version} on CUDA {compiler.version}: {len(jobs)} compile(s) of "
+        f"{len(chosen)} unit(s), one at a time, each in its own container of {format_bytes(plan.memory)} "
+        f"(run {run_id})"
+    )
+    image = build.ensure_image(client, inputs, reporter)
+    volume = engine.ensure_torch_headers(
+        client, image.tag, variant.requirement, variant.index_url, reporter.info
+    )
+    measured: list[Measurement] = []
+    try:
+        for number, (unit, archs, threads) in enumerate(jobs, 1):
+            label = f"{unit.name} archs {','.join(map(str, archs))} threads {threads}"
+            reporter.step(f"[{number}/{len(jobs)}] {label}")
+            started = time.monotonic()
+            result = engine.compile_unit_alone(
+                client,
+                engine.UnitCompile(
+                    run_id=run_id, image=image.tag, source_dir=source_dir, torch_volume=volume, unit=unit.name,
+                    flags=units_spec.nvcc_flags, include_dirs=units_spec.include_dirs, archs=archs,
+                    threads=threads, memory=plan.memory, cpus=plan.cpus, cuda_home=compiler.home,
+                ),
+            )  # fmt: skip
+            if result.returncode != 0 and not result.oom:
+                raise CompileFailed(
+                    f"{label} failed to compile (exit {result.returncode})",
+                    "the recipe's unit flags may not match this release's setup.py; see the log above",
+                    details="\n".join(result.log_tail),
+                )
+            measured.append(
+                Measurement(unit=unit.name, archs=archs, threads=threads, peak=result.peak, wall_s=result.wall_s, oom=result.oom)
+            )  # fmt: skip
+            reporter.info(
+                f"{label}: peak {format_bytes(result.peak)}{' (OOM-killed at the limit)' if result.oom else ''}, "
+                f"{result.wall_s:.1f} s compiling ({time.monotonic() - started:.0f} s with the container)"
+            )
+    except KeyboardInterrupt:
+        removed = engine.interrupt_cleanup(client, run_id)
+        raise Interrupted(
+            f"interrupted; removed {removed} container(s) of calibration run {run_id}",
+            "rerun to measure again; measurements of this run were not saved",
+        ) from None
+
+    profile = profile_path(cache_dir(), recipe.name, recipe.version, compiler.version)
+    measured_path = profile.with_suffix(".measured.tsv")
+    earlier = read_measurements(measured_path.read_text()) if measured_path.is_file() else []
+    keys = {(m.unit, m.archs, m.threads) for m in measured}
+    every = [m for m in earlier if (m.unit, m.archs, m.threads) not in keys] + measured
+    header = [
+        f"{recipe.name} {recipe.version}: single units compiled alone by wheelbuild calibrate, each in its own",
+        f"container (cgroup), nvcc from CUDA {compiler.version} in image {image.tag}; peak = the cgroup's peak",
+        "(page cache included), wall = nvcc's own time. Flags: the recipe's (builder/recipes).",
+    ]
+    model = calibrated_model(recipe.memory_model, every, units_spec.families, compiler.version)
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    measured_path.write_text(measurements_tsv(every, header))
+    profile.write_text(profile_tsv(model, [*header, f"Scaled from {recipe.memory_model.describe()}."]))
+    comparisons: tuple[str, ...] = ()
+    if reference is not None and reference.is_file():
+        comparisons = tuple(compare_with(measured, reference.read_text(), reference.name))
+    return CalibrationResult(
+        measurements=tuple(measured),
+        profile=profile,
+        measured=measured_path,
+        model=model,
+        comparisons=comparisons,
+    )
