@@ -21,7 +21,7 @@ from builder.errors import BadArgument, WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
-from builder.sources import cache_dir, newest_release
+from builder.sources import cache_dir, newest_release, newest_torch
 from builder.spec import (
     DEFAULT_ARCHS,
     BuildSpec,
@@ -483,7 +483,8 @@ def serve(
 @click.option(
     "--track",
     type=click.Choice(["latest"]),
-    help="latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX).",
+    help="latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX) "
+    "and each CUDA tag's newest torch on its torch index.",
 )
 @image_flags
 def matrix_command(
@@ -501,7 +502,11 @@ def matrix_command(
     declared = matrix.load_matrix(config)
     if track == "latest":
         versioned = sorted({c.package for c in declared.cells if c.version})
-        declared = matrix.tracking(declared, {p: newest_release(p) for p in versioned})
+        variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
+        torches = {v.tag: newest_torch(v.tag, v.index_url) for v in variants}
+        declared = matrix.tracking(
+            declared, {p: newest_release(p) for p in versioned}, {t: v for t, v in torches.items() if v}
+        )
     cells = declared.cells
     if skip_published and output != "publish-to":
         options = _image_options(base_image, ca_bundle, cuda12_image)

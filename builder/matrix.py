@@ -20,9 +20,11 @@ import itertools
 import json
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from packaging.version import Version
 
 from builder.errors import BadArgument
 from builder.spec import parse_archs, parse_python
@@ -110,19 +112,24 @@ def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Mat
     return Matrix(cells=tuple(cells), publish_to=str(to))
 
 
-def tracking(matrix: Matrix, newest: dict[str, str]) -> Matrix:
+def tracking(matrix: Matrix, newest: dict[str, str], newest_torch: dict[str, str] | None = None) -> Matrix:
     """The matrix with each package's newest release (package -> version) added wherever the
-    package's cells list versions and lack that one: `wheelbuild matrix --track latest`."""
+    package's cells list versions and lack that one, and each CUDA tag's newest torch (tag ->
+    "2.12.0+cu130") where it is newer than the variant the cells name: `--track latest`."""
     cells = list(matrix.cells)
     for cell in matrix.cells:
         version = newest.get(cell.package)
-        if cell.version is None or version is None:
-            continue
-        extra = Cell(
-            package=cell.package, version=version, torch=cell.torch, python=cell.python, archs=cell.archs
-        )
-        if extra not in cells:
-            cells.append(extra)
+        if cell.version is not None and version is not None:
+            extra = replace(cell, version=version)
+            if extra not in cells:
+                cells.append(extra)
+    for cell in list(cells):
+        variant = parse_variant(cell.torch)
+        torch = (newest_torch or {}).get(variant.tag)
+        if torch is not None and Version(torch.split("+")[0]) > Version(variant.torch_version):
+            extra = replace(cell, torch=torch)
+            if extra not in cells:
+                cells.append(extra)
     return Matrix(cells=tuple(cells), publish_to=matrix.publish_to)
 
 

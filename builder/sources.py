@@ -15,9 +15,16 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
-from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import BadArgument, SourceUnavailable
@@ -71,14 +78,13 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     os.replace(part.name, dest)
 
 
-def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
-    """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
-    base = os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX).rstrip("/")
-    page = f"{base}/{canonicalize_name(project)}/"
+def _files(base: str, project: str) -> tuple[str, list[dict[str, Any]]]:
+    """(page URL, file entries) of a project on a PEP 691 index."""
+    page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
     request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            files = json.load(response).get("files", [])
+            return page, list(json.load(response).get("files", []))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise BadArgument(f"{project} is not on the index ({base})", "check the name") from None
@@ -89,6 +95,11 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
         raise SourceUnavailable(
             f"could not look up {project} at {page}: {exc}", "check the network (proxy, CA bundle)"
         ) from None
+
+
+def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
+    """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
+    page, files = _files(os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX), project)
     found = []
     for entry in files:
         try:
@@ -99,6 +110,24 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
         if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
             found.append((version, urljoin(page, entry["url"]), str(sha256)))
     return page, found
+
+
+def newest_torch(tag: str, index_url: str) -> str | None:
+    """The newest final torch on a variant's index built for that CUDA tag, by its local label
+    `+<tag>` (PyTorch's indexes label every build). None when there is none: an index without
+    labels (PyPI, whose torch is one CUDA build that changes between releases) cannot say."""
+    _page, files = _files(index_url, "torch")
+    versions: list[Version] = []
+    for entry in files:
+        try:
+            _name, version, _build, _tags = parse_wheel_filename(entry.get("filename", ""))
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if entry.get("yanked") or version.is_prerelease:
+            continue
+        if version.local == tag:
+            versions.append(version)
+    return f"{max(versions).public}+{tag}" if versions else None
 
 
 def lookup_sdist(project: str, version: str) -> Source:

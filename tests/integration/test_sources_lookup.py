@@ -15,8 +15,11 @@ import pytest
 from packaging.version import Version
 
 from builder.errors import BadArgument
+from builder.publish import publish
 from builder.recipes import resolve_recipe
-from builder.sources import lookup_sdist, newest_release, resolve_lookup
+from builder.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
+from tests.indexkit import make_wheel
+from tests.integration.serving import running_server
 
 
 def test_an_unpinned_release_is_looked_up_and_pinned_by_pypis_sha256() -> None:
@@ -49,6 +52,7 @@ def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path)
     )
     done = subprocess.run(
         [Path(sys.executable).parent / "wheelbuild", "matrix", "--config", config, "--format", "lines", "--track", "latest"],
+        env={**os.environ, "WHEELBUILD_TORCH_INDEX_URL": "https://pypi.org/simple"},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -66,3 +70,18 @@ def test_a_release_pypi_lacks_fails_before_docker_is_touched() -> None:
     )  # fmt: skip
     assert done.returncode == 13, done.stdout + done.stderr
     assert "flash-attn 0.0.1.dev999 has no sdist with a sha256 on the index" in done.stderr
+
+
+def test_newest_torch_per_cuda_tag_from_a_real_index(tmp_path: Path) -> None:
+    """A PyTorch-style index (local labels per CUDA tag), served by wheelbuild serve."""
+    wheels = [
+        make_wheel(tmp_path / "in", "torch", version, tag="cp311-cp311-manylinux_2_28_x86_64")
+        for version in ("2.11.0+cu130", "2.12.0+cu130", "2.13.0+cu128", "2.14.0.dev20261101+cu130")
+    ]
+    publish(wheels, tmp_path / "tree")
+    with running_server(tmp_path / "tree") as url:
+        assert newest_torch("cu130", url) == "2.12.0+cu130"  # not the pre-release, not cu128's
+        assert newest_torch("cu128", url) == "2.13.0+cu128"
+        assert newest_torch("cu126", url) is None
+    # PyPI labels no torch with its CUDA: nothing to track there.
+    assert newest_torch("cu130", "https://pypi.org/simple") is None

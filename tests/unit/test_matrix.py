@@ -97,3 +97,10 @@ def test_tracking_adds_the_newest_release_where_versions_are_listed() -> None:
     added = tracked.cells[len(matrix.cells) :]
     assert [(c.version, c.python) for c in added] == [("2.9.0", "cp311"), ("2.9.0", "cp312")]
     assert tracking(tracked, {"flash-attn": "2.9.0"}) == tracked  # already there: nothing new
+
+
+def test_tracking_adds_a_newer_torch_for_each_cuda_tag() -> None:
+    matrix = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130", "cu128"], "python": ["3.11"]}]})
+    tracked = tracking(matrix, {}, {"cu130": "2.12.0+cu130", "cu128": "2.9.1+cu128"})  # cu128's is older
+    added = tracked.cells[len(matrix.cells) :]
+    assert [c.torch for c in added] == ["2.12.0+cu130"]
