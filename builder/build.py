@@ -80,10 +80,6 @@ def ensure_image(client: Any, inputs: ImageInputs, reporter: Reporter) -> Image:
     return image
 
 
-def _compiler(spec: BuildSpec, inputs: ImageInputs) -> CudaCompiler:
-    return compiler_in_image(spec.variant, inputs)
-
-
 def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
     """The CUDA version that compiles for `variant` (a calibrated profile is per toolkit)."""
     return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
@@ -222,7 +218,9 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
 
     inputs = image_inputs(client, options)
-    compiler = _compiler(spec, inputs)  # before any work: no image build for an impossible variant
+    compiler = compiler_in_image(
+        spec.variant, inputs
+    )  # before any work: no image build for an impossible variant
     source = prepare_source(spec.recipe.source, reporter.info)
 
     reporter.step("image")

@@ -77,7 +77,7 @@ def run_calibration(
             "calibrate a recipe that declares its units (flash-attn)",
         )
     units_spec = recipe.units
-    if not recipe.source.is_url and not recipe.source.location.startswith("pypi:"):
+    if not recipe.source.is_url and not recipe.source.is_lookup:
         raise BadArgument(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )

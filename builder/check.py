@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -51,13 +52,18 @@ class Expectation:
     torch_minor: str  # 2.11
 
 
+def _report_beside(wheel: Path) -> dict[str, Any] | None:
+    """The build report of the run directory a wheel sits in, if it does."""
+    path = wheel.parent / REPORT
+    return dict(json.loads(path.read_text())) if path.is_file() else None
+
+
 def expectation_for(
     wheel: Path, variant: TorchVariant | None, archs: tuple[int, ...] | None
 ) -> tuple[TorchVariant, Expectation]:
     """What `wheel` must hold: from the options given, else from the build report beside it
     (a run directory of `wheelbuild build`), else the default archs."""
-    report_path = wheel.parent / REPORT
-    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    report = _report_beside(wheel)
     if variant is None:
         if report is None:
             raise BadArgument(
@@ -82,10 +88,8 @@ def inspect_or_refuse(path: Path) -> WheelInfo:
 
 def inputs_key_beside(wheel: Path) -> str | None:
     """The inputs key the build report beside a wheel records (None: no report, or an old one)."""
-    report = wheel.parent / REPORT
-    if not report.is_file():
-        return None
-    key = json.loads(report.read_text()).get("inputs_key")
+    report = _report_beside(wheel)
+    key = report.get("inputs_key") if report else None
     return str(key) if key else None
 
 

@@ -49,6 +49,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import InvalidWheel
+from builder.wheels import metadata_of
 
 __all__ = [
     "API_VERSION",
@@ -151,14 +152,11 @@ def read_wheel(path: Path) -> WheelInfo:
     project, version = parse_filename(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            candidates = [
-                n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-            ]
-            if len(candidates) != 1:
-                raise _bad(path, f"expected one <name>-<version>.dist-info/METADATA, found {len(candidates)}")
-            metadata = archive.read(candidates[0])
+            _member, metadata = metadata_of(archive)
     except (OSError, zipfile.BadZipFile) as error:
         raise _bad(path, f"cannot read it as a zip file ({error})") from None
+    except ValueError as error:
+        raise _bad(path, str(error)) from None
     headers = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True)
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     if not meta_name or canonicalize_name(str(meta_name)) != project:

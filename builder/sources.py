@@ -29,9 +29,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder.errors import BadArgument, SourceUnavailable
 from builder.recipes import Recipe, Source
+from builder.recipes.base import LOOKUP_PREFIX
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
-LOOKUP_PREFIX = "pypi:"
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def newest_release(project: str) -> str:
 
 def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
     """The recipe with a `pypi:` source replaced by the sdist the index lists (pinned)."""
-    if not recipe.source.location.startswith(LOOKUP_PREFIX):
+    if not recipe.source.is_lookup:
         return recipe
     project, _, version = recipe.source.location.removeprefix(LOOKUP_PREFIX).partition("==")
     source = lookup_sdist(project, version)

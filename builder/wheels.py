@@ -238,7 +238,7 @@ def metadata_of(wheel: zipfile.ZipFile) -> tuple[str, bytes]:
     """The ``*.dist-info/METADATA`` member of an open wheel: (member name, bytes)."""
     names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if len(names) != 1:
-        raise ValueError(f"expected one .dist-info/METADATA, found {len(names)}")
+        raise ValueError(f"expected one <name>-<version>.dist-info/METADATA, found {len(names)}")
     return names[0], wheel.read(names[0])
 
 

@@ -8,13 +8,25 @@ from types import MappingProxyType
 
 from builder.memory_model import MemoryModel, default_model
 
+# A release to look up on the index when the build starts: pypi:<project>==<version>.
+LOOKUP_PREFIX = "pypi:"
+
 
 @dataclass(frozen=True)
 class Source:
-    """A local project directory, or an sdist (local path or URL), optionally pinned by sha256."""
+    """A local project directory, or an sdist (local path or URL), optionally pinned by sha256,
+    or a release still to be looked up on the index (LOOKUP_PREFIX)."""
 
     location: str
     sha256: str | None = None
+
+    @classmethod
+    def lookup(cls, project: str, version: str) -> Source:
+        return cls(location=f"{LOOKUP_PREFIX}{project}=={version}")
+
+    @property
+    def is_lookup(self) -> bool:
+        return self.location.startswith(LOOKUP_PREFIX)
 
     @property
     def is_url(self) -> bool:

@@ -66,7 +66,7 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         ) from None
     # A release not in the table is looked up on the index when the build starts, and pinned
     # by the sha256 the index lists (the build report records it).
-    source = SDISTS.get(version) or Source(location=f"pypi:flash-attn=={version}")
+    source = SDISTS.get(version) or Source.lookup("flash-attn", version)
     return Recipe(
         name="flash-attn",
         version=version,
