@@ -15,11 +15,12 @@ from typing import Any
 
 import tenacity
 
-from builder import cgroup, engine, publish, results
+from builder import cgroup, cuda_redist, engine, publish, results
 from builder.calibration import load_calibrated
 from builder.check import Expectation, check_wheel, first_problem
+from builder.cuda_redist import CudaLayer
 from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory, WheelbuildError
-from builder.image import NO_CUDA12, Image, ImageInputs, production_base
+from builder.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from builder.matrix import Cell
 from builder.planner import (
     Plan,
@@ -35,7 +36,15 @@ from builder.results import source_digest
 from builder.sources import cache_dir, prepare_source, resolve_lookup
 from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
-from builder.variants import CUDA13_VERSION, CudaCompiler, TorchVariant, compiler_for, parse_variant
+from builder.variants import (
+    CUDA13_VERSION,
+    CudaCompiler,
+    TorchVariant,
+    arch_range,
+    compiler_for,
+    parse_variant,
+    supports_arch,
+)
 from builder.wheels import WheelInfo, inspect_wheel
 
 
@@ -45,6 +54,14 @@ class ImageOptions:
     ca_bundle: Path | None
     cuda12_image: str | None = None
     cuda12_version: str = "12.8"
+    # Add the CUDA 12 layer made from NVIDIA's pinned redist archives (what a cu12x build needs,
+    # unless cuda12_image names an NVIDIA devel image instead).
+    cuda12_redist: bool = False
+
+    def for_variant(self, variant: TorchVariant) -> ImageOptions:
+        """The options a build of `variant` needs: cu12x gets the CUDA 12 layer without a flag."""
+        wants = variant.cuda_major == 12 and self.cuda12_image is None
+        return replace(self, cuda12_redist=self.cuda12_redist or wants)
 
 
 @dataclass(frozen=True)
@@ -65,16 +82,36 @@ def image_inputs(client: Any, options: ImageOptions) -> ImageInputs:
     base = options.base_image or production_base()
     # A base pinned by digest is its own identity; a local tag is identified by its image ID.
     base_id = "" if "@sha256:" in base else engine.local_image_id(client, base)
+    layer = cuda12_layer() if options.cuda12_redist and options.cuda12_image is None else None
     return ImageInputs.load(
         base_image=base,
         base_id=base_id,
         ca_bundle=options.ca_bundle,
         cuda12_image=options.cuda12_image,
         cuda12_version=options.cuda12_version,
+        cuda12_layer=layer,
     )
 
 
+def cuda12_layer() -> CudaLayer:
+    """The CUDA 12 layer's pins: images/cuda-12.8-redist.toml, or the file WHEELBUILD_CUDA12_PINS names."""
+    return cuda_redist.load_layer(cuda_redist.pins_path(IMAGES_DIR, os.environ))
+
+
+def ensure_cuda12_layer(client: Any, inputs: ImageInputs, reporter: Reporter) -> None:
+    """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
+    are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
+    server fails here, before the sdist, the image or any container."""
+    layer = inputs.cuda12_layer
+    if layer is None or engine.local_image_id(client, inputs.tag) or engine.local_image_id(client, layer.tag):
+        return
+    reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
+    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
+    engine.ensure_cuda_layer_image(client, layer, tree, reporter.log)
+
+
 def ensure_image(client: Any, inputs: ImageInputs, reporter: Reporter) -> Image:
+    ensure_cuda12_layer(client, inputs, reporter)
     image = engine.ensure_image(client, inputs, reporter.log)
     reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
     return image
@@ -85,19 +122,29 @@ def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
     return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
 
 
-def compiler_in_image(variant: TorchVariant, inputs: ImageInputs) -> CudaCompiler:
+def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
+    """The image's compiler for this variant and these archs (one table decides: variants.ARCH_SUPPORT)."""
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
         cuda12 = CudaCompiler(version=inputs.cuda12_version, home=f"/usr/local/cuda-{inputs.cuda12_version}")
-    compiler = compiler_for(variant, cuda12)
-    if compiler is None:
+    compiler = compiler_for(variant, archs, cuda12)
+    if compiler is not None:
+        return compiler
+    same_major = [c for c in (compiler_for(variant, (), cuda12),) if c is not None]
+    if not same_major:
         raise CompilerUnavailable(
-            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler (12.8 or newer for "
-            f"sm_100/sm_120); the image has only CUDA 13.1, and torch refuses an nvcc of another major",
-            "build where NVIDIA's registry is reachable with --cuda12-image "
-            "nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>, or use --torch cu130",
+            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
+            "and torch refuses an nvcc of another major",
+            "let wheelbuild add the CUDA 12 layer from NVIDIA's archives (the default for cu12x), "
+            "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
         )
-    return compiler
+    compiler = same_major[0]
+    missing = [a for a in archs if not supports_arch(compiler, a)]
+    raise CompilerUnavailable(
+        f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
+        + ", ".join(f"sm_{a} (needs {arch_range(a)})" for a in missing),
+        "drop those archs from --archs, or pick a torch variant whose CUDA compiles them",
+    )
 
 
 # Bumped whenever what happens to a wheel after cibuildwheel changes, so that results stored
@@ -148,7 +195,7 @@ def unpublished_cells(
     published = publish.published_inputs(tree)
     if not published:
         return cells
-    inputs = image_inputs(engine.connect(), options)
+    client = engine.connect()
     left = []
     for cell in cells:
         spec = BuildSpec(
@@ -163,6 +210,7 @@ def unpublished_cells(
             nvcc_threads=None,
             output_dir=Path("."),
         )
+        inputs = image_inputs(client, options.for_variant(spec.variant))
         if inputs_key(spec, inputs, spec.pythons) not in published:
             left.append(cell)
     return tuple(left)
@@ -217,10 +265,10 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
     if not gpus and spec.gpus.value == "auto":
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
 
-    inputs = image_inputs(client, options)
-    compiler = compiler_in_image(
-        spec.variant, inputs
-    )  # before any work: no image build for an impossible variant
+    inputs = image_inputs(client, options.for_variant(spec.variant))
+    # Before any work: no download and no image build for an impossible variant or arch.
+    compiler = compiler_in_image(spec.variant, spec.archs, inputs)
+    ensure_cuda12_layer(client, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
 
     reporter.step("image")

@@ -84,8 +84,8 @@ def run_calibration(
     recipe = resolve_lookup(recipe, reporter.info)
     run_id = build.new_run_id()
     client = engine.connect()
-    inputs = build.image_inputs(client, options)
-    compiler = build.compiler_in_image(variant, inputs)
+    inputs = build.image_inputs(client, options.for_variant(variant))
+    compiler = build.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
     source = prepare_source(recipe.source, reporter.info)
     source_dir = _unpacked(source.project_dir / source.package)
 

@@ -6,6 +6,7 @@ import json
 import shlex
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -328,11 +329,21 @@ def image() -> None:
 
 @image.command("build")
 @image_flags
-def image_build(base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None) -> None:
+@click.option(
+    "--cuda12",
+    "with_cuda12",
+    is_flag=True,
+    help="Add the CUDA 12.8 compiler from NVIDIA's pinned redist archives (what cu12x builds use; "
+    "WHEELBUILD_CUDA_REDIST_URL names a mirror).",
+)
+def image_build(
+    base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None, with_cuda12: bool
+) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
     client = engine.connect()
-    inputs = build_pipeline.image_inputs(client, _image_options(base_image, ca_bundle, cuda12_image))
+    options = replace(_image_options(base_image, ca_bundle, cuda12_image), cuda12_redist=with_cuda12)
+    inputs = build_pipeline.image_inputs(client, options)
     built = build_pipeline.ensure_image(client, inputs, reporter)
     click.echo(built.tag)
 
@@ -349,6 +360,7 @@ def image_ls() -> None:
             f"{found.tag}  {found.id[7:19]}  base {labels.get('org.opencontainers.image.base.name', '?')}  "
             f"cuda {labels.get('org.wheelbuild.cuda.version', '?')}  "
             f"cuda12 {found.cuda12_image or 'none'}"
+            + (f" ({found.cuda12_pins})" if found.cuda12_pins else "")
         )
 
 

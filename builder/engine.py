@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import shlex
@@ -17,13 +18,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -32,6 +35,7 @@ import tenacity
 
 from builder import cgroup
 from builder.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
+from builder.cuda_redist import CudaLayer
 from builder.errors import (
     BuildFailed,
     CompileFailed,
@@ -118,14 +122,52 @@ def ensure_image(client: Any, inputs: ImageInputs, on_line: Callable[[str], None
     except docker.errors.ImageNotFound:
         pass
     on_line(f"building {inputs.tag} from {inputs.base_image} (once per set of inputs)")
+    _build(client, io.BytesIO(inputs.context_tar()), DOCKERFILE, inputs.tag, inputs.buildargs(), on_line)
+    return _image(client.images.get(inputs.tag), inputs.tag, reused=False)
+
+
+def ensure_cuda_layer_image(client: Any, layer: CudaLayer, tree: Path, on_line: Callable[[str], None]) -> str:
+    """The local image holding the CUDA 12 layer's tree at its CUDA_HOME, labelled with its pins;
+    built once per set of pins (FROM scratch: the build image copies the folder out of it)."""
+    try:
+        client.images.get(layer.tag)
+        return layer.tag
+    except docker.errors.ImageNotFound:
+        pass
+    on_line(f"building {layer.tag}: CUDA {layer.release} from NVIDIA's redistributable archives")
+    dockerfile = (
+        "FROM scratch\nCOPY cuda "
+        + layer.home
+        + "\n"
+        + "".join(f"LABEL {key}={json.dumps(value)}\n" for key, value in layer.labels.items())
+    )
+    with tempfile.TemporaryFile() as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(dockerfile.encode())
+            tar.addfile(info, io.BytesIO(dockerfile.encode()))
+            tar.add(tree, arcname="cuda", filter=lambda m: None if m.name == "cuda/.complete" else m)
+        context.seek(0)
+        _build(client, context, "Dockerfile", layer.tag, {}, on_line)
+    return layer.tag
+
+
+def _build(
+    client: Any,
+    context: IO[bytes],
+    dockerfile: str,
+    tag: str,
+    buildargs: dict[str, str],
+    on_line: Callable[[str], None],
+) -> None:
     tail: deque[str] = deque(maxlen=20)
     try:
         chunks = client.api.build(
-            fileobj=io.BytesIO(inputs.context_tar()),
+            fileobj=context,
             custom_context=True,
-            dockerfile=DOCKERFILE,
-            tag=inputs.tag,
-            buildargs=inputs.buildargs(),
+            dockerfile=dockerfile,
+            tag=tag,
+            buildargs=buildargs,
             rm=True,
             forcerm=True,
             pull=False,
@@ -149,7 +191,6 @@ def ensure_image(client: Any, inputs: ImageInputs, on_line: Callable[[str], None
             f"image build failed: {exc.explanation or exc}",
             "check that the base image exists locally (scripts/make-base-image) or can be pulled",
         ) from exc
-    return _image(client.images.get(inputs.tag), inputs.tag, reused=False)
 
 
 @transient_retry

@@ -173,3 +173,30 @@ class UploadFailed(WheelbuildError):
     """An upload to a PyPI-compatible index was refused or failed (auth, conflict, network)."""
 
     exit_code = 58
+
+
+class CudaRedistUnreachable(WheelbuildError):
+    """NVIDIA's CUDA redistributable archives (or the mirror named by WHEELBUILD_CUDA_REDIST_URL)
+    could not be downloaded, so the CUDA 12 compiler layer cannot be made."""
+
+    exit_code = 23
+
+
+class CudaRedistMismatch(WheelbuildError):
+    """A downloaded CUDA redistributable archive is not what its pin says (sha256, size, or a
+    member that would land outside its folder); it is deleted, never used."""
+
+    exit_code = 24
+
+
+class AbiMismatch(WheelbuildError):
+    """An extension module needs a newer glibc/libstdc++ symbol version than its wheel's platform tag allows."""
+
+    exit_code = 47
+
+
+class TorchIndexUnreachable(WheelbuildError):
+    """The torch index could not be read to learn which Pythons the chosen torch has wheels for
+    (network, credentials, an answer that is not an index page)."""
+
+    exit_code = 25

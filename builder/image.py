@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from builder.cuda_redist import CudaLayer
+
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
 DOCKERFILE = "Dockerfile.cuda131"
 REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
@@ -50,6 +52,8 @@ class ImageInputs:
     base_id: str  # local image ID of the base when it is not pinned by digest, else ""
     cuda12_image: str = NO_CUDA12
     cuda12_version: str = "12.8"
+    # The CUDA 12 layer made from NVIDIA's redist archives (cuda12_image is then its local tag).
+    cuda12_layer: CudaLayer | None = None
 
     @classmethod
     def load(
@@ -60,6 +64,7 @@ class ImageInputs:
         ca_bundle: Path | None,
         cuda12_image: str | None = None,
         cuda12_version: str = "12.8",
+        cuda12_layer: CudaLayer | None = None,
         images_dir: Path = IMAGES_DIR,
     ) -> ImageInputs:
         return cls(
@@ -70,8 +75,9 @@ class ImageInputs:
             admit_script=(images_dir / ADMIT_SCRIPT).read_bytes(),
             base_image=base_image,
             base_id=base_id,
-            cuda12_image=cuda12_image or NO_CUDA12,
-            cuda12_version=cuda12_version,
+            cuda12_image=cuda12_layer.tag if cuda12_layer else cuda12_image or NO_CUDA12,
+            cuda12_version=cuda12_layer.version if cuda12_layer else cuda12_version,
+            cuda12_layer=cuda12_layer,
         )
 
     def _hashed_args(self) -> dict[str, str]:
@@ -79,6 +85,8 @@ class ImageInputs:
             "BASE_IMAGE": self.base_image,
             "CUDA12_IMAGE": self.cuda12_image,
             "CUDA12_VERSION": self.cuda12_version,
+            # The layer's tag already names its pins' hash; the pins themselves go on a label.
+            "CUDA12_PINS": self.cuda12_layer.pins if self.cuda12_layer else "none",
         }
 
     @property
@@ -145,3 +153,8 @@ class Image:
     @property
     def cuda12_version(self) -> str:
         return self.labels.get("org.wheelbuild.cuda12.version", "")
+
+    @property
+    def cuda12_pins(self) -> str | None:
+        value = self.labels.get("org.wheelbuild.cuda12.pins", "none")
+        return None if value == "none" else value

@@ -9,6 +9,7 @@ image's optional CUDA 12.x compiler layer (see images/Dockerfile.cuda131).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from builder.errors import BadVariant
@@ -26,8 +27,6 @@ DEFAULT_TORCH: dict[str, str] = {
 # Where the image keeps each compiler. CUDA 13.1 is always there; a 12.x layer is optional.
 CUDA13_HOME = "/usr/local/cuda-13.1/nvidia/cu13"
 CUDA13_VERSION = "13.1"
-# sm_100 and sm_120 first appear in CUDA 12.8, the oldest 12.x compiler that can serve us.
-MIN_CUDA12_COMPILER = (12, 8)
 
 _VARIANT_RE = re.compile(r"^(?:(?P<version>\d+\.\d+(?:\.\d+)?)\+)?(?P<tag>cu\d{3})$")
 
@@ -99,12 +98,64 @@ def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
     return TorchVariant(tag=tag, torch_version=version, index_url=index_url or PYTORCH_INDEX.format(tag=tag))
 
 
-def compiler_for(variant: TorchVariant, cuda12: CudaCompiler | None) -> CudaCompiler | None:
-    """The image compiler that can build against `variant`, or None when the image lacks one."""
-    if variant.cuda_major == 13:
-        return CudaCompiler(version=CUDA13_VERSION, home=CUDA13_HOME)
-    if variant.cuda_major == 12 and cuda12 is not None:
-        major, minor = (int(p) for p in cuda12.version.split(".")[:2])
-        if (major, minor) >= MIN_CUDA12_COMPILER:
-            return cuda12
+# The CUDA releases whose nvcc emits SASS for each arch: (first, last), last None while current.
+# CUDA 13.0 dropped Maxwell, Pascal and Volta, and renamed sm_101 to sm_110.
+ARCH_SUPPORT: dict[int, tuple[tuple[int, int], tuple[int, int] | None]] = {
+    50: ((6, 0), (12, 9)),
+    52: ((7, 0), (12, 9)),
+    53: ((7, 0), (12, 9)),
+    60: ((8, 0), (12, 9)),
+    61: ((8, 0), (12, 9)),
+    62: ((8, 0), (12, 9)),
+    70: ((9, 0), (12, 9)),
+    72: ((10, 0), (12, 9)),
+    75: ((10, 0), None),
+    80: ((11, 0), None),
+    86: ((11, 1), None),
+    87: ((11, 4), None),
+    89: ((11, 8), None),
+    90: ((11, 8), None),
+    100: ((12, 8), None),
+    101: ((12, 8), (12, 9)),
+    103: ((12, 9), None),
+    110: ((13, 0), None),
+    120: ((12, 8), None),
+    121: ((12, 9), None),
+}
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return major, minor
+
+
+def supports_arch(compiler: CudaCompiler, arch: int) -> bool:
+    span = ARCH_SUPPORT.get(arch)
+    if span is None:
+        return False
+    first, last = span
+    version = _version_tuple(compiler.version)
+    return first <= version and (last is None or version <= last)
+
+
+def arch_range(arch: int) -> str:
+    """ "CUDA 12.8 or later" for an arch, as an error message says it."""
+    span = ARCH_SUPPORT.get(arch)
+    if span is None:
+        return "no CUDA release wheelbuild knows"
+    first, last = span
+    return f"CUDA {first[0]}.{first[1]}" + (f" to {last[0]}.{last[1]}" if last else " or later")
+
+
+def compiler_for(
+    variant: TorchVariant, archs: Sequence[int], cuda12: CudaCompiler | None
+) -> CudaCompiler | None:
+    """The image compiler that can build against `variant` for every arch asked, or None.
+    torch needs the compiler's CUDA major to be its own; the arch table decides the rest."""
+    candidates = [CudaCompiler(version=CUDA13_VERSION, home=CUDA13_HOME)]
+    if cuda12 is not None:
+        candidates.append(cuda12)
+    for compiler in candidates:
+        if compiler.major == variant.cuda_major and all(supports_arch(compiler, a) for a in archs):
+            return compiler
     return None

@@ -266,11 +266,11 @@ def test_compile_error_is_reported_with_first_compiler_error(
     assert containers_of_run(docker_client, result.run_id) == []
 
 
-def test_cu12_variant_fails_before_any_work_without_a_cuda12_compiler(cuda_image: str) -> None:
+def test_an_arch_the_variants_cuda_cannot_compile_fails_before_any_work(cuda_image: str) -> None:
     started = time.monotonic()
-    result = wheelbuild("flash-attn", "--torch", "cu128")
+    result = wheelbuild("build", "--torch", "cu130", "--archs", "70,90")
     assert result.returncode == 22, result.stdout + result.stderr
-    assert "needs a CUDA 12.x compiler" in result.stderr and "--cuda12-image" in result.stderr
+    assert "CUDA 13.1, which cannot compile sm_70 (needs CUDA 9.0 to 12.9)" in result.stderr
     assert "image wheelbuild-cuda131" not in result.stdout  # failed before the image step
     assert time.monotonic() - started < 60
 

@@ -1,33 +1,49 @@
-"""flash-attn for real: cu128 stops before any work without a CUDA 12 compiler layer; cu130
+"""flash-attn for real: cu128 here, where NVIDIA's servers cannot be reached, stops in seconds
+naming the URL and both remedies (a mirror, or --cuda12-image); cu130
 starts a real build (sdist pinned by sha256, image, plan, torch, nvcc on flash-attn's units),
 which this test interrupts once ninja reports a finished unit (a whole build takes hours on
 2 cores), then checks that nothing is left behind."""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import docker
+import pytest
 
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes, containers_of_run
 
 NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
 
-def test_flash_attn_cu128_fails_fast_with_the_compiler_layer_message(cuda_image: str) -> None:
+def test_flash_attn_cu128_fails_fast_naming_nvidias_url_and_both_remedies(
+    cuda_image: str, tmp_path: Path
+) -> None:
+    try:
+        socket.getaddrinfo("developer.download.nvidia.com", 443)
+        pytest.skip("NVIDIA's servers resolve here: this test proves the offline failure")
+    except OSError:
+        pass
     started = time.monotonic()
     done = subprocess.run(
-        [WHEELBUILD, "flash-attn", "--torch", "cu128"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [WHEELBUILD, "flash-attn", "--torch", "cu128"], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "WHEELBUILD_CACHE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 23, done.stdout + done.stderr
+    assert (
+        "could not download the CUDA 12 compiler from https://developer.download.nvidia.com/" in done.stderr
     )
-    assert done.returncode == 22, done.stdout + done.stderr
-    assert "needs a CUDA 12.x compiler" in done.stderr and "--cuda12-image" in done.stderr
+    assert "WHEELBUILD_CUDA_REDIST_URL" in done.stderr and "--cuda12-image" in done.stderr
     assert time.monotonic() - started < 60  # no sdist download, no image build, no container
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing left behind
 
 
 def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(

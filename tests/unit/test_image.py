@@ -88,6 +88,7 @@ def test_buildargs_carry_hashed_inputs_and_the_inputs_sha256() -> None:
         "BASE_IMAGE": "wheelbuild-base:bookworm",
         "CUDA12_IMAGE": NO_CUDA12,
         "CUDA12_VERSION": "12.8",
+        "CUDA12_PINS": "none",
         "BASE_DIGEST": "sha256:" + "b" * 64,
         "DOCKERFILE_SHA256": hashlib.sha256(b"FROM scratch\n").hexdigest(),
         "INPUTS_SHA256": inputs.sha256,
@@ -177,3 +178,16 @@ def test_every_image_requirement_is_pinned_with_a_sha256_hash(name: str) -> None
 def test_cuda_requirements_pin_nvcc_13_1() -> None:
     text = (REPO / "images" / "requirements-cuda131.txt").read_text()
     assert re.search(r"^nvidia-cuda-nvcc==13\.1\.\d+ ", text, re.MULTILINE)
+
+
+def test_a_cuda12_layer_names_the_image_stage_and_puts_its_pins_on_a_label(tmp_path: Path) -> None:
+    from builder.cuda_redist import CudaLayer, RedistArchive
+
+    archive = RedistArchive("cuda_nvcc", "12.8.93", "cuda_nvcc/x/a.tar.xz", "c" * 64, 1, False)
+    layer = CudaLayer(version="12.8", release="12.8.1", manifest="m.json", archives=(archive,))
+    inputs = dataclasses.replace(_inputs(), cuda12_image=layer.tag, cuda12_layer=layer)
+    assert inputs.buildargs()["CUDA12_IMAGE"] == layer.tag
+    assert inputs.buildargs()["CUDA12_PINS"] == f"cuda_nvcc=12.8.93@sha256:{'c' * 64}"
+    other = dataclasses.replace(layer, archives=(dataclasses.replace(archive, sha256="d" * 64),))
+    assert other.tag != layer.tag  # new pins, new layer image, new build image
+    assert dataclasses.replace(inputs, cuda12_image=other.tag, cuda12_layer=other).tag != inputs.tag

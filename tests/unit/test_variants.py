@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builder.errors import BadVariant
-from builder.variants import CudaCompiler, TorchVariant, compiler_for, parse_variant
+from builder.variants import CudaCompiler, TorchVariant, arch_range, compiler_for, parse_variant
 
 
 def test_cuda_tag_alone_picks_the_default_torch_its_cuda_and_pytorch_index() -> None:
@@ -67,34 +67,60 @@ def test_unsupported_cuda_tag_remedy_lists_the_supported_tags() -> None:
 
 
 def test_cu13_variant_compiles_with_the_image_cuda_13_1() -> None:
-    assert compiler_for(parse_variant("cu130"), None) == CudaCompiler(
+    assert compiler_for(parse_variant("cu130"), (100, 120), None) == CudaCompiler(
         version="13.1", home="/usr/local/cuda-13.1/nvidia/cu13"
     )
 
 
 def test_cu13_variant_ignores_any_cuda12_layer() -> None:
     cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
-    assert compiler_for(parse_variant("cu130"), cuda12) == CudaCompiler(
+    assert compiler_for(parse_variant("cu130"), (100, 120), cuda12) == CudaCompiler(
         version="13.1", home="/usr/local/cuda-13.1/nvidia/cu13"
     )
 
 
 def test_cu12_variant_without_a_cuda12_compiler_has_none() -> None:
-    assert compiler_for(parse_variant("cu128"), None) is None
+    assert compiler_for(parse_variant("cu128"), (100, 120), None) is None
 
 
-@pytest.mark.parametrize("version", ["12.8", "12.9", "12.10"])
+@pytest.mark.parametrize("version", ["12.8", "12.9"])
 def test_cu12_variant_uses_a_cuda12_compiler_of_12_8_or_newer(version: str) -> None:
     cuda12 = CudaCompiler(version=version, home=f"/usr/local/cuda-{version}")
-    assert compiler_for(parse_variant("cu128"), cuda12) is cuda12
+    assert compiler_for(parse_variant("cu128"), (100, 120), cuda12) is cuda12
 
 
 @pytest.mark.parametrize("version", ["12.6", "12.4", "12.0"])
 def test_cu12_variant_rejects_a_cuda12_compiler_older_than_12_8_which_lacks_sm_100(version: str) -> None:
     cuda12 = CudaCompiler(version=version, home=f"/usr/local/cuda-{version}")
-    assert compiler_for(parse_variant("cu126"), cuda12) is None
+    assert compiler_for(parse_variant("cu126"), (100, 120), cuda12) is None
 
 
 def test_compiler_major_is_read_from_its_version() -> None:
     assert CudaCompiler(version="12.8", home="/x").major == 12
     assert CudaCompiler(version="13.1", home="/x").major == 13
+
+
+@pytest.mark.parametrize("version", ["12.4", "12.6", "12.8"])
+def test_cu12_variant_for_sm_80_and_sm_90_takes_a_cuda12_compiler_older_than_12_8(version: str) -> None:
+    cuda12 = CudaCompiler(version=version, home=f"/usr/local/cuda-{version}")
+    assert compiler_for(parse_variant("cu126"), (80, 90), cuda12) is cuda12
+
+
+def test_an_arch_cuda13_dropped_has_no_compiler_for_cu130() -> None:
+    assert compiler_for(parse_variant("cu130"), (70, 90), None) is None
+    cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
+    assert compiler_for(parse_variant("cu128"), (70, 90), cuda12) is cuda12
+
+
+def test_sm_110_needs_cuda13_and_sm_101_ended_with_12_9() -> None:
+    assert compiler_for(parse_variant("cu130"), (110,), None) is not None
+    cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
+    assert compiler_for(parse_variant("cu128"), (110,), cuda12) is None
+    assert compiler_for(parse_variant("cu130"), (101,), None) is None
+    assert compiler_for(parse_variant("cu128"), (101,), cuda12) is cuda12
+
+
+def test_arch_range_says_which_releases_compile_an_arch() -> None:
+    assert arch_range(120) == "CUDA 12.8 or later"
+    assert arch_range(70) == "CUDA 9.0 to 12.9"
+    assert arch_range(99) == "no CUDA release wheelbuild knows"

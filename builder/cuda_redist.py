@@ -1,0 +1,301 @@
+"""The CUDA 12 compiler layer from NVIDIA's redistributable archives, pinned by sha256.
+
+torch cu12x variants refuse an nvcc of another CUDA major, so they need a CUDA 12 compiler
+beside the image's CUDA 13.1. The archives NVIDIA lists in its redist manifest
+(images/cuda-12.8-redist.toml, the one file with the pins) are downloaded once per host into a
+content-addressed cache, verified, unpacked into a tree (headers only for the libraries whose
+headers a torch extension includes) and become a small local image that the build image copies
+/usr/local/cuda-12.8 from. No registry, no NVIDIA image.
+
+Every archive is treated as hostile: its size is capped by the pin before the download ends,
+its hash is checked before it is opened, and no member may land outside its folder.
+
+No Docker here: engine.py turns the tree into an image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from builder.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+
+DEFAULT_REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
+REDIST_URL_ENV = "WHEELBUILD_CUDA_REDIST_URL"  # a mirror, or an air-gapped site's copy
+PINS_ENV = "WHEELBUILD_CUDA12_PINS"  # another pins file (a site's own, or a test's stand-ins)
+PINS_FILE = "cuda-12.8-redist.toml"
+LAYER_REPOSITORY = "wheelbuild-cuda12-redist"
+CONNECT_TIMEOUT_S = 20.0  # an unreachable server fails the build in seconds, not minutes
+CHUNK = 1 << 20
+# Caps for a member of an archive whose pin gives no size: nvcc's largest file is ~100 MB.
+MAX_MEMBER = 2 * 1024**3
+MAX_TREE = 16 * 1024**3
+
+
+@dataclass(frozen=True)
+class RedistArchive:
+    name: str  # cuda_nvcc
+    version: str  # 12.8.93
+    path: str  # relative to the redist base URL
+    sha256: str
+    size: int | None  # bytes, as the manifest lists it
+    headers_only: bool  # keep include/ only: a torch extension compiles against its headers
+
+    @property
+    def file_name(self) -> str:
+        return PurePosixPath(self.path).name
+
+    @property
+    def top(self) -> str:
+        """The one folder every member of the archive sits in."""
+        return self.file_name.removesuffix(".tar.xz")
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}={self.version}@sha256:{self.sha256}"
+
+
+@dataclass(frozen=True)
+class CudaLayer:
+    version: str  # 12.8: installed as /usr/local/cuda-12.8
+    release: str  # 12.8.1
+    manifest: str  # redistrib_12.8.1.json
+    archives: tuple[RedistArchive, ...]
+
+    @property
+    def home(self) -> str:
+        return f"/usr/local/cuda-{self.version}"
+
+    @property
+    def pins(self) -> str:
+        """Every archive's pin, one string: the image labels carry it."""
+        return " ".join(a.pin for a in self.archives)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(f"{self.version} {self.pins}".encode()).hexdigest()
+
+    @property
+    def tag(self) -> str:
+        """The local image holding this layer: named by the hash of its pins."""
+        return f"{LAYER_REPOSITORY}:{self.sha256[:16]}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            "org.wheelbuild.cuda12.version": self.version,
+            "org.wheelbuild.cuda12.release": self.release,
+            "org.wheelbuild.cuda12.manifest": self.manifest,
+            "org.wheelbuild.cuda12.pins": self.pins,
+        }
+
+
+def pins_path(images_dir: Path, env: Mapping[str, str]) -> Path:
+    return Path(env[PINS_ENV]) if env.get(PINS_ENV) else images_dir / PINS_FILE
+
+
+def load_layer(path: Path) -> CudaLayer:
+    """The pins file, validated: a typo in it is an error now, not a wrong toolkit later."""
+    try:
+        data = tomllib.loads(path.read_text())
+        archives = tuple(
+            RedistArchive(
+                name=str(entry["name"]),
+                version=str(entry["version"]),
+                path=str(entry["path"]),
+                sha256=str(entry["sha256"]).lower(),
+                size=int(entry["size"]) if "size" in entry else None,
+                headers_only=bool(entry.get("headers_only", False)),
+            )
+            for entry in data["archive"]
+        )
+        layer = CudaLayer(
+            version=str(data["version"]),
+            release=str(data["release"]),
+            manifest=str(data["manifest"]),
+            archives=archives,
+        )
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise BadArgument(
+            f"the CUDA 12 pins file {path} is unreadable or incomplete ({exc})",
+            f"restore images/{PINS_FILE}, or fix the file {PINS_ENV} names",
+        ) from None
+    for archive in archives:
+        if len(archive.sha256) != 64 or not archive.path.endswith(".tar.xz"):
+            raise BadArgument(
+                f"pin of {archive.name} in {path} is malformed (sha256 of 64 hex digits and a .tar.xz path needed)",
+                "copy name, version, relative_path and sha256 from NVIDIA's redistrib manifest",
+            )
+    if not any(a.name == "cuda_nvcc" for a in archives):
+        raise BadArgument(f"{path} pins no cuda_nvcc archive", "add the cuda_nvcc entry of the manifest")
+    return layer
+
+
+def redist_url(env: Mapping[str, str]) -> str:
+    return (env.get(REDIST_URL_ENV) or DEFAULT_REDIST_URL).rstrip("/")
+
+
+def _remedy(base_url: str) -> str:
+    return (
+        f"point {REDIST_URL_ENV} at a mirror of NVIDIA's redist tree (now {base_url}), "
+        "or pass --cuda12-image with an NVIDIA CUDA 12.8+ devel image pinned by digest"
+    )
+
+
+def _download(archive: RedistArchive, base_url: str, dest: Path, on_line: Callable[[str], None]) -> None:
+    """Stream one archive into `dest`, hashing as it comes; anything wrong leaves nothing."""
+    url = f"{base_url}/{archive.path}"
+    size = f" ({archive.size / 1024**2:.0f} MiB)" if archive.size else ""
+    on_line(f"downloading {archive.file_name}{size} from {base_url}")
+    cap = archive.size if archive.size is not None else MAX_MEMBER
+    digest = hashlib.sha256()
+    received = 0
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=".part-", delete=False) as part:
+        try:
+            try:
+                with urllib.request.urlopen(url, timeout=CONNECT_TIMEOUT_S) as response:
+                    next_report = 64 * CHUNK
+                    while block := response.read(CHUNK):
+                        received += len(block)
+                        if received > cap:
+                            raise CudaRedistMismatch(
+                                f"{url} sent more than the {cap} bytes its pin allows",
+                                "the mirror serves another file under that name: fix the mirror",
+                            )
+                        digest.update(block)
+                        part.write(block)
+                        if received >= next_report:
+                            on_line(f"  {archive.file_name}: {received / 1024**2:.0f} MiB{size}")
+                            next_report += 64 * CHUNK
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise CudaRedistUnreachable(
+                    f"could not download the CUDA 12 compiler from {url} ({reason})",
+                    _remedy(base_url),
+                ) from None
+            if digest.hexdigest() != archive.sha256:
+                raise CudaRedistMismatch(
+                    f"{archive.file_name} from {base_url} has sha256 {digest.hexdigest()}, "
+                    f"but its pin says {archive.sha256}",
+                    "the download was altered or the mirror is stale; nothing was kept. "
+                    "Fix the mirror; never edit a pin to match a download",
+                )
+        except BaseException:
+            part.close()
+            os.unlink(part.name)
+            raise
+    os.replace(part.name, dest)
+
+
+def fetch_archives(
+    layer: CudaLayer, base_url: str, cache: Path, on_line: Callable[[str], None]
+) -> dict[str, Path]:
+    """Every archive of the layer, verified, from the cache or downloaded into it once."""
+    found: dict[str, Path] = {}
+    for archive in layer.archives:
+        path = cache / "cuda-redist" / "sha256" / archive.sha256 / archive.file_name
+        if not path.is_file():
+            _download(archive, base_url, path, on_line)
+        found[archive.name] = path
+    return found
+
+
+def _member_target(archive: RedistArchive, member: tarfile.TarInfo) -> PurePosixPath | None:
+    """Where a member lands in the layer, relative to CUDA_HOME; None for what is not kept."""
+    parts = PurePosixPath(member.name).parts
+    if (
+        not parts
+        or parts[0] != archive.top
+        or any(p in ("..", "") for p in parts)
+        or member.name.startswith("/")
+    ):
+        raise CudaRedistMismatch(
+            f"{archive.file_name} holds {member.name!r}, outside its folder {archive.top}/",
+            "the archive is not NVIDIA's: fix the mirror",
+        )
+    inside = PurePosixPath(*parts[1:]) if len(parts) > 1 else None
+    if inside is None:
+        return None
+    if archive.headers_only and inside.parts[0] != "include":
+        return None
+    if inside.name.endswith("_static.a"):
+        return None  # static libraries: torch extensions link the shared runtime
+    return inside
+
+
+def unpack(layer: CudaLayer, archives: Mapping[str, Path], dest: Path) -> None:
+    """Unpack the verified archives into `dest` (the future CUDA_HOME): regular files,
+    directories and symlinks that stay inside; nothing else."""
+    written = 0
+    for archive in layer.archives:
+        with tarfile.open(archives[archive.name], mode="r|xz") as tar:
+            for member in tar:
+                target = _member_target(archive, member)
+                if target is None:
+                    continue
+                path = dest / target
+                if member.isdir():
+                    path.mkdir(parents=True, exist_ok=True)
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if member.issym():
+                    link = PurePosixPath(member.linkname)
+                    resolved = os.path.normpath(target.parent / link)
+                    if link.is_absolute() or resolved.startswith(".."):
+                        raise CudaRedistMismatch(
+                            f"{archive.file_name}: symlink {member.name} points outside ({member.linkname})",
+                            "the archive is not NVIDIA's: fix the mirror",
+                        )
+                    path.unlink(missing_ok=True)
+                    path.symlink_to(link)
+                    continue
+                if not member.isfile():
+                    continue  # devices, fifos, hard links: not in NVIDIA's archives, never kept
+                written += member.size
+                if member.size > MAX_MEMBER or written > MAX_TREE:
+                    raise CudaRedistMismatch(
+                        f"{archive.file_name}: {member.name} would unpack past the size cap",
+                        "the archive is not NVIDIA's: fix the mirror",
+                    )
+                source = tar.extractfile(member)
+                assert source is not None
+                with path.open("wb") as out:
+                    shutil.copyfileobj(source, out, CHUNK)
+                path.chmod(0o755 if member.mode & 0o111 else 0o644)
+    lib64 = dest / "lib64"
+    if (dest / "lib").is_dir() and not lib64.exists():
+        lib64.symlink_to("lib")  # torch's cpp_extension links with -L$CUDA_HOME/lib64
+    if not (dest / "bin" / "nvcc").is_file():
+        raise CudaRedistMismatch(
+            f"the unpacked CUDA {layer.version} layer has no bin/nvcc", "check the cuda_nvcc pin and archive"
+        )
+
+
+def prepare_tree(layer: CudaLayer, base_url: str, cache: Path, on_line: Callable[[str], None]) -> Path:
+    """The unpacked layer (its CUDA_HOME), made once per set of pins and reused after."""
+    tree = cache / "cuda-redist" / "trees" / layer.sha256[:16]
+    if (tree / ".complete").is_file():
+        return tree
+    archives = fetch_archives(layer, base_url, cache, on_line)
+    on_line(f"unpacking CUDA {layer.release} ({len(archives)} archives) into {tree}")
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=tree.parent, prefix=".unpack-"))
+    try:
+        unpack(layer, archives, staging)
+        (staging / ".complete").write_text(layer.pins + "\n")
+        shutil.rmtree(tree, ignore_errors=True)
+        os.replace(staging, tree)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return tree
