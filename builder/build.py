@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -19,7 +20,13 @@ from builder import cgroup, cuda_redist, engine, publish, results
 from builder.calibration import load_calibrated
 from builder.check import Expectation, check_wheel, first_problem
 from builder.cuda_redist import CudaLayer
-from builder.errors import BadArgument, CompilerUnavailable, Interrupted, OutOfMemory, WheelbuildError
+from builder.errors import (
+    CompilerUnavailable,
+    Interrupted,
+    OutOfMemory,
+    TorchIndexUnreachable,
+    WheelbuildError,
+)
 from builder.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from builder.matrix import Cell
 from builder.planner import (
@@ -30,10 +37,11 @@ from builder.planner import (
     plan_build,
     with_admission,
 )
+from builder.pythons import choose_pythons, redact_url, requires_python_of, torch_python_tags
 from builder.recipes import Recipe, resolve_recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
-from builder.sources import cache_dir, prepare_source, resolve_lookup
+from builder.sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
 from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
 from builder.variants import (
@@ -145,6 +153,38 @@ def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: Ima
         + ", ".join(f"sm_{a} (needs {arch_range(a)})" for a in missing),
         "drop those archs from --archs, or pick a torch variant whose CUDA compiles them",
     )
+
+
+def python_constraints(
+    spec: BuildSpec, source: PreparedSource, reporter: Reporter
+) -> tuple[frozenset[str] | None, str | None]:
+    """Which Pythons can work at all: those the variant's torch has a wheel for on its index (read
+    once, cached for a day) and the package's Requires-Python allows. Pythons asked for by name
+    that cannot work fail here, before any container. torch_tags is None when the index could not
+    be read and the Pythons were named (the install will tell)."""
+    requires_python = requires_python_of(source.project_dir / source.package)
+    try:
+        torch_tags: frozenset[str] | None = torch_python_tags(
+            spec.variant.index_url, spec.variant.torch_version, cache=cache_dir(), on_line=reporter.info
+        )
+    except TorchIndexUnreachable as unreachable:
+        if not spec.pythons:
+            raise
+        reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
+        torch_tags = None
+    if spec.pythons:
+        # The image is not known yet: offer what torch has wheels for.
+        offered = {t for t in torch_tags or () if re.fullmatch(r"cp3\d+", t)} | set(spec.pythons)
+        choose_pythons(
+            tuple(sorted(offered, key=lambda t: int(t[3:]))),
+            torch_tags,
+            requires_python,
+            spec.pythons,
+            package=spec.recipe.name,
+            torch_version=spec.variant.torch_version,
+            index_url=spec.variant.index_url,
+        )
+    return torch_tags, requires_python
 
 
 # Bumped whenever what happens to a wheel after cibuildwheel changes, so that results stored
@@ -270,18 +310,22 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
     compiler = compiler_in_image(spec.variant, spec.archs, inputs)
     ensure_cuda12_layer(client, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
+    torch_tags, requires_python = python_constraints(spec, source, reporter)
 
     reporter.step("image")
     image = ensure_image(client, inputs, reporter)
-    available = engine.image_pythons(client, image.tag)
-    pythons = spec.pythons or tuple(available)
-    missing = [p for p in pythons if p not in available]
-    if missing or not pythons:
-        raise BadArgument(
-            f"the image has no interpreter for {', '.join(missing) or 'any Python'} "
-            f"(it has {', '.join(available) or 'none'})",
-            "pick --python from those, or build on a base image that has it",
-        )
+    choice = choose_pythons(
+        engine.image_pythons(client, image.tag),
+        torch_tags,
+        requires_python,
+        spec.pythons,
+        package=spec.recipe.name,
+        torch_version=spec.variant.torch_version,
+        index_url=spec.variant.index_url,
+    )
+    for left in choice.left_out:
+        reporter.info(f"not building for {left}")
+    pythons = choice.pythons
 
     key = inputs_key(spec, inputs, pythons)
     store = cache_dir() / "results"
@@ -381,7 +425,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
                 },
                 "torch": {
                     "variant": str(spec.variant),
-                    "index_url": _redact(spec.variant.index_url),
+                    "index_url": redact_url(spec.variant.index_url),
                 },
                 "archs": list(spec.archs),
                 "pythons": list(pythons),
@@ -491,11 +535,3 @@ def _attempt_record(
 
 def _version(package: str = "wheelbuild") -> str:
     return importlib.metadata.version(package)
-
-
-def _redact(url: str) -> str:
-    """Drop credentials from a URL before it reaches a log or a report."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest.split("/", 1)[0]:
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url

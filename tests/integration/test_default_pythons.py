@@ -1,0 +1,212 @@
+"""builder.pythons.torch_python_tags against the real `wheelbuild serve` over HTTP (no Docker): stand-in
+torch wheels published into a wheelhouse tree, their Python tags read from the served page (PEP 691
+JSON; the HTML form says the same), yanks and other platforms left out, credentials in the URL sent
+as Basic auth and never shown, the answer cached so that a second call needs no server."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from builder.errors import TorchIndexUnreachable
+from builder.publish import publish, yank
+from builder.pythons import choose_pythons, files_on_page, python_tags, torch_python_tags
+from tests.indexkit import make_wheel
+from tests.integration.serving import read_log, request, running_server
+
+SECRET = "alice-s3cr3t-pw"
+LINUX = "manylinux_2_28_x86_64"
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default cache dir (WHEELBUILD_CACHE_DIR), one per test; no proxy for 127.0.0.1."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(cache))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    return cache
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """torch 2.11.0 (PyPI-style names) for cp311, cp313 and free-threaded cp313t, not cp312; cp310
+    published and then yanked; cp312 only for Windows and aarch64, and in torch 2.12.0; and a
+    PyTorch-style 2.10.0 with local labels."""
+    made = tmp_path / "made"
+    wheels = [
+        make_wheel(made, "torch", "2.11.0", tag=f"cp311-cp311-{LINUX}"),
+        make_wheel(made, "torch", "2.11.0", tag=f"cp313-cp313-{LINUX}"),
+        make_wheel(made, "torch", "2.11.0", tag=f"cp313-cp313t-{LINUX}"),
+        make_wheel(made, "torch", "2.11.0", tag=f"cp310-cp310-{LINUX}"),
+        make_wheel(made, "torch", "2.11.0", tag="cp312-cp312-win_amd64"),
+        make_wheel(made, "torch", "2.11.0", tag="cp312-cp312-manylinux_2_28_aarch64"),
+        make_wheel(made, "torch", "2.12.0", tag=f"cp312-cp312-{LINUX}"),
+        make_wheel(made, "torch", "2.10.0+cu128", tag=f"cp311-cp311-{LINUX}"),
+        make_wheel(made, "torch", "2.10.0+cu126", tag=f"cp312-cp312-{LINUX}"),
+        make_wheel(made, "torchvision", "2.11.0", tag=f"cp312-cp312-{LINUX}"),
+    ]
+    root = tmp_path / "tree"
+    publish(wheels, root)
+    yank(root, f"torch-2.11.0-cp310-cp310-{LINUX}.whl", "broken build")
+    return root
+
+
+def _torch_page_hits(log: Path, count: int) -> list[str]:
+    return [hit.path for hit in read_log(log, at_least=count) if "/torch/" in hit.path]
+
+
+def test_torch_tags_come_from_the_served_page_once_then_from_the_cache(
+    tree: Path, tmp_path: Path, own_cache: Path
+) -> None:
+    log = tmp_path / "access.log"
+    said: list[str] = []
+    with running_server(tree, access_log=log) as url:
+        assert torch_python_tags(url, "2.11.0", on_line=said.append) == {"cp311", "cp313", "cp313t"}
+        assert _torch_page_hits(log, 1) == ["/simple/torch/"]  # one request
+        # the page's HTML form (PEP 503) says the same
+        html = request(url, "/simple/torch/", {"Accept": "text/html"})
+        assert html.headers["content-type"].startswith("text/html")
+        assert python_tags(files_on_page(html.body, html.headers["content-type"]), "2.11.0") == {
+            "cp311",
+            "cp313",
+            "cp313t",
+        }
+        # PEP 440 equality: a plain version matches local labels, a labelled one only itself
+        assert torch_python_tags(url, "2.10.0") == {"cp311", "cp312"}
+        assert torch_python_tags(url, "2.10.0+cu128") == {"cp311"}
+        assert torch_python_tags(url, "2.9.0") == frozenset()  # not cached: asked again next time
+    assert said == [f"torch 2.11.0 on {url.rstrip('/')} has wheels for cp311, cp313, cp313t"]
+    assert len(list((own_cache / "torch-pythons").glob("*.json"))) == 3
+
+    # The server is gone: the cached answers need no request, an uncached one fails typed.
+    assert torch_python_tags(url, "2.11.0", on_line=said.append) == {"cp311", "cp313", "cp313t"}
+    assert said[-1].endswith("(cached)")
+    assert torch_python_tags(url, "2.10.0+cu128") == {"cp311"}
+    with pytest.raises(TorchIndexUnreachable) as caught:
+        torch_python_tags(url, "2.9.0")
+    assert caught.value.exit_code == 25
+    assert f"{url.rstrip('/')}/torch/" in caught.value.cause
+    assert "--torch-index-url" in caught.value.remedy and "--python" in caught.value.remedy
+
+    # A day later the cache is stale: the index is asked again.
+    for entry in (own_cache / "torch-pythons").glob("*.json"):
+        record = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**record, "fetched": record["fetched"] - 86400}))
+    with pytest.raises(TorchIndexUnreachable):
+        torch_python_tags(url, "2.11.0")
+
+
+def test_the_default_pythons_of_an_image_against_the_served_torch(tree: Path) -> None:
+    with running_server(tree) as url:
+        tags = torch_python_tags(url, "2.11.0")
+    choice = choose_pythons(
+        ("cp310", "cp311", "cp312", "cp313"),
+        tags,
+        ">=3.11",
+        None,
+        package="flash-attn",
+        torch_version="2.11.0",
+        index_url=url,
+    )
+    assert choice.pythons == ("cp311", "cp313")
+    assert [str(x) for x in choice.left_out] == [
+        f"cp310: torch 2.11.0 has no cp310 wheel on {url}, and flash-attn requires Python >=3.11",
+        f"cp312: torch 2.11.0 has no cp312 wheel on {url}",
+    ]
+
+
+@pytest.fixture
+def htpasswd(tmp_path: Path) -> Path:
+    path = tmp_path / "htpasswd"
+    path.write_text(f"alice:{bcrypt.hashpw(SECRET.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
+    return path
+
+
+def test_credentials_in_the_url_are_sent_and_never_shown(
+    tree: Path, htpasswd: Path, tmp_path: Path, own_cache: Path
+) -> None:
+    log = tmp_path / "access.log"
+    with running_server(tree, htpasswd=htpasswd, access_log=log) as url:
+        with_auth = url.replace("http://", f"http://alice:{SECRET}@")
+        said: list[str] = []
+        assert torch_python_tags(with_auth, "2.11.0", on_line=said.append) == {"cp311", "cp313", "cp313t"}
+        assert SECRET not in said[0] and "http://***@127.0.0.1" in said[0]
+
+        for refused in (url, url.replace("http://", "http://alice:wrong-pw@")):
+            with pytest.raises(TorchIndexUnreachable) as caught:
+                torch_python_tags(refused, "2.12.0")
+            assert "HTTP 401" in caught.value.cause and "credentials" in caught.value.cause
+            assert "wrong-pw" not in str(caught.value)
+    assert [hit.status for hit in read_log(log, at_least=3)] == [200, 401, 401]
+
+    # Nothing on disk holds the password, nor a hash of it.
+    hashed = hashlib.sha256(with_auth.encode()).hexdigest()[:16]
+    basic = base64.b64encode(f"alice:{SECRET}".encode()).decode()
+    for entry in own_cache.rglob("*"):
+        for text in (entry.name, entry.read_text() if entry.is_file() else ""):
+            assert SECRET not in text and hashed not in text and basic not in text and "alice" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the real CLI, with the real image (cp311 and cp313) and a served torch for cp311 only.
+
+
+def _cp311_only_torch(tmp_path: Path) -> Path:
+    made = tmp_path / "made-cli"
+    root = tmp_path / "tree-cli"
+    publish([make_wheel(made, "torch", "2.11.0", tag=f"cp311-cp311-{LINUX}")], root)
+    return root
+
+
+@pytest.mark.integration
+def test_a_named_python_torch_has_no_wheel_for_fails_before_any_container(
+    cuda_image: str, tmp_path: Path, docker_client: object
+) -> None:
+    from tests.integration.conftest import wheelbuild
+
+    with running_server(_cp311_only_torch(tmp_path)) as url:
+        result = wheelbuild(
+            "build", "--torch", "2.11.0+cu130", "--torch-index-url", url, "--python", "3.13",
+            "--output-dir", str(tmp_path / "out"), env={"WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},
+        )  # fmt: skip
+    assert result.returncode == 13, result.stdout[-2000:] + result.stderr
+    assert "cp313: torch 2.11.0 has no cp313 wheel" in result.stderr
+    assert "pick --python from cp311" in result.stderr
+    assert "step image" not in result.stdout.lower() and "attempt 1" not in result.stdout
+
+
+@pytest.mark.integration
+def test_default_pythons_leave_out_what_torch_lacks_and_say_why(cuda_image: str, tmp_path: Path) -> None:
+    """The build is stopped (SIGINT) once it has chosen: the choice, not the build, is under test."""
+    import signal
+    import subprocess
+
+    from tests.integration.conftest import REPO, WHEELBUILD, containers_of_run
+
+    with running_server(_cp311_only_torch(tmp_path)) as url:
+        proc = subprocess.Popen(
+            [WHEELBUILD, "build", "--torch", "2.11.0+cu130", "--torch-index-url", url,
+             "--output-dir", str(tmp_path / "out")],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**__import__("os").environ, "WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},
+        )  # fmt: skip
+        assert proc.stdout is not None
+        seen: list[str] = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "attempt 1:" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert "not building for cp313: torch 2.11.0 has no cp313 wheel" in output, output[-3000:]
+    run_id = next(line for line in seen if "(run " in line).split("(run ")[1].split(")")[0]
+    import docker
+
+    assert containers_of_run(docker.from_env(), run_id) == []

@@ -1,0 +1,482 @@
+"""builder.pythons without network: project pages (PEP 691 JSON, PEP 503 HTML) read into the Python
+tags of one torch version, Requires-Python read from a real sdist and a project directory, the cache
+read back, and choose_pythons checked exhaustively over a small world of images, indexes,
+Requires-Python values and --python requests against an independent oracle."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import pythons
+from builder.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from builder.pythons import (
+    IndexFile,
+    LeftOut,
+    PythonChoice,
+    choose_pythons,
+    files_on_page,
+    has_wheel,
+    python_tags,
+    redact_url,
+    requires_python_of,
+    torch_python_tags,
+)
+
+SECRET = "s3cr3t-t0ken"
+
+# One torch page with every kind of file an index lists. Relative and absolute links, quoted "+".
+FILES = [
+    # PyTorch's index: local labels
+    ("torch-2.10.0+cu128-cp310-cp310-manylinux_2_28_x86_64.whl", False),
+    ("torch-2.10.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl", False),
+    ("torch-2.10.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl", False),
+    ("torch-2.10.0+cu128-cp313-cp313t-manylinux_2_28_x86_64.whl", False),  # free-threaded
+    ("torch-2.10.0+cu128-cp314-cp314-manylinux_2_28_x86_64.whl", True),  # yanked
+    ("torch-2.10.0+cu128-cp315-cp315-win_amd64.whl", False),  # not linux
+    ("torch-2.10.0+cu128-cp315-cp315-manylinux_2_28_aarch64.whl", False),  # not x86_64
+    ("torch-2.10.0+cu128-cp315-cp315-musllinux_1_2_x86_64.whl", False),  # not glibc
+    ("torch-2.10.0+cu128-cp316-cp316-macosx_11_0_arm64.whl", False),
+    ("torch-2.10.0-cp39-abi3-manylinux2014_x86_64.whl", False),  # stable ABI, PyPI-style name
+    ("torch-2.10.1+cu128-cp38-cp38-manylinux_2_28_x86_64.whl", False),  # another version
+    ("torch-2.10.0.dev20260101+cu128-cp37-cp37m-linux_x86_64.whl", False),  # a pre-release
+    ("torch-2.10.0.tar.gz", False),  # an sdist
+    ("torchvision-2.10.0-cp36-cp36m-manylinux_2_28_x86_64.whl", False),  # another project
+    ("torch-2.10.0-not-a-wheel.whl", False),
+]
+ALL_OF_2_10_0 = frozenset({"cp310", "cp311", "cp312", "cp313t", "cp39-abi3"})
+
+
+def _json_page() -> bytes:
+    files = []
+    for index, (name, yanked) in enumerate(FILES):
+        entry: dict[str, object] = {"filename": name, "url": f"../../files/{name}", "hashes": {}}
+        if yanked:
+            entry["yanked"] = "broken build" if index % 2 else True
+        elif index % 3 == 0:
+            entry["yanked"] = False
+        files.append(entry)
+    return json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}).encode()
+
+
+def _html_page() -> bytes:
+    links = []
+    for index, (name, yanked) in enumerate(FILES):
+        quoted = name.replace("+", "%2B")
+        href = f"/whl/cu128/{quoted}#sha256=00" if index % 2 else f"../../files/{quoted}"
+        links.append(f'<a href="{href}"{" data-yanked=" if yanked else ""}>{name}</a><br/>')
+    return (
+        "<!DOCTYPE html><html><body><h1>Links for torch</h1>" + "".join(links) + "</body></html>"
+    ).encode()
+
+
+# --- redaction --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://pypi.org/simple", "https://pypi.org/simple"),
+        (f"https://user:{SECRET}@host.example/simple/", "https://***@host.example/simple/"),
+        (f"https://{SECRET}@host.example:8443/simple", "https://***@host.example:8443/simple"),
+        (f"https://user:pa@ss{SECRET}@host.example/x", "https://***@host.example/x"),  # "@" in it
+        ("https://host.example/simple?to=a@b", "https://host.example/simple?to=a@b"),
+        (f"user:{SECRET}@host.example/simple", "***@host.example/simple"),  # no scheme
+    ],
+)
+def test_redact_url_hides_credentials_and_keeps_the_rest(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert SECRET not in redact_url(url)
+
+
+# --- pages and tags ---------------------------------------------------------------------------
+
+
+def test_json_and_html_pages_list_the_same_files_and_yanks() -> None:
+    expected = tuple(IndexFile(name, yanked) for name, yanked in FILES)
+    assert files_on_page(_json_page(), "application/vnd.pypi.simple.v1+json") == expected
+    assert files_on_page(_html_page(), "text/html; charset=utf-8") == expected
+    assert files_on_page(_html_page(), "application/vnd.pypi.simple.v1+html") == expected
+
+
+@pytest.mark.parametrize("media", ["application/vnd.pypi.simple.v1+json", "text/html"])
+def test_the_tags_of_one_version_skip_yanked_foreign_and_other_files(media: str) -> None:
+    page = _json_page() if media.endswith("json") else _html_page()
+    assert python_tags(files_on_page(page, media), "2.10.0") == ALL_OF_2_10_0
+
+
+def test_a_local_label_in_the_version_asked_matches_only_that_label() -> None:
+    files = files_on_page(_json_page(), "application/vnd.pypi.simple.v1+json")
+    assert python_tags(files, "2.10.0+cu128") == {"cp310", "cp311", "cp313t"}
+    assert python_tags(files, "2.10.0+cu126") == {"cp312"}
+    assert python_tags(files, "2.10.1") == {"cp38"}
+    assert python_tags(files, "2.10") == ALL_OF_2_10_0  # PEP 440: 2.10 == 2.10.0
+    assert python_tags(files, "2.10.0.dev20260101") == {"cp37"}  # asked for exactly, it counts
+    assert python_tags(files, "2.9.0") == frozenset()
+
+
+def test_a_torch_version_that_is_not_a_version_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument) as caught:
+        python_tags((), "cu130")
+    assert "'cu130' is not a version" in caught.value.cause
+
+
+def test_json_that_is_not_a_project_page_is_refused() -> None:
+    for body in (b"not json", b"[]", b'{"meta": {}}', b'{"files": 3}'):
+        with pytest.raises(ValueError):
+            files_on_page(body, "application/vnd.pypi.simple.v1+json")
+
+
+def test_abi3_covers_every_later_cpython_but_not_free_threaded_ones() -> None:
+    tags = frozenset({"cp310-abi3", "cp313t"})
+    assert [p for p in ("cp39", "cp310", "cp311", "cp314", "cp313t", "cp314t") if has_wheel(tags, p)] == [
+        "cp310",
+        "cp311",
+        "cp314",
+        "cp313t",
+    ]
+    assert not has_wheel(frozenset({"cp311"}), "cp312")
+    assert not has_wheel(frozenset({"cp311"}), "pp311")
+
+
+# --- the cache (no request: the URL cannot be reached) ---------------------------------------
+
+UNREACHABLE = f"http://user:{SECRET}@127.0.0.1:9/simple"  # port 9: refused at once
+
+
+def _put_in_cache(cache: Path, url: str, version: str, tags: list[str], fetched: float) -> Path:
+    path = pythons._cache_file(cache, url, version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"index": redact_url(url), "torch": version, "fetched": fetched, "tags": tags}
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_a_fresh_cached_answer_is_used_without_a_request(tmp_path: Path) -> None:
+    path = _put_in_cache(tmp_path, UNREACHABLE, "2.11.0", ["cp311", "cp313"], time.time() - 3600)
+    said: list[str] = []
+    assert torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path, on_line=said.append) == {"cp311", "cp313"}
+    assert said == ["torch 2.11.0 on http://***@127.0.0.1:9/simple has wheels for cp311, cp313 (cached)"]
+    assert SECRET not in path.name and SECRET not in path.read_text()
+    # the same index with other credentials shares the entry: the key holds none of them
+    assert torch_python_tags("http://other:pw@127.0.0.1:9/simple/", "2.11.0", cache=tmp_path) == {
+        "cp311",
+        "cp313",
+    }
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda record: record.update(fetched=record["fetched"] - 2 * 86400),  # a day old
+        lambda record: record.update(fetched=record["fetched"] + 3600),  # from the future
+        lambda record: record.update(tags="cp311"),
+        lambda record: record.update(torch="2.12.0"),
+        lambda record: record.pop("fetched"),
+    ],
+)
+def test_a_stale_or_garbled_cache_entry_is_not_trusted(tmp_path: Path, spoil: object) -> None:
+    path = _put_in_cache(tmp_path, UNREACHABLE, "2.11.0", ["cp311"], time.time() - 60)
+    record = json.loads(path.read_text())
+    spoil(record)  # type: ignore[operator]
+    path.write_text(json.dumps(record))
+    with pytest.raises(TorchIndexUnreachable) as caught:
+        torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path)
+    assert caught.value.exit_code == 25
+    assert "http://***@127.0.0.1:9/simple/torch/" in caught.value.cause
+    assert SECRET not in str(caught.value)
+    assert "--torch-index-url" in caught.value.remedy and "--python" in caught.value.remedy
+
+
+def test_garbage_in_the_cache_file_is_not_trusted(tmp_path: Path) -> None:
+    pythons._cache_file(tmp_path, UNREACHABLE, "2.11.0").write_bytes(b"\x00{not json")
+    with pytest.raises(TorchIndexUnreachable):
+        torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path)
+
+
+# --- Requires-Python --------------------------------------------------------------------------
+
+
+def _sdist(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    """A .tar.gz with these members, in this order; None makes a symlink to ../../etc/passwd."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "../../etc/passwd"
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _pkg_info(requires: str | None, description: str = "A package.\n") -> bytes:
+    lines = ["Metadata-Version: 2.1", "Name: demo", "Version: 1.0"]
+    if requires is not None:
+        lines.append(f"Requires-Python: {requires}")
+    return ("\n".join(lines) + "\n\n" + description).encode()
+
+
+def test_requires_python_of_an_sdist_is_its_top_level_pkg_info(tmp_path: Path) -> None:
+    sdist = _sdist(
+        tmp_path / "demo-1.0.tar.gz",
+        [
+            ("demo-1.0/demo.egg-info/PKG-INFO", _pkg_info(">=3.6")),  # not the top-level one
+            ("demo-1.0/setup.py", b"from setuptools import setup\nsetup()\n"),
+            ("demo-1.0/PKG-INFO", _pkg_info(">=3.10, <3.14")),
+        ],
+    )
+    assert requires_python_of(sdist) == ">=3.10, <3.14"
+
+
+def test_an_sdist_without_requires_python_says_none(tmp_path: Path) -> None:
+    assert requires_python_of(_sdist(tmp_path / "a-1.tar.gz", [("a-1/PKG-INFO", _pkg_info(None))])) is None
+    assert requires_python_of(_sdist(tmp_path / "b-1.tar.gz", [("b-1/setup.py", b"")])) is None
+
+
+def test_a_long_description_is_not_read_past_the_cap(tmp_path: Path) -> None:
+    big = _pkg_info(">=3.11", "x" * (3 << 20))  # 3 MiB of README after the headers
+    assert requires_python_of(_sdist(tmp_path / "c-1.tar.gz", [("c-1/PKG-INFO", big)])) == ">=3.11"
+    endless = b"Metadata-Version: 2.1\n" + b"X-Filler: y\n" * (200_000) + b"Requires-Python: >=3.9\n\n"
+    assert requires_python_of(_sdist(tmp_path / "d-1.tar.gz", [("d-1/PKG-INFO", endless)])) is None
+
+
+def test_a_pkg_info_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    assert requires_python_of(_sdist(tmp_path / "e-1.tar.gz", [("e-1/PKG-INFO", None)])) is None
+
+
+def test_an_sdist_that_decompresses_past_the_cap_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pythons, "SDIST_LIMIT", 64 << 10)
+    sdist = _sdist(
+        tmp_path / "f-1.tar.gz", [("f-1/data.bin", b"\0" * (1 << 20)), ("f-1/PKG-INFO", _pkg_info(">=3.9"))]
+    )
+    with pytest.raises(SourceUnavailable) as caught:
+        requires_python_of(sdist)
+    assert "decompressed" in caught.value.cause
+
+
+def test_a_file_that_is_not_a_tarball_is_source_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "g-1.tar.gz").write_bytes(b"\x1f\x8b pretend sdist bytes")
+    (tmp_path / "h-1.tar.gz").write_bytes(gzip.compress(b"not a tar archive" * 100))
+    for name in ("g-1.tar.gz", "h-1.tar.gz"):
+        with pytest.raises(SourceUnavailable) as caught:
+            requires_python_of(tmp_path / name)
+        assert caught.value.exit_code == 15 and name in caught.value.cause
+
+
+def test_requires_python_of_a_project_dir(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "demo"\nrequires-python = ">=3.10"\n')
+    (tmp_path / "PKG-INFO").write_bytes(_pkg_info(">=3.6"))
+    assert requires_python_of(tmp_path) == ">=3.10"  # pyproject.toml first
+
+
+def test_a_project_dir_without_it_in_pyproject_falls_back_to_pkg_info(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
+    assert requires_python_of(tmp_path) is None
+    (tmp_path / "PKG-INFO").write_bytes(_pkg_info(">=3.12"))
+    assert requires_python_of(tmp_path) == ">=3.12"
+
+
+def test_the_bundled_fixture_and_a_setup_py_project_say_none(tmp_path: Path) -> None:
+    assert requires_python_of(Path(__file__).parents[1] / "fixtures" / "wbdemo") is None
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(python_requires='>=3.9')\n")
+    assert requires_python_of(tmp_path) is None
+    assert requires_python_of(tmp_path / "missing") is None
+    (tmp_path / "demo.zip").write_bytes(b"PK")
+    assert requires_python_of(tmp_path / "demo.zip") is None
+
+
+@pytest.mark.parametrize(
+    "text", ['[project\nrequires-python = ">=3.10"\n', "[project]\nrequires-python = 3.10\n"]
+)
+def test_a_broken_pyproject_is_source_unavailable(tmp_path: Path, text: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(SourceUnavailable):
+        requires_python_of(tmp_path)
+
+
+# --- choose_pythons: the examples -------------------------------------------------------------
+
+IMAGE = ("cp39", "cp310", "cp311", "cp312", "cp313", "cp314")
+TORCH = frozenset({"cp310", "cp311", "cp312", "cp313", "cp313t"})
+INDEX = f"https://user:{SECRET}@example.invalid/whl/cu130"
+
+
+def _choose(
+    image: tuple[str, ...] = IMAGE,
+    torch: frozenset[str] | None = TORCH,
+    requires: str | None = ">=3.10",
+    asked: tuple[str, ...] | None = None,
+) -> PythonChoice:
+    return choose_pythons(
+        image, torch, requires, asked, package="flash-attn", torch_version="2.11.0", index_url=INDEX
+    )
+
+
+def test_the_default_is_the_images_pythons_torch_and_the_package_admit_with_reasons() -> None:
+    choice = _choose()
+    assert choice.pythons == ("cp310", "cp311", "cp312", "cp313")
+    assert [str(x) for x in choice.left_out] == [
+        "cp39: torch 2.11.0 has no cp39 wheel on https://***@example.invalid/whl/cu130, "
+        "and flash-attn requires Python >=3.10",
+        "cp314: torch 2.11.0 has no cp314 wheel on https://***@example.invalid/whl/cu130",
+    ]
+    assert choice.left_out[1] == LeftOut("cp314", choice.left_out[1].why)
+
+
+def test_requires_python_alone_leaves_a_python_out() -> None:
+    choice = _choose(requires=">=3.10,<3.13")
+    assert choice.pythons == ("cp310", "cp311", "cp312")
+    assert "cp313: flash-attn requires Python >=3.10,<3.13" in [str(x) for x in choice.left_out]
+
+
+def test_requires_python_is_met_by_some_patch_release_of_the_python() -> None:
+    # the tag does not say the patch release: >=3.11.4 admits cp311 (the image's 3.11 is newer)
+    assert _choose(requires=">=3.11.4").pythons == ("cp311", "cp312", "cp313")
+    assert _choose(requires="~=3.12.0").pythons == ("cp312",)
+    assert _choose(requires="!=3.12.*,>=3.10").pythons == ("cp310", "cp311", "cp313")
+    assert _choose(requires=None).pythons == ("cp310", "cp311", "cp312", "cp313")
+
+
+def test_unchecked_torch_only_applies_requires_python() -> None:
+    assert _choose(torch=None).pythons == ("cp310", "cp311", "cp312", "cp313", "cp314")
+
+
+def test_abi3_and_free_threaded_wheels_in_the_choice() -> None:
+    image = ("cp310", "cp311", "cp313", "cp313t", "cp314t")
+    choice = _choose(image=image, torch=frozenset({"cp311-abi3", "cp313t"}), requires=None)
+    assert choice.pythons == ("cp311", "cp313", "cp313t")
+    assert [x.python for x in choice.left_out] == ["cp310", "cp314t"]
+
+
+def test_duplicates_are_dropped_and_the_order_kept() -> None:
+    assert _choose(image=("cp312", "cp310", "cp312")).pythons == ("cp312", "cp310")
+    assert _choose(asked=("cp312", "cp311", "cp312")).pythons == ("cp312", "cp311")
+
+
+def test_asked_pythons_that_can_be_built_are_built_as_asked() -> None:
+    assert _choose(asked=("cp313", "cp311")) == PythonChoice(pythons=("cp313", "cp311"))
+    assert _choose(asked=()).pythons == _choose().pythons  # empty: the default (BuildSpec's way)
+
+
+def test_asked_pythons_that_cannot_work_are_a_bad_argument_naming_each() -> None:
+    with pytest.raises(BadArgument) as caught:
+        _choose(asked=("cp39", "cp311", "cp314", "cp315"))
+    error = caught.value
+    assert error.exit_code == 13
+    assert error.cause == (
+        "--python cp39, cp314, cp315 cannot be built: "
+        "cp39: torch 2.11.0 has no cp39 wheel on https://***@example.invalid/whl/cu130, "
+        "and flash-attn requires Python >=3.10; "
+        "cp314: torch 2.11.0 has no cp314 wheel on https://***@example.invalid/whl/cu130; "
+        "cp315: the image has no cp315 interpreter, "
+        "and torch 2.11.0 has no cp315 wheel on https://***@example.invalid/whl/cu130"
+    )
+    assert error.remedy == "pick --python from cp310, cp311, cp312, cp313"
+    assert SECRET not in str(error)
+
+
+def test_no_python_left_is_an_error() -> None:
+    with pytest.raises(BadArgument) as caught:
+        _choose(torch=frozenset({"cp315"}))
+    assert caught.value.cause.startswith("no Python in the image can build flash-attn: cp39: ")
+    assert "--torch-index-url" in caught.value.remedy
+    with pytest.raises(BadArgument) as caught:
+        _choose(torch=None, requires=">=4")
+    assert "--torch" not in caught.value.remedy and "base image" in caught.value.remedy
+    with pytest.raises(BadArgument) as caught:
+        _choose(image=())
+    assert caught.value.cause == "the image has no CPython interpreter to build with"
+    with pytest.raises(BadArgument) as caught:
+        _choose(asked=("cp311",), torch=frozenset())
+    assert caught.value.remedy.startswith("no Python in the image can be built: ")
+
+
+def test_a_requires_python_that_is_not_a_specifier_is_a_bad_argument() -> None:
+    with pytest.raises(BadArgument) as caught:
+        _choose(requires="python3 please")
+    assert caught.value.cause == "flash-attn's Requires-Python 'python3 please' is not a version specifier"
+
+
+def test_the_reasons_have_plain_wording_without_context() -> None:
+    choice = choose_pythons(("cp311", "cp312"), frozenset({"cp311"}), None, None)
+    assert [str(x) for x in choice.left_out] == ["cp312: torch has no cp312 wheel on its index"]
+
+
+# --- choose_pythons: every case of a small world, against an oracle ---------------------------
+
+WORLD = ("cp39", "cp310", "cp312", "cp313", "cp313t")
+TORCHES = (
+    None,
+    frozenset(),
+    frozenset({"cp310", "cp313"}),
+    frozenset({"cp310-abi3"}),
+    frozenset({"cp39", "cp313t"}),
+)
+REQUIRES = (None, ">=3.10", "<3.13", "==3.9.*")
+MINOR = {"cp39": 9, "cp310": 10, "cp312": 12, "cp313": 13, "cp313t": 13}
+ADMITS = {
+    None: lambda minor: True,
+    ">=3.10": lambda minor: minor >= 10,
+    "<3.13": lambda minor: minor < 13,
+    "==3.9.*": lambda minor: minor == 9,
+}
+
+
+def _oracle_ok(
+    python: str, image: tuple[str, ...], torch: frozenset[str] | None, requires: str | None
+) -> bool:
+    if python not in image or not ADMITS[requires](MINOR[python]):
+        return False
+    if torch is None or python in torch:
+        return True
+    return "cp310-abi3" in torch and not python.endswith("t") and MINOR[python] >= 10
+
+
+def _subsets(items: tuple[str, ...]) -> list[tuple[str, ...]]:
+    return [s for n in range(len(items) + 1) for s in itertools.combinations(items, n)]
+
+
+@pytest.mark.parametrize("torch", TORCHES, ids=repr)
+@pytest.mark.parametrize("requires", REQUIRES, ids=repr)
+def test_choose_pythons_over_every_image_and_request(
+    torch: frozenset[str] | None, requires: str | None
+) -> None:
+    requests: list[tuple[str, ...] | None] = [None, ("cp310",), ("cp313t",), ("cp39", "cp312"), WORLD]
+    for image, asked in itertools.product(_subsets(WORLD), requests):
+        usable = tuple(p for p in image if _oracle_ok(p, image, torch, requires))
+        try:
+            choice = choose_pythons(image, torch, requires, asked, package="demo", torch_version="2.11.0")
+        except BadArgument as error:
+            if asked is None:
+                assert not usable, (image, error)
+                assert error.cause.startswith(("no Python in the image", "the image has no CPython"))
+            else:
+                refused = [p for p in asked if not _oracle_ok(p, image, torch, requires)]
+                assert refused, (image, asked, error)
+                assert error.cause.startswith(f"--python {', '.join(refused)} cannot be built: ")
+                for python in refused:
+                    assert f"{python}: " in error.cause
+                if usable:
+                    assert error.remedy == f"pick --python from {', '.join(usable)}"
+            continue
+        if asked is None:
+            assert choice.pythons == usable and usable, (image, choice)
+            assert [x.python for x in choice.left_out] == [p for p in image if p not in usable]
+            for left in choice.left_out:
+                has_torch = torch is None or _oracle_ok(left.python, image, torch, None)
+                assert ("has no" in left.why) is (not has_torch), left
+                assert ("demo requires Python" in left.why) is (not ADMITS[requires](MINOR[left.python]))
+        else:
+            assert choice == PythonChoice(pythons=asked), (image, asked)
+            assert all(_oracle_ok(p, image, torch, requires) for p in asked)
