@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -9,7 +10,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import tenacity
 
 from builder import cgroup, cuda_redist, engine, publish, results
+from builder.abi import AbiReport, check_wheel_abi
 from builder.calibration import load_calibrated
 from builder.check import Expectation, check_wheel, first_problem
 from builder.cuda_redist import CudaLayer
@@ -27,6 +29,9 @@ from builder.errors import (
     TorchIndexUnreachable,
     WheelbuildError,
 )
+from builder.gate import GateResult, plan_gate
+from builder.gate import failure as gate_failure
+from builder.gate import read_result as read_gate
 from builder.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from builder.matrix import Cell
 from builder.planner import (
@@ -80,6 +85,10 @@ class BuildResult:
     plan: Plan | None  # None when the wheels were reused from an earlier build
     wheels: tuple[WheelInfo, ...]
     report: Path
+    gate: Mapping[str, str]  # wheel file name -> the import gate's one-line summary
+
+    def gate_summary(self, wheel: WheelInfo) -> str:
+        return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
 
 
 def new_run_id() -> str:
@@ -187,9 +196,11 @@ def python_constraints(
     return torch_tags, requires_python
 
 
+GATE_MEMORY = 6 * 1024**3  # pip installing torch and importing it; a smoke test's small tensors
+
 # Bumped whenever what happens to a wheel after cibuildwheel changes, so that results stored
 # by an earlier wheelbuild are not reused as if they had been through it.
-POSTPROCESS = "stamp+check-1"
+POSTPROCESS = "stamp+check+gate-1"
 
 
 def expectation(spec: BuildSpec) -> Expectation:
@@ -352,8 +363,13 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             f"unchanged inputs: reusing the wheel(s) of run {earlier['run_id']} (key {key[:12]}; --rebuild builds anew)"
         )
         wheels = tuple(inspect_wheel(run_dir / w.name) for w in reused)
+        gate = {
+            g["wheel"]: f"passed in run {earlier['run_id']}"
+            for g in earlier.get("gate", [])
+            if g.get("passed")
+        }
         return BuildResult(
-            run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report
+            run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report, gate=gate
         )
 
     plan = plan_for(
@@ -412,6 +428,19 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     reporter.step("stamp and check")
     wheels, problems = stamp_and_check(result.wheels, spec)
+    abi_reports = {w.path.name: check_wheel_abi(w.path) for w in wheels}
+    problems += [error for abi in abi_reports.values() for error in abi.errors()]
+    gates: tuple[GateResult, ...] = ()
+    if spec.gate and not problems:
+        try:
+            gates = import_gate(client, wheels, abi_reports, spec, options, gpus, run_id, run_dir, reporter)
+        except KeyboardInterrupt:
+            removed = engine.interrupt_cleanup(client, run_id)
+            raise Interrupted(
+                f"interrupted during the import gate; removed {removed} container(s) of run {run_id}",
+                f"the built wheels are in {run_dir}, not yet loaded; rerun the same command",
+            ) from None
+        problems += [error for error in map(gate_failure, gates) if error is not None]
     report = run_dir / "build-report.json"
     report.write_text(
         json.dumps(
@@ -434,6 +463,12 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
                 "attempts": [_attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)],
                 "wheels": [w.to_json() for w in wheels],
                 "checks": [{"error": type(p).__name__, "cause": p.cause} for p in problems],
+                "abi": [abi.to_json() for abi in abi_reports.values()],
+                "gate": [g.to_json() for g in gates]
+                if spec.gate
+                else {
+                    "skipped": "--no-gate: the wheels were not loaded; publish checks them statically only"
+                },
             },
             indent=2,
         )
@@ -443,8 +478,68 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         # The wheels stay in the run directory for a look; they are neither stored nor reused.
         problem.details = f"{problem.details}\nwheels and report kept in {run_dir}".strip()
         raise problem
-    results.save(store, key, tuple(w.path for w in wheels), report)
-    return BuildResult(run_id=run_id, run_dir=run_dir, image=image, plan=plan, wheels=wheels, report=report)
+    if spec.gate:  # a wheel that was never loaded is not stored as done
+        results.save(store, key, tuple(w.path for w in wheels), report)
+    return BuildResult(
+        run_id=run_id,
+        run_dir=run_dir,
+        image=image,
+        plan=plan,
+        wheels=wheels,
+        report=report,
+        gate={g.wheel: g.summary for g in gates},
+    )
+
+
+def import_gate(
+    client: Any,
+    wheels: tuple[WheelInfo, ...],
+    abi_reports: Mapping[str, AbiReport],
+    spec: BuildSpec,
+    options: ImageOptions,
+    gpus: bool,
+    run_id: str,
+    run_dir: Path,
+    reporter: Reporter,
+) -> tuple[GateResult, ...]:
+    """Each wheel installed with what it declares (torch from the variant's index) into a fresh
+    venv, in a fresh container of the base image, and every extension module and top-level
+    package imported; the recipe's smoke test where a GPU is."""
+    base = options.base_image or production_base()
+    reporter.step(f"import gate: each wheel installed and imported in a fresh {base} container")
+    index = spec.variant.index_url
+    cache_key = hashlib.sha256(f"{redact_url(index)} {spec.variant.requirement}".encode()).hexdigest()[:16]
+    found = []
+    for wheel in wheels:
+        abi = abi_reports[wheel.path.name]
+        # Without an NVIDIA runtime no GPU reaches the container: the smoke test is not started.
+        smoke = spec.recipe.smoke_test if gpus else None
+        plan = plan_gate(wheel.path, abi, spec.archs, smoke, spec.recipe.import_packages)
+        job = engine.GateJob(
+            run_id=run_id,
+            image=base,
+            wheel=wheel.path,
+            spec=plan.to_json(spec.variant.requirement),
+            torch_index_url=index,
+            torch_cache_key=cache_key,
+            ca_bundle=options.ca_bundle,
+            gpus=gpus,
+            memory=GATE_MEMORY,
+            log_path=run_dir / "gate.log",
+            images_dir=IMAGES_DIR,
+        )
+        output, tail = engine.run_gate(client, job, reporter.log)
+        answer = output or {
+            "python": plan.python,
+            "install_error": f"the gate's container ended without an answer:\n{tail}",
+        }
+        result = read_gate(wheel.path.name, answer, abi)
+        if spec.recipe.smoke_test and not gpus:
+            reason = "the Docker daemon has no NVIDIA runtime, so no GPU reaches the gate"
+            result = replace(result, smoke={"status": "skipped", "reason": reason})
+        reporter.info(f"{wheel.path.name}: {result.summary}")
+        found.append(result)
+    return tuple(found)
 
 
 def _attempts(

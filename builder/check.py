@@ -11,7 +11,7 @@ Pure: a WheelInfo in, the problems out, each as the typed error that explains it
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,11 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from builder.abi import check_wheel_abi
 from builder.errors import (
     ArchMissing,
     BadArgument,
+    ImportGateFailed,
     InvalidWheel,
     TorchNotPinned,
     VersionLabelWrong,
@@ -93,12 +95,66 @@ def inputs_key_beside(wheel: Path) -> str | None:
     return str(key) if key else None
 
 
+def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
+    """What the build report beside a wheel says of its import gate: a refusal is a problem; a
+    gate that never ran (no report, --no-gate) leaves the static checks (symbol versions against
+    the platform tag), and a note that says so."""
+    report = _report_beside(wheel)
+    gates = report.get("gate") if report else None
+    entry = (
+        next((g for g in gates if g.get("wheel") == wheel.name), None) if isinstance(gates, list) else None
+    )
+    if entry is not None and entry.get("passed"):
+        return [], None
+    if entry is not None:
+        first = next((i for i in entry.get("imports", []) if not i.get("ok")), None)
+        why = (
+            f"import {first['module']} failed: {first.get('demangled') or first.get('error', '')}"
+            if first
+            else entry.get("install_error") or "see the report"
+        )
+        return [
+            ImportGateFailed(
+                f"{wheel.name}: its build report says the import gate refused it ({why})",
+                "fix the build and rebuild; a wheel that does not load is never published",
+            )
+        ], None
+    where = "no build report beside it" if report is None else "its build ran with --no-gate"
+    static = check_wheel_abi(wheel)
+    return list(static.errors()), (
+        f"{wheel.name}: checked statically only ({where}, so it was never loaded): "
+        + ("symbol versions fit " + static.limits.label if static.fits else "symbol versions do not fit")
+    )
+
+
+def describe_gate(wheel: Path) -> dict[str, Any]:
+    """The import gate as `wheelbuild inspect` shows it: passed, refused, or never run."""
+    refused, note = gate_verdict(wheel)
+    if refused:
+        return {"status": "refused", "detail": refused[0].cause}
+    if note:
+        return {"status": "not run", "detail": note}
+    report = _report_beside(wheel) or {}
+    entry = next(g for g in report["gate"] if g.get("wheel") == wheel.name)
+    modules = ", ".join(i["module"] for i in entry.get("imports", []))
+    smoke = entry.get("smoke") or {}
+    return {
+        "status": "passed",
+        "detail": f"imported {modules} with torch {entry.get('torch')}; GPU smoke test "
+        f"{smoke.get('status', 'skipped')}: {smoke.get('reason', '')}",
+        "record": entry,
+    }
+
+
 def check_wheels(
-    paths: Sequence[Path], variant: TorchVariant | None, archs: tuple[int, ...] | None
+    paths: Sequence[Path],
+    variant: TorchVariant | None,
+    archs: tuple[int, ...] | None,
+    on_note: Callable[[str], None] = lambda _note: None,
 ) -> dict[str, tuple[TorchVariant, tuple[Path, ...]]]:
-    """Inspect and check every wheel; raise the first problem (the others in its details).
-    Returns the wheels grouped by the variant they were built for (tag -> variant, paths): each
-    variant is its own wheelhouse tree."""
+    """Inspect and check every wheel, the import gate's verdict included; raise the first
+    problem (the others in its details). Returns the wheels grouped by the variant they were
+    built for (tag -> variant, paths): each variant is its own wheelhouse tree."""
     groups: dict[str, tuple[TorchVariant, list[Path]]] = {}
     problems: list[WheelbuildError] = []
     for path in paths:
@@ -106,6 +162,10 @@ def check_wheels(
         wheel_variant, expected = expectation_for(path, variant, archs)
         groups.setdefault(wheel_variant.tag, (wheel_variant, []))[1].append(path)
         problems += check_wheel(wheel, expected)
+        refused, note = gate_verdict(path)
+        problems += refused
+        if note:
+            on_note(note)
     if problem := first_problem(problems):
         raise problem
     return {tag: (v, tuple(group)) for tag, (v, group) in groups.items()}

@@ -139,6 +139,13 @@ def main() -> None:
 )
 @click.option("--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs.")
 @click.option(
+    "--gate/--no-gate",
+    default=True,
+    show_default=True,
+    help="Install and import each wheel in a fresh container of the base image before calling it done "
+    "(--no-gate: publish then checks it statically only).",
+)
+@click.option(
     "-q",
     "--quiet",
     is_flag=True,
@@ -162,6 +169,7 @@ def build(
     output_dir: Path,
     admission: bool,
     rebuild: bool,
+    gate: bool,
     quiet: bool,
     base_image: str | None,
     ca_bundle: Path | None,
@@ -184,6 +192,7 @@ def build(
         output_dir=output_dir.resolve(),
         rebuild=rebuild,
         admission=admission,
+        gate=gate,
     )
     options = _image_options(base_image, ca_bundle, cuda12_image)
     reporter = Reporter(quiet=quiet)
@@ -194,6 +203,7 @@ def build(
         _echo_modules(wheel)
         click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
         click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
+        click.echo(f"    import gate: {result.gate_summary(wheel)}")
     click.echo(f"report: {result.report}")
 
 
@@ -372,7 +382,11 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
     CUDA runtime and the SASS/PTX archs of every extension module (read from .nv_fatbin)."""
     infos = [check.inspect_or_refuse(path) for path in wheels]
     if as_json:
-        click.echo(json.dumps([info.to_json() for info in infos], indent=2))
+        click.echo(
+            json.dumps(
+                [{**info.to_json(), "gate": check.describe_gate(info.path)} for info in infos], indent=2
+            )
+        )
         return
     for info in infos:
         click.echo(info.path.name)
@@ -380,6 +394,8 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
         click.echo(f"    sha256 {info.sha256}, {format_bytes(info.size)}")
         click.echo(f"    requires {', '.join(info.torch_requirements) or 'no torch'}")
         _echo_modules(info)
+        gate = check.describe_gate(info.path)
+        click.echo(f"    import gate {gate['status']}: {gate['detail']}")
 
 
 @main.command("publish")
@@ -408,6 +424,7 @@ def publish_command(
         wheels,
         parse_variant(torch_variant) if torch_variant else None,
         parse_archs(archs) if archs else None,
+        on_note=lambda note: click.echo(f"note: {note}", err=True),
     )
     for tag, (_variant, paths) in groups.items():
         _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths)

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import docker
 import docker.errors
+import docker.types
 import requests
 import tenacity
 
@@ -881,3 +882,103 @@ def compile_unit_alone(client: Any, job: UnitCompile) -> UnitResult:
     finally:
         _remove([container])
     return parse_unit_report(lines, int(status.get("StatusCode", 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The import gate: a wheel installed and imported in a fresh container of the base image
+
+GATE_SCRIPT = "wheelbuild-gate"
+SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests
+# torch and its CUDA wheels (~3 GB), downloaded once per machine for the gate's installs.
+TORCH_WHEELS_VOLUME = "wheelbuild-torch-wheels"
+_GATE_WORK = "/run/wheelbuild"
+_FIND_PYTHON = (
+    'ver="3.${WB_PYTHON#cp3}"; '
+    'for py in "/opt/python/$WB_PYTHON-$WB_PYTHON/bin/python" "/opt/cpython/bin/python$ver" '
+    '"/usr/local/bin/python$ver" "/usr/bin/python$ver"; do '
+    f'  if [ -x "$py" ]; then exec "$py" /usr/local/bin/{GATE_SCRIPT} {_GATE_WORK}/spec.json {_GATE_WORK}/out/gate.json; fi; '
+    "done; "
+    'echo "wheelbuild-gate: the base image has no Python $ver" >&2; exit 3'
+)
+
+
+@dataclass(frozen=True)
+class GateJob:
+    run_id: str
+    image: str  # the base image: no CUDA toolkit, as on a user's machine
+    wheel: Path
+    spec: Mapping[str, Any]  # gate.GateSpec.to_json(...) less the paths this function fills in
+    torch_index_url: str  # may hold credentials: travels as a mounted file, never env or argv
+    torch_cache_key: str  # the folder of TORCH_WHEELS_VOLUME for this torch and index
+    ca_bundle: Path | None
+    gpus: bool
+    memory: int
+    log_path: Path
+    images_dir: Path
+
+
+def run_gate(client: Any, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:
+    """Run the gate for one wheel; its JSON answer (None when the container died first) and the
+    log's tail. The container is gone afterwards, whatever happens."""
+    with tempfile.TemporaryDirectory(prefix="wheelbuild-gate-", ignore_cleanup_errors=True) as work:
+        workdir = Path(work)
+        (workdir / "out").mkdir()
+        secret = workdir / "torch-index-url"
+        secret.touch(mode=0o600)
+        secret.write_text(job.torch_index_url)
+        smoke = job.spec.get("smoke")
+        spec = {
+            **job.spec,
+            "wheel": f"/wheels/{job.wheel.name}",
+            "torch_index_file": f"{_GATE_WORK}/torch-index-url",
+            "torch_cache": f"/cache/{job.torch_cache_key}",
+            "smoke": f"/opt/wheelbuild-smoke/{smoke}" if smoke else None,
+        }
+        (workdir / "spec.json").write_text(json.dumps(spec))
+        volumes = {
+            str(job.wheel.parent.resolve()): {"bind": "/wheels", "mode": "ro"},
+            str(workdir): {"bind": _GATE_WORK, "mode": "rw"},
+            str((job.images_dir / GATE_SCRIPT).resolve()): {
+                "bind": f"/usr/local/bin/{GATE_SCRIPT}",
+                "mode": "ro",
+            },
+            str((job.images_dir / SMOKE_DIR).resolve()): {"bind": "/opt/wheelbuild-smoke", "mode": "ro"},
+            TORCH_WHEELS_VOLUME: {"bind": "/cache", "mode": "rw"},
+        }
+        environment = {
+            "WB_PYTHON": str(job.spec["python"]),
+            "PIP_ROOT_USER_ACTION": "ignore",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if job.ca_bundle is not None:
+            volumes[str(job.ca_bundle.resolve())] = {"bind": "/run/wheelbuild-ca.crt", "mode": "ro"}
+            environment |= {
+                key: "/run/wheelbuild-ca.crt" for key in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
+            }
+        device_requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None
+        container = client.containers.run(
+            job.image,
+            ["sh", "-c", _FIND_PYTHON],
+            detach=True,
+            environment=environment,
+            volumes=volumes,
+            mem_limit=job.memory,
+            memswap_limit=job.memory,
+            device_requests=device_requests,
+            labels={RUN_LABEL: job.run_id, OWNER_LABEL: owner_token(), "wheelbuild.gate": job.wheel.name},
+        )
+        tail: deque[str] = deque(maxlen=60)
+        try:
+            with job.log_path.open("a", encoding="utf-8") as log:
+                log.write(f"=== import gate: {job.wheel.name} in {job.image}\n")
+                for chunk in container.logs(stream=True, follow=True):
+                    for line in chunk.decode(errors="replace").splitlines():
+                        log.write(line + "\n")
+                        tail.append(line)
+                        on_line(line)
+            container.wait()
+        finally:
+            _remove([container])
+        answer = workdir / "out" / "gate.json"
+        found = json.loads(answer.read_text()) if answer.is_file() else None
+        return found, "\n".join(tail)

@@ -200,3 +200,16 @@ class TorchIndexUnreachable(WheelbuildError):
     (network, credentials, an answer that is not an index page)."""
 
     exit_code = 25
+
+
+class ImportGateFailed(WheelbuildError):
+    """A built wheel did not install or import in a fresh container of the base image (an
+    undefined symbol, a library only the build image has): it is kept for a look, never published."""
+
+    exit_code = 48
+
+
+class SmokeTestFailed(WheelbuildError):
+    """A built wheel loads, but its recipe's GPU smoke test computed wrong results."""
+
+    exit_code = 49

@@ -109,3 +109,4 @@ class BuildSpec:
     output_dir: Path
     rebuild: bool = False  # build even when a finished build has the same inputs
     admission: bool = False  # admit compiles by memory (images/wheelbuild-admit)
+    gate: bool = True  # install and import each wheel in a fresh base container before it is done

@@ -29,7 +29,7 @@ def _wbdemo(version: str | None) -> Recipe:
         arch_env="WBDEMO_CUDA_ARCHS",
         memory_model=wbdemo_model(),
     )
-    return replace(recipe, local_version_env="WBDEMO_LOCAL_VERSION")
+    return replace(recipe, local_version_env="WBDEMO_LOCAL_VERSION", smoke_test="wbdemo.py")
 
 
 _KNOWN = {"flash-attn": flash_attn_recipe, "wbdemo": _wbdemo}

@@ -61,6 +61,10 @@ class Recipe:
     local_version_env: str | None = None
     # How to compile a unit alone (None: this recipe cannot be calibrated).
     units: UnitRecipe | None = None
+    # The import gate: top-level packages to import besides every extension module (None: every
+    # package the wheel holds), and a GPU smoke test in images/smoke/ run where a GPU is.
+    import_packages: tuple[str, ...] | None = None
+    smoke_test: str | None = None
 
     def with_env(self, env: Mapping[str, str]) -> Recipe:
         """The same recipe with extra env for the build (`--env KEY=VALUE`)."""

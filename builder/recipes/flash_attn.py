@@ -77,6 +77,8 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         # Its setup.py appends this to the version: 2.8.3+cu130torch2.11.
         local_version_env="FLASH_ATTN_LOCAL_VERSION",
         units=UNITS,
+        import_packages=("flash_attn",),
+        smoke_test="flash_attn.py",
         # Fitted to measured units (builder/profiles/flash-attn-2.8.3.tsv).
         memory_model=flash_attn_model(version),
     )

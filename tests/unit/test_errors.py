@@ -27,6 +27,8 @@ KNOWN_CODES = {
     "VersionLabelWrong": 45,
     "TorchNotPinned": 46,
     "AbiMismatch": 47,
+    "ImportGateFailed": 48,
+    "SmokeTestFailed": 49,
     "PublishLocked": 50,
     "WheelConflict": 51,
     "InvalidWheel": 52,
