@@ -350,13 +350,22 @@ def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
 
 
 def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
-    """Pages of projects that are no longer in the listing."""
+    """Pages of projects that are no longer in the listing, and links under ``simple/`` that are
+    not in it (named by the link itself: :func:`write_plan` removes a link, never what it points
+    at)."""
     simple = root / SIMPLE
     if not simple.is_dir():
         return ()
     stale: list[str] = []
     for entry in sorted(simple.iterdir()):
-        if not entry.is_dir() or entry.name.startswith("."):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_symlink():
+            rel = f"{SIMPLE}/{entry.name}"
+            if rel not in pages and f"{rel}/index.html" not in pages:
+                stale.append(rel)
+            continue
+        if not entry.is_dir():
             continue
         for page in ("index.html", "index.json"):
             rel = f"{SIMPLE}/{entry.name}/{page}"
@@ -407,22 +416,50 @@ def atomic_write(path: Path, data: bytes | Path, *, hook: WriteHook | None = Non
     _fsync_dir(path.parent)
 
 
+def _link_below(root: Path, rel: str) -> Path | None:
+    """The first symbolic link on the way from ``root/<top>`` to ``root/rel``, *rel*'s own last
+    part included; None when there is none. The top folders (``files``, ``simple``) may be links
+    an operator made (wheels on another volume); anything below them is ours, and a link there
+    is never written or deleted through."""
+    top, *below = rel.split("/")
+    path = root / top
+    for part in below:
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
+
+
 def write_plan(root: Path, plan: IndexPlan, *, hook: WriteHook | None = None) -> tuple[str, ...]:
     """Carry out *plan* under *root*, in order; files whose bytes are already there are left
-    alone. Returns the relative paths written or removed."""
+    alone. Returns the relative paths written or removed.
+
+    A link found below ``files/`` or ``simple/`` on the way to a file is removed (the link
+    itself) before that file is written or instead of removing it, so no write and no delete ever
+    lands outside the tree through a link planted in it."""
     changed: list[str] = []
     for rel, data in plan.writes.items():
         target = root / rel
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            if target.read_bytes() == data:
-                continue
+        link = _link_below(root, rel)
+        if link is not None:
+            link.unlink()
+        else:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                if target.read_bytes() == data:
+                    continue
         atomic_write(target, data, hook=hook, rel=rel)
         changed.append(rel)
     for rel in plan.removes:
         target = root / rel
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()
+        link = _link_below(root, rel)
+        if link is not None and link != target:
+            link.unlink()  # a folder on the way is a link: it goes, not the page it leads to
             changed.append(rel)
-        with contextlib.suppress(OSError):
-            target.parent.rmdir()  # only once both pages are gone and nothing else is there
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()  # a link itself, if *target* is one
+            changed.append(rel)
+        if target.parent != root / rel.split("/")[0]:
+            with contextlib.suppress(OSError):
+                target.parent.rmdir()  # only once both pages are gone and nothing else is there
     return tuple(changed)

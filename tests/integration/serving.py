@@ -97,13 +97,20 @@ def request(
     *,
     method: str = "GET",
     auth: tuple[str, str] | None = None,
+    source: str | None = None,
 ) -> Reply:
-    """One request with *path* sent exactly as written (no normalization, no redirects followed)."""
+    """One request with *path* sent exactly as written (no normalization, no redirects followed),
+    from the loopback address *source* if given (127.0.0.2 is another client to the server)."""
     where = urlsplit(url)
     sent = dict(headers or {})
     if auth is not None:
         sent["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=10)
+    connection = http.client.HTTPConnection(
+        where.hostname or "127.0.0.1",
+        where.port,
+        timeout=10,
+        source_address=(source, 0) if source else None,
+    )
     try:
         has_host = any(name.lower() == "host" for name in sent)
         connection.putrequest(method, path, skip_host=has_host, skip_accept_encoding=True)
@@ -117,9 +124,10 @@ def request(
         connection.close()
 
 
-_LINE = re.compile(
-    r"(?P<client>\S+) (?P<method>[A-Z]+) (?P<path>\S+) (?P<status>\d{3}) (?P<bytes>\d+) [\d.]+ms"
-    r'(?: range="(?P<range>[^"]*)")?$'
+# client, user, method, path, status, bytes, time, then range="..." and agent="..." if sent
+LINE = re.compile(
+    r"(?P<client>\S+) (?P<user>\S+) (?P<method>[A-Z]+) (?P<path>\S+) (?P<status>\d{3}) (?P<bytes>\d+)"
+    r' [\d.]+ms(?: range="(?P<range>[^"]*)")?(?: agent="(?P<agent>[^"]*)")?$'
 )
 
 
@@ -140,7 +148,7 @@ def read_log(path: Path, *, at_least: int = 0, timeout: float = 5.0) -> list[Hit
         text = path.read_text() if path.exists() else ""
         hits = []
         for line in text.splitlines():
-            match = _LINE.search(line)
+            match = LINE.search(line)
             assert match, f"unparsable access log line: {line!r}"
             hits.append(
                 Hit(

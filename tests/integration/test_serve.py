@@ -3,23 +3,50 @@ from it into fresh venvs. No Docker needed; seconds, not minutes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import itertools
 import json
+import logging
+import re
 import socket
+import statistics
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import bcrypt
 import pytest
 
 from builder.errors import BadHtpasswd, NoIndex, ServeFailed
 from builder.publish import publish, yank
-from builder.serve import MEDIA_HTML, MEDIA_HTML_V1, MEDIA_JSON, Htpasswd, negotiate, serve
+from builder.serve import (
+    MEDIA_HTML,
+    MEDIA_HTML_V1,
+    MEDIA_JSON,
+    Htpasswd,
+    LoginLimit,
+    _escape,
+    _Failures,
+    negotiate,
+    serve,
+)
 from tests.indexkit import make_wheel, parse_page
-from tests.integration.serving import Hit, clean_env, read_log, request, run_ok, running_server, uv_binary
+from tests.integration.serving import (
+    LINE,
+    Hit,
+    clean_env,
+    read_log,
+    request,
+    run_ok,
+    running_server,
+    uv_binary,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +62,8 @@ SECRET = "do not serve me"
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A published tree: wbtiny 0.1.0 (local version), a newer yanked 0.2.0, and Other.Pkg; a
-    secret file beside it that no URL may reach."""
+    secret file beside it that no URL may reach, also not through links planted in files/ and
+    simple/ (a project folder that is a link, a page that is one)."""
     base = tmp_path_factory.mktemp("served")
     wheels = [
         make_wheel(base / "in", "wbtiny", "0.1.0+cu130torch2.11", payload="x" * 50_000),
@@ -47,6 +75,13 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     yank(root, "wbtiny==0.2.0+cu130torch2.11", "broken build")
     (base / "secret.txt").write_text(SECRET)
     (root / "files" / "evil-1.0-py3-none-any.whl").symlink_to(base / "secret.txt")
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    for page in ("index.html", "index.json"):
+        (elsewhere / page).write_text(SECRET)
+    (root / "simple" / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (root / "simple" / "planted").mkdir()
+    (root / "simple" / "planted" / "index.html").symlink_to(base / "secret.txt")
     return root
 
 
@@ -195,6 +230,8 @@ def test_files_are_served_whole_in_ranges_and_cached_as_immutable(
         "/simple/..",
         "/simple/%2e%2e",
         "/files/evil-1.0-py3-none-any.whl",  # a symlink out of files/
+        "/simple/linked/",  # a project folder that is a link out of the tree
+        "/simple/planted/",  # a page that is a link
         f"/files/{WHEEL}.sha256",
         f"/files/{WHEEL}.yanked",
         "/files/.lock",
@@ -273,6 +310,350 @@ def test_serve_says_when_there_is_no_index_or_the_port_is_taken(tmp_path: Path, 
         with pytest.raises(ServeFailed) as failed:
             serve(tree, port=taken.getsockname()[1], ready=lambda url: pytest.fail("started"))
     assert failed.value.exit_code == 57
+
+
+# --- hostile clients -------------------------------------------------------------------------
+
+
+def _basic(raw: bytes) -> str:
+    """An Authorization header for *raw* user:password bytes, as http.client sends a str (latin-1)."""
+    return ("Basic " + base64.b64encode(raw).decode()).encode().decode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/simple/", {"Authorization": _basic(b"alice:" + b"x" * 73)}),  # bcrypt 5 raised past 72
+        ("/simple/", {"Authorization": _basic(b"alice:" + "é".encode() * 40)}),
+        ("/simple/", {"Authorization": _basic(b"nobody:" + b"x" * 100)}),
+        ("/simple/", {"Authorization": _basic(b"carol:" + b"x" * 100)}),
+        ("/simple/", {"Authorization": _basic(b"alice:alice-pw") + "\xc3\xa9"}),  # non-ASCII bytes
+        ("/simple/", {"Authorization": "Basic \xff\xfe"}),
+        ("/simple/", {"Authorization": _basic(b"\xff:\xfe")}),  # not UTF-8 inside
+        ("/simple/" + "a" * 300 + "/", {}),  # ENAMETOOLONG
+        ("/simple/" + "a" * 300, {}),
+        ("/files/" + "a" * 300 + ".whl", {}),
+        ("/files/" + "a" * 300 + ".whl.metadata", {}),
+    ],
+)
+def test_client_input_never_makes_a_500(
+    tree: Path, htpasswd: Path, path: str, headers: dict[str, str]
+) -> None:
+    with running_server(tree, htpasswd=htpasswd) as url:
+        sent = {"Authorization": _basic(b"alice:alice-pw"), **headers}
+        reply = request(url, path, sent)
+    expected = {400, 401} if headers else {404}
+    assert reply.status in expected, (path, headers, reply.status, reply.body)
+    assert b"Traceback" not in reply.body
+
+
+def test_a_bcrypt_password_counts_up_to_72_bytes_and_a_longer_one_never_logs_in(
+    tree: Path, tmp_path: Path
+) -> None:
+    exact = b"p" * 72
+    path = tmp_path / "htpasswd"
+    path.write_text(f"dave:{bcrypt.hashpw(exact, bcrypt.gensalt(rounds=4)).decode()}\n")
+    with running_server(tree, htpasswd=path) as url:
+        assert request(url, "/simple/", auth=("dave", exact.decode())).status == 200
+        # bcrypt reads only 72 bytes, so this would match: refused instead of silently truncated.
+        assert request(url, "/simple/", auth=("dave", exact.decode() + "q")).status == 401
+
+
+def test_an_unexpected_error_is_a_plain_500_logged_on_the_server(
+    server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, _ = server
+
+    def broken(accept: str | None) -> str | None:
+        raise RuntimeError("the internals of /srv/wheelhouse")
+
+    monkeypatch.setattr("builder.serve.negotiate", broken)
+    with caplog.at_level(logging.ERROR, logger="wheelbuild.serve"):
+        reply = request(url, "/simple/")
+    assert reply.status == 500
+    assert reply.body == b"500: Internal Server Error\n"
+    logged = [r.exc_info[1] for r in caplog.records if r.name == "wheelbuild.serve" and r.exc_info]
+    assert logged and "the internals" in str(logged[0])  # the traceback stays in the server's log
+
+
+def _median_ms(url: str, auth: tuple[str, str], sources: Iterator[str]) -> float:
+    return 1000 * statistics.median(_timed(url, auth, next(sources)) for _ in range(9))
+
+
+def _timed(url: str, auth: tuple[str, str], source: str) -> float:
+    started = time.perf_counter()
+    assert request(url, "/simple/", auth=auth, source=source).status == 401
+    return time.perf_counter() - started
+
+
+def test_an_unknown_user_takes_as_long_as_a_known_ones_wrong_password(tree: Path, tmp_path: Path) -> None:
+    """htpasswd -B makes cost-5 hashes; the unknown user used to be checked against cost 10."""
+    path = tmp_path / "htpasswd"
+    path.write_text(
+        "".join(f"{u}:{bcrypt.hashpw(b'pw', bcrypt.gensalt(rounds=5)).decode()}\n" for u in ("alice", "bob"))
+    )
+    # Each try from its own loopback address, so the failed-login limit never answers instead.
+    sources = (f"127.0.2.{n}" for n in itertools.count(1))
+    with running_server(tree, htpasswd=path) as url:
+        _timed(url, ("alice", "warm-up"), next(sources))
+        known, unknown = [], []
+        for _ in range(3):  # interleaved, so load from elsewhere falls on both alike
+            known.append(_median_ms(url, ("alice", "wrong"), sources))
+            unknown.append(_median_ms(url, ("nobody", "wrong"), sources))
+    ratio = statistics.median(unknown) / statistics.median(known)
+    print(f"known user {statistics.median(known):.2f} ms, unknown {statistics.median(unknown):.2f} ms")
+    assert 1 / 3 < ratio < 3, (known, unknown)
+
+
+def test_the_unknown_users_hash_has_the_scheme_and_cost_most_entries_have(tmp_path: Path) -> None:
+    def hashed(cost: int) -> str:
+        return bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=cost)).decode()
+
+    sha = "{SHA}" + base64.b64encode(hashlib.sha1(b"pw").digest()).decode()
+    cases = [
+        ([hashed(5), hashed(5), hashed(4), sha], "$2b$05$"),
+        ([hashed(4).replace("$2b$", "$2y$", 1), hashed(6), hashed(6)], "$2b$06$"),
+        ([sha, sha, hashed(4)], "{SHA}"),
+    ]
+    for entries, prefix in cases:
+        path = tmp_path / "htpasswd"
+        path.write_text("".join(f"user{n}:{h}\n" for n, h in enumerate(entries)))
+        users = Htpasswd.load(path)
+        assert users.dummy.startswith(prefix), (entries, users.dummy)
+        assert users.dummy not in entries
+        assert not users.verify("nobody", "pw")
+        assert users.verify("user0", "pw")
+
+
+def test_failed_logins_from_one_address_get_429_without_a_password_check(
+    tree: Path, htpasswd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[bytes] = []
+    checkpw = bcrypt.checkpw
+
+    def counted(password: bytes, hashed: bytes) -> bool:
+        checks.append(password)
+        return checkpw(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counted)
+    limit = LoginLimit().failures
+    with running_server(tree, htpasswd=htpasswd) as url:
+        checks.clear()  # loading the file checked each hash once
+        for n in range(limit):
+            assert request(url, "/simple/", auth=("alice", f"guess-{n}")).status == 401
+        assert len(checks) == limit
+        for auth in (("alice", "guess-x"), ("nobody", "x"), ("alice", "alice-pw")):
+            # The right password too: else a limited client could still find it, at hash speed.
+            refused = request(url, "/simple/", auth=auth)
+            assert refused.status == 429, auth
+            assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert len(checks) == limit  # no password was checked for them
+        assert request(url, "/simple/", auth=("alice", "alice-pw"), source="127.0.0.2").status == 200
+        assert request(url, "/simple/").status == 401  # no credentials: not a failed login
+
+
+def test_the_login_limit_counts_tries_in_flight_and_forgets_after_its_window() -> None:
+    now = [100.0]
+    failures = _Failures(LoginLimit(failures=3, window=10.0, clients=2), clock=lambda: now[0])
+    assert [failures.wait("a") for _ in range(3)] == [0.0, 0.0, 0.0]  # three in flight
+    assert failures.wait("a") > 0  # a fourth concurrent guess waits for them
+    for _ in range(3):
+        failures.settle("a", passed=False)
+    now[0] = 105.0
+    assert failures.wait("a") == pytest.approx(5.0)
+    now[0] = 110.5
+    assert failures.wait("a") == 0.0
+    failures.settle("a", passed=True)
+    for client in ("b", "c", "d"):  # only the two most recent clients are remembered
+        assert failures.wait(client) == 0.0
+        failures.settle(client, passed=False)
+    assert list(failures.failed) == ["c", "d"]
+
+
+def test_a_flood_of_bad_passwords_does_not_hold_up_good_requests(tree: Path, tmp_path: Path) -> None:
+    """200 concurrent bad-password requests from 25 addresses (each under the limit), then 30
+    concurrent downloads of the wheel with good, already checked credentials."""
+    path = tmp_path / "htpasswd"
+    path.write_text(f"alice:{bcrypt.hashpw(b'alice-pw', bcrypt.gensalt(rounds=8)).decode()}\n")
+    good = {"Authorization": _basic(b"alice:alice-pw")}
+    bad = {"Authorization": _basic(b"alice:wrong")}
+
+    async def flood(base: str) -> tuple[list[int], list[int], list[float]]:
+        sessions = [
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(f"127.0.3.{n}", 0), limit=0))
+            for n in range(1, 26)
+        ]
+        async with aiohttp.ClientSession() as client:
+
+            async def one(session: aiohttp.ClientSession) -> int:
+                async with session.get(base + "/simple/", headers=bad) as reply:
+                    await reply.read()
+                    return reply.status
+
+            async def download() -> tuple[int, float]:
+                started = time.perf_counter()
+                async with client.get(base + WHEEL_URL, headers=good) as reply:
+                    await reply.read()
+                return reply.status, time.perf_counter() - started
+
+            async with client.get(base + "/simple/", headers=good) as first:  # its check is cached
+                assert first.status == 200
+            try:
+                flooded = [asyncio.create_task(one(sessions[n % 25])) for n in range(200)]
+                await asyncio.sleep(0.1)  # the flood is in before the downloads are asked for
+                downloads = await asyncio.gather(*(download() for _ in range(30)))
+                bad_statuses = await asyncio.gather(*flooded)
+            finally:
+                for session in sessions:
+                    await session.close()
+        statuses = [status for status, _took in downloads]
+        took = [took for _status, took in downloads]
+        return statuses, bad_statuses, took
+
+    with running_server(tree, htpasswd=path) as url:
+        statuses, bad_statuses, took = asyncio.run(flood(url.removesuffix("/simple/")))
+    assert set(bad_statuses) == {401}
+    assert statuses == [200] * 30
+    median = statistics.median(took)
+    print(f"wheel downloads during the flood: median {median * 1000:.0f} ms, max {max(took) * 1000:.0f} ms")
+    assert median < 0.25, sorted(took)
+
+
+def test_escape_leaves_no_quote_newline_or_control_character() -> None:
+    hostile = 'a"b\\c d\r\n127.0.0.1 - GET /forged 200 0 0.1ms\x1b[2J\x00\x7f\u2028é\udcff'
+    quoted = _escape(hostile, quoted=True)
+    assert re.fullmatch(r"[\x20-\x7e]*", quoted)
+    assert '"' not in quoted and "\\" not in quoted.replace("\\x", "")
+    assert " " not in _escape(hostile)  # outside quotes a space would split the field
+    assert _escape("/simple/wbtiny/") == "/simple/wbtiny/"
+    assert _escape("bytes=0-99", quoted=True) == "bytes=0-99"
+
+
+def test_client_values_in_the_access_log_are_escaped(tree: Path, tmp_path: Path) -> None:
+    forged_user = "eve\n127.0.0.1 alice GET /files/x.whl 200 1 1.0ms"
+    path = tmp_path / "htpasswd"
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    path.write_text(f"alice:{hashed}\n")
+    log = tmp_path / "access.log"
+    with running_server(tree, htpasswd=path, access_log=log) as url:
+        auth = ("alice", "pw")
+        assert request(url, WHEEL_URL, {"Range": 'bytes=0-1" status="200'}, auth=auth).status == 416
+        assert request(url, "/simple/", {"User-Agent": 'pip "x"\t\\ é'}, auth=auth).status == 200
+        assert request(url, '/simple/x"y/', auth=auth).status == 404
+        assert request(url, "/simple/", auth=(forged_user, "pw")).status == 401
+    read_log(log, at_least=4)
+    text = log.read_text()
+    lines = text.splitlines()
+    assert len(lines) == 4, text  # no line was forged
+    parsed = [LINE.search(line) for line in lines]
+    assert all(parsed), text
+    ranged, agent, quote, forged = (m for m in parsed if m)
+    assert ranged["range"] == "bytes=0-1\\x22 status=\\x22200"
+    assert ranged["user"] == "alice"
+    assert agent["agent"] == "pip \\x22x\\x22\\x09\\x5c \\xe9"  # the byte as sent (latin-1)
+    assert quote["path"] == "/simple/x\\x22y/"
+    assert forged["user"] == "eve\\x0a127.0.0.1\\x20alice\\x20GET\\x20/files/x.whl\\x20200\\x201\\x201.0ms"
+    assert 'status="200' not in text and '"x"' not in text
+
+
+# --- links ----------------------------------------------------------------------------------
+
+
+def test_a_files_folder_that_is_a_link_serves_its_wheels(tmp_path: Path) -> None:
+    """files/ on another volume, linked by the operator: its wheels are served and published
+    into; traversal and links in it that lead out are still refused."""
+    root = tmp_path / "cu130"
+    volume = tmp_path / "volume" / "files"
+    volume.mkdir(parents=True)
+    root.mkdir()
+    (root / "files").symlink_to(volume, target_is_directory=True)
+    publish([make_wheel(tmp_path / "in", "wbtiny", "0.1.0+cu130torch2.11")], root)
+    assert (volume / WHEEL).is_file()
+    (tmp_path / "secret.txt").write_text(SECRET)
+    (volume / "evil-1.0-py3-none-any.whl").symlink_to(tmp_path / "secret.txt")
+    with running_server(root) as url:
+        wheel = request(url, WHEEL_URL)
+        assert wheel.status == 200
+        assert wheel.body == (volume / WHEEL).read_bytes()
+        assert request(url, WHEEL_URL + ".metadata").status == 200
+        for path in (
+            "/files/evil-1.0-py3-none-any.whl",
+            "/files/..%2F..%2Fsecret.txt",
+            "/files/../secret.txt",
+        ):
+            reply = request(url, path)
+            assert reply.status in (400, 404), path
+            assert SECRET.encode() not in reply.body
+
+
+# --- a bounded load test --------------------------------------------------------------------
+
+
+def test_load_with_auth_good_and_bad_clients(tree: Path, tmp_path: Path) -> None:
+    """4 good clients (200 requests: pages, JSON, metadata, the wheel) and 3 bad-credential
+    clients (150 requests, each client from its own address) at once, for at most ~20 s: no 500, every
+    good request a 200; the good ones' p50/p99 go to stdout and to a JSON file."""
+    path = tmp_path / "htpasswd"
+    path.write_text(
+        f"alice:{bcrypt.hashpw(b'alice-pw', bcrypt.gensalt(rounds=10)).decode()}\n"
+        + "carol:{SHA}"
+        + base64.b64encode(hashlib.sha1(b"carol-pw").digest()).decode()
+        + "\n"
+    )
+    deadline = time.monotonic() + 20
+    good_paths = [
+        ("/simple/", {}),
+        ("/simple/wbtiny/", {"Accept": PIP_ACCEPT}),
+        (WHEEL_URL + ".metadata", {}),
+        (WHEEL_URL, {}),
+    ]
+    bad_auth = [("alice", "wrong"), ("nobody", "x"), ("carol", "wrong"), ("alice", "y" * 100)]
+    results: dict[str, list[tuple[int, float]]] = {"good": [], "bad": []}
+    lock = threading.Lock()
+
+    def client(kind: str, number: int, count: int, url: str) -> None:
+        source = "127.0.0.1" if kind == "good" else f"127.0.4.{number + 1}"
+        user = ("alice", "alice-pw") if number % 2 == 0 else ("carol", "carol-pw")
+        for n in range(count):
+            if time.monotonic() > deadline:
+                return
+            if kind == "good":
+                where, headers = good_paths[n % len(good_paths)]
+                auth = user
+            else:
+                where, headers, auth = "/simple/", {}, bad_auth[n % len(bad_auth)]
+            started = time.perf_counter()
+            status = request(url, where, headers, auth=auth, source=source).status
+            with lock:
+                results[kind].append((status, time.perf_counter() - started))
+
+    with running_server(tree, htpasswd=path) as url:
+        assert request(url, "/simple/", auth=("alice", "alice-pw")).status == 200  # cached from now on
+        threads = [threading.Thread(target=client, args=("good", n, 50, url)) for n in range(4)]
+        threads += [threading.Thread(target=client, args=("bad", n, 50, url)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in threads)
+
+    good = [took for _status, took in results["good"]]
+    assert len(good) == 200, "the load did not finish within its 20 s"
+    assert {status for status, _took in results["good"]} == {200}
+    assert {status for status, _took in results["bad"]} <= {401, 429}
+    assert 429 in {status for status, _took in results["bad"]}
+    quantiles = statistics.quantiles(good, n=100, method="inclusive")
+    numbers = {
+        "good_requests": len(good),
+        "bad_requests": len(results["bad"]),
+        "bad_answered_429": sum(status == 429 for status, _took in results["bad"]),
+        "p50_ms": round(quantiles[49] * 1000, 2),
+        "p99_ms": round(quantiles[98] * 1000, 2),
+        "max_ms": round(max(good) * 1000, 2),
+    }
+    report = tmp_path / "serve-load.json"
+    report.write_text(json.dumps(numbers, indent=2) + "\n")
+    print(f"\nserve load: {numbers}\nwritten to {report}")
 
 
 # --- real installers ------------------------------------------------------------------------

@@ -290,3 +290,73 @@ def test_dot_files_and_other_sidecars_are_not_listed(tmp_path: Path) -> None:
     (root / "files" / "notes.txt").write_text("hi")
     _regenerate(root)
     assert check_tree(root) == {"wbtiny": [wheel.name]}
+
+
+def _elsewhere(tmp_path: Path) -> Path:
+    """A folder outside the tree holding pages of its own."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for page in ("index.html", "index.json"):
+        (outside / page).write_text("not the index's")
+    return outside
+
+
+def test_the_stale_sweep_removes_a_link_under_simple_never_what_it_points_at(tmp_path: Path) -> None:
+    root = _tree(tmp_path, make_wheel(tmp_path / "in", "wbtiny", "0.1.0"))
+    _regenerate(root)
+    outside = _elsewhere(tmp_path)
+    (root / "simple" / "gone").symlink_to(outside, target_is_directory=True)
+    (root / "simple" / "dangling").symlink_to(tmp_path / "nowhere")
+    changed = _regenerate(root)
+    assert sorted(p.name for p in outside.iterdir()) == ["index.html", "index.json"]
+    assert not (root / "simple" / "gone").is_symlink()
+    assert not (root / "simple" / "dangling").is_symlink()
+    assert {"simple/gone", "simple/dangling"} <= set(changed)
+    check_tree(root)
+
+
+def test_pages_are_never_written_through_a_link_under_simple(tmp_path: Path) -> None:
+    root = _tree(tmp_path, make_wheel(tmp_path / "in", "wbtiny", "0.1.0"))
+    outside = _elsewhere(tmp_path)
+    (root / "simple").mkdir()
+    (root / "simple" / "wbtiny").symlink_to(outside, target_is_directory=True)
+    (root / "simple" / "index.json").symlink_to(outside / "index.json")
+    _regenerate(root)
+    assert {p.name: p.read_text() for p in outside.iterdir()} == {
+        "index.html": "not the index's",
+        "index.json": "not the index's",
+    }
+    project = root / "simple" / "wbtiny"
+    assert project.is_dir() and not project.is_symlink()
+    assert not (root / "simple" / "index.json").is_symlink()
+    assert _project_json(root, "wbtiny")["name"] == "wbtiny"
+    check_tree(root)
+
+
+def test_a_files_folder_that_is_a_link_is_indexed_through_it(tmp_path: Path) -> None:
+    """files/ on another volume, linked by the operator: a top folder may be a link."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "wbtiny-0.1.0-py3-none-any.whl").write_bytes(
+        make_wheel(tmp_path / "in", "wbtiny", "0.1.0").read_bytes()
+    )
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "files").symlink_to(volume, target_is_directory=True)
+    _regenerate(root)
+    assert (volume / "wbtiny-0.1.0-py3-none-any.whl.metadata").is_file()
+    assert (root / "files").is_symlink()
+    assert [f["filename"] for f in _project_json(root, "wbtiny")["files"]] == [
+        "wbtiny-0.1.0-py3-none-any.whl"
+    ]
+
+
+def test_a_stale_page_that_is_a_link_is_removed_and_not_its_target(tmp_path: Path) -> None:
+    root = _tree(tmp_path, make_wheel(tmp_path / "in", "wbtiny", "0.1.0"))
+    _regenerate(root)
+    outside = _elsewhere(tmp_path)
+    (root / "simple" / "gone").mkdir()
+    (root / "simple" / "gone" / "index.html").symlink_to(outside / "index.html")
+    assert "simple/gone/index.html" in _regenerate(root)
+    assert (outside / "index.html").read_text() == "not the index's"
+    assert not (root / "simple" / "gone").exists()
