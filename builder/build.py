@@ -42,10 +42,11 @@ from builder.planner import (
     plan_build,
     with_admission,
 )
-from builder.pythons import choose_pythons, redact_url, requires_python_of, torch_python_tags
+from builder.pythons import choose_pythons, requires_python_of, torch_python_tags
 from builder.recipes import Recipe, resolve_recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
+from builder.secrets import redact_url
 from builder.sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
 from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
 from builder.stamp import Stamp, stamp_wheel
@@ -309,7 +310,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
-    client = engine.connect()
+    client = engine.connect(sweep=False)
+    engine.start_reaper(run_id)  # removes the run's containers if this process is killed
     if swept := engine.sweep_orphans(client):
         reporter.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
     gpus = engine.resolve_gpus(client, spec.gpus)
@@ -450,7 +452,10 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
                 "recipe": {
                     "name": spec.recipe.name,
                     "version": spec.recipe.version,
-                    "source": asdict(spec.recipe.source),
+                    "source": {
+                        **asdict(spec.recipe.source),
+                        "location": redact_url(spec.recipe.source.location),
+                    },
                 },
                 "torch": {
                     "variant": str(spec.variant),

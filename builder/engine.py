@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +35,7 @@ import docker.types
 import requests
 import tenacity
 
-from builder import cgroup
+from builder import cgroup, secrets
 from builder.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
 from builder.cuda_redist import CudaLayer
 from builder.errors import (
@@ -85,11 +86,14 @@ transient_retry = tenacity.retry(
 )
 
 
-def connect() -> Any:
-    """A docker client that has answered a ping, or DockerUnavailable."""
+def connect(sweep: bool = True) -> Any:
+    """A docker client that has answered a ping, or DockerUnavailable. Every command that
+    touches Docker first removes containers whose wheelbuild is gone (sweep_orphans)."""
     try:
         client = docker.from_env(timeout=600)
         client.ping()
+        if sweep:
+            sweep_orphans(client)
         return client
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -206,7 +210,9 @@ def list_images(client: Any) -> list[Image]:
 @transient_retry
 def image_pythons(client: Any, tag: str) -> list[str]:
     """cibuildwheel tags (cp311, ...) of the CPython interpreters under /opt/python in the image."""
-    output = client.containers.run(tag, ["ls", "/opt/python"], remove=True, network_disabled=True)
+    output = client.containers.run(
+        tag, ["ls", "/opt/python"], remove=True, network_disabled=True, labels={OWNER_LABEL: owner_token()}
+    )
     names = output.decode().split()
     tags = {n.split("-")[0] for n in names if re.fullmatch(r"cp3\d+-cp3\d+", n)}
     tags.discard("cp39")  # cibuildwheel's env-dump link, not a build target here
@@ -247,16 +253,27 @@ def _process_start(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def process_namespace() -> str:
+    """Where a pid means one process: this boot of this host, this PID namespace. CI runners
+    that share a hostname in separate PID namespaces must not judge each other's pids."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        boot, pidns = "unknown", "unknown"
+    return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
 def owner_token(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_process_start(pid)}"
+    return f"{process_namespace()}:{pid}:{_process_start(pid)}"
 
 
 def _owner_alive(token: str) -> bool:
-    host, _, rest = token.partition(":")
+    namespace, _, rest = token.partition(":")
     pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True  # another machine's run: not ours to judge
+    if namespace != process_namespace() or not pid_text.isdigit():
+        return True  # another machine's or namespace's run: not ours to judge
     return _process_start(int(pid_text)) == start != ""
 
 
@@ -280,8 +297,9 @@ def remove_containers(client: Any, label: str) -> int:
 
 @transient_retry
 def sweep_orphans(client: Any) -> int:
-    """Remove containers of wheelbuild runs whose owning process is gone."""
-    containers = client.containers.list(all=True, filters={"label": RUN_LABEL})
+    """Remove containers whose owning wheelbuild is gone: every container wheelbuild makes
+    carries OWNER_LABEL (attempts, gates, calibration units, probes)."""
+    containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
     return _remove(
         c for c in containers if (token := (c.labels or {}).get(OWNER_LABEL, "")) and not _owner_alive(token)
     )
@@ -310,7 +328,9 @@ class OomEvidence:
             found.append("State.OOMKilled")
         if self.cgroup_oom_kills:
             found.append(f"cgroup oom_kill +{self.cgroup_oom_kills}")
-        if self.killed_lines:
+        # "Killed" in the log is what any SIGKILL prints (a timeout, a person's pkill): it
+        # counts only when the kernel or Docker also says the memory limit was hit.
+        if self.killed_lines and found:
             found.append(f"log: {self.killed_lines[0]}")
         return tuple(found)
 
@@ -503,8 +523,11 @@ SITE_PACKAGES_BASEDIRS = (
 )
 
 
-def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
-    """The CIBW_* settings of one attempt. Pure, so unit tests can read it."""
+def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> dict[str, str]:
+    """The CIBW_* settings of one attempt. Pure, so unit tests can read it. Secrets (the torch
+    index URL, a shared cache's credentials) are never among them: cibuildwheel prints its
+    options and runs commands as `env K=V ...`, so they reach the container as files in
+    `secrets_dir`, mounted read-only (secrets.MOUNT), and only the commands that need them read them."""
     create_args = [
         f"--memory={config.memory}",
         f"--memory-swap={config.memory}",  # equal: no swap, so the limit is real
@@ -516,6 +539,8 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
     ]
     if config.compiler_cache:
         create_args.append(f"--volume={SCCACHE_VOLUME}:{SCCACHE_DIR}")
+    if secrets_dir is not None:
+        create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
     if config.gpus:
         create_args.append("--gpus=all")
     container_env = {
@@ -565,7 +590,7 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
     excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
     before_build = (
         "python -m pip install 'setuptools>=70' wheel && "
-        'PIP_INDEX_URL="$WHEELBUILD_TORCH_INDEX_URL" '
+        f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
         f"python -m pip install {shlex.quote(config.torch_requirement)} && "
         f"python -c {shlex.quote(check_torch)}"
     )
@@ -577,8 +602,12 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
         # Counted per build: zeroed before it, printed after it (read back from the log). A fresh
         # server per build, since the server keeps the SCCACHE_BASEDIRS of the build that
         # started it, and builds run one after another.
+        # The server is the one process that needs a shared cache's credentials: it alone is
+        # started with them (sourced from the mounted file), and the compilers only talk to it.
         before_build += (
-            " && { sccache --stop-server >/dev/null 2>&1 || true; } && sccache --zero-stats >/dev/null"
+            " && { sccache --stop-server >/dev/null 2>&1 || true; } && "
+            f"( set -a && . {secrets.MOUNT}/{secrets.SCCACHE_ENV_FILE} && exec sccache --start-server >/dev/null ) && "
+            "sccache --zero-stats >/dev/null"
         )
         repair = f"sccache --show-stats; {repair}"
     return {
@@ -599,14 +628,32 @@ def cibuildwheel_env(config: AttemptConfig) -> dict[str, str]:
                 f'PATH="$PATH:{config.cuda_home}/bin"',
             ]
         ),
-        # The index URL may carry credentials: pass it by name, never on a command line.
-        "CIBW_ENVIRONMENT_PASS_LINUX": " ".join(
-            ["WHEELBUILD_TORCH_INDEX_URL", *(config.pass_env if config.compiler_cache else ())]
-        ),
+        "CIBW_ENVIRONMENT_PASS_LINUX": "",
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
         "CIBW_TEST_COMMAND": "",
-        "WHEELBUILD_TORCH_INDEX_URL": config.torch_index_url,
     }
+
+
+def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: Path) -> None:
+    """The attempt's secret files: the torch index URL, and the shared cache's settings for the
+    sccache server (readable by this user only; removed with the attempt)."""
+    directory.chmod(0o700)
+    index = directory / secrets.TORCH_INDEX_FILE
+    index.touch(mode=0o600)
+    index.write_text(config.torch_index_url)
+    shared = (
+        {name: environ[name] for name in config.pass_env if environ.get(name)}
+        if config.compiler_cache
+        else {}
+    )
+    env_file = directory / secrets.SCCACHE_ENV_FILE
+    env_file.touch(mode=0o600)
+    env_file.write_text(secrets.sccache_env_file(shared))
+
+
+def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:
+    """What every line of the attempt passes through before a log or a terminal sees it."""
+    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch_index_url,)))
 
 
 def _terminate(proc: subprocess.Popen[str]) -> None:
@@ -639,8 +686,24 @@ def run_attempt(
     """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's container
     is gone afterwards."""
     config.output_dir.mkdir(parents=True, exist_ok=True)
+    secrets_dir = Path(tempfile.mkdtemp(prefix="wheelbuild-secrets-"))
+    try:
+        write_secrets(config, os.environ, secrets_dir)
+        return _run_attempt(client, config, secrets_dir, on_line, on_memory)
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+
+
+def _run_attempt(
+    client: Any,
+    config: AttemptConfig,
+    secrets_dir: Path,
+    on_line: Callable[[str, BuildLog], None],
+    on_memory: Callable[[MemorySample], None] | None,
+) -> AttemptResult:
+    redact = redactor_for(config, os.environ)
     env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
-    env.update(cibuildwheel_env(config))
+    env.update(cibuildwheel_env(config, secrets_dir))
     env["PYTHONUNBUFFERED"] = "1"
     command = [
         sys.executable,
@@ -671,7 +734,7 @@ def run_attempt(
         )
         try:
             for raw in _lines(proc):
-                line = raw.rstrip("\n")
+                line = redact(raw.rstrip("\n"))
                 log.write(line + "\n")
                 tail.append(line)
                 progress.feed(line, time.monotonic())
@@ -749,6 +812,28 @@ def raise_for_failure(result: AttemptResult) -> None:
         f"read the log tail above; {where}",
         details=tail,
     )
+
+
+def start_reaper(run_id: str) -> subprocess.Popen[bytes]:
+    """A watcher in a session of its own that outlives a `kill -9` of this process: once this
+    process is gone it removes every container of the run, and every compiler with them. (A
+    killed wheelbuild cannot clean up; cibuildwheel, in a session of its own, would otherwise
+    keep its container compiling until it next wrote to the dead pipe.)"""
+    return subprocess.Popen(
+        [sys.executable, "-m", "builder.reaper", owner_token(), run_id],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def reap_when_gone(owner: str, run_id: str, poll_s: float = 1.0) -> int:
+    """Wait for the owner to end, then remove the run's containers; how many were left."""
+    while _owner_alive(owner):
+        time.sleep(poll_s)
+    client = docker.from_env(timeout=120)
+    return remove_containers(client, f"{RUN_LABEL}={run_id}")
 
 
 def interrupt_cleanup(client: Any, run_id: str) -> int:
@@ -842,21 +927,28 @@ def ensure_torch_headers(
         client.volumes.get(name)
         client.containers.run(
             image, ["test", "-f", f"{TORCH_HEADERS_DIR}/.complete"], volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "ro"}},
-            remove=True, network_disabled=True,
+            remove=True, network_disabled=True, labels={OWNER_LABEL: owner_token()},
         )  # fmt: skip
         return name
     except (docker.errors.NotFound, docker.errors.ContainerError):
         pass
     on_line(f"unpacking {requirement} into volume {name} (its headers, for compiling units alone)")
-    client.containers.run(
-        image,
-        ["sh", "-c", f'python3 -m pip install -q --no-deps --target {TORCH_HEADERS_DIR} "$TORCH_REQUIREMENT" '
-         f'&& touch {TORCH_HEADERS_DIR}/.complete'],
-        environment={"PIP_INDEX_URL": index_url, "TORCH_REQUIREMENT": requirement},
-        volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"}},
-        labels={OWNER_LABEL: owner_token()},
-        remove=True,
-    )  # fmt: skip
+    # The index URL may hold credentials: a mounted file, never the container's env (docker
+    # inspect shows that).
+    with tempfile.TemporaryDirectory(prefix="wheelbuild-secrets-") as work:
+        index_file = Path(work) / secrets.TORCH_INDEX_FILE
+        index_file.touch(mode=0o600)
+        index_file.write_text(index_url)
+        client.containers.run(
+            image,
+            ["sh", "-c", f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
+             f'python3 -m pip install -q --no-deps --target {TORCH_HEADERS_DIR} "$TORCH_REQUIREMENT" '
+             f'&& touch {TORCH_HEADERS_DIR}/.complete'],
+            environment={"TORCH_REQUIREMENT": requirement},
+            volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"}, work: {"bind": secrets.MOUNT, "mode": "ro"}},
+            labels={OWNER_LABEL: owner_token()},
+            remove=True,
+        )  # fmt: skip
     return name
 
 
@@ -968,11 +1060,13 @@ def run_gate(client: Any, job: GateJob, on_line: Callable[[str], None]) -> tuple
             labels={RUN_LABEL: job.run_id, OWNER_LABEL: owner_token(), "wheelbuild.gate": job.wheel.name},
         )
         tail: deque[str] = deque(maxlen=60)
+        redact = secrets.Redactor(secrets.url_secrets(job.torch_index_url))
         try:
             with job.log_path.open("a", encoding="utf-8") as log:
                 log.write(f"=== import gate: {job.wheel.name} in {job.image}\n")
                 for chunk in container.logs(stream=True, follow=True):
-                    for line in chunk.decode(errors="replace").splitlines():
+                    for raw in chunk.decode(errors="replace").splitlines():
+                        line = redact(raw)
                         log.write(line + "\n")
                         tail.append(line)
                         on_line(line)

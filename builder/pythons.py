@@ -16,7 +16,6 @@ A tag set says what the index has: ``cp311`` (a CPython 3.11 wheel), ``cp313t`` 
 
 from __future__ import annotations
 
-import base64
 import functools
 import gzip
 import hashlib
@@ -44,6 +43,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from builder.secrets import Redactor, redact_url, url_secrets, without_credentials
 from builder.sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
@@ -65,43 +65,9 @@ _LINUX_X86_64 = re.compile(r"linux_x86_64|manylinux(?:1|2010|2014|_\d+_\d+)_x86_
 # URLs with credentials
 
 
-def _userinfo(url: str) -> str:
-    """What :func:`redact_url` hides: everything before the last ``@`` that precedes the query."""
-    _scheme, sep, rest = url.partition("://")
-    head = re.split(r"[?#]", rest if sep else url, maxsplit=1)[0]
-    return head[: max(head.rfind("@"), 0)]
-
-
-def redact_url(url: str) -> str:
-    """*url* with any credentials (``https://user:token@host/...``) replaced by ``***``, for logs,
-    errors and reports. When in doubt it hides more: everything before the last ``@`` that comes
-    before the query is taken for credentials."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    head = re.split(r"[?#]", rest, maxsplit=1)[0]
-    at = head.rfind("@")
-    if at < 0:
-        return url
-    return f"{scheme}{sep}***@{rest[at + 1 :]}"
-
-
-def _without_credentials(url: str) -> tuple[str, str | None]:
-    """(the URL without its user info, a Basic Authorization header value or None). urllib does
-    not send a URL's credentials itself; the header is given only to the index's own host."""
-    parts = urlsplit(url)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at:
-        return url, None
-    user, _, password = userinfo.partition(":")
-    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
-    return parts._replace(netloc=host).geturl(), f"Basic {token}"
-
-
 def _scrub(text: str, url: str) -> str:
     """An error text (from urllib) with the URL's credentials removed, should they appear there."""
-    userinfo = _userinfo(url)
-    return text.replace(url, redact_url(url)).replace(userinfo, "***") if userinfo else text
+    return Redactor(url_secrets(url))(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +215,7 @@ def _fetch_page(index_url: str, timeout: float) -> tuple[bytes, str] | None:
     index = redact_url(index_url)
     shown = f"{index.rstrip('/')}/torch/"
     try:
-        bare, authorization = _without_credentials(index_url)
+        bare, authorization = without_credentials(index_url)
         request = urllib.request.Request(f"{bare.rstrip('/')}/torch/", headers={"Accept": ACCEPT})
         if authorization:
             request.add_unredirected_header("Authorization", authorization)  # never sent on a redirect

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import BadArgument, SourceUnavailable
 from builder.recipes import Recipe, Source
 from builder.recipes.base import LOOKUP_PREFIX
+from builder.secrets import redact_url, without_credentials
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
 
@@ -62,38 +63,52 @@ def _verify(path: Path, expected: str | None) -> None:
 
 
 def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
-    on_line(f"downloading {url}")
+    # A URL's credentials travel as a header (urllib cannot use user:pw@host) and are never shown.
+    shown = redact_url(url)
+    on_line(f"downloading {shown}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     # Download beside the destination, then rename: a killed download never looks complete.
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as part:
         try:
-            with urllib.request.urlopen(url, timeout=120) as response:
+            with urllib.request.urlopen(_request(url), timeout=120) as response:
                 shutil.copyfileobj(response, part)
         except OSError as exc:
             os.unlink(part.name)
             raise SourceUnavailable(
-                f"could not download {url}: {exc}",
+                f"could not download {shown}: {redact_url(str(exc))}",
                 "check the URL and the network (proxy, CA bundle)",
             ) from exc
     os.replace(part.name, dest)
 
 
+def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+    """A request for `url` with its user info moved into an Authorization header."""
+    plain, authorization = without_credentials(url)
+    return urllib.request.Request(
+        plain, headers={**(headers or {}), **({"Authorization": authorization} if authorization else {})}
+    )
+
+
 def _files(base: str, project: str) -> tuple[str, list[dict[str, Any]]]:
     """(page URL, file entries) of a project on a PEP 691 index."""
     page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
-    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = _request(page, {"Accept": "application/vnd.pypi.simple.v1+json"})
+    shown = redact_url(page)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return page, list(json.load(response).get("files", []))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise BadArgument(f"{project} is not on the index ({base})", "check the name") from None
+            raise BadArgument(
+                f"{project} is not on the index ({redact_url(base)})", "check the name"
+            ) from None
         raise SourceUnavailable(
-            f"could not look up {project} at {page}: {exc}", "check the network"
+            f"could not look up {project} at {shown}: {redact_url(str(exc))}", "check the network"
         ) from None
     except (OSError, ValueError) as exc:
         raise SourceUnavailable(
-            f"could not look up {project} at {page}: {exc}", "check the network (proxy, CA bundle)"
+            f"could not look up {project} at {shown}: {redact_url(str(exc))}",
+            "check the network (proxy, CA bundle)",
         ) from None
 
 
@@ -138,8 +153,8 @@ def lookup_sdist(project: str, version: str) -> Source:
         if found == wanted:
             return Source(location=url, sha256=sha256)
     raise BadArgument(
-        f"{project} {version} has no sdist with a sha256 on the index ({page})",
-        f"check the version ({page}), or build from an sdist URL with #sha256=",
+        f"{project} {version} has no sdist with a sha256 on the index ({redact_url(page)})",
+        f"check the version ({redact_url(page)}), or build from an sdist URL with #sha256=",
     )
 
 
@@ -148,7 +163,7 @@ def newest_release(project: str) -> str:
     page, sdists = _sdists(project)
     finals = [version for version, _url, _sha in sdists if not version.is_prerelease]
     if not finals:
-        raise SourceUnavailable(f"{page} lists no final release of {project}", "check the index")
+        raise SourceUnavailable(f"{redact_url(page)} lists no final release of {project}", "check the index")
     return str(max(finals))
 
 

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -16,6 +15,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.engine import process_namespace
 from builder.wheels import archs_in_wheel
 from tests.integration.conftest import (
     REPO,
@@ -134,6 +134,9 @@ def test_second_python_reuses_the_first_pythons_kernels(cuda_image: str, tmp_pat
     cuda = {entry["file"].split("-")[2]: entry["extension_modules"] for entry in report["wheels"]}
     assert cuda["cp313"]["wbdemo/_C.cpython-313-x86_64-linux-gnu.so"]["sass"] == [100, 120]
     assert cuda["cp311"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]["sass"] == [100, 120]
+    # Each Python's wheel loaded in a fresh base container with that Python (3.13 is compiled
+    # into the base at /opt/cpython).
+    assert [(g["python"], g["passed"]) for g in report["gate"]] == [("cp311", True), ("cp313", True)]
 
 
 def test_sigint_mid_compile_leaves_nothing_behind(
@@ -163,6 +166,36 @@ def test_sigint_mid_compile_leaves_nothing_behind(
     assert compiler_processes() == []
 
 
+def test_kill_9_of_wheelbuild_leaves_no_container_and_no_compiler_within_30_s(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """A SIGKILLed wheelbuild cannot clean up; its reaper (a process in a session of its own)
+    removes the run's containers, and the compilers with them, with no further command."""
+    assert compiler_processes() == [], "another build is running on this machine"
+    proc = subprocess.Popen(
+        [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path), "--no-gate",
+         "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 900
+    seen: list[str] = []
+    while time.monotonic() < deadline and proc.poll() is None and not seen:
+        seen = compiler_processes()
+        time.sleep(0.1)
+    assert seen, "the build ended before any compiler ran"
+    proc.kill()
+    output, _ = proc.communicate(timeout=60)
+    run_id = output.split("(run ", 1)[1].split(")", 1)[0]
+    killed_at = time.monotonic()
+    while time.monotonic() - killed_at < 30 and (
+        containers_of_run(docker_client, run_id) or compiler_processes()
+    ):
+        time.sleep(0.5)
+    assert containers_of_run(docker_client, run_id) == []
+    assert compiler_processes() == []
+
+
 def test_oom_kill_is_detected_and_retried_at_half_the_jobs_without_recompiling(
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
@@ -171,7 +204,7 @@ def test_oom_kill_is_detected_and_retried_at_half_the_jobs_without_recompiling(
     # The salt makes the source new to the shared compiler cache, so attempt 1 really compiles.
     result = wheelbuild(
         "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-        "--memory", "3g", "--max-jobs", "2", "--nvcc-threads", "2",
+        "--memory", "3g", "--max-jobs", "2", "--nvcc-threads", "2", "--no-gate",
         "--env", "WBDEMO_BLOB_ELEMENTS=3000000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
         "--output-dir", str(tmp_path),
     )  # fmt: skip
@@ -204,7 +237,7 @@ def test_admission_runs_every_compile_through_the_wrapper_in_the_image(
     # that the image's wrapper runs (its shebang rewritten to the tools venv) and gets its env.
     result = wheelbuild(
         "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-        "--memory", "3g", "--admission", "--output-dir", str(tmp_path),
+        "--memory", "3g", "--admission", "--no-gate", "--output-dir", str(tmp_path),
         "--env", "WBDEMO_BLOB_ELEMENTS=200000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
@@ -230,7 +263,7 @@ def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
         cuda_image,
         ["sleep", "600"],
         detach=True,
-        labels={"wheelbuild.run": "orphan-test", "wheelbuild.owner": f"{socket.gethostname()}:{dead.pid}:1"},
+        labels={"wheelbuild.run": "orphan-test", "wheelbuild.owner": f"{process_namespace()}:{dead.pid}:1"},
     )
     try:
         result = wheelbuild("build", "--torch", "cu130", "--gpus", "all")

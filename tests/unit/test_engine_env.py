@@ -17,7 +17,9 @@ from builder.engine import (
     AttemptConfig,
     cibuildwheel_env,
     owner_token,
+    redactor_for,
     shared_cache_env,
+    write_secrets,
 )
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
@@ -67,8 +69,8 @@ def test_without_compiler_cache_no_sccache_volume_or_wrappers(
 def test_owner_label_names_this_host_and_process(make_config: Callable[..., AttemptConfig]) -> None:
     args = _create_args(cibuildwheel_env(make_config()))
     owner = next(a for a in args if a.startswith("--label=wheelbuild.owner="))
-    host, pid, start = owner.removeprefix("--label=wheelbuild.owner=").split(":")
-    assert host == socket.gethostname()
+    namespace, pid, start = owner.removeprefix("--label=wheelbuild.owner=").split(":")
+    assert namespace.split("/")[0] == socket.gethostname()
     assert pid == str(os.getpid())
     assert start.isdigit()
 
@@ -97,20 +99,21 @@ def test_platform_image_and_identifiers(make_config: Callable[..., AttemptConfig
     assert env["CIBW_TEST_COMMAND"] == ""
 
 
-def test_torch_index_url_with_credentials_appears_only_in_its_own_variable(
-    make_config: Callable[..., AttemptConfig],
+def test_the_torch_index_url_is_in_no_cibuildwheel_setting_only_in_a_mounted_file(
+    make_config: Callable[..., AttemptConfig], tmp_path: Path
 ) -> None:
-    env = cibuildwheel_env(make_config(torch_index_url=SECRET_INDEX))
-    assert env["WHEELBUILD_TORCH_INDEX_URL"] == SECRET_INDEX
-    assert env["CIBW_ENVIRONMENT_PASS_LINUX"] == "WHEELBUILD_TORCH_INDEX_URL"
-    leaks = {
-        k
-        for k, v in env.items()
-        if k != "WHEELBUILD_TORCH_INDEX_URL" and ("secret" in v or "example.invalid" in v)
-    }
-    assert leaks == set()
-    # The pip command reads the index from the variable, by name.
-    assert 'PIP_INDEX_URL="$WHEELBUILD_TORCH_INDEX_URL"' in env["CIBW_BEFORE_BUILD_LINUX"]
+    # cibuildwheel prints its options and runs every command as `env K=V ...`: a secret given to
+    # it by value or by name (environment-pass) reaches its log and the process list.
+    config = make_config(torch_index_url=SECRET_INDEX)
+    env = cibuildwheel_env(config, tmp_path)
+    assert [k for k, v in env.items() if "user:secret" in v or "example.invalid" in v] == []
+    assert env["CIBW_ENVIRONMENT_PASS_LINUX"] == ""
+    assert f"--volume={tmp_path}:/run/wheelbuild-secrets:ro" in env["CIBW_CONTAINER_ENGINE"]
+    # pip reads the index from the file, into its own environment, by name.
+    assert 'PIP_INDEX_URL="$(cat /run/wheelbuild-secrets/torch-index-url)"' in env["CIBW_BEFORE_BUILD_LINUX"]
+    write_secrets(config, {}, tmp_path)
+    assert (tmp_path / "torch-index-url").read_text() == SECRET_INDEX
+    assert (tmp_path / "torch-index-url").stat().st_mode & 0o077 == 0
 
 
 def test_before_build_installs_the_variants_torch_and_checks_it(
@@ -229,26 +232,42 @@ def test_without_admission_no_wrapper_env(make_config: Callable[..., AttemptConf
     assert "wheelbuild-admit" not in env["CIBW_ENVIRONMENT_LINUX"]
 
 
-def test_a_shared_compiler_cache_is_handed_over_by_name_only(
-    make_config: Callable[..., AttemptConfig],
+def test_a_shared_compiler_cache_reaches_only_the_sccache_server_through_a_file(
+    make_config: Callable[..., AttemptConfig], tmp_path: Path
 ) -> None:
     host = {
         "SCCACHE_BUCKET": "ci-cache",
-        "AWS_SECRET_ACCESS_KEY": "s3cret",
+        "AWS_SECRET_ACCESS_KEY": "s3cret key'with quote",
         "HOME": "/root",
         "SCCACHE_REDIS": "",
     }
     names = shared_cache_env(host)
     assert names == ("SCCACHE_BUCKET", "AWS_SECRET_ACCESS_KEY")  # set ones only, nothing else
-    env = cibuildwheel_env(make_config(pass_env=names))
-    assert env["CIBW_ENVIRONMENT_PASS_LINUX"].split() == [
-        "WHEELBUILD_TORCH_INDEX_URL",
-        "SCCACHE_BUCKET",
-        "AWS_SECRET_ACCESS_KEY",
-    ]
-    assert all("s3cret" not in value for value in env.values())
-    # Without a compiler cache there is nothing to share.
+    config = make_config(pass_env=names)
+    env = cibuildwheel_env(config, tmp_path)
+    assert all("s3cret" not in value and "ci-cache" not in value for value in env.values())
     assert (
-        cibuildwheel_env(make_config(pass_env=names, compiler_cache=False))["CIBW_ENVIRONMENT_PASS_LINUX"]
-        == "WHEELBUILD_TORCH_INDEX_URL"
+        ". /run/wheelbuild-secrets/sccache.env && exec sccache --start-server"
+        in env["CIBW_BEFORE_BUILD_LINUX"]
     )
+    write_secrets(config, host, tmp_path)
+    sourced = subprocess.run(
+        ["sh", "-c", f". {tmp_path}/sccache.env && printf '%s|%s' \"$SCCACHE_BUCKET\" \"$AWS_SECRET_ACCESS_KEY\""],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert sourced == "ci-cache|s3cret key'with quote"
+    # Without a compiler cache there is nothing to share.
+    write_secrets(make_config(pass_env=names, compiler_cache=False), host, tmp_path)
+    assert (tmp_path / "sccache.env").read_text() == ""
+
+
+def test_every_line_written_passes_a_redactor_that_knows_the_runs_secrets(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    config = make_config(torch_index_url="https://ci:pa@ss/word@idx.example.invalid/simple?token=t0k3n-42")
+    redact = redactor_for(config, {"AWS_SECRET_ACCESS_KEY": "aws-canary-1234", "HOME": "/root"})
+    line = "Looking in indexes: https://ci:pa@ss/word@idx.example.invalid/simple?token=t0k3n-42 aws-canary-1234 pa@ss/word"
+    shown = redact(line)
+    assert "pa@ss/word" not in shown and "t0k3n-42" not in shown and "aws-canary-1234" not in shown
+    assert "idx.example.invalid/simple" in shown  # the rest stays readable
+    assert redact("/root/.cache") == "/root/.cache"  # a variable that is no secret is left alone

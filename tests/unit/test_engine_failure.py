@@ -22,7 +22,7 @@ from builder.engine import (
     owner_token,
     raise_for_failure,
 )
-from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory
+from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 
 MakeResult = Callable[..., AttemptResult]
 
@@ -171,13 +171,26 @@ def test_other_lines_are_not_kill_lines(line: str) -> None:
 
 @pytest.mark.parametrize("line", KILL_LINES)
 def test_killed_compiler_is_out_of_memory_not_compile_failed(make_result: MakeResult, line: str) -> None:
-    evidence = OomEvidence(killed_lines=(line.strip(),))
+    evidence = OomEvidence(cgroup_oom_kills=1, killed_lines=(line.strip(),))
     with pytest.raises(OutOfMemory) as caught:
         raise_for_failure(make_result(_log(line), oom=evidence))
     assert caught.value.exit_code == 43
-    assert caught.value.cause == (f"a compiler was OOM-killed in attempt 1 (evidence: log: {line.strip()})")
+    assert caught.value.cause == (
+        f"a compiler was OOM-killed in attempt 1 (evidence: cgroup oom_kill +1; log: {line.strip()})"
+    )
     assert "--memory" in caught.value.remedy
     assert "--max-jobs" in caught.value.remedy
+
+
+@pytest.mark.parametrize("line", KILL_LINES)
+def test_a_kill_line_alone_is_not_an_oom(make_result: MakeResult, line: str) -> None:
+    # Any SIGKILL prints it (a timeout, a person's pkill); without the kernel's or Docker's word
+    # it is not retried as an OOM.
+    evidence = OomEvidence(killed_lines=(line.strip(),))
+    assert evidence.fired == ()
+    with pytest.raises(WheelbuildError) as caught:
+        raise_for_failure(make_result(_log(line), oom=evidence))
+    assert not isinstance(caught.value, OutOfMemory)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +313,7 @@ def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
     config = make_config()
     log = _options_summary(config) + _echoed_before_all(config) + _echoed_before_build(config) + _log(line)
     with pytest.raises(expected) as caught:
-        evidence = OomEvidence(killed_lines=("Killed",)) if line == "Killed" else None
+        evidence = OomEvidence(docker_oom_events=1, killed_lines=("Killed",)) if line == "Killed" else None
         raise_for_failure(make_result(log, memory_seen=6442450944, oom=evidence))
     assert type(caught.value) is expected
 
@@ -309,9 +322,12 @@ def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
 # Ownership tokens
 
 
-def test_own_token_names_host_pid_and_start_time() -> None:
-    host, pid, start = owner_token().split(":")
+def test_own_token_names_host_boot_pid_namespace_pid_and_start_time() -> None:
+    namespace, pid, start = owner_token().split(":")
+    host, boot, pidns = namespace.split("/")
     assert host == socket.gethostname()
+    assert boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert pidns == os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
     assert pid == str(os.getpid())
     assert start.isdigit()
     assert owner_token(os.getpid()) == owner_token()
@@ -336,8 +352,15 @@ def test_token_with_a_reused_pid_is_not_alive() -> None:
 
 
 def test_token_from_another_host_counts_as_alive() -> None:
-    assert _owner_alive(f"not-{socket.gethostname()}:1:12345") is True
+    assert _owner_alive(f"not-{socket.gethostname()}/b/1:1:12345") is True
+
+
+def test_token_from_another_pid_namespace_with_the_same_hostname_counts_as_alive() -> None:
+    # CI runners sharing a hostname in separate PID namespaces: pid 1 there is not our pid 1.
+    namespace, pid, start = owner_token().split(":")
+    host, boot, _pidns = namespace.split("/")
+    assert _owner_alive(f"{host}/{boot}/4026500000:{pid}:{int(start) + 1}") is True
 
 
 def test_malformed_token_counts_as_alive() -> None:
-    assert _owner_alive(f"{socket.gethostname()}:notapid:1") is True
+    assert _owner_alive(f"{owner_token().split(':')[0]}:notapid:1") is True

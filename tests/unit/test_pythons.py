@@ -87,7 +87,7 @@ def _html_page() -> bytes:
         (f"https://user:{SECRET}@host.example/simple/", "https://***@host.example/simple/"),
         (f"https://{SECRET}@host.example:8443/simple", "https://***@host.example:8443/simple"),
         (f"https://user:pa@ss{SECRET}@host.example/x", "https://***@host.example/x"),  # "@" in it
-        ("https://host.example/simple?to=a@b", "https://host.example/simple?to=a@b"),
+        ("https://host.example/simple?to=a@b", "https://host.example/simple?to=***"),
         (f"user:{SECRET}@host.example/simple", "***@host.example/simple"),  # no scheme
     ],
 )

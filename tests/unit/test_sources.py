@@ -107,3 +107,37 @@ def test_url_sdist_in_the_cache_with_wrong_bytes_is_rejected_and_evicted(
     with pytest.raises(SourceUnavailable):
         prepare_source(source, _no_lines)
     assert not cached.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials in index and sdist URLs: sent as a header, never shown
+
+
+def test_a_urls_credentials_become_an_authorization_header_for_urllib() -> None:
+    from builder.sources import _request
+
+    request = _request("https://ci:pa@ss/w0rd@idx.example/simple/x/", {"Accept": "application/json"})
+    assert request.full_url == "https://idx.example/simple/x/"
+    assert (
+        request.get_header("Authorization")
+        == "Basic " + __import__("base64").b64encode(b"ci:pa@ss/w0rd").decode()
+    )
+    assert request.get_header("Accept") == "application/json"
+
+
+def test_lookup_and_download_errors_never_show_the_credentials(tmp_path: Path) -> None:
+    from builder.errors import SourceUnavailable
+    from builder.sources import _download, _files
+
+    lines: list[str] = []
+    with pytest.raises(SourceUnavailable) as looked:
+        _files("http://ci:hunter2-secret@127.0.0.1:9/simple?token=tok-secret", "flash-attn")
+    with pytest.raises(SourceUnavailable) as downloaded:
+        _download(
+            "http://ci:hunter2-secret@127.0.0.1:9/x.tar.gz?sig=tok-secret",
+            tmp_path / "x.tar.gz",
+            lines.append,
+        )
+    for text in (looked.value.cause, looked.value.remedy, downloaded.value.cause, *lines):
+        assert "hunter2-secret" not in text and "tok-secret" not in text, text
+    assert "http://***@127.0.0.1:9/x.tar.gz?sig=***" in downloaded.value.cause

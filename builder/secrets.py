@@ -1,0 +1,101 @@
+"""Secrets travel by name or as a mounted file, never as a value on a command line, in a log, a
+report or a label. This module is the second wall: whatever wheelbuild writes (build.log, the
+terminal, the gate's log) passes through a Redactor that knows every secret value of the run,
+and hides any URL's credentials and query values it has not been told about.
+
+Pure: values in, text out. engine.py mounts the files; this module says what goes in them.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote
+
+MOUNT = "/run/wheelbuild-secrets"  # read-only in every build container, never in its config
+TORCH_INDEX_FILE = "torch-index-url"
+SCCACHE_ENV_FILE = "sccache.env"  # sourced only by the sccache server's start: it alone needs them
+MIN_SECRET = 4  # shorter values are not hunted in text: they would redact half of every line
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.IGNORECASE)
+_QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
+
+
+def _split(url: str) -> tuple[str, str, str, str]:
+    """(scheme://, user info, rest up to the query, query) with the user info taken as whatever
+    comes before the *last* @ ahead of the path's query: a password may hold @ and /."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    head, mark, query = rest.partition("?")
+    userinfo, at, location = head.rpartition("@")
+    if not at:
+        userinfo, location = "", head
+    return f"{scheme}{sep}", userinfo, location, f"{mark}{query}"
+
+
+def _hide_url(match: re.Match[str]) -> str:
+    scheme, userinfo, location, query = _split(match[0])
+    return scheme + ("***@" if userinfo else "") + location + _QUERY_VALUE.sub(r"\1***", query)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The parts of a URL that are credentials: the user info, its password and user, each query value."""
+    _scheme, userinfo, _location, query = _split(url)
+    found: list[str] = []
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        found += [userinfo, unquote(userinfo), user, unquote(user), password, unquote(password)]
+    for pair in query.lstrip("?").split("&"):
+        _key, eq, value = pair.partition("=")
+        if eq:
+            found += [value, unquote(value)]
+    return tuple(v for v in found if v)
+
+
+def redact_url(url: str) -> str:
+    """*url* with its credentials (``https://user:token@host/...``, ``?token=...``) replaced by
+    ``***``, for logs, errors and reports. When in doubt it hides more: everything before the
+    last ``@`` ahead of the query is taken for credentials, and every query value."""
+    scheme, userinfo, location, query = _split(url)
+    return scheme + ("***@" if userinfo else "") + location + _QUERY_VALUE.sub(r"\1***", query)
+
+
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """(the URL without its user info, a Basic Authorization header value or None). urllib does
+    not send a URL's credentials itself; the header goes only to the URL's own host."""
+    scheme, userinfo, location, query = _split(url)
+    if not userinfo:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return f"{scheme}{location}{query}", f"Basic {token}"
+
+
+def sccache_env_file(values: Mapping[str, str]) -> str:
+    """`export NAME='value'` lines for a POSIX shell to source."""
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in values.items())
+
+
+class Redactor:
+    """Hides every known secret value, and any URL credentials, in a line of text."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        # Longest first, so that a value containing another is hidden whole.
+        self._values = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            if value in text:
+                text = text.replace(value, "***")
+        return _URL.sub(_hide_url, text)
+
+
+def run_secrets(environ: Mapping[str, str], names: Iterable[str], urls: Iterable[str]) -> tuple[str, ...]:
+    """Every secret value of a run: the named variables' values and the URLs' credentials."""
+    values = [environ[name] for name in names if environ.get(name)]
+    for url in urls:
+        values += url_secrets(url)
+    return tuple(values)
