@@ -119,6 +119,17 @@ def _v2_host(tmp_path: Path) -> Path:
             "proc/self/cgroup": "0::/build.slice/job.scope\n",
             "proc/cpuinfo": _cpuinfo(16),
             "proc/meminfo": MEMINFO,
+            # Shaped as Documentation/admin-guide/cgroup-v2.rst describes a hierarchy: every
+            # cgroup lists the controllers it has (cgroup.controllers) and those it enables for
+            # its children (cgroup.subtree_control); processes sit only in leaves (cgroup.procs).
+            "sys/fs/cgroup/cgroup.controllers": "cpuset cpu io memory hugetlb pids rdma misc\n",
+            "sys/fs/cgroup/cgroup.subtree_control": "cpu io memory pids\n",
+            "sys/fs/cgroup/build.slice/cgroup.controllers": "cpu io memory pids\n",
+            "sys/fs/cgroup/build.slice/cgroup.subtree_control": "cpu memory pids\n",
+            "sys/fs/cgroup/build.slice/cgroup.procs": "",
+            f"{job}/cgroup.controllers": "cpu memory pids\n",
+            f"{job}/cgroup.subtree_control": "",
+            f"{job}/cgroup.procs": "4242\n",
             # The root cgroup has no memory.max; the parent's limit is tighter than the child's.
             "sys/fs/cgroup/cpuset.cpus.effective": "0-15\n",
             "sys/fs/cgroup/build.slice/memory.max": f"{4 * GIB}\n",
