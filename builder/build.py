@@ -42,7 +42,7 @@ from builder.planner import (
     plan_build,
     with_admission,
 )
-from builder.pythons import choose_pythons, requires_python_of, torch_python_tags
+from builder.pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
 from builder.recipes import Recipe, resolve_recipe
 from builder.reporter import Reporter
 from builder.results import source_digest
@@ -165,9 +165,24 @@ def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: Ima
     )
 
 
-def python_constraints(
-    spec: BuildSpec, source: PreparedSource, reporter: Reporter
-) -> tuple[frozenset[str] | None, str | None]:
+@dataclass(frozen=True)
+class PythonConstraints:
+    torch_tags: frozenset[str] | None  # the Pythons the variant's torch has wheels for; None: unknown
+    requires_python: str | None  # the package's
+
+    def choose(self, image: tuple[str, ...], spec: BuildSpec) -> PythonChoice:
+        return choose_pythons(
+            image,
+            self.torch_tags,
+            self.requires_python,
+            spec.pythons,
+            package=spec.recipe.name,
+            torch_version=spec.variant.torch_version,
+            index_url=spec.variant.index_url,
+        )
+
+
+def python_constraints(spec: BuildSpec, source: PreparedSource, reporter: Reporter) -> PythonConstraints:
     """Which Pythons can work at all: those the variant's torch has a wheel for on its index (read
     once, cached for a day) and the package's Requires-Python allows. Pythons asked for by name
     that cannot work fail here, before any container. torch_tags is None when the index could not
@@ -182,19 +197,12 @@ def python_constraints(
             raise
         reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
         torch_tags = None
+    constraints = PythonConstraints(torch_tags, requires_python)
     if spec.pythons:
         # The image is not known yet: offer what torch has wheels for.
         offered = {t for t in torch_tags or () if re.fullmatch(r"cp3\d+", t)} | set(spec.pythons)
-        choose_pythons(
-            tuple(sorted(offered, key=lambda t: int(t[3:]))),
-            torch_tags,
-            requires_python,
-            spec.pythons,
-            package=spec.recipe.name,
-            torch_version=spec.variant.torch_version,
-            index_url=spec.variant.index_url,
-        )
-    return torch_tags, requires_python
+        constraints.choose(tuple(sorted(offered, key=lambda t: int(t[3:]))), spec)
+    return constraints
 
 
 GATE_MEMORY = 6 * 1024**3  # pip installing torch and importing it; a smoke test's small tensors
@@ -239,6 +247,30 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
     )
 
 
+def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path(".")) -> BuildSpec:
+    """What a nightly cell builds: `wheelbuild build` with the cell's arguments, gate included."""
+    return BuildSpec(
+        recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
+        variant=parse_variant(cell.torch, torch_index_url),
+        archs=parse_archs(cell.archs),
+        pythons=(cell.python,) if cell.python else (),
+        gpus=GpuMode.AUTO,
+        memory=None,
+        cpus=None,
+        max_jobs=None,
+        nvcc_threads=None,
+        output_dir=output_dir,
+    )
+
+
+def cell_inputs_key(cell: Cell, options: ImageOptions, torch_index_url: str | None, client: Any) -> str:
+    """The inputs key a build of *cell* (one named Python) will have. *client* is only asked
+    when the base is a local tag (a pinned production base is its own identity)."""
+    spec = cell_spec(cell, torch_index_url)
+    inputs = image_inputs(client, options.for_variant(spec.variant))
+    return inputs_key(spec, inputs, spec.pythons)
+
+
 def unpublished_cells(
     cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None
 ) -> tuple[Cell, ...]:
@@ -247,25 +279,8 @@ def unpublished_cells(
     published = publish.published_inputs(tree)
     if not published:
         return cells
-    client = engine.connect()
-    left = []
-    for cell in cells:
-        spec = BuildSpec(
-            recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
-            variant=parse_variant(cell.torch, torch_index_url),
-            archs=parse_archs(cell.archs),
-            pythons=(cell.python,),
-            gpus=GpuMode.AUTO,
-            memory=None,
-            cpus=None,
-            max_jobs=None,
-            nvcc_threads=None,
-            output_dir=Path("."),
-        )
-        inputs = image_inputs(client, options.for_variant(spec.variant))
-        if inputs_key(spec, inputs, spec.pythons) not in published:
-            left.append(cell)
-    return tuple(left)
+    client = engine.connect() if options.base_image else None
+    return tuple(c for c in cells if cell_inputs_key(c, options, torch_index_url, client) not in published)
 
 
 def plan_for(
@@ -323,19 +338,11 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
     compiler = compiler_in_image(spec.variant, spec.archs, inputs)
     ensure_cuda12_layer(client, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
-    torch_tags, requires_python = python_constraints(spec, source, reporter)
+    constraints = python_constraints(spec, source, reporter)
 
     reporter.step("image")
     image = ensure_image(client, inputs, reporter)
-    choice = choose_pythons(
-        engine.image_pythons(client, image.tag),
-        torch_tags,
-        requires_python,
-        spec.pythons,
-        package=spec.recipe.name,
-        torch_version=spec.variant.torch_version,
-        index_url=spec.variant.index_url,
-    )
+    choice = constraints.choose(tuple(engine.image_pythons(client, image.tag)), spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     pythons = choice.pythons
@@ -517,9 +524,7 @@ def import_gate(
     found = []
     for wheel in wheels:
         abi = abi_reports[wheel.path.name]
-        # Without an NVIDIA runtime no GPU reaches the container: the smoke test is not started.
-        smoke = spec.recipe.smoke_test if gpus else None
-        plan = plan_gate(wheel.path, abi, spec.archs, smoke, spec.recipe.import_packages)
+        plan = plan_gate(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
         job = engine.GateJob(
             run_id=run_id,
             image=base,
@@ -539,9 +544,10 @@ def import_gate(
             "install_error": f"the gate's container ended without an answer:\n{tail}",
         }
         result = read_gate(wheel.path.name, answer, abi)
-        if spec.recipe.smoke_test and not gpus:
+        if result.smoke and result.smoke.get("status") == "skipped" and not gpus:
+            # It ran (its imports are checked too) and found no GPU: say why there is none.
             reason = "the Docker daemon has no NVIDIA runtime, so no GPU reaches the gate"
-            result = replace(result, smoke={"status": "skipped", "reason": reason})
+            result = replace(result, smoke={**result.smoke, "reason": reason})
         reporter.info(f"{wheel.path.name}: {result.summary}")
         found.append(result)
     return tuple(found)

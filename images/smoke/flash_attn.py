@@ -6,12 +6,11 @@ causal and not, against plain PyTorch attention computed in float32.
 Writes {"status": "passed" | "failed" | "skipped", "reason": ..., "checks": [...]}.
 """
 
-import json
 import math
-import os
 import sys
 
 import torch
+from _smoke import gpu_or_reason, write_report
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -26,17 +25,9 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 
 
 def main(report: str) -> None:
-    def done(status: str, reason: str, checks: list[dict] | None = None) -> None:
-        with open(report, "w") as out:
-            json.dump({"status": status, "reason": reason, "checks": checks or []}, out)
-
-    if not torch.cuda.is_available():
-        return done("skipped", "no GPU is visible in the gate's container")
-    major, minor = torch.cuda.get_device_capability()
-    arch = major * 10 + minor
-    archs = sorted(int(a) for a in os.environ["WHEELBUILD_ARCHS"].split(","))
-    if arch not in archs:
-        return done("skipped", f"the GPU ({torch.cuda.get_device_name()}) is sm_{arch}; the wheel holds {archs}")
+    skip, name = gpu_or_reason()
+    if skip:
+        return write_report(report, "skipped", skip)
 
     from flash_attn import flash_attn_func
 
@@ -47,13 +38,23 @@ def main(report: str) -> None:
             q, k, v = (torch.randn(2, 256, 4, 64, device="cuda", dtype=dtype) for _ in range(3))
             out = flash_attn_func(q, k, v, causal=causal)
             err = (out.float() - reference(q, k, v, causal)).abs().max().item()
-            checks.append({"name": f"{str(dtype).split('.')[-1]} causal={causal}", "max_abs_err": err,
-                           "tolerance": tol, "ok": err <= tol})
+            checks.append(
+                {
+                    "name": f"{str(dtype).split('.')[-1]} causal={causal}",
+                    "max_abs_err": err,
+                    "tolerance": tol,
+                    "ok": err <= tol,
+                }
+            )
     failed = [c["name"] for c in checks if not c["ok"]]
-    name = f"sm_{arch} ({torch.cuda.get_device_name()})"
-    done("failed" if failed else "passed",
-         f"{', '.join(failed)} off on {name}" if failed else f"{len(checks)} cases match PyTorch attention on {name}",
-         checks)
+    write_report(
+        report,
+        "failed" if failed else "passed",
+        f"{', '.join(failed)} off on {name}"
+        if failed
+        else f"{len(checks)} cases match PyTorch attention on {name}",
+        checks,
+    )
 
 
 if __name__ == "__main__":
