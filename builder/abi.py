@@ -47,6 +47,7 @@ from elftools.elf.sections import StringTableSection, SymbolTableSection
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from builder.errors import AbiMismatch
+from builder.wheels import MAX_COMPRESSION_RATIO, MAX_MEMBER_SIZE, UnsafeMember, read_member
 
 __all__ = [
     "FAMILIES",
@@ -65,8 +66,6 @@ __all__ = [
 ]
 
 FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI")  # libc, libstdc++, the C++ ABI (also libstdc++)
-MAX_MEMBER_SIZE = 2 * 1024**3
-MAX_COMPRESSION_RATIO = 100.0
 
 _NUMBERED = re.compile(r"(GLIBC|GLIBCXX|CXXABI)_(\d+(?:\.\d+)*)")
 _SHARED_OBJECT = re.compile(r"\.so(?:\.\d+)*\Z")  # _C.cpython-311-x86_64-linux-gnu.so, libfoo-1a2b.so.12
@@ -75,11 +74,6 @@ _POLICY_NAME = re.compile(r"manylinux_(\d+)_(\d+)")
 _LEGACY_MANYLINUX = re.compile(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)")
 _EXPORTED_BINDINGS = frozenset({"STB_GLOBAL", "STB_WEAK", "STB_LOOS"})  # STB_LOOS = STB_GNU_UNIQUE
 _EXPORTED_VISIBILITY = frozenset({"STV_DEFAULT", "STV_PROTECTED"})
-_CHUNK = 1 << 20
-
-
-class UnsafeMember(ValueError):
-    """A wheel member is refused unread: too large, or compressed suspiciously well (a zip bomb)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -497,30 +491,6 @@ def _problem(module: ModuleAbi, label: str) -> str:
     return f"{module.member} needs {needs} but {label} allows {' and '.join(clauses)}"
 
 
-def _read_member(
-    wheel: zipfile.ZipFile, info: zipfile.ZipInfo, max_member_size: int, max_ratio: float
-) -> bytes:
-    """A member's bytes, refusing (unread) one over the size or compression-ratio cap."""
-    if info.file_size > max_member_size:
-        raise UnsafeMember(
-            f"{info.filename}: {info.file_size} bytes uncompressed, over the cap of {max_member_size}"
-        )
-    if info.file_size > max_ratio * max(info.compress_size, 1):
-        raise UnsafeMember(
-            f"{info.filename}: {info.compress_size} bytes would expand to {info.file_size}, "
-            f"a compression ratio over the cap of {max_ratio:g}"
-        )
-    chunks: list[bytes] = []
-    size = 0
-    with wheel.open(info) as stream:
-        while chunk := stream.read(_CHUNK):
-            size += len(chunk)
-            if size > info.file_size:  # zipfile stops at the declared size; never trust that alone
-                raise UnsafeMember(f"{info.filename}: longer than its declared {info.file_size} bytes")
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def check_wheel_abi(
     wheel_path: Path,
     *,
@@ -543,7 +513,7 @@ def check_wheel_abi(
             for info in wheel.infolist():
                 if info.is_dir() or not _SHARED_OBJECT.search(info.filename.rpartition("/")[2]):
                     continue
-                data = _read_member(wheel, info, max_member_size, max_ratio)
+                data = read_member(wheel, info, max_member_size, max_ratio)
                 try:
                     abis.append((info.filename, symbol_versions(data)))
                 except ValueError as exc:

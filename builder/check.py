@@ -45,6 +45,7 @@ __all__ = [
 
 DEFAULT_ARCHS = (100, 120)
 REPORT = "build-report.json"
+MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this is only a bound on a hostile one
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,78 @@ class Expectation:
     torch_minor: str  # 2.11
 
 
+def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
+    return InvalidWheel(
+        f"{wheel.name}: the build report beside it ({wheel.parent / REPORT}) is damaged: {why}",
+        "rebuild (wheelbuild build writes a whole report), or publish a copy of the wheel from a "
+        "directory without a report, with --torch and --archs (it is then checked statically)",
+    )
+
+
+def _is_text(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _gate_entry_problem(entry: object) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("wheel"), str):
+        return "a gate entry is not a table naming its wheel"
+    if not isinstance(entry.get("passed", False), bool):
+        return f"the gate entry of {entry['wheel']} has a `passed` that is not true or false"
+    imports = entry.get("imports", [])
+    if not isinstance(imports, list) or not all(
+        isinstance(i, dict)
+        and isinstance(i.get("module"), str)
+        and isinstance(i.get("ok", False), bool)
+        and _is_text(i.get("error"))
+        and _is_text(i.get("demangled"))
+        for i in imports
+    ):
+        return f"the gate entry of {entry['wheel']} has imports that are not tables of module and ok"
+    if not all(_is_text(entry.get(k)) for k in ("install_error", "torch")):
+        return f"the gate entry of {entry['wheel']} has an install_error or torch that is not text"
+    smoke = entry.get("smoke")
+    if smoke is not None and not isinstance(smoke, dict):
+        return f"the gate entry of {entry['wheel']} has a smoke result that is not a table"
+    return None
+
+
+def _report_problem(report: object) -> str | None:
+    """What makes a build report unusable here, or None. Only the fields this module reads are
+    checked: torch.variant, archs, inputs_key and the gate entries."""
+    if not isinstance(report, dict):
+        return f"it holds a JSON {type(report).__name__}, not an object"
+    torch = report.get("torch")
+    if not isinstance(torch, dict) or not isinstance(torch.get("variant"), str):
+        return "it names no torch.variant"
+    archs = report.get("archs")
+    if not isinstance(archs, list) or not archs or not all(type(a) is int for a in archs):
+        return "its archs are not a list of SM numbers"
+    if not _is_text(report.get("inputs_key")):
+        return "its inputs_key is not text"
+    gate = report.get("gate")
+    if gate is None or isinstance(gate, dict):  # a report from before the gate, or --no-gate
+        return None
+    if not isinstance(gate, list):
+        return "its gate is neither a list of results nor a --no-gate note"
+    return next((p for p in map(_gate_entry_problem, gate) if p), None)
+
+
 def _report_beside(wheel: Path) -> dict[str, Any] | None:
-    """The build report of the run directory a wheel sits in, if it does."""
+    """The build report of the run directory a wheel sits in, if it does; InvalidWheel when it
+    is there but damaged (it decides the variant, the archs and the gate verdict)."""
     path = wheel.parent / REPORT
-    return dict(json.loads(path.read_text())) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > MAX_REPORT_SIZE:
+            raise _damaged_report(wheel, f"it is over {MAX_REPORT_SIZE // 1024**2} MiB")
+        report = json.loads(path.read_bytes())
+    # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
+    except (OSError, ValueError, RecursionError) as error:
+        raise _damaged_report(wheel, f"it is not readable JSON ({error})") from None
+    if problem := _report_problem(report):
+        raise _damaged_report(wheel, problem)
+    return dict(report)
 
 
 def expectation_for(
@@ -79,13 +148,17 @@ def expectation_for(
     return variant, Expectation(archs=archs, label=variant.label, torch_minor=variant.torch_minor)
 
 
+def _unreadable(path: Path, error: Exception) -> InvalidWheel:
+    return InvalidWheel(
+        f"{path.name} is not a readable wheel: {error}", "check the path; wheelbuild reads .whl files"
+    )
+
+
 def inspect_or_refuse(path: Path) -> WheelInfo:
     try:
         return inspect_wheel(path)
     except (OSError, ValueError) as error:
-        raise InvalidWheel(
-            f"{path.name} is not a readable wheel: {error}", "check the path; wheelbuild reads .whl files"
-        ) from error
+        raise _unreadable(path, error) from error
 
 
 def inputs_key_beside(wheel: Path) -> str | None:
@@ -120,7 +193,10 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
             )
         ], None
     where = "no build report beside it" if report is None else "its build ran with --no-gate"
-    static = check_wheel_abi(wheel)
+    try:
+        static = check_wheel_abi(wheel)
+    except (OSError, ValueError) as error:  # over a cap, not ELF: inspect reads .so only, this .so.N too
+        raise _unreadable(wheel, error) from error
     return list(static.errors()), (
         f"{wheel.name}: checked statically only ({where}, so it was never loaded): "
         + ("symbol versions fit " + static.limits.label if static.fits else "symbol versions do not fit")

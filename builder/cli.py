@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -18,15 +19,17 @@ from builder import calibrate as calibrating
 from builder import check, engine, matrix, remote
 from builder import publish as publishing
 from builder import serve as serving
-from builder.errors import BadArgument, WheelbuildError
+from builder.errors import BadArgument, BadHtpasswd, WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
 from builder.sources import cache_dir, newest_release, newest_torch
 from builder.spec import (
     DEFAULT_ARCHS,
+    MAX_CPUS,
     BuildSpec,
     GpuMode,
+    check_cpus,
     format_bytes,
     parse_archs,
     parse_env,
@@ -38,13 +41,56 @@ from builder.variants import parse_variant
 from builder.wheels import WheelInfo
 
 
-class _RecipeShortcut(click.Group):
-    """`wheelbuild flash-attn ...` is the short form of `wheelbuild build flash-attn ...`."""
+def _fail(error: WheelbuildError) -> NoReturn:
+    """The one place a WheelbuildError is shown: its details, cause and remedy, then its exit code."""
+    if error.details:
+        click.echo(error.details, err=True)
+    click.echo(f"error: {error.cause}", err=True)
+    click.echo(f"remedy: {error.remedy}", err=True)
+    sys.exit(error.exit_code)
+
+
+class _Wheelbuild(click.Group):
+    """Renders every WheelbuildError a command raises (here, not only in `run`, so that a command
+    run in process, e.g. by click's CliRunner, says the same). `wheelbuild flash-attn ...` is the
+    short form of `wheelbuild build flash-attn ...`."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] in known_recipes():
             args = ["build", *args]
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WheelbuildError as error:
+            _fail(error)
+
+
+class _GivenPath(click.Path):
+    """click.Path that refuses '': Path('') is the current directory, which an empty value (an
+    unset shell variable, most likely) never meant."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path would mean the current directory", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+_PATH = _GivenPath(path_type=Path)
+
+
+class _GivenText(click.types.StringParamType):
+    """Text that refuses '': an option given empty would otherwise mean its default."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if not text.strip():
+            self.fail("is empty; leave the option out for its default", param, ctx)
+        return text
+
+
+_TEXT = _GivenText()
 
 
 def _image_options(
@@ -59,18 +105,20 @@ _image_flags = [
     click.option(
         "--base-image",
         envvar="WHEELBUILD_BASE_IMAGE",
+        type=_TEXT,
         help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
         "tests use scripts/make-base-image].",
     ),
     click.option(
         "--ca-bundle",
         envvar="WHEELBUILD_CA_BUNDLE",
-        type=click.Path(path_type=Path),
+        type=_PATH,
         help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
     ),
     click.option(
         "--cuda12-image",
         envvar="WHEELBUILD_CUDA12_IMAGE",
+        type=_TEXT,
         help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
     ),
 ]
@@ -82,7 +130,7 @@ def image_flags(f: Any) -> Any:
     return f
 
 
-@click.group(cls=_RecipeShortcut, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Wheelbuild, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wheelbuild")
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
@@ -100,6 +148,7 @@ def main() -> None:
 @click.option(
     "--torch-index-url",
     envvar="WHEELBUILD_TORCH_INDEX_URL",
+    type=_TEXT,
     help="Index to install torch from [default: PyTorch's index for the variant].",
 )
 @click.option("--archs", default=",".join(map(str, DEFAULT_ARCHS)), show_default=True, help="CUDA SM archs.")
@@ -121,17 +170,17 @@ def main() -> None:
 @click.option("--cpus", type=float, help="Container CPUs [default: all of this process's].")
 @click.option(
     "--max-jobs",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_CPUS),
     help="MAX_JOBS for ninja [default: from memory and CPUs].",
 )
 @click.option(
     "--nvcc-threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_CPUS),
     help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
 )
 @click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE for the build's environment; repeatable.")
 @click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
-@click.option("--output-dir", type=click.Path(path_type=Path), default=Path("wheelhouse"), show_default=True)
+@click.option("--output-dir", type=_PATH, default=Path("wheelhouse"), show_default=True)
 @click.option(
     "--admission",
     is_flag=True,
@@ -185,8 +234,8 @@ def build(
         archs=parse_archs(archs),
         pythons=tuple(parse_python(p) for p in pythons),
         gpus=GpuMode(gpus),
-        memory=parse_memory(memory) if memory else None,
-        cpus=cpus,
+        memory=parse_memory(memory) if memory is not None else None,
+        cpus=check_cpus(cpus),
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,
         output_dir=output_dir.resolve(),
@@ -221,8 +270,8 @@ def _echo_modules(wheel: WheelInfo) -> None:
 @click.option("--version", "recipe_version", help="Release of a known recipe (flash-attn).")
 @click.option("--memory", help="Container memory limit (64g) [default: this machine's, less a reserve].")
 @click.option("--cpus", type=float, help="CPUs [default: this machine's (cgroup quota, cpuset)].")
-@click.option("--max-jobs", type=click.IntRange(min=1), help="Keep MAX_JOBS at this.")
-@click.option("--nvcc-threads", type=click.IntRange(min=1), help="Keep NVCC_THREADS at this.")
+@click.option("--max-jobs", type=click.IntRange(min=1, max=MAX_CPUS), help="Keep MAX_JOBS at this.")
+@click.option("--nvcc-threads", type=click.IntRange(min=1, max=MAX_CPUS), help="Keep NVCC_THREADS at this.")
 @click.option(
     "--torch",
     "torch_variant",
@@ -247,8 +296,8 @@ def plan(
     planned = build_pipeline.plan_for(
         recipe,
         parse_archs(archs),
-        parse_memory(memory) if memory else None,
-        cpus,
+        parse_memory(memory) if memory is not None else None,
+        check_cpus(cpus),
         max_jobs,
         nvcc_threads,
         toolkit=build_pipeline.toolkit_for(variant),
@@ -265,7 +314,9 @@ def plan(
     show_default=True,
     help="Variant whose headers and nvcc to use.",
 )
-@click.option("--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="Index to take torch from.")
+@click.option(
+    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", type=_TEXT, help="Index to take torch from."
+)
 @click.option("--version", "recipe_version", help="Release of the recipe [default: its default].")
 @click.option(
     "--archs",
@@ -290,7 +341,7 @@ def plan(
 @click.option("--memory", help="Each compile's container limit [default: this machine's, less a reserve].")
 @click.option(
     "--compare",
-    type=click.Path(path_type=Path),
+    type=_PATH,
     help="A calibration table in the same format (e.g. shared/calibration) to set the numbers against.",
 )
 @image_flags
@@ -321,7 +372,7 @@ def calibrate(
         threads_options=thread_values,
         sample=sample,
         unit_names=unit_names,
-        memory=parse_memory(memory) if memory else None,
+        memory=parse_memory(memory) if memory is not None else None,
         options=_image_options(base_image, ca_bundle, cuda12_image),
         reporter=Reporter(),
         reference=compare,
@@ -375,7 +426,7 @@ def image_ls() -> None:
 
 
 @main.command()
-@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("wheels", nargs=-1, required=True, type=_PATH)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per wheel, in a list).")
 def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
     """Show what a wheel really holds: name, version, tags, sha256, its torch requirement, the
@@ -399,7 +450,7 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
 
 
 @main.command("publish")
-@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("wheels", nargs=-1, required=True, type=_PATH)
 @click.option(
     "--to",
     "target",
@@ -420,10 +471,11 @@ def publish_command(
 ) -> None:
     """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
     regenerate its static index (PEP 503/691/658/700, under a lock, atomically)."""
+    remote.parse_target(target)  # a bad --to fails before the wheels are read
     groups = check.check_wheels(
         wheels,
-        parse_variant(torch_variant) if torch_variant else None,
-        parse_archs(archs) if archs else None,
+        parse_variant(torch_variant) if torch_variant is not None else None,
+        parse_archs(archs) if archs is not None else None,
         on_note=lambda note: click.echo(f"note: {note}", err=True),
     )
     for tag, (_variant, paths) in groups.items():
@@ -455,7 +507,7 @@ def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels
     "--wheelhouse",
     "root",
     required=True,
-    type=click.Path(path_type=Path),
+    type=_PATH,
     help="The tree, e.g. wheelhouse/cu130.",
 )
 @click.option("--reason", default="", help="Why (shown by pip and uv).")
@@ -471,26 +523,86 @@ def yank(target: str, root: Path, reason: str, undo: bool) -> None:
 
 
 @main.command()
-@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.argument("directory", required=False, type=_PATH)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option(
     "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
 )
-@click.option(
-    "--htpasswd", type=click.Path(path_type=Path), help="Require basic auth (bcrypt or {SHA} entries)."
-)
-@click.option("--access-log", type=click.Path(path_type=Path), help="Also append the access log here.")
+@click.option("--htpasswd", type=_PATH, help="Require basic auth (bcrypt or {SHA} entries).")
+@click.option("--access-log", type=_PATH, help="Also append the access log here.")
 def serve(
     directory: Path | None, host: str, port: int, htpasswd: Path | None, access_log: Path | None
 ) -> None:
     """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
     404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
+    if not host.strip():
+        raise BadArgument(
+            f"--host {host!r} is empty, which would listen on every interface",
+            "give the address to listen on: --host 127.0.0.1, or --host 0.0.0.0 to serve every interface on purpose",
+        )
+    if htpasswd is not None and not _is_file(htpasswd):  # a directory, or /dev/zero read forever
+        raise BadHtpasswd(
+            f"--htpasswd {htpasswd} is not a file",
+            "give a file of user:hash lines (htpasswd -B makes bcrypt ones)",
+        )
+    if access_log is not None:
+        _check_access_log(access_log)
     root = directory or publishing.only_tree(Path("wheelhouse"))
+    try:  # serve looks for the index with is_file(), which raises (not False) on a name too long
+        (root / "simple" / "index.html").stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # serve says there is no index, and what to do
+    except OSError as error:
+        raise BadArgument(
+            f"{root} cannot be served: {error.strerror or error}",
+            "name a tree, e.g. wheelbuild serve wheelhouse/cu130",
+        ) from None
     serving.serve(root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True)
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system
+        return False
+
+
+def _check_access_log(path: Path) -> None:
+    """Open the access log as the server will (append), so that a directory or an unwritable path
+    is refused before the server starts, not as a traceback from its logging setup."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise BadArgument(
+            f"--access-log {path} cannot be written: {error.strerror or error}",
+            "name a file in a directory you can write, e.g. --access-log serve-access.log",
+        ) from None
+
+
+def _load_matrix(config: Path) -> matrix.Matrix:
+    """matrix.load_matrix, with the files it does not expect (a directory or device, no
+    permission, bytes that are not UTF-8) refused as bad input. (At home in load_matrix itself.)"""
+    try:
+        if config.exists() and not config.is_file():  # a directory, or a device read forever (/dev/zero)
+            raise BadArgument(
+                f"--config {config} is not a file", "name a wheelbuild.toml (see `wheelbuild matrix --help`)"
+            )
+        return matrix.load_matrix(config)
+    except UnicodeDecodeError as error:
+        raise BadArgument(
+            f"{config} is not a TOML file: it is not UTF-8 text ({error.reason})", "fix --config"
+        ) from None
+    except OSError as error:
+        raise BadArgument(
+            f"--config {config} cannot be read: {error.strerror or error}",
+            "name a wheelbuild.toml (see `wheelbuild matrix --help`)",
+        ) from None
+
+
 @main.command("matrix")
-@click.option("--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True)
+@click.option("--config", type=_PATH, default=Path("wheelbuild.toml"), show_default=True)
 @click.option(
     "--format",
     "output",
@@ -502,12 +614,15 @@ def serve(
 )
 @click.option(
     "--skip-published",
-    type=click.Path(path_type=Path),
+    type=_PATH,
     help="A wheelhouse tree: leave out cells whose build inputs (source, image, torch, archs, "
     "Python, tools) made a wheel it holds.",
 )
 @click.option(
-    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="As for build (part of the inputs)."
+    "--torch-index-url",
+    envvar="WHEELBUILD_TORCH_INDEX_URL",
+    type=_TEXT,
+    help="As for build (part of the inputs).",
 )
 @click.option(
     "--track",
@@ -528,7 +643,7 @@ def matrix_command(
 ) -> None:
     """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
     variant, Python and arch list."""
-    declared = matrix.load_matrix(config)
+    declared = _load_matrix(config)
     if track == "latest":
         versioned = sorted({c.package for c in declared.cells if c.version})
         variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
@@ -553,6 +668,144 @@ def matrix_command(
         click.echo(declared.publish_to)
 
 
+# ---------------------------------------------------------------------------------------------
+# wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in builder.nightly.
+
+_nightly_config = click.option(
+    "--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True
+)
+_nightly_torch_index = click.option(
+    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="As for build (part of the inputs)."
+)
+_nightly_track = click.option(
+    "--track",
+    type=click.Choice(["latest"]),
+    envvar="WHEELBUILD_NIGHTLY_TRACK",
+    help="latest: add each versioned package's newest release and each CUDA tag's newest torch.",
+)
+
+
+def _night_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
+    declared = matrix.load_matrix(config)
+    if track != "latest":
+        return declared
+    versioned = sorted({c.package for c in declared.cells if c.version})
+    variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
+    torches = {v.tag: newest_torch(v.tag, v.index_url) for v in variants}
+    return matrix.tracking(
+        declared, {p: newest_release(p) for p in versioned}, {t: v for t, v in torches.items() if v}
+    )
+
+
+@main.group()
+def nightly() -> None:
+    """The nightly: plan the cells, build one cell, publish what passed (see README, Nightly).
+    Builds use the production base; WHEELBUILD_BASE_IMAGE is ignored here."""
+
+
+@nightly.command("plan")
+@_nightly_config
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["github", "lines", "json"]),
+    default="json",
+    show_default=True,
+    help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the plan.",
+)
+@click.option("--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to].")
+@click.option(
+    "--index",
+    "index_url",
+    help="A remote target's index URL [default: NIGHTLY_INDEX_URL, else [publish] index].",
+)
+@click.option(
+    "--save",
+    type=click.Path(path_type=Path),
+    help="Also write the plan as JSON here (publish-night reads it).",
+)
+@_nightly_torch_index
+@_nightly_track
+def nightly_plan(
+    config: Path,
+    output: str,
+    to: str | None,
+    index_url: str | None,
+    save: Path | None,
+    torch_index_url: str | None,
+    track: str | None,
+) -> None:
+    """The cells to build tonight: those that can be built, less those already published."""
+    from builder import nightly as night
+
+    reporter = Reporter(sys.stderr)
+    planned = night.plan_night(
+        _night_matrix(config, track, torch_index_url),
+        os.environ,
+        to=to,
+        index_url=index_url,
+        torch_index_url=torch_index_url,
+        reporter=reporter,
+    )
+    for skipped in planned.skipped:
+        reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
+    reporter.info(
+        f"{len(planned.build)} cell(s) to build, {len(planned.published)} already published, "
+        f"{len(planned.skipped)} skipped"
+    )
+    document = json.dumps(planned.to_json(), indent=2)
+    if save:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(document + "\n")
+    text = {"github": night.github_output, "lines": night.lines_output}.get(output)
+    printed = text(planned) if text else document
+    if printed:  # no cell, no line: scripts/nightly counts lines
+        click.echo(printed)
+
+
+@nightly.command("build-cell")
+@click.argument("cell_id")
+@_nightly_config
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The cell's output folder.")
+@click.option("-q", "--quiet", is_flag=True, help="Leave out cibuildwheel's lines (they are in build.log).")
+@_nightly_torch_index
+@_nightly_track
+def nightly_build_cell(
+    cell_id: str, config: Path, out: Path, quiet: bool, torch_index_url: str | None, track: str | None
+) -> None:
+    """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
+    records the outcome, a failure too."""
+    from builder import nightly as night
+
+    result = night.build_cell(
+        _night_matrix(config, track, torch_index_url),
+        cell_id,
+        out,
+        os.environ,
+        torch_index_url=torch_index_url,
+        reporter=Reporter(quiet=quiet),
+    )
+    for wheel in result.wheels:
+        click.echo(f"built {wheel.path}")
+
+
+@nightly.command("publish-night")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@_nightly_config
+@click.option("--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to].")
+def nightly_publish_night(dirs: tuple[Path, ...], config: Path, to: str | None) -> None:
+    """Publish the wheels of every cell under DIRS whose report says all checks and the gate
+    passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html)."""
+    from builder import nightly as night
+
+    result = night.publish_night(
+        dirs, matrix.load_matrix(config), os.environ, to=to, say=Reporter(sys.stderr).info
+    )
+    click.echo(night.coverage_markdown(result.rows), nl=False)
+    for page in result.pages:
+        click.echo(f"coverage page: {page}")
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -562,12 +815,8 @@ def run() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up exactly like Ctrl-C
     try:
         main.main(standalone_mode=False)
-    except WheelbuildError as error:
-        if error.details:
-            click.echo(error.details, err=True)
-        click.echo(f"error: {error.cause}", err=True)
-        click.echo(f"remedy: {error.remedy}", err=True)
-        sys.exit(error.exit_code)
+    except WheelbuildError as error:  # raised outside a command (the group's own arguments)
+        _fail(error)
     except click.exceptions.Abort:
         click.echo("error: interrupted", err=True)
         sys.exit(130)

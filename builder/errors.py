@@ -213,3 +213,22 @@ class SmokeTestFailed(WheelbuildError):
     """A built wheel loads, but its recipe's GPU smoke test computed wrong results."""
 
     exit_code = 49
+
+
+class PublishTargetMissing(WheelbuildError):
+    """The nightly has nowhere durable to publish: no `[publish] to`, --to or NIGHTLY_PUBLISH_TO
+    (it never falls back to a folder of the checkout), or a remote target without its index URL."""
+
+    exit_code = 16
+
+
+class PublishedIndexUnreachable(WheelbuildError):
+    """The target's index could not be read over HTTP to learn which builds are published."""
+
+    exit_code = 59
+
+
+class NightIncomplete(WheelbuildError):
+    """A nightly published what passed, but some cells failed or never reported (60-69: the nightly)."""
+
+    exit_code = 60

@@ -49,7 +49,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import InvalidWheel
-from builder.wheels import metadata_of
+from builder.wheels import metadata_fields, metadata_of
 
 __all__ = [
     "API_VERSION",
@@ -157,7 +157,7 @@ def read_wheel(path: Path) -> WheelInfo:
         raise _bad(path, f"cannot read it as a zip file ({error})") from None
     except ValueError as error:
         raise _bad(path, str(error)) from None
-    headers = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True)
+    headers = metadata_fields(metadata)  # text, never email.header.Header objects
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     if not meta_name or canonicalize_name(str(meta_name)) != project:
         raise _bad(path, f"its METADATA names project {meta_name!r}, the file name says {project!r}")

@@ -5,11 +5,13 @@ build` each. Pure: a config in, cells out (tomllib to read, no Docker, no networ
     package = "flash-attn"          # a recipe name, a project path, or an sdist URL#sha256=
     versions = ["2.8.3"]            # releases of a known recipe; omit for a path or an sdist
     torch = ["cu130", "cu128"]      # torch variants
-    python = ["3.11", "3.12"]       # one cell per Python: runners build them in parallel
+    python = ["3.11", "3.12"]       # one cell per Python; leave it out for the default Pythons
     archs = ["100,120"]             # each entry is one cell's arch list
 
     [publish]
-    to = "wheelhouse/{variant}"     # where `wheelbuild publish` puts each variant's wheels
+    to = "host:/srv/wheels/{variant}"   # where each variant's wheels go (`wheelbuild nightly`
+                                        # has no default: NIGHTLY_PUBLISH_TO or --to)
+    index = "https://host/{variant}/simple/"   # that tree's index over HTTP, for a remote `to`
 
 Every combination of a table's lists is a cell. A cell names what `wheelbuild build` takes.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -41,7 +44,7 @@ class Cell:
     package: str
     version: str | None
     torch: str  # as written: cu130 or 2.11.0+cu130
-    python: str  # cp311
+    python: str | None  # cp311; None: the default Pythons (`wheelbuild nightly plan` expands it)
     archs: str  # 100,120
 
     @property
@@ -49,18 +52,24 @@ class Cell:
         """A name fit for a job and an artifact: flash-attn-2.8.3-cu130-cp311-100.120."""
         name = Path(self.package.split("#")[0]).name.removesuffix(".tar.gz") or self.package
         parts = [name, self.version, self.torch.replace("+", "-"), self.python, self.archs.replace(",", ".")]
-        return "-".join(p for p in parts if p)
+        # A word without spaces or quotes: it names a job, an artifact, a folder, a shell word.
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(p for p in parts if p))
 
     def build_args(self) -> list[str]:
         """The `wheelbuild build` arguments of this cell."""
-        args = [self.package, "--torch", self.torch, "--python", self.python, "--archs", self.archs]
+        args = [self.package, "--torch", self.torch]
+        args += ["--python", self.python] if self.python else []
+        args += ["--archs", self.archs]
         return args + (["--version", self.version] if self.version else [])
 
 
 @dataclass(frozen=True)
 class Matrix:
     cells: tuple[Cell, ...]
-    publish_to: str  # with {variant}
+    publish_to: str  # with {variant}; the local wheelhouse when the file names none (`matrix`)
+    # As the file says (None: not declared): the nightly never falls back to a local folder.
+    declared_to: str | None = None
+    index: str | None = None  # [publish] index: the target's index over HTTP, with {variant}
 
 
 _EXAMPLES = {"versions": "2.8.3", "torch": "cu130", "python": "3.11", "archs": "100,120"}
@@ -99,7 +108,9 @@ def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Mat
         torches = _strings(table, "torch", where)
         for torch in torches:
             parse_variant(torch)  # a bad variant fails here, not on a runner at night
-        pythons = [parse_python(p) for p in _strings(table, "python", where)]
+        pythons: list[str | None] = (
+            [parse_python(p) for p in _strings(table, "python", where)] if "python" in table else [None]
+        )
         archs = [",".join(map(str, parse_archs(a))) for a in _strings(table, "archs", where, ["100,120"])]
         for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
             cells.append(Cell(package=package, version=version, torch=torch, python=python, archs=arch))
@@ -108,8 +119,18 @@ def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Mat
         twice = sorted({i for i in ids if ids.count(i) > 1})
         raise BadArgument(f"{source} names the same cell twice: {', '.join(twice)}", "remove the repeat")
     publish = config.get("publish", {})
-    to = publish.get("to", DEFAULT_PUBLISH_TO) if isinstance(publish, dict) else DEFAULT_PUBLISH_TO
-    return Matrix(cells=tuple(cells), publish_to=str(to))
+    if not isinstance(publish, dict):
+        raise BadArgument(f"{source}: [publish] is not a table", 'write [publish] then to = "..."')
+    declared = {k: publish.get(k) for k in ("to", "index")}
+    for key, value in declared.items():
+        if value is not None and not isinstance(value, str):
+            raise BadArgument(f"{source}: [publish] {key} is not a string", f'write {key} = "..."')
+    return Matrix(
+        cells=tuple(cells),
+        publish_to=declared["to"] or DEFAULT_PUBLISH_TO,
+        declared_to=declared["to"] or None,
+        index=declared["index"] or None,
+    )
 
 
 def tracking(matrix: Matrix, newest: dict[str, str], newest_torch: dict[str, str] | None = None) -> Matrix:
@@ -130,19 +151,31 @@ def tracking(matrix: Matrix, newest: dict[str, str], newest_torch: dict[str, str
             extra = replace(cell, torch=torch)
             if extra not in cells:
                 cells.append(extra)
-    return Matrix(cells=tuple(cells), publish_to=matrix.publish_to)
+    return replace(matrix, cells=tuple(cells))
+
+
+MAX_CONFIG = 1024**2  # a matrix is a few lines; a device or a huge file is a mistake
 
 
 def load_matrix(path: Path) -> Matrix:
     try:
+        if path.exists() and not path.is_file():
+            raise BadArgument(f"{path} is not a regular file", "pass --config a wheelbuild.toml")
         with path.open("rb") as file:
-            config = tomllib.load(file)
+            data = file.read(MAX_CONFIG + 1)
+        if len(data) > MAX_CONFIG:
+            raise BadArgument(
+                f"{path} is over {MAX_CONFIG} bytes: not a matrix", "pass --config a wheelbuild.toml"
+            )
+        config = tomllib.loads(data.decode())
     except FileNotFoundError:
         raise BadArgument(
             f"{path} does not exist", "write one (see README, Nightly), or pass --config"
         ) from None
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise BadArgument(f"{path} is not valid TOML: {error}", "fix the file") from None
+    except OSError as error:
+        raise BadArgument(f"{path} cannot be read: {error.strerror or error}", "check the path") from None
     return parse_matrix(config, str(path))
 
 
@@ -154,7 +187,7 @@ def github_matrix(cells: Iterable[Cell]) -> str:
             "package": c.package,
             "version": c.version or "",
             "torch": c.torch,
-            "python": c.python,
+            "python": c.python or "",
             "archs": c.archs,
             "args": " ".join(c.build_args()),
         }

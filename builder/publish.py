@@ -17,6 +17,7 @@ pieces: :func:`builder.index.render` turns a listing into pages without touching
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,9 +103,16 @@ def _locked(root: Path, timeout: float) -> Iterator[None]:
 
 
 def _write_failed(root: Path, error: OSError) -> IndexWriteFailed:
+    where = f" ({error.filename})" if error.filename else ""
+    if error.errno == errno.ENAMETOOLONG:
+        # A wheel name that fits the file system can still be too long for its temp file or sidecars.
+        return IndexWriteFailed(
+            f"writing {root} failed: a file name is too long for its file system{where}",
+            "give the wheel a shorter name (project, version and local label), or publish to a "
+            "file system that allows longer names; the index still lists only complete files",
+        )
     return IndexWriteFailed(
-        f"writing {root} failed: {error.strerror or error}"
-        + (f" ({error.filename})" if error.filename else ""),
+        f"writing {root} failed: {error.strerror or error}{where}",
         "free disk space (or fix permissions) and publish again; the index still lists only complete files",
     )
 
@@ -281,6 +289,16 @@ def _targets(root: Path, target: str) -> list[str]:
 def _set_yank(
     root: Path, target: str, reason: str | None, lock_timeout: float, hook: index.WriteHook | None
 ) -> YankResult:
+    try:
+        indexed = (root / index.SIMPLE / "index.html").is_file()
+    except OSError:  # a name too long for the file system
+        indexed = False
+    if not indexed:
+        # Checked before the lock, which would create the directory: a typo must leave no trace.
+        raise NotPublished(
+            f"nothing is published in {root}: it has no index ({root / index.SIMPLE / 'index.html'})",
+            "check --wheelhouse: name a tree a publish wrote, e.g. wheelhouse/cu130",
+        )
     changed: list[str] = []
     unchanged: list[str] = []
     with _locked(root, lock_timeout):

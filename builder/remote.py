@@ -71,9 +71,28 @@ class RsyncTarget:
 _SCP_STYLE = re.compile(r"^(?P<host>(?:[\w.-]+@)?[\w.-]+):(?P<path>.+)$")
 
 
+def _remote(text: str, host: str, path: str, port: int | None = None) -> RsyncTarget:
+    """ssh and rsync read an argument that begins with '-' as an option (-F config, -o
+    ProxyCommand=...), and rsync hands the user and host to ssh as separate arguments: none of
+    them may begin with '-'. `--` guards the arguments too, where the tools take it."""
+    user, _, hostname = host.rpartition("@")
+    for what, part in (("user", user), ("host", hostname), ("path", path)):
+        if part.startswith("-"):
+            raise BadArgument(
+                f"--to {text}: its {what} {part!r} begins with '-', which ssh and rsync would read as an option",
+                "name the host as ssh knows it; write a relative path that begins with '-' as ./-name",
+            )
+    return RsyncTarget(host=host, path=path, port=port)
+
+
 def parse_target(text: str) -> Path | UploadEndpoint | RsyncTarget:
     """A local directory, a remote tree, or an upload URL. Credentials in a URL are refused
     (they would end up in shell history, CI logs and twine's own output)."""
+    if not text.strip():
+        raise BadArgument(
+            f"--to {text!r} is empty, which would publish into the current directory",
+            "name the tree: --to 'wheelhouse/{variant}' (a directory), [user@]host:path, or an upload URL",
+        )
     parts = urlsplit(text)
     if parts.scheme == "ssh":
         if not parts.hostname or not parts.path:
@@ -81,9 +100,9 @@ def parse_target(text: str) -> Path | UploadEndpoint | RsyncTarget:
         if parts.password:
             raise BadArgument("the ssh URL carries a password", "use an ssh key or agent instead")
         host = f"{parts.username}@{parts.hostname}" if parts.username else parts.hostname
-        return RsyncTarget(host=host, path=parts.path, port=parts.port)
+        return _remote(text, host, parts.path, parts.port)
     if "://" not in text and (scp := _SCP_STYLE.match(text)):
-        return RsyncTarget(host=scp["host"], path=scp["path"])
+        return _remote(text, scp["host"], scp["path"])
     if parts.scheme in ("http", "https"):
         if parts.username or parts.password:
             raise BadArgument(
@@ -183,7 +202,7 @@ def _remote_lock(target: RsyncTarget) -> Iterator[None]:
         "sh -c 'echo locked; exec cat >/dev/null'"
     )
     holder = subprocess.Popen(
-        [*target.ssh(), target.host, script],
+        [*target.ssh(), "--", target.host, script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -230,14 +249,18 @@ def publish_rsync(
     mirror.mkdir(parents=True, exist_ok=True)
     with _remote_lock(target):
         progress(f"locked {target}/.lock; pulling the tree into {mirror}")
-        _run(target, [*rsync, "--delete", *keep_out, f"{remote}/", f"{mirror}/"], "pulling the remote tree")
+        _run(
+            target,
+            [*rsync, "--delete", *keep_out, "--", f"{remote}/", f"{mirror}/"],
+            "pulling the remote tree",
+        )
         result = publishing.publish(wheels, mirror, inputs=inputs)
         progress(f"pushing {len(result.added)} new wheel(s), then {len(result.pages)} page(s)")
         # Files before pages: a page never links a file the host does not have yet. Files are
         # immutable: --ignore-existing never replaces one (conflicts were refused above).
         _run(
             target,
-            [*rsync, "--ignore-existing", *keep_out, f"{mirror}/files/", f"{remote}/files/"],
+            [*rsync, "--ignore-existing", *keep_out, "--", f"{mirror}/files/", f"{remote}/files/"],
             "pushing files",
         )
         # Every changed page is renamed into place at the end, together.
@@ -248,6 +271,7 @@ def publish_rsync(
                 "--delay-updates",
                 "--delete-after",
                 *keep_out,
+                "--",
                 f"{mirror}/simple/",
                 f"{remote}/simple/",
             ],

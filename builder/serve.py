@@ -4,8 +4,11 @@
     /simple/<project>/       one project       } text/html (the default); 406 when none fits
     /files/<wheel>           the wheel         } Range, ETag, If-None-Match, Last-Modified by
     /files/<wheel>.metadata  its METADATA      } aiohttp's FileResponse; cached as immutable
+    /files/<wheel>.inputs    the inputs key of the build that made it (`wheelbuild nightly plan`)
+    /coverage.html           the last nightly's coverage table, when the tree has one
 
-Only pages under ``simple/`` and ``*.whl`` / ``*.whl.metadata`` under ``files/`` are served; every
+Only pages under ``simple/``, ``*.whl`` / ``*.whl.metadata`` / ``*.whl.inputs`` under ``files/`` and
+``coverage.html`` are served; every
 other path is a 404, and a non-normalized project name is a 301 to the normalized one. With an
 htpasswd file (bcrypt ``$2y$``/``$2b$``/``$2a$`` or ``{SHA}``) every request needs basic auth;
 a client address with too many failed logins in a window gets 429 without a password check.
@@ -72,7 +75,8 @@ INDEX_CACHE = "max-age=60"
 FILE_CACHE = "public, max-age=31536000, immutable"
 REALM = "wheelbuild"
 ACCESS_LOGGER = "wheelbuild.serve.access"
-_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata)?$")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?$")
+COVERAGE_PAGE = "coverage.html"  # written by `wheelbuild nightly publish-night`
 _BCRYPT = ("$2y$", "$2b$", "$2a$")
 _BCRYPT_COST = re.compile(r"^\$2[aby]\$(\d\d)\$")
 _BCRYPT_MAX = 72  # bcrypt reads no further, and bcrypt 5 raises on a longer password
@@ -508,10 +512,16 @@ def make_app(
             raise _not_found()
         kind = (
             "text/plain; charset=utf-8"
-            if name.endswith(index.METADATA_SUFFIX)
+            if name.endswith((index.METADATA_SUFFIX, index.INPUTS_SUFFIX))
             else "application/octet-stream"
         )
         return web.FileResponse(path, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind})
+
+    async def coverage(request: web.Request) -> StreamResponse:
+        page = root / COVERAGE_PAGE
+        if page.is_symlink() or not page.is_file():
+            raise _not_found()
+        return web.FileResponse(page, headers={"Cache-Control": INDEX_CACHE, "Content-Type": "text/html"})
 
     app = web.Application(middlewares=middlewares)
     if auth is not None:
@@ -522,6 +532,7 @@ def make_app(
     app.router.add_get("/simple/{project}", project_bare)
     app.router.add_get("/simple/{project}/", project_page)
     app.router.add_get("/files/{name}", file)
+    app.router.add_get(f"/{COVERAGE_PAGE}", coverage)
     return app
 
 

@@ -16,6 +16,10 @@ DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PAGE = 4096
 # Docker refuses limits under 6 MiB; nothing that runs pip fits in less than this anyway.
 MIN_MEMORY = 256 * 1024**2
+# Docker takes the limit as an int64 of bytes; anything near that is a typo, not a machine.
+MAX_MEMORY = 4 * 1024**6
+# Docker's --cpus runs from 0.01; Linux builds for at most 8192 CPUs (CONFIG_NR_CPUS with MAXSMP).
+MIN_CPUS, MAX_CPUS = 0.01, 8192
 
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -35,14 +39,29 @@ def parse_memory(text: str) -> int:
             f"memory size {text!r} is not understood",
             "write a number with a unit, as docker does: 6g, 512m, 1.5g, 64GiB",
         )
-    number, unit = float(match[1]), match[2].lower()
-    size = int(number * _UNIT[unit]) // PAGE * PAGE  # the kernel rounds limits down to pages
+    number = float(match[1]) * _UNIT[match[2].lower()]  # inf for 400 digits
+    if not number <= MAX_MEMORY:
+        raise BadMemory(
+            f"memory size {text!r} is over the {MAX_MEMORY // 1024**6} EiB a container limit can be",
+            "give the limit the build may use, e.g. 64g",
+        )
+    size = int(number) // PAGE * PAGE  # the kernel rounds limits down to pages
     if size < MIN_MEMORY:
         raise BadMemory(
             f"memory size {text!r} is below the {MIN_MEMORY // 1024**2} MiB a build container needs",
             "give at least 256m; a CUDA extension build wants several GiB",
         )
     return size
+
+
+def check_cpus(cpus: float | None) -> float | None:
+    """--cpus as docker takes it: a finite count of CPUs, fractions allowed (7.5). None: not given."""
+    if cpus is not None and not MIN_CPUS <= cpus <= MAX_CPUS:  # nan compares false: refused too
+        raise BadArgument(
+            f"--cpus {cpus:g} is not a number of CPUs",
+            f"give one from {MIN_CPUS:g} to {MAX_CPUS}, e.g. --cpus 16 or --cpus 7.5; leave it out for all of this machine's",
+        )
+    return cpus
 
 
 def format_bytes(size: int) -> str:

@@ -29,7 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.wheels import metadata_of
+from builder.wheels import MAX_RECORD_SIZE, metadata_of, read_member
 
 __all__ = ["Stamp", "stamp_wheel", "stamped_metadata", "torch_pin"]
 
@@ -120,7 +120,8 @@ def stamp_wheel(path: Path, stamp: Stamp) -> Path:
             return member
 
         record_member = f"{old_prefix}.dist-info/RECORD"
-        rows = list(csv.reader(io.StringIO(source.read(record_member).decode("utf-8"))))
+        record_bytes = read_member(source, source.getinfo(record_member), MAX_RECORD_SIZE, max_ratio=None)
+        rows = list(csv.reader(io.StringIO(record_bytes.decode("utf-8"))))
         new_record_member = renamed(record_member)
         record = io.StringIO()
         writer = csv.writer(record, lineterminator="\n")

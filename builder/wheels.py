@@ -28,15 +28,22 @@ Only the headers are read, so compressed payloads (nvcc compresses PTX by
 default, and ELF too with ``-Xfatbin -compress-all``) are reported like
 plain ones. ``__nv_relfatbin`` (relocatable device code kept for device
 linking) is ignored: the CUDA runtime only loads ``.nv_fatbin``.
+
+A wheel is untrusted input (publish takes files from anywhere): every member is read through
+:func:`read_member`, which refuses, before reading a byte, one whose declared size or compression
+ratio is over a cap, and stops a stream that runs past its declared size.
 """
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import hashlib
 import io
+import lzma
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,12 +58,15 @@ __all__ = [
     "CudaArchs",
     "ExtensionModule",
     "FatbinFormatError",
+    "UnsafeMember",
     "WheelInfo",
     "archs_in_elf",
     "archs_in_fatbin",
     "archs_in_wheel",
     "inspect_wheel",
+    "metadata_fields",
     "metadata_of",
+    "read_member",
 ]
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -68,9 +78,73 @@ _MIN_ENTRY_HEADER = _ARCH_OFFSET + _ARCH.size
 _KIND_PTX = 1
 _KIND_ELF = 2
 
+# Caps on what is read out of a wheel. Real METADATA is a few KiB (a long README inlined makes it
+# tens); a RECORD has a line of about 150 bytes per file (16 MiB: some 100k files). Extension
+# modules can be hundreds of MiB, but machine code does not deflate 100:1; zeros do.
+MAX_METADATA_SIZE = 1024**2
+MAX_RECORD_SIZE = 16 * 1024**2
+MAX_MEMBER_SIZE = 2 * 1024**3
+MAX_COMPRESSION_RATIO = 100.0
+_CHUNK = 1 << 20
+_READABLE = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
+# pyelftools on a corrupt file: bad offsets and counts surface as any of these (as in builder.abi)
+_CORRUPT_ELF = (ELFError, ValueError, struct.error, OverflowError, IndexError, KeyError, ZeroDivisionError)
+
 
 class FatbinFormatError(ValueError):
     """The ``.nv_fatbin`` section is corrupt (bad magic, truncated, bad sizes)."""
+
+
+class UnsafeMember(ValueError):
+    """A wheel member is refused unread: too large, or compressed suspiciously well (a zip bomb)."""
+
+
+def read_member(
+    wheel: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    max_size: int = MAX_MEMBER_SIZE,
+    max_ratio: float | None = MAX_COMPRESSION_RATIO,
+) -> bytes:
+    """A member's bytes, refusing (unread) one over the size or compression-ratio cap.
+
+    Raises ``UnsafeMember`` for a member over a cap, ``ValueError`` for one that cannot be read
+    (a compression method zipfile lacks, encryption, corrupt compressed data), and lets
+    ``zipfile.BadZipFile`` through (a bad CRC: the archive itself is damaged)."""
+    if info.file_size > max_size:
+        raise UnsafeMember(
+            f"{info.filename}: {info.file_size} bytes uncompressed, over the cap of {max_size} bytes"
+        )
+    if max_ratio is not None and info.file_size > max_ratio * max(info.compress_size, 1):
+        raise UnsafeMember(
+            f"{info.filename}: {info.compress_size} bytes would expand to {info.file_size}, "
+            f"a compression ratio over the cap of {max_ratio:g}"
+        )
+    if info.compress_type not in _READABLE:
+        raise ValueError(
+            f"{info.filename}: compression method {info.compress_type} is not one wheelbuild reads"
+        )
+    if info.flag_bits & 0x1:
+        raise ValueError(f"{info.filename}: the member is encrypted")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with wheel.open(info) as stream:
+            while chunk := stream.read(_CHUNK):
+                size += len(chunk)
+                if size > info.file_size:  # zipfile stops at the declared size; never trust that alone
+                    raise UnsafeMember(f"{info.filename}: longer than its declared {info.file_size} bytes")
+                chunks.append(chunk)
+    # OSError: bz2's word for corrupt data. zipfile.BadZipFile (a bad CRC) is none of these.
+    except (NotImplementedError, RuntimeError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
+        raise ValueError(f"{info.filename}: cannot be decompressed ({exc})") from exc
+    return b"".join(chunks)
+
+
+def metadata_fields(metadata: bytes) -> email.message.Message:
+    """METADATA's headers. Parsed as text: bytes parsing hands back ``email.header.Header``
+    objects (shown as ``<email.header.Header object ...>``) for any non-ASCII value. Core
+    metadata is UTF-8; bytes that are not read as U+FFFD, for display."""
+    return email.parser.Parser().parsestr(metadata.decode("utf-8", errors="replace"), headersonly=True)
 
 
 @dataclass(frozen=True)
@@ -135,7 +209,7 @@ def archs_in_elf(data: bytes) -> CudaArchs:
         if section is None:
             return EMPTY
         raw, expected = section.data(), section.data_size
-    except ELFError as exc:
+    except _CORRUPT_ELF as exc:
         raise ValueError(f"not a readable ELF file: {exc}") from exc
     if len(raw) != expected:
         # pyelftools hands back short data when sh_offset/sh_size lie.
@@ -151,7 +225,7 @@ def archs_in_wheel(path: Path) -> dict[str, CudaArchs]:
             if info.is_dir() or not info.filename.endswith(".so"):
                 continue
             # ELFFile needs random access; a zip member stream seeks slowly.
-            result[info.filename] = archs_in_elf(wheel.read(info))
+            result[info.filename] = archs_in_elf(read_member(wheel, info))
     return result
 
 
@@ -159,11 +233,11 @@ def _needed(data: bytes) -> tuple[str, ...]:
     """DT_NEEDED entries (the sonames a shared object links) of one ELF file."""
     try:
         dynamic = ELFFile(io.BytesIO(data)).get_section_by_name(".dynamic")
-    except ELFError as exc:
+        if not isinstance(dynamic, DynamicSection):
+            return ()
+        return tuple(str(getattr(tag, "needed")) for tag in dynamic.iter_tags("DT_NEEDED"))  # noqa: B009
+    except _CORRUPT_ELF as exc:
         raise ValueError(f"not a readable ELF file: {exc}") from exc
-    if not isinstance(dynamic, DynamicSection):
-        return ()
-    return tuple(str(getattr(tag, "needed")) for tag in dynamic.iter_tags("DT_NEEDED"))  # noqa: B009
 
 
 @dataclass(frozen=True)
@@ -235,11 +309,18 @@ def _requirement_name(text: str) -> str | None:
 
 
 def metadata_of(wheel: zipfile.ZipFile) -> tuple[str, bytes]:
-    """The ``*.dist-info/METADATA`` member of an open wheel: (member name, bytes)."""
-    names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-    if len(names) != 1:
-        raise ValueError(f"expected one <name>-<version>.dist-info/METADATA, found {len(names)}")
-    return names[0], wheel.read(names[0])
+    """The ``*.dist-info/METADATA`` member of an open wheel: (member name, bytes). Raises
+    ValueError (``UnsafeMember`` for one over MAX_METADATA_SIZE) when there is not exactly one,
+    or it cannot be read."""
+    infos = [
+        i
+        for i in wheel.infolist()
+        if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
+    ]
+    if len(infos) != 1:
+        raise ValueError(f"expected one <name>-<version>.dist-info/METADATA, found {len(infos)}")
+    # Text: no ratio cap (a long README deflates well); the size cap alone bounds the memory.
+    return infos[0].filename, read_member(wheel, infos[0], MAX_METADATA_SIZE, max_ratio=None)
 
 
 def inspect_wheel(path: Path) -> WheelInfo:
@@ -248,6 +329,8 @@ def inspect_wheel(path: Path) -> WheelInfo:
         _name, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise ValueError(f"{path.name} is not a wheel filename: {exc}") from exc
+    if not path.is_file():  # a directory, or a device that reads forever (/dev/zero)
+        raise ValueError(f"{path} is not a file")
     data = path.read_bytes()
     modules = []
     try:
@@ -256,12 +339,12 @@ def inspect_wheel(path: Path) -> WheelInfo:
             for info in wheel.infolist():
                 if info.is_dir() or not info.filename.endswith(".so"):
                     continue
-                so = wheel.read(info)
+                so = read_member(wheel, info)
                 cudart = tuple(n for n in _needed(so) if n.startswith("libcudart"))
                 modules.append(ExtensionModule(member=info.filename, archs=archs_in_elf(so), cudart=cudart))
     except zipfile.BadZipFile as exc:
         raise ValueError(f"{path.name} is not a zip archive: {exc}") from exc
-    fields = email.parser.BytesParser().parsebytes(metadata, headersonly=True)
+    fields = metadata_fields(metadata)
     return WheelInfo(
         path=path,
         name=path.name.split("-")[0],

@@ -41,6 +41,19 @@ def known_recipes() -> list[str]:
 
 def resolve_recipe(package: str | None, *, version: str | None = None, arch_env: str | None = None) -> Recipe:
     """Raises UnknownPackage or BadArgument with a one-line cause and remedy."""
+    # Given but empty is a mistake (an unset shell variable), never the default: '' is the
+    # current directory as a path, and an empty --version would build the default release.
+    if package is not None and not package.strip():
+        raise BadArgument(
+            "the package argument is empty",
+            "name a recipe (flash-attn), a project path or an sdist; leave it out for the example, wbdemo",
+        )
+    if version is not None and not version.strip():
+        raise BadArgument("--version is empty", "give a release (e.g. --version 2.8.3), or leave it out")
+    if arch_env is not None and not arch_env.strip():
+        raise BadArgument(
+            "--arch-env is empty", "name the variable (e.g. --arch-env TORCH_CUDA_ARCH_LIST), or leave it out"
+        )
     if package is None:
         package = "wbdemo"
     normalized = package.lower().replace("_", "-")
@@ -66,7 +79,14 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
         )
     path_text, _, fragment = package.partition("#")
     path = Path(path_text).expanduser()
-    if path.is_dir() or path.is_file():
+    try:
+        found = path.is_dir() or path.is_file()
+    except OSError as error:  # a name too long for the file system, a loop of links
+        raise UnknownPackage(
+            f"unknown package {package!r}: not a known recipe, and not a path ({error.strerror})",
+            f"use one of {', '.join(known_recipes())}, a local project path, or an sdist URL with #sha256=",
+        ) from None
+    if found:
         sha256 = fragment[7:] if fragment.startswith("sha256=") else None
         if path.is_file() and not path.name.endswith((".tar.gz", ".zip")):
             raise BadArgument(

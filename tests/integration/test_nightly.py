@@ -1,31 +1,48 @@
-"""scripts/nightly: the workflow's commands on one machine. A 2-cell matrix (the fixture for two
-Pythons), built cell by cell, published into one index, which pip then resolves both from."""
+"""scripts/nightly: the workflow's three commands on one machine. The fixture's matrix (wbdemo for
+the default Pythons: the test base has 3.11 and 3.13, so 2 cells), each cell built and gated,
+published into one tree that `wheelbuild serve` serves and pip resolves both wheels from; the
+next night plans 0 cells, read from the tree and from the served index over HTTP."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.indexkit import check_tree
 from tests.integration.conftest import REPO, TORCH_INDEX
-from tests.integration.serving import clean_env, read_log, run_ok, running_server
+from tests.integration.serving import clean_env, read_log, request, run_ok, running_server
+
+FIXTURE = REPO / "tests" / "fixtures" / "nightly.toml"
+WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 
 
-def test_nightly_builds_a_two_cell_matrix_and_publishes_both_into_one_index(
-    cuda_image: str, tmp_path: Path
+def _plan(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [WHEELBUILD, "nightly", "plan", "--config", config, "--format", "lines"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_builds_nothing(
+    cuda_image: str, base_image: str, tmp_path: Path
 ) -> None:
+    summary = tmp_path / "summary.md"
     env = {
         **os.environ,
         "WHEELBUILD_TORCH_INDEX_URL": TORCH_INDEX,
         "NIGHTLY_PUBLISH_TO": str(tmp_path / "wheelhouse" / "{variant}"),
+        # The test base, named by its test-only variable: WHEELBUILD_BASE_IMAGE alone is ignored.
+        "WHEELBUILD_NIGHTLY_TEST_BASE": base_image,
+        "GITHUB_STEP_SUMMARY": str(summary),
     }
     done = subprocess.run(
-        [REPO / "scripts" / "nightly", REPO / "tests" / "fixtures" / "nightly.toml", tmp_path / "out"],
-        env=env, capture_output=True, text=True, timeout=1800, check=False,
+        [REPO / "scripts" / "nightly", FIXTURE, tmp_path / "out"],
+        env=env, capture_output=True, text=True, timeout=2400, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "nightly: [1/2] wbdemo-cu130-cp311-100.120" in done.stderr
@@ -34,8 +51,18 @@ def test_nightly_builds_a_two_cell_matrix_and_publishes_both_into_one_index(
     tree = tmp_path / "wheelhouse" / "cu130"
     (names,) = check_tree(tree).values()  # one project, every page valid
     assert sorted(n.split("-")[2] for n in names) == ["cp311", "cp313"]
+    # Built on the base named, every wheel gated: each cell's report says so.
+    (night,) = (tmp_path / "out").iterdir()
+    for cell in ("wbdemo-cu130-cp311-100.120", "wbdemo-cu130-cp313-100.120"):
+        record = json.loads((night / "cells" / cell / "cell.json").read_text())
+        assert record["status"] == "passed"
+        report = json.loads((night / "cells" / cell / record["run"] / "build-report.json").read_text())
+        assert report["gate"] and all(g["passed"] for g in report["gate"])
+        assert report["image"]["labels"]["org.opencontainers.image.base.name"] == base_image
+    assert "## wheelbuild nightly: 2 published, 0 failed, 0 skipped" in summary.read_text()
 
-    # pip finds each by name from the one index (a wheel per Python; no install, no torch).
+    # pip finds each by name from the served tree (a wheel per Python; no install, no torch);
+    # the coverage page and each wheel's inputs key are served too.
     log = tmp_path / "access.log"
     with running_server(tree, access_log=log) as url:
         for python in ("3.11", "3.13"):
@@ -45,35 +72,34 @@ def test_nightly_builds_a_two_cell_matrix_and_publishes_both_into_one_index(
                  "wbdemo==0.1.0+cu130torch2.11"],
                 clean_env(tmp_path), tmp_path,
             )  # fmt: skip
+        page = request(url, "/coverage.html")
+        assert page.status == 200 and b"wbdemo-cu130-cp311-100.120" in page.body
+
+        # The next night, nothing changed: no cell is left to build, whether the tree is read
+        # directly or, for a remote target, its index over HTTP.
+        again = _plan(FIXTURE, env)
+        assert again.stdout == "" and "0 cell(s) to build, 2 already published" in again.stderr
+        remote = {**env, "NIGHTLY_PUBLISH_TO": "ci@wheels.example:/srv/{variant}", "NIGHTLY_INDEX_URL": url}
+        again = _plan(FIXTURE, {**remote, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
+        assert again.stdout == "" and "0 cell(s) to build, 2 already published" in again.stderr
     assert sorted(p.name for p in (tmp_path / "got").iterdir()) == sorted(names)
     assert len(read_log(log)) >= 4
 
-    # The next night, nothing changed: no cell is left to build. A new cell (other archs) is.
+    # A new cell (other archs) is planned; the published ones are not.
     wider = tmp_path / "wider.toml"
-    wider.write_text(
-        (REPO / "tests" / "fixtures" / "nightly.toml")
-        .read_text()
-        .replace('archs = ["100,120"]', 'archs = ["100,120", "100"]')
-    )
-    for config, left in (
-        (REPO / "tests" / "fixtures" / "nightly.toml", []),
-        (wider, ["cp311-100", "cp313-100"]),
-    ):
-        again = subprocess.run(
-            [Path(sys.executable).parent / "wheelbuild", "matrix", "--config", config, "--format", "lines",
-             "--skip-published", tree],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert again.returncode == 0, again.stderr
-        assert [line.split()[0].split("-", 2)[2] for line in again.stdout.splitlines()] == left, again.stdout
-        assert f"2 of {2 + len(left)} cell(s) already published" in again.stderr
+    wider.write_text(FIXTURE.read_text().replace('archs = ["100,120"]', 'archs = ["100,120", "100"]'))
+    left = _plan(wider, env)
+    assert [line.split()[0] for line in left.stdout.splitlines()] == [
+        "wbdemo-cu130-cp311-100",
+        "wbdemo-cu130-cp313-100",
+    ]
 
 
-@pytest.mark.parametrize("config", ["wheelbuild.toml", "tests/fixtures/nightly.toml"])
-def test_matrix_prints_the_cells_the_workflow_runs(config: str) -> None:
+def test_nightly_plan_without_a_target_stops_before_any_work(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NIGHTLY_PUBLISH_TO"}
     done = subprocess.run(
-        [Path(sys.executable).parent / "wheelbuild", "matrix", "--config", REPO / config, "--format", "lines"],
-        capture_output=True, text=True, check=False,
+        [WHEELBUILD, "nightly", "plan", "--config", REPO / "wheelbuild.toml"],
+        env=env, capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert all(line.split()[1] in ("flash-attn", "wbdemo") for line in done.stdout.splitlines())
+    assert done.returncode == 16, done.stderr
+    assert "no publish target" in done.stderr and not (tmp_path / "wheelhouse").exists()

@@ -38,6 +38,9 @@ KNOWN_CODES = {
     "NoIndex": 56,
     "ServeFailed": 57,
     "UploadFailed": 58,
+    "PublishTargetMissing": 16,
+    "PublishedIndexUnreachable": 59,
+    "NightIncomplete": 60,
     "Interrupted": 130,
 }
 

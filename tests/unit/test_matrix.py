@@ -73,9 +73,26 @@ def test_a_bad_matrix_fails_here_not_on_a_runner_at_night(config: dict, error: t
 
 def test_the_repositorys_own_matrices_parse() -> None:
     nightly = load_matrix(REPO / "wheelbuild.toml")
-    assert {c.torch for c in nightly.cells} == {"cu130", "cu128"} and len(nightly.cells) == 16
+    # No Python named: `wheelbuild nightly plan` makes one cell per default Python of each.
+    assert {c.torch for c in nightly.cells} == {"cu130", "cu128"} and len(nightly.cells) == 4
+    assert {c.python for c in nightly.cells} == {None} and nightly.declared_to is None
     fixture = load_matrix(REPO / "tests" / "fixtures" / "nightly.toml")
-    assert [c.python for c in fixture.cells] == ["cp311", "cp313"]
+    assert [c.id for c in fixture.cells] == ["wbdemo-cu130-100.120"]
+
+
+def test_a_cell_without_python_builds_the_default_and_publish_declares_no_default_target() -> None:
+    matrix = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130"]}]})
+    assert matrix.cells == (Cell("wbdemo", None, "cu130", None, "100,120"),)
+    assert matrix.cells[0].build_args() == ["wbdemo", "--torch", "cu130", "--archs", "100,120"]
+    assert matrix.declared_to is None and matrix.index is None
+    assert matrix.publish_to == "wheelhouse/{variant}"  # `wheelbuild matrix --format publish-to` only
+    declared = parse_matrix(
+        {
+            "build": [{"package": "wbdemo", "torch": ["cu130"]}],
+            "publish": {"to": "h:/w/{variant}", "index": "u"},
+        }
+    )
+    assert (declared.declared_to, declared.index) == ("h:/w/{variant}", "u")
 
 
 def test_a_missing_or_broken_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -104,3 +121,15 @@ def test_tracking_adds_a_newer_torch_for_each_cuda_tag() -> None:
     tracked = tracking(matrix, {}, {"cu130": "2.12.0+cu130", "cu128": "2.9.1+cu128"})  # cu128's is older
     added = tracked.cells[len(matrix.cells) :]
     assert [c.torch for c in added] == ["2.12.0+cu130"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "binary", "device"])
+def test_a_config_that_is_not_a_toml_file_is_a_bad_argument(tmp_path: Path, kind: str) -> None:
+    from builder.errors import BadArgument
+    from builder.matrix import load_matrix
+
+    path = {"directory": tmp_path, "device": Path("/dev/zero")}.get(kind, tmp_path / "blob")
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00" * 100)
+    with pytest.raises(BadArgument):
+        load_matrix(path)

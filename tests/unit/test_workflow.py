@@ -4,9 +4,14 @@ template injection). Both run as real tools on the real file."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ruamel.yaml import YAML  # a dependency of check-jsonschema
 
@@ -30,10 +35,139 @@ def test_workflow_passes_zizmors_audits() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_workflow_builds_the_cells_wheelbuild_matrix_prints_and_publishes_once() -> None:
-    jobs = YAML(typ="safe").load(WORKFLOW.read_text())["jobs"]
-    assert "wheelbuild matrix --format github" in jobs["matrix"]["steps"][-1]["run"]
-    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.cells) }}"
-    assert "wheelbuild build $CELL_ARGS" in jobs["build"]["steps"][1]["run"]
-    assert jobs["publish"]["needs"] == "build"
-    assert "wheelbuild publish" in jobs["publish"]["steps"][-1]["run"]
+# The setup steps: the plan and publish jobs need no root and no Docker (a venv of the checkout);
+# build jobs run scripts/setup for the engine, with its stdout (the test base's export) dropped.
+SETUP_STEPS = {"python3 -m venv .venv && .venv/bin/pip install -q -e .", "scripts/setup >/dev/null"}
+ONE_COMMAND = re.compile(
+    r'^\.venv/bin/wheelbuild nightly [\w-]+(?: [^;&|`$<>()\\]*| "\$CELL_ID"| "out/\$CELL_ID")*(?: >> "\$GITHUB_OUTPUT")?$'
+)
+
+
+def _jobs() -> dict[str, Any]:
+    return dict(YAML(typ="safe").load(WORKFLOW.read_text())["jobs"])
+
+
+def _runs(job: dict[str, Any]) -> list[str]:
+    return [step["run"].strip() for step in job["steps"] if "run" in step]
+
+
+def test_every_run_step_is_one_wheelbuild_command_or_the_setup_step() -> None:
+    for name, job in _jobs().items():
+        for run in _runs(job):
+            assert run in SETUP_STEPS or ONE_COMMAND.fullmatch(run), (name, run)
+            assert "eval" not in run and "\n" not in run, (name, run)
+        for step in job["steps"]:
+            assert "run" in step or step["uses"].split("@")[0] in (
+                "actions/checkout", "actions/upload-artifact", "actions/download-artifact",
+            ), step  # fmt: skip
+    commands = {
+        name: [r.split()[2] for r in _runs(job) if r not in SETUP_STEPS] for name, job in _jobs().items()
+    }
+    assert commands == {"plan": ["plan"], "build": ["build-cell"], "publish": ["publish-night"]}
+
+
+def test_the_plan_job_needs_no_root_no_docker_and_no_secret() -> None:
+    jobs = _jobs()
+    for name in ("plan", "publish"):  # scripts/setup installs Docker as root: only builds need it
+        assert "docker" not in jobs[name]["runs-on"] and "scripts/setup >/dev/null" not in _runs(jobs[name])
+    assert "secrets." not in json.dumps(jobs["plan"])
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
+    assert jobs["build"]["if"] == "${{ needs.plan.outputs.count != '0' }}"  # an empty night builds nothing
+
+
+def test_secrets_live_only_in_the_steps_that_need_them() -> None:
+    document = YAML(typ="safe").load(WORKFLOW.read_text())
+    assert "env" not in document  # nothing at workflow level
+    for name, job in document["jobs"].items():
+        assert "env" not in job, name
+        for step in job["steps"]:
+            text = json.dumps({k: v for k, v in step.items() if k != "env"})
+            assert "secrets." not in text, (name, step)
+            found = sorted(
+                v.split("secrets.")[1].rstrip(" }") for v in step.get("env", {}).values() if "secrets." in v
+            )
+            if found:
+                assert (name, found) in (
+                    ("build", ["SCCACHE_AWS_ACCESS_KEY_ID", "SCCACHE_AWS_SECRET_ACCESS_KEY"]),
+                    ("publish", ["WHEELS_UPLOAD_PASSWORD", "WHEELS_UPLOAD_USER"]),
+                ), (name, found)
+                assert "run" in step, "a secret never reaches a third-party action"
+
+
+def test_only_a_passed_cells_wheels_are_uploaded() -> None:
+    steps = _jobs()["build"]["steps"]
+    assert "always()" not in WORKFLOW.read_text()
+    uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+    wheels = [s for s in uploads if ".whl" in s["with"]["path"]]
+    assert len(wheels) == 1 and "if" not in wheels[0]  # runs only after build-cell succeeded
+    failed = [s for s in uploads if s not in wheels]
+    assert len(failed) == 1 and failed[0]["if"] == "${{ failure() }}"
+    assert steps.index(wheels[0]) > next(i for i, s in enumerate(steps) if "build-cell" in s.get("run", ""))
+
+
+def test_the_workflow_and_scripts_nightly_cannot_reach_the_test_base() -> None:
+    script = (REPO / "scripts" / "nightly").read_text()
+    for text in (WORKFLOW.read_text(), script):
+        for word in (
+            "WHEELBUILD_BASE_IMAGE",
+            "WHEELBUILD_NIGHTLY_TEST_BASE",
+            "--base-image",
+            "eval",
+            "CUDA12_IMAGE",
+        ):
+            assert word not in _code(text), word
+    assert "scripts/setup >/dev/null" in _code(script)
+
+
+def _code(text: str) -> str:
+    """Shell or YAML without its comments."""
+    return "\n".join(line.split(" #")[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_scripts_nightly_runs_plan_build_cell_and_publish_night_and_takes_nothing_from_setup(
+    tmp_path: Path,
+) -> None:
+    """scripts/nightly with a stand-in scripts/setup (it prints the test base's export, as the
+    real one does) and a stand-in wheelbuild that records what it was run with."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "nightly", tmp_path / "scripts" / "nightly")
+    setup = tmp_path / "scripts" / "setup"
+    setup.write_text("#!/bin/sh\necho 'export WHEELBUILD_BASE_IMAGE=wheelbuild-base:test'\n")
+    log = tmp_path / "calls.jsonl"
+    fake = tmp_path / ".venv" / "bin" / "wheelbuild"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        f"""#!{sys.executable}
+import json, os, sys
+with open({str(log)!r}, "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "base": os.environ.get("WHEELBUILD_BASE_IMAGE"),
+                        "test_base": os.environ.get("WHEELBUILD_NIGHTLY_TEST_BASE")}}) + "\\n")
+if sys.argv[2] == "plan":
+    print('a-cu130-cp311 ["a", "--python", "cp311"]')
+    print('b$(touch${{IFS}}pwned)-cu130-cp313 ["b"]')
+if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
+    sys.exit(40)  # a failed cell: the next one still builds, then publish-night runs
+"""
+    )
+    for path in (setup, fake, tmp_path / "scripts" / "nightly"):
+        path.chmod(0o755)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WHEELBUILD_BASE_IMAGE", "WHEELBUILD_NIGHTLY_TEST_BASE")
+    }
+    done = subprocess.run(
+        [tmp_path / "scripts" / "nightly", "cfg.toml", "out"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c["argv"][:3] for c in calls] == [
+        ["nightly", "plan", "--config"],
+        ["nightly", "build-cell", "a-cu130-cp311"],
+        ["nightly", "build-cell", "b$(touch${IFS}pwned)-cu130-cp313"],
+        ["nightly", "publish-night", calls[-1]["argv"][2]],
+    ]
+    assert all(c["base"] is None and c["test_base"] is None for c in calls)
+    assert not (tmp_path / "pwned").exists()
+    assert "nightly: a-cu130-cp311 failed (exit 40)" in done.stderr
