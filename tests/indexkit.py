@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import struct
 import zipfile
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -173,3 +174,20 @@ def check_tree(root: Path, *, settled: bool = True) -> dict[str, list[str]]:
     if settled:
         assert from_html == from_json
     return from_html
+
+
+def set_compression_method(path: Path, member: str, method: int) -> None:
+    """Rewrite *member*'s compression method in a zip, in its local header and the central
+    directory: how a hostile wheel names a method no reader knows."""
+    data = bytearray(path.read_bytes())
+    for signature, method_at, name_length_at, name_at in (
+        (b"PK\x03\x04", 8, 26, 30),
+        (b"PK\x01\x02", 10, 28, 46),
+    ):
+        at = data.find(signature)
+        while at != -1:
+            length = struct.unpack_from("<H", data, at + name_length_at)[0]
+            if data[at + name_at : at + name_at + length] == member.encode():
+                struct.pack_into("<H", data, at + method_at, method)
+            at = data.find(signature, at + 4)
+    path.write_bytes(bytes(data))

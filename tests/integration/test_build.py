@@ -139,14 +139,13 @@ def test_second_python_reuses_the_first_pythons_kernels(cuda_image: str, tmp_pat
     assert [(g["python"], g["passed"]) for g in report["gate"]] == [("cp311", True), ("cp313", True)]
 
 
-def test_sigint_mid_compile_leaves_nothing_behind(
-    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
-) -> None:
+def _build_until_a_compiler_runs(tmp_path: Path) -> subprocess.Popen[str]:
+    """A real build of salted, slightly heavy units (a fresh compile the cache cannot answer, a
+    few seconds each), returned once a compiler runs: the moment to interrupt or kill it."""
     assert compiler_processes() == [], "another build is running on this machine"
-    # Salted, slightly heavy units: a fresh compile the cache cannot answer, a few seconds each.
     proc = subprocess.Popen(
         [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path),
+         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path), "--no-gate",
          "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -156,6 +155,13 @@ def test_sigint_mid_compile_leaves_nothing_behind(
         seen = compiler_processes()
         time.sleep(0.1)
     assert seen, "the build ended before any compiler ran"
+    return proc
+
+
+def test_sigint_mid_compile_leaves_nothing_behind(
+    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    proc = _build_until_a_compiler_runs(tmp_path)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
     run_id = output.split("(run ", 1)[1].split(")", 1)[0]
@@ -171,19 +177,7 @@ def test_kill_9_of_wheelbuild_leaves_no_container_and_no_compiler_within_30_s(
 ) -> None:
     """A SIGKILLed wheelbuild cannot clean up; its reaper (a process in a session of its own)
     removes the run's containers, and the compilers with them, with no further command."""
-    assert compiler_processes() == [], "another build is running on this machine"
-    proc = subprocess.Popen(
-        [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-         "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path), "--no-gate",
-         "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 900
-    seen: list[str] = []
-    while time.monotonic() < deadline and proc.poll() is None and not seen:
-        seen = compiler_processes()
-        time.sleep(0.1)
-    assert seen, "the build ended before any compiler ran"
+    proc = _build_until_a_compiler_runs(tmp_path)
     proc.kill()
     output, _ = proc.communicate(timeout=60)
     run_id = output.split("(run ", 1)[1].split(")", 1)[0]

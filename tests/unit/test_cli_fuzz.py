@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from builder import cli
 from builder.publish import publish
-from tests.indexkit import make_wheel
+from tests.indexkit import make_wheel, set_compression_method
 
 GOOD = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"
 NUMBERS = ["nan", "inf", "-inf", "-1", "0", "1e308", "9" * 400, "-" + "9" * 40]
@@ -251,21 +251,6 @@ def _metadata(name: str, version: str = "1.0", extra: bytes = b"") -> bytes:
     return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode() + extra + b"\n"
 
 
-def _compression_method_99(path: Path, member: str) -> None:
-    data = bytearray(path.read_bytes())
-    for signature, method_at, name_length_at, name_at in (
-        (b"PK\x03\x04", 8, 26, 30),
-        (b"PK\x01\x02", 10, 28, 46),
-    ):
-        at = data.find(signature)
-        while at != -1:
-            length = struct.unpack_from("<H", data, at + name_length_at)[0]
-            if data[at + name_at : at + name_at + length] == member.encode():
-                struct.pack_into("<H", data, at + method_at, 99)
-            at = data.find(signature, at + 4)
-    path.write_bytes(bytes(data))
-
-
 @pytest.fixture(scope="module")
 def playground(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory of hostile files, and a few good ones (a wheel, a tree, a matrix config)."""
@@ -306,7 +291,7 @@ def playground(tmp_path_factory: pytest.TempPathFactory) -> Path:
     method = _zip(
         root / "method-1.0-py3-none-any.whl", {"method-1.0.dist-info/METADATA": _metadata("method")}
     )
-    _compression_method_99(method, "method-1.0.dist-info/METADATA")
+    set_compression_method(method, "method-1.0.dist-info/METADATA", 99)
     _zip(root / "uni-1.0-py3-none-any.whl", {"uni-1.0.dist-info/METADATA": _metadata("ünï")})
     (root / "wheelbuild.toml").write_text(
         '[[build]]\npackage = "wbdemo"\ntorch = ["cu130"]\npython = ["3.12"]\n'

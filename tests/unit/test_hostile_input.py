@@ -33,7 +33,7 @@ from builder.remote import RsyncTarget, parse_target
 from builder.spec import parse_memory
 from builder.stamp import Stamp, stamp_wheel
 from builder.wheels import UnsafeMember, inspect_wheel
-from tests.indexkit import make_wheel
+from tests.indexkit import make_wheel, set_compression_method
 
 NAME = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"
 METADATA = "wbtiny-0.1.0+cu130torch2.11.dist-info/METADATA"
@@ -55,22 +55,6 @@ def _metadata_bomb(directory: Path, size: int) -> Path:
     """METADATA that inflates to *size* bytes (a long run of spaces after real headers)."""
     head = b"Metadata-Version: 2.1\nName: wbtiny\nVersion: 0.1.0+cu130torch2.11\nSummary: "
     return _deflated(directory, {METADATA: head + b" " * (size - len(head)) + b"\n\n"})
-
-
-def _set_method(path: Path, member: str, method: int) -> None:
-    """Rewrite *member*'s compression method, in its local header and the central directory."""
-    data = bytearray(path.read_bytes())
-    for signature, method_at, name_length_at, name_at in (
-        (b"PK\x03\x04", 8, 26, 30),
-        (b"PK\x01\x02", 10, 28, 46),
-    ):
-        at = data.find(signature)
-        while at != -1:
-            length = struct.unpack_from("<H", data, at + name_length_at)[0]
-            if data[at + name_at : at + name_at + length] == member.encode():
-                struct.pack_into("<H", data, at + method_at, method)
-            at = data.find(signature, at + 4)
-    path.write_bytes(bytes(data))
 
 
 def _declare_size(path: Path, member: str, size: int) -> None:
@@ -150,7 +134,7 @@ def test_an_extension_module_that_breaks_the_elf_reader_is_an_invalid_wheel(tmp_
 
 def test_metadata_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path)
-    _set_method(wheel, METADATA, 99)
+    set_compression_method(wheel, METADATA, 99)
     with pytest.raises(InvalidWheel, match="compression method 99"):
         inspect_or_refuse(wheel)
     with pytest.raises(InvalidWheel, match="compression method 99"):
@@ -159,7 +143,7 @@ def test_metadata_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_pa
 
 def test_an_extension_module_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": b"\x7fELF not really"})
-    _set_method(wheel, "wbtiny/_C.so", 99)
+    set_compression_method(wheel, "wbtiny/_C.so", 99)
     with pytest.raises(InvalidWheel, match="compression method 99"):
         inspect_or_refuse(wheel)
 
