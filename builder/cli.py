@@ -16,10 +16,10 @@ import click
 
 from builder import build as build_pipeline
 from builder import calibrate as calibrating
-from builder import check, engine, matrix, remote
+from builder import check, doctor, engine, matrix, remote
 from builder import publish as publishing
 from builder import serve as serving
-from builder.errors import BadArgument, BadHtpasswd, WheelbuildError
+from builder.errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
 from builder.planner import format_plan
 from builder.recipes import known_recipes, resolve_recipe
 from builder.reporter import Reporter
@@ -303,6 +303,47 @@ def plan(
         toolkit=build_pipeline.toolkit_for(variant),
     )
     click.echo(format_plan(planned))
+
+
+@main.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {check, status, found, remedy}.")
+@click.option(
+    "--torch-index-url",
+    envvar="WHEELBUILD_TORCH_INDEX_URL",
+    type=_TEXT,
+    help="The torch index to reach [default: PyTorch's cu130 index].",
+)
+@image_flags
+def doctor_command(
+    as_json: bool,
+    torch_index_url: str | None,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cuda12_image: str | None,
+) -> None:
+    """Check that this machine can build, one line each (ok / warn / fail, with a remedy): Docker,
+    its memory limit, NVIDIA, free disk, the CA bundle, the torch index, PyPI, NVIDIA's CUDA
+    downloads, sccache's shared storage, the base image. Exits non-zero when a build would fail."""
+    checks = doctor.diagnose(
+        lambda: engine.docker_facts(base_image),
+        os.environ,
+        shared_cache_env=engine.SHARED_CACHE_ENV,
+        cache=cache_dir(),
+        ca_bundle=ca_bundle,
+        torch_index_url=torch_index_url,
+        cuda12_image=cuda12_image,
+    )
+    if as_json:
+        click.echo(json.dumps([c.to_json() for c in checks], indent=2))
+    else:
+        for found in checks:
+            click.echo(found.line())
+    failing = doctor.failed(checks)
+    if failing:
+        raise DoctorFound(
+            f"{len(failing)} check(s) would fail a build: {', '.join(c.check for c in failing)}",
+            "do what each fail line's remedy says, then run wheelbuild doctor again",
+        )
 
 
 @main.command()

@@ -35,7 +35,7 @@ import docker.types
 import requests
 import tenacity
 
-from builder import cgroup, secrets
+from builder import cgroup, doctor, secrets
 from builder.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
 from builder.cuda_redist import CudaLayer
 from builder.errors import (
@@ -47,7 +47,7 @@ from builder.errors import (
     NvidiaRuntimeMissing,
     OutOfMemory,
 )
-from builder.image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs
+from builder.image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs, production_base
 from builder.spec import GpuMode
 
 RUN_LABEL = "wheelbuild.run"
@@ -238,6 +238,77 @@ def resolve_gpus(client: Any, mode: GpuMode) -> bool:
             "(compiling needs no GPU)",
         )
     return has_nvidia
+
+
+# The memory probe: is the limit Docker was given the limit the container lives under?
+_READ_MEMORY_LIMIT = (
+    "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+)
+
+
+def _probe_image(client: Any, base_image: str | None) -> str:
+    """A local image to start the probe from (never pulled): the base when given and present,
+    else the newest local build image; "" when there is none."""
+    if base_image and local_image_id(client, base_image):
+        return base_image
+    ours = sorted(
+        client.images.list(name=REPOSITORY), key=lambda i: str(i.attrs.get("Created", "")), reverse=True
+    )
+    return next((t for i in ours for t in i.tags if t.startswith(f"{REPOSITORY}:")), "")
+
+
+def _probe_memory(client: Any, image: str) -> tuple[str | None, str]:
+    """(what the container reads as its memory limit, error) for a --memory 64m container."""
+    memory = doctor.PROBE_MEMORY
+    try:
+        output = client.containers.run(
+            image, ["sh", "-c", _READ_MEMORY_LIMIT], mem_limit=memory, memswap_limit=memory,
+            network_disabled=True, labels={OWNER_LABEL: owner_token()}, remove=True,
+        )  # fmt: skip
+    except docker.errors.ContainerError as exc:
+        return None, f"exit {exc.exit_status}: {(exc.stderr or b'').decode(errors='replace').strip()[-200:]}"
+    except docker.errors.APIError as exc:
+        return None, str(exc.explanation or exc)
+    return output.decode(errors="replace").strip(), ""
+
+
+def docker_facts(base_image: str | None = None) -> doctor.DockerFacts:
+    """What `wheelbuild doctor` needs of the daemon: version, rootless, cgroups, runtimes, its
+    root, a real memory limit read back from a container, and the base image's presence. No
+    daemon is an answer too (facts.error), not an exception. Nothing is pulled."""
+    host = secrets.redact_url(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+    try:
+        pin, pin_error = production_base(), ""
+    except Exception as exc:  # a missing or changed cibuildwheel: said, not raised
+        pin, pin_error = "", f"{type(exc).__name__}: {exc}"
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        info = client.info()
+        version = client.version()
+        image = _probe_image(client, base_image)
+        limit, probe_error = _probe_memory(client, image) if image else (None, "")
+        return doctor.DockerFacts(
+            host=host,
+            version=str(version.get("Version") or info.get("ServerVersion", "?")),
+            api_version=str(version.get("ApiVersion", "?")),
+            rootless=any("name=rootless" in str(o) for o in info.get("SecurityOptions") or []),
+            cgroup_version=str(info.get("CgroupVersion", "")),
+            cgroup_driver=str(info.get("CgroupDriver", "")),
+            runtimes=tuple(sorted(info.get("Runtimes") or {})),
+            root_dir=str(info.get("DockerRootDir", "")),
+            probe_image=image,
+            probe_limit=limit,
+            probe_error=probe_error,
+            base_pin=pin,
+            base_pin_present=bool(pin) and bool(local_image_id(client, pin)),
+            base_pin_error=pin_error,
+            base_override=base_image or "",
+            base_override_present=bool(base_image) and bool(local_image_id(client, base_image or "")),
+        )
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return doctor.DockerFacts(host=host, error=why, base_pin=pin, base_pin_error=pin_error)
 
 
 # ---------------------------------------------------------------------------------------------

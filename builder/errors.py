@@ -232,3 +232,10 @@ class NightIncomplete(WheelbuildError):
     """A nightly published what passed, but some cells failed or never reported (60-69: the nightly)."""
 
     exit_code = 60
+
+
+class DoctorFound(WheelbuildError):
+    """`wheelbuild doctor` found at least one check that would make a build fail (its `fail` lines
+    say which and what to do)."""
+
+    exit_code = 26

@@ -272,6 +272,25 @@ def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
             orphan.remove(force=True)
 
 
+def test_every_command_that_touches_docker_sweeps_containers_whose_wheelbuild_is_gone(
+    cuda_image: str, docker_client: docker.DockerClient
+) -> None:
+    # A probe container (no run label) left by a wheelbuild that died: `image ls` removes it.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = docker_client.containers.run(
+        cuda_image, ["sleep", "600"], detach=True,
+        labels={"wheelbuild.owner": f"{process_namespace()}:{dead.pid}:1"},
+    )  # fmt: skip
+    try:
+        assert wheelbuild("image", "ls").returncode == 0
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(orphan.id)
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            orphan.remove(force=True)
+
+
 def test_compile_error_is_reported_with_first_compiler_error(
     cuda_image: str, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:

@@ -93,3 +93,42 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
     }
     assert {where: _hits(text) for where, text in places.items() if _hits(text)} == {}
     assert wheelbuild("inspect", *map(str, run_dir.glob("*.whl"))).returncode == 0
+
+
+def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_config(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    """The container that unpacks torch's headers for `wheelbuild calibrate` (here a small
+    package stands in for torch) reads the credentialed index from a mounted file: its Docker
+    config, sampled while it runs, holds no trace of it."""
+    import secrets as token
+
+    from builder.engine import ensure_torch_headers
+
+    index = f"https://{INDEX_USER}-{token.token_hex(3)}:{INDEX_PASSWORD}@pypi.org/simple"
+    inspected: list[str] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for container in docker_client.containers.list(all=True, filters={"label": "wheelbuild.owner"}):
+                with contextlib.suppress(docker.errors.NotFound):
+                    inspected.append(json.dumps(docker_client.api.inspect_container(container.id)))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        volume = ensure_torch_headers(docker_client, base_image, "six==1.17.0", index, lambda _line: None)
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    try:
+        listing = docker_client.containers.run(
+            base_image, ["ls", "/v"], volumes={volume: {"bind": "/v", "mode": "ro"}}, remove=True
+        ).decode()
+        assert "six.py" in listing  # installed: the credentialed index was used
+        assert inspected, "the container was never seen running"
+        assert [s for s in SECRETS if any(s in text for text in inspected)] == []
+    finally:
+        docker_client.volumes.get(volume).remove(force=True)

@@ -18,6 +18,7 @@ KNOWN_CODES = {
     "CudaRedistUnreachable": 23,
     "CudaRedistMismatch": 24,
     "TorchIndexUnreachable": 25,
+    "DoctorFound": 26,
     "ImageBuildFailed": 30,
     "CompileFailed": 40,
     "MemoryLimitNotApplied": 41,
