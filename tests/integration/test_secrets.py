@@ -96,7 +96,7 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
 
 
 def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_config(
-    base_image: str, docker_client: docker.DockerClient
+    cuda_image: str, docker_client: docker.DockerClient
 ) -> None:
     """The container that unpacks torch's headers for `wheelbuild calibrate` (here a small
     package stands in for torch) reads the credentialed index from a mounted file: its Docker
@@ -119,13 +119,13 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        volume = ensure_torch_headers(docker_client, base_image, "six==1.17.0", index, lambda _line: None)
+        volume = ensure_torch_headers(docker_client, cuda_image, "six==1.17.0", index, lambda _line: None)
     finally:
         done.set()
         sampler.join(timeout=10)
     try:
         listing = docker_client.containers.run(
-            base_image, ["ls", "/v"], volumes={volume: {"bind": "/v", "mode": "ro"}}, remove=True
+            cuda_image, ["ls", "/v"], volumes={volume: {"bind": "/v", "mode": "ro"}}, remove=True
         ).decode()
         assert "six.py" in listing  # installed: the credentialed index was used
         assert inspected, "the container was never seen running"
