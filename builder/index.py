@@ -49,7 +49,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import InvalidWheel
-from builder.wheels import metadata_fields, metadata_of
+from builder.wheels import MAX_METADATA_SIZE, metadata_fields, metadata_of
 
 __all__ = [
     "API_VERSION",
@@ -129,6 +129,21 @@ class IndexPlan:
 
     writes: Mapping[str, bytes] = field(default_factory=dict)
     removes: tuple[str, ...] = ()
+
+
+def _read_capped_metadata(path: Path) -> bytes:
+    """A published .metadata sidecar, read no further than a METADATA may be long: one a zip bomb
+    left before members were capped must not be loaded on every publish."""
+    with path.open("rb") as sidecar:
+        data = sidecar.read(MAX_METADATA_SIZE + 1)
+    if len(data) > MAX_METADATA_SIZE:
+        raise InvalidWheel(
+            f"{path} is over the {MAX_METADATA_SIZE} bytes a METADATA may have (a zip bomb published "
+            "before wheelbuild capped them): it would be served to every client",
+            f"remove {path.name.removesuffix(METADATA_SUFFIX)} and its sidecars from {path.parent} by hand, "
+            "then publish again",
+        )
+    return data
 
 
 def _bad(path: Path, why: str) -> InvalidWheel:
@@ -235,7 +250,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             sidecars[f"{FILES}/{name}{SHA256_SUFFIX}"] = sha256_record(sha256, stat)
         metadata_path = files_dir / (name + METADATA_SUFFIX)
         try:
-            metadata = metadata_path.read_bytes()
+            metadata = _read_capped_metadata(metadata_path)
         except FileNotFoundError:
             metadata = read_wheel(wheel).metadata
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata

@@ -360,3 +360,17 @@ def test_a_stale_page_that_is_a_link_is_removed_and_not_its_target(tmp_path: Pat
     assert "simple/gone/index.html" in _regenerate(root)
     assert (outside / "index.html").read_text() == "not the index's"
     assert not (root / "simple" / "gone").exists()
+
+
+def test_an_oversized_metadata_sidecar_left_by_an_old_publish_is_refused_not_loaded(tmp_path: Path) -> None:
+    # A bomb published before members were capped left a huge files/<wheel>.metadata; a later
+    # regeneration must not read it whole (nor serve it on): it names the file and what to do.
+    wheel = make_wheel(tmp_path / "in")
+    root = _tree(tmp_path, wheel)
+    _regenerate(root)
+    sidecar = root / "files" / (wheel.name + ".metadata")
+    with sidecar.open("ab") as grow:
+        grow.truncate(64 * 1024**2)  # sparse: 64 MiB on paper, nothing on disk
+    with pytest.raises(InvalidWheel) as caught:
+        index.plan_index(root)
+    assert sidecar.name in caught.value.cause and "by hand" in caught.value.remedy
