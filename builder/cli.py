@@ -622,26 +622,6 @@ def _check_access_log(path: Path) -> None:
         ) from None
 
 
-def _load_matrix(config: Path) -> matrix.Matrix:
-    """matrix.load_matrix, with the files it does not expect (a directory or device, no
-    permission, bytes that are not UTF-8) refused as bad input. (At home in load_matrix itself.)"""
-    try:
-        if config.exists() and not config.is_file():  # a directory, or a device read forever (/dev/zero)
-            raise BadArgument(
-                f"--config {config} is not a file", "name a wheelbuild.toml (see `wheelbuild matrix --help`)"
-            )
-        return matrix.load_matrix(config)
-    except UnicodeDecodeError as error:
-        raise BadArgument(
-            f"{config} is not a TOML file: it is not UTF-8 text ({error.reason})", "fix --config"
-        ) from None
-    except OSError as error:
-        raise BadArgument(
-            f"--config {config} cannot be read: {error.strerror or error}",
-            "name a wheelbuild.toml (see `wheelbuild matrix --help`)",
-        ) from None
-
-
 @main.command("matrix")
 @click.option("--config", type=_PATH, default=Path("wheelbuild.toml"), show_default=True)
 @click.option(
@@ -684,7 +664,7 @@ def matrix_command(
 ) -> None:
     """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
     variant, Python and arch list."""
-    declared = _load_matrix(config)
+    declared = matrix.load_matrix(config)
     if track == "latest":
         versioned = sorted({c.package for c in declared.cells if c.version})
         variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
