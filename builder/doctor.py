@@ -26,7 +26,7 @@ from typing import Literal
 
 from builder import cgroup
 from builder.cuda_redist import REDIST_URL_ENV, redist_url
-from builder.secrets import redact_url, without_credentials
+from builder.secrets import authorized_request, redact_url, without_credentials
 from builder.spec import DEFAULT_CA_BUNDLE, format_bytes
 from builder.variants import PYTORCH_INDEX
 
@@ -420,10 +420,7 @@ def failed(checks: Iterable[Check]) -> list[Check]:
 def reach(url: str, timeout: float = REACH_TIMEOUT_S) -> Reach:
     """GET url (credentials moved into a header, never shown) and read a little of the answer."""
     shown = redact_url(url)
-    bare, authorization = without_credentials(url)
-    request = urllib.request.Request(bare, headers={"User-Agent": "wheelbuild-doctor"})
-    if authorization:
-        request.add_unredirected_header("Authorization", authorization)  # never sent on a redirect
+    request = authorized_request(url, {"User-Agent": "wheelbuild-doctor"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read(_READ_LIMIT)

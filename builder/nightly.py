@@ -27,7 +27,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,14 @@ from builder.errors import (
 )
 from builder.image import production_base
 from builder.matrix import Cell, Matrix
-from builder.pythons import choose_pythons, requires_python_of, torch_python_tags
+from builder.pythons import (
+    IndexFile,
+    anchors,
+    choose_pythons,
+    files_on_page,
+    requires_python_of,
+    torch_python_tags,
+)
 from builder.recipes import resolve_recipe
 from builder.reporter import Reporter
 from builder.secrets import redact_url, without_credentials
@@ -180,27 +186,6 @@ def feasible_cells(
 # What the target already holds
 
 
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
-        self._text = ""
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href, self._text = dict(attrs).get("href") or "", ""
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text += data
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, self._text.strip()))
-            self._href = None
-
-
 def _get(
     url: str, authorization: str | None, shown: str, *, missing_ok: bool = False
 ) -> tuple[bytes, str] | None:
@@ -222,28 +207,28 @@ def _get(
     )
 
 
-def _page_links(body: bytes, content_type: str, key: str, url: str) -> list[tuple[str, str]]:
-    """(href, name) of a simple page: PEP 691 JSON (*key*: "projects" or "files") or PEP 503 HTML."""
+def _not_a_page(url: str) -> PublishedIndexUnreachable:
+    return PublishedIndexUnreachable(
+        f"{redact_url(url)} is not a PEP 691 index page", f"point {INDEX_URL_ENV} at the tree's simple/"
+    )
+
+
+def _project_links(body: bytes, content_type: str, url: str) -> list[str]:
+    """The project pages an index's root links, relative to it: PEP 691 JSON or PEP 503 HTML."""
     if content_type.split(";")[0].strip().endswith("json"):
         try:
-            entries = json.loads(body).get(key, [])
-            if key == "projects":
-                return [
-                    (f"{e['name']}/", str(e["name"])) for e in entries if isinstance(e, dict) and "name" in e
-                ]
-            return [
-                (str(e["url"]), str(e.get("filename", "")))
-                for e in entries
-                if isinstance(e, dict) and "url" in e
-            ]
+            entries = json.loads(body).get("projects", [])
+            return [f"{e['name']}/" for e in entries if isinstance(e, dict) and "name" in e]
         except (ValueError, AttributeError, TypeError):
-            raise PublishedIndexUnreachable(
-                f"{redact_url(url)} is not a PEP 691 index page",
-                f"point {INDEX_URL_ENV} at the tree's simple/",
-            ) from None
-    parser = _Links()
-    parser.feed(body.decode("utf-8", errors="replace"))
-    return parser.links
+            raise _not_a_page(url) from None
+    return [href for values in anchors(body) if (href := values.get("href"))]
+
+
+def _files(body: bytes, content_type: str, url: str) -> tuple[IndexFile, ...]:
+    try:
+        return files_on_page(body, content_type)
+    except ValueError:
+        raise _not_a_page(url) from None
 
 
 def remote_inputs(index_url: str) -> set[str]:
@@ -260,14 +245,14 @@ def remote_inputs(index_url: str) -> set[str]:
     if page is None:
         return set()
     keys: set[str] = set()
-    for href, _name in _page_links(*page, "projects", index_url):
+    for href in _project_links(*page, index_url):
         project_url = urljoin(root, href)
         project = _get(project_url, auth(project_url), project_url)
         assert project is not None
-        for file_href, filename in _page_links(*project, "files", project_url):
-            if not filename.endswith(".whl"):
+        for file in _files(*project, project_url):
+            if not file.filename.endswith(".whl") or not file.url:
                 continue
-            sidecar = urljoin(project_url, file_href.split("#")[0]) + index_files.INPUTS_SUFFIX
+            sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
             found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
             if found is not None:
                 keys.add(found[0].decode().strip())

@@ -31,7 +31,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
@@ -43,7 +43,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
-from builder.secrets import Redactor, redact_url, url_secrets, without_credentials
+from builder.secrets import Redactor, authorized_request, redact_url, url_secrets
 from builder.sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
@@ -80,25 +80,35 @@ class IndexFile:
 
     filename: str
     yanked: bool
+    url: str = field(default="", compare=False)  # as the page gives it: relative to the page
 
 
 class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.files: list[IndexFile] = []
+        self.anchors: list[dict[str, str | None]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag != "a":
-            return
-        values = dict(attrs)
-        href = values.get("href") or ""
-        # PEP 503: the anchor's text is the file name, and so is the URL's last path segment.
-        try:
-            name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
-        except ValueError:  # a link no client could follow
-            return
-        if name:
-            self.files.append(IndexFile(filename=name, yanked="data-yanked" in values))
+        if tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def anchors(body: bytes) -> list[dict[str, str | None]]:
+    """The attributes of every <a> on an HTML page: a PEP 503 page links all it lists."""
+    parser = _Anchors()
+    parser.feed(body.decode("utf-8", errors="replace"))
+    parser.close()
+    return parser.anchors
+
+
+def _file_of(values: dict[str, str | None]) -> IndexFile | None:
+    href = values.get("href") or ""
+    # PEP 503: the anchor's text is the file name, and so is the URL's last path segment.
+    try:
+        name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
+    except ValueError:  # a link no client could follow
+        return None
+    return IndexFile(filename=name, yanked="data-yanked" in values, url=href) if name else None
 
 
 def files_on_page(body: bytes, content_type: str) -> tuple[IndexFile, ...]:
@@ -115,12 +125,16 @@ def files_on_page(body: bytes, content_type: str) -> tuple[IndexFile, ...]:
             if isinstance(entry, dict) and isinstance(entry.get("filename"), str):
                 yanked = entry.get("yanked", False)
                 # PEP 691: false, true, or the reason (a string: yanked).
-                files.append(IndexFile(entry["filename"], yanked is True or isinstance(yanked, str)))
+                url = entry.get("url")
+                files.append(
+                    IndexFile(
+                        entry["filename"],
+                        yanked is True or isinstance(yanked, str),
+                        url=url if isinstance(url, str) else "",
+                    )
+                )
         return tuple(files)
-    parser = _Anchors()
-    parser.feed(body.decode("utf-8", errors="replace"))
-    parser.close()
-    return tuple(parser.files)
+    return tuple(file for file in map(_file_of, anchors(body)) if file is not None)
 
 
 def python_tags(files: Iterable[IndexFile], torch_version: str, project: str = "torch") -> frozenset[str]:
@@ -215,10 +229,7 @@ def _fetch_page(index_url: str, timeout: float) -> tuple[bytes, str] | None:
     index = redact_url(index_url)
     shown = f"{index.rstrip('/')}/torch/"
     try:
-        bare, authorization = without_credentials(index_url)
-        request = urllib.request.Request(f"{bare.rstrip('/')}/torch/", headers={"Accept": ACCEPT})
-        if authorization:
-            request.add_unredirected_header("Authorization", authorization)  # never sent on a redirect
+        request = authorized_request(f"{index_url.rstrip('/')}/torch/", {"Accept": ACCEPT})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body: bytes = response.read(PAGE_LIMIT + 1)
             content_type = str(response.headers.get("Content-Type", ""))

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from builder.errors import BadArgument, SourceUnavailable
 from builder.recipes import Recipe, Source
 from builder.recipes.base import LOOKUP_PREFIX
-from builder.secrets import redact_url, without_credentials
+from builder.secrets import authorized_request, redact_url
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
 
@@ -70,7 +70,7 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     # Download beside the destination, then rename: a killed download never looks complete.
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as part:
         try:
-            with urllib.request.urlopen(_request(url), timeout=120) as response:
+            with urllib.request.urlopen(authorized_request(url), timeout=120) as response:
                 shutil.copyfileobj(response, part)
         except OSError as exc:
             os.unlink(part.name)
@@ -81,18 +81,10 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     os.replace(part.name, dest)
 
 
-def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
-    """A request for `url` with its user info moved into an Authorization header."""
-    plain, authorization = without_credentials(url)
-    return urllib.request.Request(
-        plain, headers={**(headers or {}), **({"Authorization": authorization} if authorization else {})}
-    )
-
-
 def _files(base: str, project: str) -> tuple[str, list[dict[str, Any]]]:
     """(page URL, file entries) of a project on a PEP 691 index."""
     page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
-    request = _request(page, {"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = authorized_request(page, {"Accept": "application/vnd.pypi.simple.v1+json"})
     shown = redact_url(page)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
