@@ -17,24 +17,24 @@ from typing import Any
 
 import tenacity
 
-from builder import cgroup, cuda_redist, engine, publish, results
-from builder.abi import AbiReport, check_wheel_abi
-from builder.calibration import load_calibrated
-from builder.check import Expectation, check_wheel, first_problem
-from builder.cuda_redist import CudaLayer
-from builder.errors import (
+from . import cgroup, cuda_redist, engine, publish, results
+from .abi import AbiReport, check_wheel_abi
+from .calibration import load_calibrated
+from .check import Expectation, check_wheel, first_problem
+from .cuda_redist import CudaLayer
+from .errors import (
     CompilerUnavailable,
     Interrupted,
     OutOfMemory,
     TorchIndexUnreachable,
     WheelbuildError,
 )
-from builder.gate import GateResult, plan_gate
-from builder.gate import failure as gate_failure
-from builder.gate import read_result as read_gate
-from builder.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
-from builder.matrix import Cell
-from builder.planner import (
+from .gate import GateResult, plan_gate
+from .gate import failure as gate_failure
+from .gate import read_result as read_gate
+from .image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
+from .matrix import Cell
+from .planner import (
     Plan,
     admission_costs,
     container_limit,
@@ -42,15 +42,15 @@ from builder.planner import (
     plan_build,
     with_admission,
 )
-from builder.pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
-from builder.recipes import Recipe, resolve_recipe
-from builder.reporter import Reporter
-from builder.results import source_digest
-from builder.secrets import redact_url
-from builder.sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
-from builder.spec import BuildSpec, GpuMode, format_bytes, parse_archs
-from builder.stamp import Stamp, stamp_wheel
-from builder.variants import (
+from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
+from .recipes import Recipe, resolve_recipe
+from .reporter import Reporter
+from .results import source_digest
+from .secrets import redact_url
+from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
+from .spec import BuildSpec, GpuMode, format_bytes, parse_archs
+from .stamp import Stamp, stamp_wheel
+from .variants import (
     CUDA13_VERSION,
     CudaCompiler,
     TorchVariant,
@@ -59,7 +59,7 @@ from builder.variants import (
     parse_variant,
     supports_arch,
 )
-from builder.wheels import WheelInfo, inspect_wheel
+from .wheels import WheelInfo, inspect_wheel
 
 
 @dataclass(frozen=True)

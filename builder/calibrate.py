@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import build, engine
-from builder.calibration import (
+from . import build, engine
+from .calibration import (
     Measurement,
     calibrated_model,
     compare_with,
@@ -26,13 +26,13 @@ from builder.calibration import (
     read_measurements,
     sample_units,
 )
-from builder.errors import BadArgument, CompileFailed, Interrupted
-from builder.memory_model import MemoryModel
-from builder.recipes import Recipe
-from builder.reporter import Reporter
-from builder.sources import cache_dir, prepare_source, resolve_lookup
-from builder.spec import format_bytes
-from builder.variants import TorchVariant
+from .errors import BadArgument, CompileFailed, Interrupted
+from .memory_model import MemoryModel
+from .recipes import Recipe
+from .reporter import Reporter
+from .sources import cache_dir, prepare_source, resolve_lookup
+from .spec import format_bytes
+from .variants import TorchVariant
 
 __all__ = ["CalibrationResult", "run_calibration"]
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builder.memory_model import MIB, MemoryModel, UnitCost, parse_profile
+from .memory_model import MIB, MemoryModel, UnitCost, parse_profile
 
 __all__ = [
     "Measurement",

@@ -20,8 +20,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.abi import check_wheel_abi
-from builder.errors import (
+from .abi import check_wheel_abi
+from .errors import (
     ArchMissing,
     BadArgument,
     ImportGateFailed,
@@ -30,9 +30,9 @@ from builder.errors import (
     VersionLabelWrong,
     WheelbuildError,
 )
-from builder.stamp import torch_pin
-from builder.variants import TorchVariant, parse_variant
-from builder.wheels import WheelInfo, inspect_wheel
+from .stamp import torch_pin
+from .variants import TorchVariant, parse_variant
+from .wheels import WheelInfo, inspect_wheel
 
 __all__ = [
     "Expectation",

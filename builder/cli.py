@@ -14,17 +14,17 @@ from typing import Any, NoReturn
 
 import click
 
-from builder import build as build_pipeline
-from builder import calibrate as calibrating
-from builder import check, doctor, engine, matrix, remote
-from builder import publish as publishing
-from builder import serve as serving
-from builder.errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
-from builder.planner import format_plan
-from builder.recipes import known_recipes, resolve_recipe
-from builder.reporter import Reporter
-from builder.sources import cache_dir, newest_release, newest_torch
-from builder.spec import (
+from . import build as build_pipeline
+from . import calibrate as calibrating
+from . import check, doctor, engine, matrix, remote
+from . import publish as publishing
+from . import serve as serving
+from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
+from .planner import format_plan
+from .recipes import known_recipes, resolve_recipe
+from .reporter import Reporter
+from .sources import cache_dir, newest_release, newest_torch
+from .spec import (
     DEFAULT_ARCHS,
     MAX_CPUS,
     BuildSpec,
@@ -37,8 +37,8 @@ from builder.spec import (
     parse_python,
     resolve_ca_bundle,
 )
-from builder.variants import parse_variant
-from builder.wheels import WheelInfo
+from .variants import parse_variant
+from .wheels import WheelInfo
 
 
 def _fail(error: WheelbuildError) -> NoReturn:
@@ -757,7 +757,7 @@ def nightly_plan(
     track: str | None,
 ) -> None:
     """The cells to build tonight: those that can be built, less those already published."""
-    from builder import nightly as night
+    from . import nightly as night
 
     reporter = Reporter(sys.stderr)
     planned = night.plan_night(
@@ -796,7 +796,7 @@ def nightly_build_cell(
 ) -> None:
     """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
     records the outcome, a failure too."""
-    from builder import nightly as night
+    from . import nightly as night
 
     result = night.build_cell(
         _night_matrix(config, track, torch_index_url),
@@ -817,7 +817,7 @@ def nightly_build_cell(
 def nightly_publish_night(dirs: tuple[Path, ...], config: Path, to: str | None) -> None:
     """Publish the wheels of every cell under DIRS whose report says all checks and the gate
     passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html)."""
-    from builder import nightly as night
+    from . import nightly as night
 
     result = night.publish_night(
         dirs, matrix.load_matrix(config), os.environ, to=to, say=Reporter(sys.stderr).info

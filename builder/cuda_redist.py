@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from builder.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from .errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
 
 DEFAULT_REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
 REDIST_URL_ENV = "WHEELBUILD_CUDA_REDIST_URL"  # a mirror, or an air-gapped site's copy

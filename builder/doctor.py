@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from builder import cgroup
-from builder.cuda_redist import REDIST_URL_ENV, redist_url
-from builder.secrets import authorized_request, redact_url, without_credentials
-from builder.spec import DEFAULT_CA_BUNDLE, format_bytes
-from builder.variants import PYTORCH_INDEX
+from . import cgroup
+from .cuda_redist import REDIST_URL_ENV, redist_url
+from .secrets import authorized_request, redact_url, without_credentials
+from .spec import DEFAULT_CA_BUNDLE, format_bytes
+from .variants import PYTORCH_INDEX
 
 Status = Literal["ok", "warn", "fail"]
 

@@ -35,10 +35,10 @@ import docker.types
 import requests
 import tenacity
 
-from builder import cgroup, doctor, secrets
-from builder.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
-from builder.cuda_redist import CudaLayer
-from builder.errors import (
+from . import cgroup, doctor, secrets
+from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
+from .cuda_redist import CudaLayer
+from .errors import (
     BuildFailed,
     CompileFailed,
     DockerUnavailable,
@@ -47,8 +47,8 @@ from builder.errors import (
     NvidiaRuntimeMissing,
     OutOfMemory,
 )
-from builder.image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs, production_base
-from builder.spec import GpuMode
+from .image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs, production_base
+from .spec import GpuMode
 
 RUN_LABEL = "wheelbuild.run"
 ATTEMPT_LABEL = "wheelbuild.attempt"
@@ -891,7 +891,7 @@ def start_reaper(run_id: str) -> subprocess.Popen[bytes]:
     killed wheelbuild cannot clean up; cibuildwheel, in a session of its own, would otherwise
     keep its container compiling until it next wrote to the dead pipe.)"""
     return subprocess.Popen(
-        [sys.executable, "-m", "builder.reaper", owner_token(), run_id],
+        [sys.executable, "-m", f"{__package__}.reaper", owner_token(), run_id],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

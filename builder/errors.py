@@ -76,6 +76,12 @@ class ImageBuildFailed(WheelbuildError):
     exit_code = 30
 
 
+class ImageInputsMissing(WheelbuildError):
+    """A file of images/ is not where this wheelbuild looks (an incomplete install or checkout)."""
+
+    exit_code = 31
+
+
 class CompileFailed(WheelbuildError):
     exit_code = 40
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from builder.cuda_redist import CudaLayer
+from .bundled import bundled_dir
+from .cuda_redist import CudaLayer
+from .errors import ImageInputsMissing
 
-IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
+IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"
 REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
 ADMIT_SCRIPT = "wheelbuild-admit"
@@ -67,6 +69,13 @@ class ImageInputs:
         cuda12_layer: CudaLayer | None = None,
         images_dir: Path = IMAGES_DIR,
     ) -> ImageInputs:
+        missing = [n for n in (DOCKERFILE, *REQUIREMENTS, ADMIT_SCRIPT) if not (images_dir / n).is_file()]
+        if missing:
+            raise ImageInputsMissing(
+                f"{images_dir / missing[0]} is missing: this wheelbuild has no complete images/ folder",
+                "reinstall wheelbuild from its wheel or sdist (pip install --force-reinstall wheelbuild), "
+                "or run it from a full checkout",
+            )
         return cls(
             dockerfile=(images_dir / DOCKERFILE).read_bytes(),
             tool_requirements=(images_dir / REQUIREMENTS[0]).read_bytes(),

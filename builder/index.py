@@ -48,8 +48,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import InvalidWheel
-from builder.wheels import MAX_METADATA_SIZE, metadata_fields, metadata_of
+from .errors import InvalidWheel
+from .wheels import MAX_METADATA_SIZE, metadata_fields, metadata_of
 
 __all__ = [
     "API_VERSION",

@@ -29,9 +29,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from builder.errors import BadArgument
-from builder.spec import parse_archs, parse_python
-from builder.variants import parse_variant
+from .errors import BadArgument
+from .spec import parse_archs, parse_python
+from .variants import parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 

@@ -322,7 +322,11 @@ def parse_profile(text: str, *, name: str) -> MemoryModel:
 
 def load_profile(name: str) -> MemoryModel:
     """A profile bundled in builder/profiles/<name>.tsv."""
-    text = resources.files("builder").joinpath("profiles", f"{name}.tsv").read_text(encoding="utf-8")
+    text = (
+        resources.files(__package__ or "wheelbuild")
+        .joinpath("profiles", f"{name}.tsv")
+        .read_text(encoding="utf-8")
+    )
     return parse_profile(text, name=name)
 
 

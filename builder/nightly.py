@@ -32,19 +32,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from builder import build, check, engine, remote
-from builder import index as index_files
-from builder import publish as publishing
-from builder.errors import (
+from . import build, check, engine, remote
+from . import index as index_files
+from . import publish as publishing
+from .errors import (
     BadArgument,
     NightIncomplete,
     PublishedIndexUnreachable,
     PublishTargetMissing,
     WheelbuildError,
 )
-from builder.image import production_base
-from builder.matrix import Cell, Matrix
-from builder.pythons import (
+from .image import production_base
+from .matrix import Cell, Matrix
+from .pythons import (
     IndexFile,
     anchors,
     choose_pythons,
@@ -52,12 +52,12 @@ from builder.pythons import (
     requires_python_of,
     torch_python_tags,
 )
-from builder.recipes import resolve_recipe
-from builder.reporter import Reporter
-from builder.secrets import redact_url, without_credentials
-from builder.sources import cache_dir, prepare_source, resolve_lookup
-from builder.spec import parse_archs, resolve_ca_bundle
-from builder.variants import CudaCompiler, arch_range, compiler_for, parse_variant, supports_arch
+from .recipes import resolve_recipe
+from .reporter import Reporter
+from .secrets import redact_url, without_credentials
+from .sources import cache_dir, prepare_source, resolve_lookup
+from .spec import parse_archs, resolve_ca_bundle
+from .variants import CudaCompiler, arch_range, compiler_for, parse_variant, supports_arch
 
 TEST_BASE_ENV = "WHEELBUILD_NIGHTLY_TEST_BASE"  # tests only: a local base instead of production
 PUBLISH_TO_ENV = "NIGHTLY_PUBLISH_TO"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from builder.memory_model import GIB, MemoryModel, simulate
-from builder.spec import format_bytes
+from .memory_model import GIB, MemoryModel, simulate
+from .spec import format_bytes
 
 __all__ = [
     "ADMIT_MARGIN",

@@ -27,8 +27,8 @@ from filelock import FileLock, Timeout
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder import index
-from builder.errors import (
+from . import index
+from .errors import (
     BadArgument,
     IndexWriteFailed,
     NotPublished,

@@ -42,9 +42,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
-from builder.secrets import Redactor, authorized_request, redact_url, url_secrets
-from builder.sources import cache_dir
+from .errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from .secrets import Redactor, authorized_request, redact_url, url_secrets
+from .sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
 PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is not an index page

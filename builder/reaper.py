@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from builder.engine import reap_when_gone
+from .engine import reap_when_gone
 
 if __name__ == "__main__":
     reap_when_gone(sys.argv[1], sys.argv[2])

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from builder import publish as publishing
-from builder.errors import BadArgument, UploadFailed
+from . import publish as publishing
+from .errors import BadArgument, UploadFailed
 
 __all__ = [
     "DEFAULT_TO",

@@ -22,8 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from builder.buildlog import BuildLog, MemorySample
-from builder.spec import format_bytes
+from .buildlog import BuildLog, MemorySample
+from .spec import format_bytes
 
 PLAIN_STATUS_EVERY_S = 15.0
 

@@ -49,8 +49,8 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from builder import index
-from builder.errors import BadHtpasswd, NoIndex, ServeFailed
+from . import index
+from .errors import BadHtpasswd, NoIndex, ServeFailed
 
 __all__ = [
     "MEDIA_HTML",

@@ -27,10 +27,10 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import BadArgument, SourceUnavailable
-from builder.recipes import Recipe, Source
-from builder.recipes.base import LOOKUP_PREFIX
-from builder.secrets import authorized_request, redact_url
+from .errors import BadArgument, SourceUnavailable
+from .recipes import Recipe, Source
+from .recipes.base import LOOKUP_PREFIX
+from .secrets import authorized_request, redact_url
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from builder.errors import BadArgument, BadMemory, CaBundleMissing
-from builder.recipes import Recipe
-from builder.variants import TorchVariant
+from .errors import BadArgument, BadMemory, CaBundleMissing
+from .recipes import Recipe
+from .variants import TorchVariant
 
 DEFAULT_ARCHS = (100, 120)
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

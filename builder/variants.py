@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from builder.errors import BadVariant
+from .errors import BadVariant
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 

@@ -10,16 +10,17 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from builder.errors import BadArgument, UnknownPackage
-from builder.memory_model import wbdemo_model
-from builder.recipes.base import Recipe, Source
-from builder.recipes.flash_attn import flash_attn_recipe
-from builder.recipes.torch_extension import torch_extension_recipe
+from ..bundled import bundled_dir
+from ..errors import BadArgument, UnknownPackage
+from ..memory_model import wbdemo_model
+from .base import Recipe, Source
+from .flash_attn import flash_attn_recipe
+from .torch_extension import torch_extension_recipe
 
 __all__ = ["EXAMPLE_DIR", "Recipe", "Source", "known_recipes", "resolve_recipe"]
 
 # The bundled example, also the test fixture: a small real CUDA extension.
-EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "wbdemo"
+EXAMPLE_DIR = bundled_dir("example")
 
 
 def _wbdemo(version: str | None) -> Recipe:

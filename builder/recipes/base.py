@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from builder.memory_model import MemoryModel, default_model
+from ..memory_model import MemoryModel, default_model
 
 # A release to look up on the index when the build starts: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"

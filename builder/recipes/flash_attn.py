@@ -6,9 +6,9 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import BadArgument
-from builder.memory_model import flash_attn_model
-from builder.recipes.base import Recipe, Source, UnitRecipe
+from ..errors import BadArgument
+from ..memory_model import flash_attn_model
+from .base import Recipe, Source, UnitRecipe
 
 DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
 # Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index). The

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from builder.memory_model import MemoryModel, default_model
-from builder.recipes.base import Recipe, Source
+from ..memory_model import MemoryModel, default_model
+from .base import Recipe, Source
 
 
 def torch_extension_recipe(

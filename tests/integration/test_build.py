@@ -14,9 +14,9 @@ from pathlib import Path
 
 import docker
 import pytest
+from wheelbuild.engine import process_namespace
+from wheelbuild.wheels import archs_in_wheel
 
-from builder.engine import process_namespace
-from builder.wheels import archs_in_wheel
 from tests.integration.conftest import (
     REPO,
     TORCH_INDEX,

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from wheelbuild.calibration import read_measurements
 
-from builder.calibration import read_measurements
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes
 
 SHARED = REPO.parent / "shared" / "calibration" / "flash-attn-2.8.3-cuda13.0.tsv"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import docker
 import pytest
+from wheelbuild.cuda_redist import PINS_FILE, load_layer
+from wheelbuild.image import IMAGES_DIR
 
-from builder.cuda_redist import PINS_FILE, load_layer
-from builder.image import IMAGES_DIR
 from tests.integration.conftest import containers_of_run, wheelbuild
 
 STANDIN_NVCC = """#!/bin/sh

@@ -1,4 +1,4 @@
-"""builder.pythons.torch_python_tags against the real `wheelbuild serve` over HTTP (no Docker): stand-in
+"""wheelbuild.pythons.torch_python_tags against the real `wheelbuild serve` over HTTP (no Docker): stand-in
 torch wheels published into a wheelhouse tree, their Python tags read from the served page (PEP 691
 JSON; the HTML form says the same), yanks and other platforms left out, credentials in the URL sent
 as Basic auth and never shown, the answer cached so that a second call needs no server."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from wheelbuild.errors import TorchIndexUnreachable
+from wheelbuild.publish import publish, yank
+from wheelbuild.pythons import choose_pythons, files_on_page, python_tags, torch_python_tags
 
-from builder.errors import TorchIndexUnreachable
-from builder.publish import publish, yank
-from builder.pythons import choose_pythons, files_on_page, python_tags, torch_python_tags
 from tests.indexkit import make_wheel
 from tests.integration.serving import read_log, request, running_server
 

@@ -14,8 +14,8 @@ import time
 
 import docker
 import pytest
+from wheelbuild import engine
 
-from builder import engine
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, Completed, wheelbuild
 
 STATUSES = ("ok", "warn", "fail")

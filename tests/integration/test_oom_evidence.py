@@ -15,8 +15,7 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-
-from builder.engine import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, AttemptWatcher, owner_token
+from wheelbuild.engine import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, AttemptWatcher, owner_token
 
 
 @pytest.fixture(scope="module")

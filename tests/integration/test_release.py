@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from wheelbuild.stamp import Stamp, stamp_wheel
 
-from builder.stamp import Stamp, stamp_wheel
 from tests.integration.conftest import FixtureBuild, wheelbuild
 from tests.integration.serving import clean_env, read_log, run_ok, running_server, uv_binary
 

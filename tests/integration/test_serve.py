@@ -22,10 +22,9 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
-
-from builder.errors import BadHtpasswd, NoIndex, ServeFailed
-from builder.publish import publish, yank
-from builder.serve import (
+from wheelbuild.errors import BadHtpasswd, NoIndex, ServeFailed
+from wheelbuild.publish import publish, yank
+from wheelbuild.serve import (
     MEDIA_HTML,
     MEDIA_HTML_V1,
     MEDIA_JSON,
@@ -36,6 +35,7 @@ from builder.serve import (
     negotiate,
     serve,
 )
+
 from tests.indexkit import make_wheel, parse_page
 from tests.integration.serving import (
     LINE,
@@ -367,7 +367,7 @@ def test_an_unexpected_error_is_a_plain_500_logged_on_the_server(
     def broken(accept: str | None) -> str | None:
         raise RuntimeError("the internals of /srv/wheelhouse")
 
-    monkeypatch.setattr("builder.serve.negotiate", broken)
+    monkeypatch.setattr("wheelbuild.serve.negotiate", broken)
     with caplog.at_level(logging.ERROR, logger="wheelbuild.serve"):
         reply = request(url, "/simple/")
     assert reply.status == 500

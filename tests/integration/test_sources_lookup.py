@@ -1,4 +1,4 @@
-"""builder.sources.lookup_sdist against the real PyPI (its PEP 691 JSON; no Docker): a flash-attn release
+"""wheelbuild.sources.lookup_sdist against the real PyPI (its PEP 691 JSON; no Docker): a flash-attn release
 wheelbuild does not pin is found, pinned by the sha256 PyPI lists, and downloads to that hash."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from wheelbuild.errors import BadArgument
+from wheelbuild.publish import publish
+from wheelbuild.recipes import resolve_recipe
+from wheelbuild.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
 
-from builder.errors import BadArgument
-from builder.publish import publish
-from builder.recipes import resolve_recipe
-from builder.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
 from tests.indexkit import make_wheel
 from tests.integration.serving import running_server
 

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from builder.engine import AttemptConfig, AttemptResult, OomEvidence
+from wheelbuild.engine import AttemptConfig, AttemptResult, OomEvidence
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELBUILD = REPO / ".venv" / "bin" / "wheelbuild"

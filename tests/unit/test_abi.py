@@ -1,4 +1,4 @@
-"""builder.abi: the static import gate, on real shared objects compiled here with gcc/g++ and
+"""wheelbuild.abi: the static import gate, on real shared objects compiled here with gcc/g++ and
 zipped into real wheels. objdump, where present, is the independent reader the ELF parsing is
 checked against."""
 
@@ -14,8 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from builder.abi import (
+from wheelbuild.abi import (
     ElfAbi,
     Excess,
     SymbolVersion,
@@ -26,7 +25,8 @@ from builder.abi import (
     symbol_versions,
     tag_limits,
 )
-from builder.errors import AbiMismatch
+from wheelbuild.errors import AbiMismatch
+
 from tests.indexkit import make_wheel
 
 GCC, GXX, OBJDUMP = shutil.which("gcc"), shutil.which("g++"), shutil.which("objdump")

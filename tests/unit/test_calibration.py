@@ -1,4 +1,4 @@
-"""builder.calibration: sampling across families, scaling the built-in profile by measurements,
+"""wheelbuild.calibration: sampling across families, scaling the built-in profile by measurements,
 and the files it writes (pure; the compiles themselves are in tests/integration)."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from builder import build
-from builder.calibration import (
+from wheelbuild import build
+from wheelbuild.calibration import (
     Measurement,
     calibrated_model,
     compare_with,
@@ -19,9 +18,9 @@ from builder.calibration import (
     read_measurements,
     sample_units,
 )
-from builder.memory_model import GIB, MIB, flash_attn_model, parse_profile
-from builder.recipes import resolve_recipe
-from builder.recipes.flash_attn import UNITS
+from wheelbuild.memory_model import GIB, MIB, flash_attn_model, parse_profile
+from wheelbuild.recipes import resolve_recipe
+from wheelbuild.recipes.flash_attn import UNITS
 
 FAMILIES = UNITS.families
 MODEL = flash_attn_model()

@@ -23,9 +23,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wheelbuild import cli
+from wheelbuild.publish import publish
 
-from builder import cli
-from builder.publish import publish
 from tests.indexkit import make_wheel, set_compression_method
 
 GOOD = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"

@@ -9,12 +9,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from builder.build import compiler_in_image
-from builder.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
-from builder.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
-from builder.image import ImageInputs
-from builder.variants import parse_variant
+from wheelbuild.build import compiler_in_image
+from wheelbuild.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
+from wheelbuild.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from wheelbuild.image import ImageInputs
+from wheelbuild.variants import parse_variant
 
 
 def _archive(path: Path, top: str, members: list[tarfile.TarInfo], data: dict[str, bytes]) -> RedistArchive:

@@ -1,4 +1,4 @@
-"""builder.engine.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
+"""wheelbuild.engine.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cibuildwheel.environment import parse_environment
-
-from builder.engine import (
+from wheelbuild.engine import (
     SITE_PACKAGES_BASEDIRS,
     AttemptConfig,
     cibuildwheel_env,

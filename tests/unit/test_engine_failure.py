@@ -1,4 +1,4 @@
-"""builder.engine.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
+"""wheelbuild.engine.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
 ownership tokens that let a later run sweep an orphaned container."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.util.cmd import format_command_for_display
-
-from builder.buildlog import is_kill_line
-from builder.engine import (
+from wheelbuild.buildlog import is_kill_line
+from wheelbuild.engine import (
     AttemptConfig,
     AttemptResult,
     OomEvidence,
@@ -22,7 +21,7 @@ from builder.engine import (
     owner_token,
     raise_for_failure,
 )
-from builder.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 
 MakeResult = Callable[..., AttemptResult]
 

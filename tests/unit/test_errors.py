@@ -1,9 +1,9 @@
-"""builder.errors: every failure has its own exit code, and the codes never change meaning."""
+"""wheelbuild.errors: every failure has its own exit code, and the codes never change meaning."""
 
 from __future__ import annotations
 
-from builder import errors
-from builder.errors import WheelbuildError
+from wheelbuild import errors
+from wheelbuild.errors import WheelbuildError
 
 KNOWN_CODES = {
     "UnknownPackage": 10,
@@ -20,6 +20,7 @@ KNOWN_CODES = {
     "TorchIndexUnreachable": 25,
     "DoctorFound": 26,
     "ImageBuildFailed": 30,
+    "ImageInputsMissing": 31,
     "CompileFailed": 40,
     "MemoryLimitNotApplied": 41,
     "BuildFailed": 42,
@@ -55,7 +56,7 @@ def _all_subclasses(cls: type[WheelbuildError]) -> list[type[WheelbuildError]]:
 
 
 def _error_classes() -> list[type[WheelbuildError]]:
-    # Subclasses defined in builder.errors itself (tests elsewhere may define their own).
+    # Subclasses defined in wheelbuild.errors itself (tests elsewhere may define their own).
     return [c for c in _all_subclasses(WheelbuildError) if c.__module__ == errors.__name__]
 
 

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from wheelbuild.abi import check_wheel_abi
+from wheelbuild.errors import ImportGateFailed, SmokeTestFailed
+from wheelbuild.gate import failure, plan_gate, read_result
 
-from builder.abi import check_wheel_abi
-from builder.errors import ImportGateFailed, SmokeTestFailed
-from builder.gate import failure, plan_gate, read_result
 from tests.indexkit import make_wheel
 
 TAG = "cp311-cp311-manylinux_2_34_x86_64"

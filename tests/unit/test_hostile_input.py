@@ -16,23 +16,23 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-
-from builder import cli as cli_module
-from builder import index, remote
-from builder.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
-from builder.cli import main
-from builder.errors import (
+from wheelbuild import cli as cli_module
+from wheelbuild import index, remote
+from wheelbuild.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
+from wheelbuild.cli import main
+from wheelbuild.errors import (
     BadArgument,
     BadMemory,
     IndexWriteFailed,
     InvalidWheel,
     NotPublished,
 )
-from builder.publish import publish, unyank, yank
-from builder.remote import RsyncTarget, parse_target
-from builder.spec import parse_memory
-from builder.stamp import Stamp, stamp_wheel
-from builder.wheels import UnsafeMember, inspect_wheel
+from wheelbuild.publish import publish, unyank, yank
+from wheelbuild.remote import RsyncTarget, parse_target
+from wheelbuild.spec import parse_memory
+from wheelbuild.stamp import Stamp, stamp_wheel
+from wheelbuild.wheels import UnsafeMember, inspect_wheel
+
 from tests.indexkit import make_wheel, set_compression_method
 
 NAME = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"

@@ -1,4 +1,4 @@
-"""builder.matrix: wheelbuild.toml's [[build]] tables into cells (pure)."""
+"""wheelbuild.matrix: wheelbuild.toml's [[build]] tables into cells (pure)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from builder.errors import BadArgument, BadVariant
-from builder.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
+from wheelbuild.errors import BadArgument, BadVariant
+from wheelbuild.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,8 +124,8 @@ def test_tracking_adds_a_newer_torch_for_each_cuda_tag() -> None:
 
 @pytest.mark.parametrize("kind", ["directory", "binary", "device"])
 def test_a_config_that_is_not_a_toml_file_is_a_bad_argument(tmp_path: Path, kind: str) -> None:
-    from builder.errors import BadArgument
-    from builder.matrix import load_matrix
+    from wheelbuild.errors import BadArgument
+    from wheelbuild.matrix import load_matrix
 
     path = {"directory": tmp_path, "device": Path("/dev/zero")}.get(kind, tmp_path / "blob")
     if kind == "binary":

@@ -1,4 +1,4 @@
-"""builder.nightly: which cells a night builds, their arguments, which wheels pass, where they go,
+"""wheelbuild.nightly: which cells a night builds, their arguments, which wheels pass, where they go,
 and the coverage table. Pure parts directly; the index read over HTTP from a real `serve`."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
-from builder import build, check, nightly
-from builder.cli import main
-from builder.errors import (
+from wheelbuild import build, check, nightly
+from wheelbuild.cli import main
+from wheelbuild.errors import (
     BadArgument,
     BuildFailed,
     ImportGateFailed,
@@ -21,8 +20,8 @@ from builder.errors import (
     PublishedIndexUnreachable,
     PublishTargetMissing,
 )
-from builder.matrix import Cell, load_matrix, parse_matrix
-from builder.nightly import (
+from wheelbuild.matrix import Cell, load_matrix, parse_matrix
+from wheelbuild.nightly import (
     CellOutcome,
     coverage_html,
     coverage_markdown,
@@ -39,9 +38,10 @@ from builder.nightly import (
     report_verdict,
     source_of,
 )
-from builder.publish import publish
-from builder.remote import RsyncTarget
-from builder.variants import CudaCompiler
+from wheelbuild.publish import publish
+from wheelbuild.remote import RsyncTarget
+from wheelbuild.variants import CudaCompiler
+
 from tests.indexkit import make_wheel
 from tests.integration.serving import running_server
 

@@ -1,4 +1,4 @@
-"""builder.pythons without network: project pages (PEP 691 JSON, PEP 503 HTML) read into the Python
+"""wheelbuild.pythons without network: project pages (PEP 691 JSON, PEP 503 HTML) read into the Python
 tags of one torch version, Requires-Python read from a real sdist and a project directory, the cache
 read back, and choose_pythons checked exhaustively over a small world of images, indexes,
 Requires-Python values and --python requests against an independent oracle."""
@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from builder import pythons
-from builder.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
-from builder.pythons import (
+from wheelbuild import pythons
+from wheelbuild.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from wheelbuild.pythons import (
     IndexFile,
     LeftOut,
     PythonChoice,

@@ -1,4 +1,4 @@
-"""builder.recipes: what the user typed -> a Recipe, and the env its build reads."""
+"""wheelbuild.recipes: what the user typed -> a Recipe, and the env its build reads."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from builder.errors import BadArgument, UnknownPackage
-from builder.memory_model import GIB
-from builder.recipes import EXAMPLE_DIR, Recipe, Source, known_recipes, resolve_recipe
-from builder.recipes.flash_attn import DEFAULT_VERSION, SDISTS
+from wheelbuild.errors import BadArgument, UnknownPackage
+from wheelbuild.memory_model import GIB
+from wheelbuild.recipes import EXAMPLE_DIR, Recipe, Source, known_recipes, resolve_recipe
+from wheelbuild.recipes.flash_attn import DEFAULT_VERSION, SDISTS
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 PIN = "a" * 64

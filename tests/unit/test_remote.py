@@ -1,13 +1,12 @@
-"""builder.remote.parse_target: what `publish --to` understands (no network here)."""
+"""wheelbuild.remote.parse_target: what `publish --to` understands (no network here)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from builder.errors import BadArgument
-from builder.remote import RsyncTarget, UploadEndpoint, parse_target
+from wheelbuild.errors import BadArgument
+from wheelbuild.remote import RsyncTarget, UploadEndpoint, parse_target
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,11 @@
-"""builder.results: finished builds kept by the hash of their inputs."""
+"""wheelbuild.results: finished builds kept by the hash of their inputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from builder.results import lookup, result_key, save, source_digest
+from wheelbuild.results import lookup, result_key, save, source_digest
 
 BASE = {
     "source": "s" * 64,

@@ -1,4 +1,4 @@
-"""builder.sources.prepare_source on local paths and a pre-filled cache (no network)."""
+"""wheelbuild.sources.prepare_source on local paths and a pre-filled cache (no network)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
-from builder.errors import SourceUnavailable
-from builder.recipes import Source
-from builder.sources import PreparedSource, cache_dir, prepare_source
+from wheelbuild.errors import SourceUnavailable
+from wheelbuild.recipes import Source
+from wheelbuild.sources import PreparedSource, cache_dir, prepare_source
 
 SDIST_BYTES = b"\x1f\x8b pretend sdist bytes"
 SDIST_SHA = hashlib.sha256(SDIST_BYTES).hexdigest()
@@ -114,7 +113,7 @@ def test_url_sdist_in_the_cache_with_wrong_bytes_is_rejected_and_evicted(
 
 
 def test_a_urls_credentials_become_an_authorization_header_for_urllib() -> None:
-    from builder.secrets import authorized_request as _request
+    from wheelbuild.secrets import authorized_request as _request
 
     request = _request("https://ci:pa@ss/w0rd@idx.example/simple/x/", {"Accept": "application/json"})
     assert request.full_url == "https://idx.example/simple/x/"
@@ -126,8 +125,8 @@ def test_a_urls_credentials_become_an_authorization_header_for_urllib() -> None:
 
 
 def test_lookup_and_download_errors_never_show_the_credentials(tmp_path: Path) -> None:
-    from builder.errors import SourceUnavailable
-    from builder.sources import _download, _files
+    from wheelbuild.errors import SourceUnavailable
+    from wheelbuild.sources import _download, _files
 
     lines: list[str] = []
     with pytest.raises(SourceUnavailable) as looked:

@@ -1,14 +1,13 @@
-"""builder.spec: memory sizes, arch lists, Python versions and the CA bundle."""
+"""wheelbuild.spec: memory sizes, arch lists, Python versions and the CA bundle."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from builder import spec
-from builder.errors import BadArgument, BadMemory, CaBundleMissing
-from builder.spec import format_bytes, parse_archs, parse_memory, parse_python, resolve_ca_bundle
+from wheelbuild import spec
+from wheelbuild.errors import BadArgument, BadMemory, CaBundleMissing
+from wheelbuild.spec import format_bytes, parse_archs, parse_memory, parse_python, resolve_ca_bundle
 
 GIB = 1024**3
 MIB = 1024**2

@@ -1,4 +1,4 @@
-"""builder.wheels.inspect_wheel, builder.stamp and builder.check on wheels holding real CUDA
+"""wheelbuild.wheels.inspect_wheel, wheelbuild.stamp and wheelbuild.check on wheels holding real CUDA
 shared objects, compiled here by nvcc (no GPU needed to compile)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from wheelbuild.check import Expectation, check_wheel, first_problem
+from wheelbuild.errors import ArchMissing, InvalidWheel, TorchNotPinned, VersionLabelWrong
+from wheelbuild.stamp import Stamp, stamp_wheel, stamped_metadata
+from wheelbuild.wheels import inspect_wheel
 
-from builder.check import Expectation, check_wheel, first_problem
-from builder.errors import ArchMissing, InvalidWheel, TorchNotPinned, VersionLabelWrong
-from builder.stamp import Stamp, stamp_wheel, stamped_metadata
-from builder.wheels import inspect_wheel
 from tests.indexkit import make_wheel
 
 NVCC = shutil.which("nvcc")

@@ -1,11 +1,10 @@
-"""builder.variants: torch variant strings and the compiler that can build against them."""
+"""wheelbuild.variants: torch variant strings and the compiler that can build against them."""
 
 from __future__ import annotations
 
 import pytest
-
-from builder.errors import BadVariant
-from builder.variants import CudaCompiler, TorchVariant, arch_range, compiler_for, parse_variant
+from wheelbuild.errors import BadVariant
+from wheelbuild.variants import CudaCompiler, TorchVariant, arch_range, compiler_for, parse_variant
 
 
 def test_cuda_tag_alone_picks_the_default_torch_its_cuda_and_pytorch_index() -> None:

@@ -1,4 +1,4 @@
-"""builder.wheels against real nvcc output (and cuobjdump, when it is on PATH)."""
+"""wheelbuild.wheels against real nvcc output (and cuobjdump, when it is on PATH)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-
-from builder.wheels import (
+from wheelbuild.wheels import (
     CudaArchs,
     FatbinFormatError,
     archs_in_elf,
