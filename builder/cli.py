@@ -16,7 +16,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, doctor, engine, matrix, remote, report_html
+from . import check, config, doctor, engine, matrix, remote
 from . import publish as publishing
 from . import serve as serving
 from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
@@ -130,77 +130,182 @@ def image_flags(f: Any) -> Any:
     return f
 
 
+def _build_option(key: str, *decls: str, **kwargs: Any) -> Any:
+    """A build option with the WHEELBUILD_* variable builder/config.py names for its key."""
+    return click.option(*decls, envvar=config.BY_KEY[key].env, show_envvar=True, **kwargs)
+
+
+# Every option of `build`, which `plan` takes too: each also from WHEELBUILD_<KEY> and from
+# [tool.wheelbuild] (builder/config.py lists the same keys; a test keeps the two in step).
+_build_flags = [
+    _build_option(
+        "torch",
+        "--torch",
+        "torch_variant",
+        default="cu130",
+        show_default=True,
+        help="cu130, cu128, ... or 2.11.0+cu130.",
+    ),
+    click.option(
+        "--torch-index-url",
+        envvar="WHEELBUILD_TORCH_INDEX_URL",
+        show_envvar=True,
+        type=_TEXT,
+        help="Index to install torch from [default: PyTorch's index for the variant].",
+    ),
+    _build_option(
+        "archs",
+        "--archs",
+        default=",".join(map(str, DEFAULT_ARCHS)),
+        show_default=True,
+        help="CUDA SM archs.",
+    ),
+    _build_option(
+        "python",
+        "--python",
+        "pythons",
+        multiple=True,
+        help="3.11 or cp311; repeatable (the variable: space-separated) [default: every one in the image].",
+    ),
+    _build_option("version", "--version", "recipe_version", help="Release of a known recipe (flash-attn)."),
+    _build_option(
+        "arch-env",
+        "--arch-env",
+        help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
+    ),
+    _build_option(
+        "memory",
+        "--memory",
+        help="Container memory limit, docker units (12g) [default: host available minus a reserve].",
+    ),
+    _build_option("cpus", "--cpus", type=float, help="Container CPUs [default: all of this process's]."),
+    _build_option(
+        "max-jobs",
+        "--max-jobs",
+        type=click.IntRange(min=1, max=MAX_CPUS),
+        help="MAX_JOBS for ninja [default: from memory and CPUs].",
+    ),
+    _build_option(
+        "nvcc-threads",
+        "--nvcc-threads",
+        type=click.IntRange(min=1, max=MAX_CPUS),
+        help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
+    ),
+    _build_option(
+        "env",
+        "--env",
+        "env_pairs",
+        multiple=True,
+        help="KEY=VALUE for the build's environment; repeatable (the variable: space-separated).",
+    ),
+    _build_option(
+        "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True
+    ),
+    _build_option("output-dir", "--output-dir", type=_PATH, default=Path("wheelhouse"), show_default=True),
+    _build_option(
+        "admission",
+        "--admission",
+        is_flag=True,
+        help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted peak fits.",
+    ),
+    _build_option(
+        "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
+    ),
+    _build_option(
+        "gate",
+        "--gate/--no-gate",
+        default=True,
+        show_default=True,
+        help="Install and import each wheel in a fresh container of the base image before calling it done "
+        "(--no-gate: publish then checks it statically only).",
+    ),
+    _build_option(
+        "quiet",
+        "-q",
+        "--quiet",
+        is_flag=True,
+        help="Hide the build log (it is still written to the run's build.log).",
+    ),
+    *_image_flags,
+    click.option(
+        "--config-file",
+        type=_PATH,
+        envvar="WHEELBUILD_CONFIG_FILE",
+        show_envvar=True,
+        help="TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
+        "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it.",
+    ),
+]
+
+
+def build_flags(f: Any) -> Any:
+    for option in reversed(_build_flags):
+        f = option(f)
+    return click.argument("package", required=False)(f)
+
+
+_FILES = "wheelbuild.config"  # ctx.meta key: the FileConfig the command's options were read with
+_ORIGINS: dict[click.core.ParameterSource | None, config.Origin] = {
+    click.core.ParameterSource.COMMANDLINE: config.Origin.COMMAND_LINE,
+    click.core.ParameterSource.ENVIRONMENT: config.Origin.ENVIRONMENT,
+    click.core.ParameterSource.DEFAULT_MAP: config.Origin.FILE,
+}
+
+
+class _Configured(click.Command):
+    """A command whose options may come from files: [tool.wheelbuild] becomes click's default_map
+    before the arguments are parsed, so click itself ranks command line > WHEELBUILD_* > file >
+    default and records each value's source. PACKAGE and --config-file are read first, with
+    click's own parser, because they say which files to read."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        except click.UsageError:
+            return super().parse_args(ctx, args)  # click says what is wrong, as without files
+        help_option = self.get_help_option(ctx)
+        asked_help = help_option is not None and opts.get(help_option.name or "") is True
+        if not asked_help and not ctx.resilient_parsing:  # --help works beside a broken file
+            given = next(p for p in self.params if p.name == "config_file")
+            raw, _source = given.consume_value(ctx, opts)  # not given: None, or click 8.3's UNSET
+            config_file = given.type_cast_value(ctx, raw) if isinstance(raw, str) else None
+            package = opts.get("package")
+            files = config.load_config(
+                config.find_project(package if isinstance(package, str) else None, known_recipes()),
+                config_file,
+            )
+            ctx.default_map = {**(ctx.default_map or {}), **files.default_map()}
+            ctx.meta[_FILES] = files
+        return super().parse_args(ctx, args)
+
+
+def _provenance() -> list[str]:
+    """Each build option's value and where it came from, by click's record of its source."""
+    ctx = click.get_current_context()
+    files: config.FileConfig = ctx.meta.get(_FILES, config.FileConfig())
+    resolved = [
+        config.Resolved(
+            option,
+            ctx.params[option.param],
+            _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT),
+        )
+        for option in config.OPTIONS
+    ]
+    read = ", ".join(files.files) or "none"
+    return [
+        f"options (command line > WHEELBUILD_* > file > default; files: {read}):",
+        *config.provenance(resolved, files),
+    ]
+
+
 @click.group(cls=_Wheelbuild, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wheelbuild")
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
 
 
-@main.command()
-@click.argument("package", required=False)
-@click.option(
-    "--torch",
-    "torch_variant",
-    default="cu130",
-    show_default=True,
-    help="cu130, cu128, ... or 2.11.0+cu130.",
-)
-@click.option(
-    "--torch-index-url",
-    envvar="WHEELBUILD_TORCH_INDEX_URL",
-    type=_TEXT,
-    help="Index to install torch from [default: PyTorch's index for the variant].",
-)
-@click.option("--archs", default=",".join(map(str, DEFAULT_ARCHS)), show_default=True, help="CUDA SM archs.")
-@click.option(
-    "--python",
-    "pythons",
-    multiple=True,
-    help="3.11 or cp311; repeatable [default: every one in the image].",
-)
-@click.option("--version", "recipe_version", help="Release of a known recipe (flash-attn).")
-@click.option(
-    "--arch-env",
-    help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
-)
-@click.option(
-    "--memory",
-    help="Container memory limit, docker units (12g) [default: host available minus a reserve].",
-)
-@click.option("--cpus", type=float, help="Container CPUs [default: all of this process's].")
-@click.option(
-    "--max-jobs",
-    type=click.IntRange(min=1, max=MAX_CPUS),
-    help="MAX_JOBS for ninja [default: from memory and CPUs].",
-)
-@click.option(
-    "--nvcc-threads",
-    type=click.IntRange(min=1, max=MAX_CPUS),
-    help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
-)
-@click.option("--env", "env_pairs", multiple=True, help="KEY=VALUE for the build's environment; repeatable.")
-@click.option("--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True)
-@click.option("--output-dir", type=_PATH, default=Path("wheelhouse"), show_default=True)
-@click.option(
-    "--admission",
-    is_flag=True,
-    help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted peak fits.",
-)
-@click.option("--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs.")
-@click.option(
-    "--gate/--no-gate",
-    default=True,
-    show_default=True,
-    help="Install and import each wheel in a fresh container of the base image before calling it done "
-    "(--no-gate: publish then checks it statically only).",
-)
-@click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="Hide the build log (it is still written to the run's build.log).",
-)
-@image_flags
+@main.command(cls=_Configured)
+@build_flags
 def build(
     package: str | None,
     torch_variant: str,
@@ -223,9 +328,11 @@ def build(
     base_image: str | None,
     ca_bundle: Path | None,
     cuda12_image: str | None,
+    config_file: Path | None,  # read before parsing, by _Configured
 ) -> None:
     """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
-    (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo."""
+    (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo. Options also come
+    from WHEELBUILD_* variables and [tool.wheelbuild] (see `wheelbuild plan`)."""
     spec = BuildSpec(
         recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(
             parse_env(env_pairs)
@@ -245,6 +352,9 @@ def build(
     )
     options = _image_options(base_image, ca_bundle, cuda12_image)
     reporter = Reporter(quiet=quiet)
+    files: config.FileConfig = click.get_current_context().meta.get(_FILES, config.FileConfig())
+    if files.values:  # a value the command line did not name: say where it came from
+        reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
     result = build_pipeline.run_build(spec, options, reporter)
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
@@ -264,35 +374,26 @@ def _echo_modules(wheel: WheelInfo) -> None:
         click.echo(f"    {module.member}: SASS {sass}; PTX {ptx}; links {cudart}")
 
 
-@main.command()
-@click.argument("package", required=False)
-@click.option("--archs", default=",".join(map(str, DEFAULT_ARCHS)), show_default=True, help="CUDA SM archs.")
-@click.option("--version", "recipe_version", help="Release of a known recipe (flash-attn).")
-@click.option("--memory", help="Container memory limit (64g) [default: this machine's, less a reserve].")
-@click.option("--cpus", type=float, help="CPUs [default: this machine's (cgroup quota, cpuset)].")
-@click.option("--max-jobs", type=click.IntRange(min=1, max=MAX_CPUS), help="Keep MAX_JOBS at this.")
-@click.option("--nvcc-threads", type=click.IntRange(min=1, max=MAX_CPUS), help="Keep NVCC_THREADS at this.")
-@click.option(
-    "--torch",
-    "torch_variant",
-    default="cu130",
-    show_default=True,
-    help="Picks the toolkit a calibrated profile is for.",
-)
+@main.command(cls=_Configured)
+@build_flags
 def plan(
     package: str | None,
+    torch_variant: str,
+    torch_index_url: str | None,
     archs: str,
     recipe_version: str | None,
+    arch_env: str | None,
     memory: str | None,
     cpus: float | None,
     max_jobs: int | None,
     nvcc_threads: int | None,
-    torch_variant: str,
+    **_build_only: object,  # the other build options: checked by click, shown below, used by build
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
-    building: `wheelbuild plan flash-attn --memory 64g --cpus 128 --archs 100,120`."""
-    variant = parse_variant(torch_variant)
-    recipe = resolve_recipe(package, version=recipe_version)
+    building, then every build option and where its value came from (command line,
+    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
+    variant = parse_variant(torch_variant, torch_index_url)
+    recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env)
     planned = build_pipeline.plan_for(
         recipe,
         parse_archs(archs),
@@ -303,6 +404,8 @@ def plan(
         toolkit=build_pipeline.toolkit_for(variant),
     )
     click.echo(format_plan(planned))
+    for line in _provenance():
+        click.echo(line)
 
 
 @main.command("doctor")
@@ -488,14 +591,6 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
         _echo_modules(info)
         gate = check.describe_gate(info.path)
         click.echo(f"    import gate {gate['status']}: {gate['detail']}")
-
-
-@main.command("report")
-@click.argument("run", type=_PATH)
-def report_command(run: Path) -> None:
-    """Write build-report.html for a run (its folder, wheelhouse/runs/<run-id>, or its
-    build-report.json) and print its path: memory over time per attempt, units, attempts."""
-    click.echo(report_html.write_beside(run / "build-report.json" if run.is_dir() else run))
 
 
 @main.command("publish")

@@ -245,3 +245,17 @@ class DoctorFound(WheelbuildError):
     say which and what to do)."""
 
     exit_code = 26
+
+
+class ConfigKeyUnknown(WheelbuildError):
+    """A config file ([tool.wheelbuild] in pyproject.toml or wheelbuild.toml) names a key wheelbuild
+    does not have: a typo, most likely, so it is refused, never ignored (the nearest key is named)."""
+
+    exit_code = 17
+
+
+class ConfigValueInvalid(WheelbuildError):
+    """A config file's value has the wrong type, is not understood, or looks like a credential
+    (secrets reach wheelbuild by environment variable or mounted file, never from a config file)."""
+
+    exit_code = 18

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from .config import read_toml
 from .errors import BadArgument
 from .spec import parse_archs, parse_python
 from .variants import parse_variant
@@ -154,28 +154,14 @@ def tracking(matrix: Matrix, newest: dict[str, str], newest_torch: dict[str, str
     return replace(matrix, cells=tuple(cells))
 
 
-MAX_CONFIG = 1024**2  # a matrix is a few lines; a device or a huge file is a mistake
-
-
 def load_matrix(path: Path) -> Matrix:
-    try:
-        if path.exists() and not path.is_file():
-            raise BadArgument(f"{path} is not a regular file", "pass --config a wheelbuild.toml")
-        with path.open("rb") as file:
-            data = file.read(MAX_CONFIG + 1)
-        if len(data) > MAX_CONFIG:
-            raise BadArgument(
-                f"{path} is over {MAX_CONFIG} bytes: not a matrix", "pass --config a wheelbuild.toml"
-            )
-        config = tomllib.loads(data.decode())
-    except FileNotFoundError:
-        raise BadArgument(
-            f"{path} does not exist", "write one (see README, Nightly), or pass --config"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise BadArgument(f"{path} is not valid TOML: {error}", "fix the file") from None
-    except OSError as error:
-        raise BadArgument(f"{path} cannot be read: {error.strerror or error}", "check the path") from None
+    # One reader for every config file: directories, devices, huge, binary or too deeply nested
+    # files are refused the same way for the matrix and for [tool.wheelbuild].
+    config = read_toml(
+        path,
+        remedy="pass --config a wheelbuild.toml",
+        missing="write one (see README, Nightly), or pass --config",
+    )
     return parse_matrix(config, str(path))
 
 

@@ -12,6 +12,8 @@ KNOWN_CODES = {
     "BadArgument": 13,
     "CaBundleMissing": 14,
     "SourceUnavailable": 15,
+    "ConfigKeyUnknown": 17,
+    "ConfigValueInvalid": 18,
     "DockerUnavailable": 20,
     "NvidiaRuntimeMissing": 21,
     "CompilerUnavailable": 22,

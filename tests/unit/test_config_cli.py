@@ -1,0 +1,184 @@
+"""`wheelbuild plan` and `build` read options from the command line, WHEELBUILD_* variables,
+[tool.wheelbuild] and defaults, in that order, and plan prints where each value came from. Run
+from a temporary directory with real pyproject.toml and wheelbuild.toml files; no Docker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+from wheelbuild import config
+from wheelbuild.cli import main
+
+from .conftest import NO_DOCKER, WHEELBUILD
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary current directory and an environment without WHEELBUILD_* settings."""
+    for name in list(os.environ):
+        if name.startswith("WHEELBUILD_") and name != "WHEELBUILD_CACHE_DIR":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+
+
+@pytest.fixture
+def invoke(here: Path) -> Invoke:
+    def run(*args: str, **env: str) -> Result:
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+    return run
+
+
+def _sources(output: str) -> dict[str, str]:
+    """The provenance table: key -> the rest of its line, spaces collapsed."""
+    lines = output.split("options (", 1)[1].splitlines()[1:]
+    return {line.split()[0]: " ".join(line.split()[1:]) for line in lines if line.startswith("  ")}
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_plan_shows_each_value_and_its_source_from_the_real_command(here: Path) -> None:
+    _write(
+        here / "ext" / "pyproject.toml",
+        '[project]\nname = "ext"\nversion = "0.1"\n\n[tool.wheelbuild]\npython = "3.12"\ncpus = 4\narchs = [100]\n',
+    )
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\narchs = "100,120"\nmax-jobs = 2\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_")}
+    env |= {"WHEELBUILD_MEMORY": "64g", "WHEELBUILD_GATE": "0", "WHEELBUILD_CACHE_DIR": str(here / "cache")}
+    result = subprocess.run(
+        [str(WHEELBUILD), "plan", "./ext", "--nvcc-threads", "1"],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "options (command line > WHEELBUILD_* > file > default; files: ext/pyproject.toml, wheelbuild.toml):"
+        in (result.stdout)
+    )
+    sources = _sources(result.stdout)
+    assert sources["memory"] == "64g from WHEELBUILD_MEMORY"
+    assert sources["archs"] == "100,120 from wheelbuild.toml"  # wheelbuild.toml over the project's 100
+    assert sources["max-jobs"] == "2 from wheelbuild.toml"
+    assert sources["python"] == "3.12 from ext/pyproject.toml"
+    assert sources["cpus"] == "4 from ext/pyproject.toml"
+    assert sources["nvcc-threads"] == "1 from --nvcc-threads"
+    assert sources["gate"] == "false from WHEELBUILD_GATE"
+    assert sources["torch"] == "cu130 (default)"
+    assert sources["gpus"] == "auto (default)"
+    assert set(sources) == {o.key for o in config.OPTIONS}
+    # ... and the plan itself used them
+    assert "memory limit    64.0 GiB" in result.stdout
+    assert "CPUs            4\n" in result.stdout
+    assert "MAX_JOBS        2\n" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "file", "expected"),
+    [
+        (["--memory", "8g"], {"WHEELBUILD_MEMORY": "16g"}, True, "8g from --memory"),
+        ([], {"WHEELBUILD_MEMORY": "16g"}, True, "16g from WHEELBUILD_MEMORY"),
+        ([], {}, True, "32g from wheelbuild.toml"),
+        ([], {}, False, "this machine's, less a reserve (default)"),
+    ],
+    ids=["cli-over-env", "env-over-file", "file-over-default", "default"],
+)
+def test_command_line_beats_env_beats_file_beats_default(
+    here: Path, invoke: Invoke, args: list[str], env: dict[str, str], file: bool, expected: str
+) -> None:
+    if file:
+        _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
+    result = invoke("plan", *args, **env)
+    assert result.exit_code == 0, result.output
+    assert _sources(result.stdout)["memory"] == expected
+
+
+def test_config_file_and_its_variable_replace_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
+    _write(here / "site" / "build.toml", '[tool.wheelbuild]\nmemory = "24g"\n')
+    by_option = invoke("plan", "--config-file", "site/build.toml")
+    assert _sources(by_option.stdout)["memory"] == "24g from site/build.toml"
+    by_env = invoke("plan", WHEELBUILD_CONFIG_FILE="site/build.toml")
+    assert _sources(by_env.stdout)["memory"] == "24g from site/build.toml"
+
+
+def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nadmission = true\nenv = { A = "1" }\n')
+    result = invoke("plan", WHEELBUILD_PYTHON="3.11 3.12", WHEELBUILD_REBUILD="true")
+    sources = _sources(result.stdout)
+    assert sources["python"] == "3.11 3.12 from WHEELBUILD_PYTHON"
+    assert sources["rebuild"] == "true from WHEELBUILD_REBUILD"
+    assert sources["admission"] == "true from wheelbuild.toml"
+    assert sources["env"] == "A (values not shown) from wheelbuild.toml"
+
+
+def test_a_known_recipe_reads_only_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
+    _write(here / "flash-attn" / "pyproject.toml", '[tool.wheelbuild]\nmemory = "8g"\n')  # not the recipe
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "64g"\narchs = "100"\n')
+    result = invoke("plan", "flash-attn")
+    assert result.exit_code == 0, result.output
+    assert "plan for flash-attn-2.8.3" in result.stdout
+    assert _sources(result.stdout)["memory"] == "64g from wheelbuild.toml"
+
+
+def test_an_unknown_key_stops_plan_and_build_with_17_naming_the_nearest(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemroy = "64g"\n')
+    for args in (["plan"], ["build"], ["flash-attn"]):
+        result = invoke(*args)
+        assert result.exit_code == 17, result.output
+        assert result.stderr.splitlines() == [
+            "error: wheelbuild.toml: [tool.wheelbuild] has no key 'memroy'",
+            "remedy: did you mean 'memory'? e.g. memory = \"64g\"",
+        ]
+        assert result.stdout == ""
+
+
+def test_a_wrong_type_stops_the_build_with_18_before_docker(here: Path, invoke: Invoke) -> None:
+    _write(here / "ext" / "pyproject.toml", '[tool.wheelbuild]\nmax-jobs = "8"\n')
+    result = invoke("build", "ext")
+    assert result.exit_code == 18, result.output
+    assert result.stderr.splitlines() == [
+        f"error: {Path('ext') / 'pyproject.toml'}: [tool.wheelbuild] max-jobs must be an integer, not '8'",
+        "remedy: write e.g. max-jobs = 8",
+    ]
+
+
+def test_a_good_file_takes_the_build_as_far_as_docker(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "6g"\narchs = [120]\n')
+    result = invoke("build")
+    assert result.exit_code == 20, result.output  # DockerUnavailable: every option was accepted
+    assert "options from files: memory, archs from wheelbuild.toml" in result.stdout
+
+
+def test_help_works_beside_a_broken_file(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", "[tool.wheelbuild]\nmemroy = 1\n")
+    result = invoke("plan", "--help")
+    assert result.exit_code == 0
+    assert "WHEELBUILD_MEMORY" in result.stdout and "--config-file" in result.stdout
+
+
+def test_every_config_key_is_an_option_of_build_and_plan_with_its_variable() -> None:
+    for name in ("build", "plan"):
+        command = main.commands[name]
+        options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+        for option in config.OPTIONS:
+            assert option.param in options, (name, option.key)
+            assert options[option.param].envvar == option.env, (name, option.key)
+            assert option.flag in options[option.param].opts, (name, option.key)
+        assert set(options) - {o.param for o in config.OPTIONS} == {"config_file"}, name
