@@ -17,7 +17,7 @@ from typing import Any
 
 import tenacity
 
-from . import cgroup, cuda_redist, engine, publish, results
+from . import cgroup, cuda_redist, engine, publish, report_html, results
 from .abi import AbiReport, check_wheel_abi
 from .calibration import load_calibrated
 from .check import Expectation, check_wheel, first_problem
@@ -368,6 +368,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             )
             + "\n"
         )
+        report_html.write_beside(report)
         reporter.step(
             f"unchanged inputs: reusing the wheel(s) of run {earlier['run_id']} (key {key[:12]}; --rebuild builds anew)"
         )
@@ -486,6 +487,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
         )
         + "\n"
     )
+    report_html.write_beside(report)  # build-report.html: the same record as a picture
     if problem := first_problem(problems):
         # The wheels stay in the run directory for a look; they are neither stored nor reused.
         problem.details = f"{problem.details}\nwheels and report kept in {run_dir}".strip()
@@ -622,8 +624,15 @@ def _attempt_record(
         "memory_limit_seen": result.memory_limit_seen,
         "peak_memory": result.peak_memory,
         "peak_memory_compile": result.peak_memory_compile,
+        "predicted_peak": plan.predicted_peak,
         "oom_evidence": list(result.oom.fired),
+        "oom_at_s": list(result.oom_at_s),
+        "memory_series": {
+            "step_s": result.memory_step_s,
+            "points": [[t, used] for t, used in result.memory_series],
+        },
         "units_finished": len(result.finished_units),
+        "units": _unit_records(plan, result),
         "cache_hits": result.cache_hits,
         "cache_misses": result.cache_misses,
         "cache_by_python": {
@@ -637,6 +646,26 @@ def _attempt_record(
         record["units_finished_before"] = len(finished_before)
         record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - len(finished_before)))
     return record
+
+
+def _unit_records(plan: Plan, result: engine.AttemptResult) -> list[dict[str, Any]]:
+    """Each unit that finished, when, and what the model predicted for it (matched by the
+    output's stem, reduce.o <- csrc/reduce.cu; None where the model does not know the unit)."""
+    known = {u.name.rsplit("/", 1)[-1].split(".")[0]: u for u in plan.model.units}
+    records = []
+    for unit, finished_s in result.unit_finished_s:
+        cost = known.get(unit.rsplit(":", 1)[-1].split(".")[0])
+        records.append(
+            {
+                "unit": unit,
+                "finished_s": finished_s,
+                "predicted_peak": None
+                if cost is None
+                else plan.model.unit_peak(cost, plan.nvcc_threads, plan.archs),
+                "predicted_s": None if cost is None else round(cost.wall(plan.nvcc_threads, plan.archs), 1),
+            }
+        )
+    return records
 
 
 def _version(package: str = "wheelbuild") -> str:

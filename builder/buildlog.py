@@ -44,6 +44,34 @@ class MemorySample:
 
 
 @dataclass
+class MemorySeries:
+    """The container's working set over an attempt, bounded for the report: one point per
+    `step_s` seconds holding that interval's highest sample (so no peak is averaged away); when
+    the points pass `cap`, the step doubles and neighbours merge. Times are seconds since start."""
+
+    cap: int = 600
+    step_s: float = 2.0
+    points: list[tuple[float, int]] = field(default_factory=list)
+
+    def add(self, t: float, used: int) -> None:
+        start = (t // self.step_s) * self.step_s
+        if self.points and self.points[-1][0] == start:
+            self.points[-1] = (start, max(self.points[-1][1], used))
+        else:
+            self.points.append((start, used))
+        while len(self.points) > self.cap:
+            self.step_s *= 2
+            merged: list[tuple[float, int]] = []
+            for when, value in self.points:
+                bucket = (when // self.step_s) * self.step_s
+                if merged and merged[-1][0] == bucket:
+                    merged[-1] = (bucket, max(merged[-1][1], value))
+                else:
+                    merged.append((bucket, value))
+            self.points = merged
+
+
+@dataclass
 class BuildLog:
     identifier: str | None = None  # the cibuildwheel build identifier now building
     step: str = "starting"  # cibuildwheel's current step: "Running before_build", "Building wheel"...
@@ -61,6 +89,8 @@ class BuildLog:
     build_seconds: float = 0.0
     # The same per build identifier: how much a second Python costs after the first.
     build_seconds_by_identifier: dict[str, float] = field(default_factory=dict)
+    # "identifier:unit" -> when (the `now` fed) the unit finished: the report's unit table.
+    finished_at: dict[str, float] = field(default_factory=dict)
     _build_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
 
@@ -78,6 +108,8 @@ class BuildLog:
             output = _OUTPUT.search(ninja[3])
             name = output[1].rsplit("/", 1)[-1] if output else ninja[3][:60]
             self.finished_units.setdefault(self.identifier or "?", []).append(name)
+            if now is not None:
+                self.finished_at[f"{self.identifier or '?'}:{name}"] = now
         elif failed := _FAILED.match(line):
             units = self.finished_units.get(self.identifier or "?", [])
             name = failed[1].rsplit("/", 1)[-1]

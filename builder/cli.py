@@ -16,7 +16,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, config, doctor, engine, matrix, remote
+from . import check, config, doctor, engine, matrix, remote, report_html
 from . import publish as publishing
 from . import serve as serving
 from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
@@ -591,6 +591,14 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
         _echo_modules(info)
         gate = check.describe_gate(info.path)
         click.echo(f"    import gate {gate['status']}: {gate['detail']}")
+
+
+@main.command("report")
+@click.argument("run", type=_PATH)
+def report_command(run: Path) -> None:
+    """Write build-report.html for a run (its folder, wheelhouse/runs/<run-id>, or its
+    build-report.json) and print its path: memory over time per attempt, units, attempts."""
+    click.echo(report_html.write_beside(run / "build-report.json" if run.is_dir() else run))
 
 
 @main.command("publish")

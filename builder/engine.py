@@ -36,7 +36,14 @@ import requests
 import tenacity
 
 from . import cgroup, doctor, secrets
-from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog, MemorySample
+from .buildlog import (
+    MEMORY_MARK,
+    MEMORY_MISSING_MARK,
+    TORCH_MISMATCH_MARK,
+    BuildLog,
+    MemorySample,
+    MemorySeries,
+)
 from .cuda_redist import CudaLayer
 from .errors import (
     BuildFailed,
@@ -426,6 +433,11 @@ class AttemptWatcher:
         # the compile's peak is not confused with the page cache of torch's install.
         self.phase = "starting"
         self.peaks: dict[str, int] = {}
+        # For build-report.html: memory over time and when the OOM killer struck, in seconds
+        # since the watch began.
+        self.started = time.monotonic()
+        self.series = MemorySeries()
+        self.oom_at: list[float] = []
         self._events: Any = None
         self._threads: list[threading.Thread] = []
 
@@ -454,12 +466,20 @@ class AttemptWatcher:
             killed_lines=tuple(killed_lines[:5]),
         )
 
+    def _oom_seen(self) -> None:
+        """Note when a kill happened (the caller holds the lock). Docker's event and the cgroup
+        counter report the same kill about a second apart: one mark for both; at most 100."""
+        now = round(time.monotonic() - self.started, 1)
+        if len(self.oom_at) < 100 and all(abs(now - t) > 3 for t in self.oom_at):
+            self.oom_at.append(now)
+
     def _watch_events(self) -> None:
         try:
             for event in self._events:
                 if event.get("status") == "oom" or event.get("Action") == "oom":
                     with self._lock:
                         self.oom_events += 1
+                        self._oom_seen()
         except Exception:  # the stream ends with an error when closed; that is how it stops
             return
 
@@ -490,12 +510,17 @@ class AttemptWatcher:
             return
         # The container's cgroup is new with the attempt, so its counter started at 0.
         if found.oom_kills is not None:
-            self.cgroup_oom_kills = max(self.cgroup_oom_kills, found.oom_kills)
+            with self._lock:
+                if found.oom_kills > self.cgroup_oom_kills:
+                    self._oom_seen()
+                self.cgroup_oom_kills = max(self.cgroup_oom_kills, found.oom_kills)
         if used is not None:
             # Sampled once a second: the working set's peak, not the cache-inflated max_usage.
             self.peak_memory = max(self.peak_memory or 0, used)
             phase = self.phase
             self.peaks[phase] = max(self.peaks.get(phase, 0), used)
+            with self._lock:
+                self.series.add(time.monotonic() - self.started, used)
             if self._on_memory is not None:
                 self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))
 
@@ -561,6 +586,12 @@ class AttemptResult:
     build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
     build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
     cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
+    # For build-report.html, in seconds since the attempt began: the working set (each point the
+    # highest sample of its interval, memory_step_s long), the OOM kills, each unit's finish.
+    memory_series: tuple[tuple[float, int], ...] = ()
+    memory_step_s: float = 0.0
+    oom_at_s: tuple[float, ...] = ()
+    unit_finished_s: tuple[tuple[str, float], ...] = ()
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
@@ -837,6 +868,15 @@ def _run_attempt(
         build_seconds_by_identifier=tuple(progress.build_seconds_by_identifier.items()),
         cache_by_identifier=tuple(
             (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
+        ),
+        memory_series=tuple(watcher.series.points),
+        memory_step_s=watcher.series.step_s,
+        oom_at_s=tuple(watcher.oom_at),
+        unit_finished_s=tuple(
+            (unit, round(progress.finished_at[unit] - watcher.started, 1))
+            for identifier, units in progress.finished_units.items()
+            for unit in (f"{identifier}:{name}" for name in units)
+            if unit in progress.finished_at
         ),
     )
 

@@ -1,0 +1,486 @@
+"""build-report.html: a build report as one self-contained page (inline SVG and CSS, no script,
+nothing fetched), what a user opens to see why an attempt was killed.
+
+For every attempt: the container's memory over time against its limit and the plan's predicted
+peak, OOM kills marked, units finished ticked along the time axis; then the units (when each
+finished, what the model predicted), the attempts and the wheels as tables.
+
+:func:`render` is pure: a report (the JSON object build.py writes) in, the page out. A report is
+read as untrusted (package names, evidence lines and paths come from the build): every value is
+checked for its type before use and escaped, and one without a field (an older report, one from
+before the memory series) is drawn with what it has.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import BadArgument
+
+__all__ = ["HTML_NAME", "load_report", "render", "write_beside"]
+
+HTML_NAME = "build-report.html"
+MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this only bounds a hostile one
+MAX_POINTS = 5000  # drawn per attempt; a report holds at most ~600, a hostile one may hold more
+MAX_ROWS = 5000  # unit rows in the table
+
+# The chart's geometry, in SVG user units (it scales to the page's width).
+WIDTH, HEIGHT = 860, 300
+LEFT, RIGHT, TOP, BOTTOM = 64, 150, 16, 40
+
+
+def _num(value: object) -> float | None:
+    """A finite JSON number, or None (bool is not a number here; NaN and inf are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
+
+
+def _plain(value: object) -> str:
+    """A number as written (1, not 1.0), anything else as text."""
+    n = _num(value)
+    return _fmt_num(int(n) if n is not None and n.is_integer() else n) if n is not None else _text(value)
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> Sequence[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _e(value: object) -> str:
+    return html.escape(_plain(value))
+
+
+def _fmt_num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _size(value: object) -> str:
+    n = _num(value)
+    if n is None:
+        return "—"
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _secs(value: object) -> str:
+    n = _num(value)
+    if n is None:
+        return "—"
+    if n >= 3600:
+        return f"{int(n // 3600)} h {int(n % 3600 // 60)} min"
+    if n >= 120:
+        return f"{int(n // 60)} min {int(n % 60)} s"
+    return f"{n:.1f} s"
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What the chart of one attempt needs, read and checked."""
+
+    number: str
+    limit: float | None
+    predicted: float | None
+    peak: float | None
+    duration: float | None
+    points: tuple[tuple[float, float], ...]
+    oom_at: tuple[float, ...]
+    oom_evidence: tuple[str, ...]
+    unit_times: tuple[float, ...]
+    units_finished: float | None
+    returncode: float | None
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.oom_evidence)
+
+    @property
+    def outcome(self) -> str:
+        if self.killed:
+            return "OOM-killed"
+        if self.returncode == 0:
+            return "succeeded"
+        return "failed" if self.returncode is None else f"failed (exit {self.returncode:g})"
+
+
+def _attempt(record: Mapping[str, Any], plan: Mapping[str, Any], last: bool) -> _Attempt:
+    series = _dict(record.get("memory_series"))
+    points = []
+    for point in _list(series.get("points"))[:MAX_POINTS]:
+        pair = _list(point)
+        if len(pair) == 2 and (t := _num(pair[0])) is not None and (v := _num(pair[1])) is not None:
+            points.append((max(0.0, t), max(0.0, v)))
+    points.sort()
+    units = [_dict(u) for u in _list(record.get("units"))[:MAX_ROWS]]
+    # Reports from before attempts carried their own prediction: the plan's is the last attempt's.
+    predicted = _num(record.get("predicted_peak"))
+    if predicted is None and last:
+        predicted = _num(plan.get("predicted_peak"))
+    return _Attempt(
+        number=_plain(record.get("attempt")),
+        limit=_num(record.get("memory_limit_seen")) or _num(record.get("memory")),
+        predicted=predicted,
+        peak=_num(record.get("peak_memory")),
+        duration=_num(record.get("duration_s")),
+        points=tuple(points),
+        oom_at=tuple(t for t in map(_num, _list(record.get("oom_at_s"))[:100]) if t is not None),
+        oom_evidence=tuple(_text(e) for e in _list(record.get("oom_evidence"))[:20]),
+        unit_times=tuple(t for t in (_num(u.get("finished_s")) for u in units) if t is not None),
+        units_finished=_num(record.get("units_finished")),
+        returncode=_num(record.get("returncode")),
+    )
+
+
+def _ticks(top: float) -> list[float]:
+    """Gridlines for 0..top bytes: a round step in GiB or MiB, about five of them."""
+    step = 1024**2
+    for candidate in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
+        step = candidate * 1024**2
+        if top / step <= 6:
+            break
+    return [i * step for i in range(int(top // step) + 1)]
+
+
+def _chart(a: _Attempt) -> str:
+    """One attempt's SVG: memory over time, its limit and prediction, OOM kills, units."""
+    end = max([a.duration or 0.0, *(t for t, _ in a.points), *a.oom_at, *a.unit_times, 1.0])
+    top = (
+        max([a.limit or 0.0, a.predicted or 0.0, a.peak or 0.0, *(v for _, v in a.points), 1024.0**3]) * 1.08
+    )
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(t: float) -> float:
+        return round(LEFT + plot_w * min(t, end) / end, 1)
+
+    def y(v: float) -> float:
+        return round(TOP + plot_h * (1 - min(v, top) / top), 1)
+
+    parts = [
+        f'<svg class="memory-chart" data-attempt="{html.escape(a.number)}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
+        f'aria-label="memory of attempt {html.escape(a.number)} over time">',
+        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>',
+    ]
+    for tick in _ticks(top):
+        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick)}" y2="{y(tick)}"/>')
+        parts.append(
+            f'<text class="axis" x="{LEFT - 6}" y="{y(tick) + 4}" text-anchor="end">{_size(tick)}</text>'
+        )
+    for i in range(6):
+        t = end * i / 5
+        parts.append(
+            f'<text class="axis" x="{x(t)}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{_secs(t)}</text>'
+        )
+    parts.append(
+        f'<text class="axis" x="{LEFT + plot_w / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
+        "time since the attempt began</text>"
+    )
+    if a.points:
+        path = " ".join(f"{'M' if i == 0 else 'L'}{x(t)},{y(v)}" for i, (t, v) in enumerate(a.points))
+        parts.append(f'<path class="series memory" d="{path}"><title>working set</title></path>')
+    elif a.peak is not None:
+        parts.append(
+            f'<line class="peak-only" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.peak)}" y2="{y(a.peak)}"/>'
+        )
+        parts.append(
+            f'<text class="label peak-only-label" x="{LEFT + plot_w + 6}" y="{y(a.peak) + 4}">peak {_size(a.peak)}</text>'
+        )
+    labels: list[tuple[float, str, str]] = []
+    if a.limit is not None:
+        parts.append(
+            f'<line class="limit" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.limit)}" y2="{y(a.limit)}"/>'
+        )
+        labels.append((y(a.limit), "limit-label", f"limit {_size(a.limit)}"))
+    if a.predicted is not None:
+        parts.append(
+            f'<line class="predicted" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.predicted)}" y2="{y(a.predicted)}"/>'
+        )
+        labels.append((y(a.predicted), "predicted-label", f"predicted {_size(a.predicted)}"))
+    # Labels right of the plot, pushed apart when the lines are close.
+    placed: list[float] = []
+    for at, cls, text in sorted(labels):
+        at = max([at + 4, *(p + 14 for p in placed)])
+        placed.append(at)
+        parts.append(f'<text class="label {cls}" x="{LEFT + plot_w + 6}" y="{at}">{html.escape(text)}</text>')
+    for t in a.unit_times:
+        parts.append(
+            f'<line class="unit-tick" x1="{x(t)}" x2="{x(t)}" y1="{TOP + plot_h}" y2="{TOP + plot_h - 8}"/>'
+        )
+    if a.points:
+        t, v = max(a.points, key=lambda p: p[1])
+        parts.append(
+            f'<circle class="peak-dot" cx="{x(t)}" cy="{y(v)}" r="4"><title>peak {_size(v)}</title></circle>'
+        )
+    # A report from before kill times were recorded: the kill is marked where the attempt ended.
+    kills = list(a.oom_at) or ([a.points[-1][0] if a.points else end] if a.killed else [])
+    what = "OOM kill" if a.oom_at else "OOM kill (time not recorded)"
+    for t in kills:
+        parts.append(f'<line class="oom" x1="{x(t)}" x2="{x(t)}" y1="{TOP}" y2="{TOP + plot_h}"/>')
+        parts.append(
+            f'<text class="label oom-label" x="{x(t) - 4}" y="{TOP + 14}" text-anchor="end">{what}</text>'
+        )
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _attempt_section(a: _Attempt, record: Mapping[str, Any]) -> str:
+    facts = [
+        f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
+        f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
+        f"peak {_size(a.peak)} of {_size(a.limit)}",
+        f"predicted {_size(a.predicted)}",
+        f"units finished {_e(a.units_finished) if a.units_finished is not None else '—'}",
+        f"{_secs(a.duration)}",
+    ]
+    why = ""
+    if a.killed:
+        why = (
+            '<p class="evidence">OOM evidence: ' + "; ".join(html.escape(e) for e in a.oom_evidence) + "</p>"
+        )
+    note = (
+        ""
+        if a.points
+        else (
+            '<p class="note">No memory series in this report (written before wheelbuild recorded one): '
+            "only the sampled peak is drawn.</p>"
+        )
+    )
+    return (
+        f'<section class="attempt" id="attempt-{html.escape(a.number)}">\n'
+        f"<h3>Attempt {html.escape(a.number)}</h3>\n"
+        f'<p class="facts">{" · ".join(facts)}</p>\n{why}{note}\n{_chart(a)}\n</section>'
+    )
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str, empty: str) -> str:
+    """A table whose cells are already escaped HTML."""
+    if not rows:
+        return f'<p class="note">{html.escape(empty)}</p>'
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{body}\n</tbody></table></div>"
+    )
+
+
+def _unit_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for record in records:
+        for unit in _list(record.get("units"))[:MAX_ROWS]:
+            u = _dict(unit)
+            python, _, name = _text(u.get("unit")).rpartition(":")
+            rows.append(
+                [
+                    html.escape(name),
+                    html.escape(python.removesuffix("-manylinux_x86_64")),
+                    _e(record.get("attempt")),
+                    _secs(u.get("finished_s")),
+                    _size(u.get("predicted_peak")),
+                    _secs(u.get("predicted_s")),
+                ]
+            )
+    return rows[:MAX_ROWS]
+
+
+def _attempt_rows(attempts: Sequence[_Attempt], records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for a, r in zip(attempts, records, strict=True):
+        rows.append(
+            [
+                html.escape(a.number),
+                html.escape(a.outcome),
+                _e(r.get("max_jobs")),
+                _e(r.get("nvcc_threads")),
+                _size(a.limit),
+                _size(a.peak),
+                _size(r.get("peak_memory_compile")),
+                _size(a.predicted),
+                _e(a.units_finished) if a.units_finished is not None else "—",
+                f"{_e(r.get('cache_hits'))} / {_e(r.get('cache_misses'))}",
+                _secs(a.duration),
+                _secs(r.get("build_s")),
+                "; ".join(html.escape(e) for e in a.oom_evidence) or "—",
+            ]
+        )
+    return rows
+
+
+def _wheel_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for wheel in _list(report.get("wheels"))[:MAX_ROWS]:
+        w = _dict(wheel)
+        sass = sorted(
+            {
+                int(a)
+                for module in _dict(w.get("extension_modules")).values()
+                for a in _list(_dict(module).get("sass"))
+                if _num(a) is not None
+            }
+        )
+        rows.append(
+            [
+                html.escape(_text(w.get("file"))),
+                _size(w.get("size")),
+                html.escape(", ".join(f"sm_{a}" for a in sass) or "none"),
+                f"<code>{html.escape(_text(w.get('sha256'))[:16])}…</code>",
+            ]
+        )
+    return rows
+
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; }
+h3 { font-size: 15px; margin: 18px 0 4px; }
+.meta, .note { color: #5a6273; } .facts { margin: 2px 0 6px; }
+.outcome.bad { color: #b3261e; } .outcome.good { color: #1e7b34; }
+.evidence { color: #b3261e; margin: 0 0 6px; font-family: ui-monospace, monospace; font-size: 12px; }
+svg.memory-chart { display: block; width: 100%; max-width: 860px; height: auto; }
+.plot { fill: #fafbfd; stroke: #c9ced8; }
+.grid { stroke: #e3e6ec; } .axis { fill: #5a6273; font-size: 11px; }
+.series { fill: none; stroke: #2463eb; stroke-width: 2; stroke-linejoin: round; }
+.peak-only { stroke: #2463eb; stroke-width: 2; stroke-dasharray: 2 3; }
+.limit { stroke: #b3261e; stroke-width: 2; } .predicted { stroke: #d97706; stroke-width: 2; stroke-dasharray: 7 4; }
+.oom { stroke: #b3261e; stroke-width: 2; stroke-dasharray: 3 3; }
+.unit-tick { stroke: #1e7b34; stroke-width: 2; } .peak-dot { fill: #2463eb; }
+.scroll { overflow-x: auto; }
+.label { font-size: 12px; } .limit-label, .oom-label { fill: #b3261e; } .predicted-label { fill: #d97706; }
+.peak-only-label { fill: #2463eb; }
+.legend span { margin-right: 14px; } .legend i { display: inline-block; width: 18px; height: 3px;
+  vertical-align: middle; margin-right: 4px; }
+table { border-collapse: collapse; margin: 4px 0 12px; font-size: 13px; }
+th, td { border: 1px solid #d6dae2; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f1f3f7; } td { font-variant-numeric: tabular-nums; }
+code { font-family: ui-monospace, monospace; font-size: 12px; }
+"""
+
+_LEGEND = (
+    '<p class="legend"><span><i style="background:#2463eb"></i>working set (highest sample per interval)</span>'
+    '<span><i style="background:#b3261e"></i>memory limit</span>'
+    '<span><i style="background:#d97706"></i>plan\'s predicted peak</span>'
+    '<span><i style="background:#b3261e;height:10px;width:2px"></i>OOM kill</span>'
+    '<span><i style="background:#1e7b34;height:8px;width:2px"></i>a unit finished</span></p>'
+)
+
+
+def render(report: object) -> str:
+    """The page for one build report (the parsed build-report.json)."""
+    r = _dict(report)
+    recipe, torch, plan = _dict(r.get("recipe")), _dict(r.get("torch")), _dict(r.get("plan"))
+    records = [_dict(a) for a in _list(r.get("attempts"))]
+    attempts = [_attempt(rec, plan, i == len(records) - 1) for i, rec in enumerate(records)]
+    name = _text(recipe.get("name")) or "unknown package"
+    version = _text(recipe.get("version"))
+    title = f"{name} {version}".strip() + (
+        f" for torch {_text(torch.get('variant'))}" if torch.get("variant") else ""
+    )
+    archs = ", ".join(f"sm_{_fmt_num(a)}" for a in map(_num, _list(r.get("archs"))) if a is not None)
+    pythons = ", ".join(_text(p) for p in _list(r.get("pythons")))
+    killed = sum(a.killed for a in attempts)
+    summary = f"{len(attempts)} attempt(s), {killed} OOM-killed; " + (
+        f"the last {attempts[-1].outcome}" if attempts else "no attempt recorded"
+    )
+    reused = _dict(r.get("reused"))
+    reasons = "".join(f"<li>{html.escape(_text(x))}</li>" for x in _list(plan.get("reasons"))[:50])
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="meta">run {_e(r.get("run_id"))} · archs {html.escape(archs or "—")} · '
+        f"Pythons {html.escape(pythons or '—')} · plan: {_size(plan.get('memory'))} memory, "
+        f"{_e(plan.get('cpus'))} CPUs, MAX_JOBS={_e(plan.get('max_jobs'))}, "
+        f"NVCC_THREADS={_e(plan.get('nvcc_threads'))}, predicted peak {_size(plan.get('predicted_peak'))}</p>",
+        f'<p class="summary">{html.escape(summary)}</p>',
+    ]
+    if reused:
+        body.append(
+            f'<p class="note">Wheels reused from run {_e(reused.get("from_run"))}: '
+            "the attempts below are that run's.</p>"
+        )
+    if reasons:
+        body.append(f"<details><summary>why this plan</summary><ul>{reasons}</ul></details>")
+    body.append("<h2>Memory over time, per attempt</h2>")
+    body.append(_LEGEND)
+    body += [_attempt_section(a, rec) for a, rec in zip(attempts, records, strict=True)]
+    if not attempts:
+        body.append('<p class="note">This report records no attempt.</p>')
+    body.append("<h2>Units</h2>")
+    body.append(
+        _table(
+            ["unit", "Python", "attempt", "finished at", "predicted peak", "predicted time"],
+            _unit_rows(records),
+            "units",
+            "No per-unit times in this report (only counts, in the attempts table).",
+        )
+    )
+    body.append("<h2>Attempts</h2>")
+    body.append(
+        _table(
+            [
+                "#",
+                "result",
+                "MAX_JOBS",
+                "NVCC_THREADS",
+                "limit",
+                "peak",
+                "peak (compile)",
+                "predicted",
+                "units finished",
+                "cache hits / misses",
+                "duration",
+                "compile",
+                "OOM evidence",
+            ],
+            _attempt_rows(attempts, records),
+            "attempts",
+            "No attempts recorded.",
+        )
+    )
+    body.append("<h2>Wheels</h2>")
+    body.append(_table(["file", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        # Nothing is fetched at view time: no script, and no resource from anywhere.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
+        f"<title>{html.escape(title)} · wheelbuild report</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
+
+
+def load_report(path: Path) -> object:
+    """The parsed build-report.json at *path* (a run folder or the file itself)."""
+    target = path / "build-report.json" if path.is_dir() else path
+    try:
+        with target.open("rb") as file:
+            data = file.read(MAX_REPORT_SIZE + 1)
+        if len(data) > MAX_REPORT_SIZE:
+            raise ValueError(f"over {MAX_REPORT_SIZE} bytes")
+        return json.loads(data)
+    except (OSError, ValueError) as error:
+        raise BadArgument(
+            f"cannot read a build report at {target}: {error}",
+            "name a run folder (wheelhouse/runs/<run-id>) or its build-report.json",
+        ) from None
+
+
+def write_beside(report_json: Path) -> Path:
+    """Write build-report.html beside *report_json*; its path."""
+    page = report_json.with_name(HTML_NAME)
+    page.write_text(render(load_report(report_json)), encoding="utf-8")
+    return page
