@@ -302,7 +302,7 @@ def plan_for(
         budget = container_limit(available, own.memory_limit)
         why = explain_container_limit(available, own.memory_limit)
     else:
-        budget, why = memory, f"memory limit {format_bytes(memory)}: given (--memory)"
+        budget, why = memory, f"memory limit {format_bytes(memory)}: given"
     if cpus is None:
         cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
     return plan_build(
