@@ -16,7 +16,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, config, doctor, engine, matrix, remote, report_html
+from . import check, config, doctor, engine, gc, matrix, prune, remote, report_html
 from . import publish as publishing
 from . import serve as serving
 from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
@@ -527,6 +527,72 @@ def calibrate(
     click.echo(f"profile: {result.profile} ({result.model.source})")
 
 
+@main.command("gc")
+@click.option(
+    "--output-dir",
+    type=_PATH,
+    default=Path("wheelhouse"),
+    show_default=True,
+    help="The builds' output dir: its runs/ is pruned; the published trees in it are read, never touched.",
+)
+@click.option(
+    "--keep-runs",
+    type=click.IntRange(min=0),
+    default=gc.DEFAULT_KEEP_RUNS,
+    show_default=True,
+    help="Keep the newest N runs (and stored results); a run whose wheels were published is always kept.",
+)
+@click.option(
+    "--caches",
+    is_flag=True,
+    help="Also remove the compiler, pip and torch-download caches (wheelbuild-sccache, "
+    "wheelbuild-pip-cache, wheelbuild-torch-wheels) that no container mounts.",
+)
+@click.option(
+    "-n", "--dry-run", is_flag=True, help="Say what would be removed and how much it frees; remove nothing."
+)
+@click.option(
+    "--scope",
+    envvar=gc.SCOPE_ENV,
+    hidden=True,
+    help="Tests only: the name prefix of the images and volumes gc sees.",
+)
+@image_flags
+def gc_command(
+    output_dir: Path,
+    keep_runs: int,
+    caches: bool,
+    dry_run: bool,
+    scope: str | None,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cuda12_image: str | None,
+) -> None:
+    """Remove old runs, stored results, build images and calibrate's torch volumes; keep what a
+    published wheel or the newest runs need, the current inputs' image, and all a container uses.
+    The image flags name the current inputs, as for build."""
+    options = prune.GcOptions(
+        output_dir=output_dir.resolve(),
+        store=cache_dir() / "results",
+        keep_runs=keep_runs,
+        caches=caches,
+        scope=gc.parse_scope(scope),
+        image_options=_image_options(base_image, ca_bundle, cuda12_image),
+    )
+    reporter = Reporter()
+    client = engine.connect(sweep=False)  # a dry run removes nothing, not even orphans
+    planned = prune.collect(client, options, reporter.step)
+    for decision in planned.decisions:
+        click.echo(decision.line(dry_run))
+    if dry_run or not planned.removals:
+        click.echo(gc.summary(planned))
+        return
+    reporter.step(f"removing {len(planned.removals)} item(s)")
+    removals = prune.execute(client, planned, options, reporter.info)
+    click.echo(gc.summary(planned, removals))
+    gc.check(removals)
+
+
 @main.group()
 def image() -> None:
     """Build or list wheelbuild's CUDA build images."""
@@ -638,6 +704,7 @@ def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels
     inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
         remote.upload(wheels, where)
+        prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
         for wheel in wheels:
             click.echo(f"uploaded {wheel.name} to {where.url}")
         return
@@ -646,6 +713,7 @@ def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels
         result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs)
     else:
         result = publishing.publish(wheels, where, inputs=inputs)
+    prune.record_published(wheels, str(where))
     for name in result.added:
         click.echo(f"added {name}")
     for name in result.present:

@@ -35,7 +35,7 @@ import docker.types
 import requests
 import tenacity
 
-from . import cgroup, doctor, secrets
+from . import cgroup, doctor, gc, secrets
 from .buildlog import (
     MEMORY_MARK,
     MEMORY_MISSING_MARK,
@@ -1187,3 +1187,84 @@ def run_gate(client: Any, job: GateJob, on_line: Callable[[str], None]) -> tuple
         answer = workdir / "out" / "gate.json"
         found = json.loads(answer.read_text()) if answer.is_file() else None
         return found, "\n".join(tail)
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild gc: what Docker holds of wheelbuild's, and removing it (never forced)
+
+
+def _disk_usage(client: Any) -> dict[str, Any]:
+    """Docker's own accounting (`docker system df`); the daemon runs one at a time."""
+    for attempt in range(10):
+        try:
+            return dict(client.df())
+        except docker.errors.APIError as error:
+            if "already running" not in str(error.explanation or error) or attempt == 9:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+@transient_retry
+def gc_state(client: Any, scope: gc.Scope) -> gc.DockerState:
+    """The images and volumes in *scope*, with the sizes Docker counts, and every container
+    (running or stopped) with its image and volumes: in use means kept."""
+    usage = _disk_usage(client)
+    images = []
+    for entry in usage.get("Images") or []:
+        tags = [t for t in entry.get("RepoTags") or [] if t != "<none>:<none>"]
+        unique = max(int(entry.get("Size") or 0) - max(int(entry.get("SharedSize") or 0), 0), 0)
+        for tag in tags:
+            if scope.owns_image(tag):
+                shared_tag = len(tags) > 1
+                images.append(gc.ImageFact(tag, str(entry["Id"]), 0 if shared_tag else unique, shared_tag))
+    volumes = [
+        gc.VolumeFact(str(v["Name"]), int((v.get("UsageData") or {}).get("Size", -1)))
+        for v in usage.get("Volumes") or []
+        if scope.volume_kind(str(v.get("Name", ""))) is not None
+    ]
+    containers = [
+        gc.ContainerFact(
+            name=next(iter(c.get("Names") or []), str(c.get("Id", "?"))[:12]).lstrip("/"),
+            image_id=str(c.get("ImageID", "")),
+            state=str(c.get("State") or "unknown"),
+            run_id=str((c.get("Labels") or {}).get(RUN_LABEL, "")),
+            volumes=tuple(
+                str(m["Name"]) for m in c.get("Mounts") or [] if m.get("Type") == "volume" and m.get("Name")
+            ),
+        )
+        for c in usage.get("Containers") or []
+    ]
+    return gc.DockerState(tuple(images), tuple(volumes), tuple(containers))
+
+
+def gc_remove_image(client: Any, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+    """Remove one tag of wheelbuild's (its layers go when no other tag or image needs them).
+    Never forced: an image a container uses is refused by Docker, and so kept."""
+    if decision.kind is not gc.Kind.IMAGE or not scope.owns_image(decision.name):
+        raise ValueError(f"not an image gc may remove: {decision.name}")
+    try:
+        client.images.remove(decision.name, force=False, noprune=False)
+    except docker.errors.ImageNotFound:
+        return gc.Removal(decision, gc.Status.GONE)
+    except docker.errors.APIError as error:
+        if error.status_code == 409:
+            return gc.Removal(decision, gc.Status.KEPT, f"in use: {error.explanation or error}")
+        return gc.Removal(decision, gc.Status.FAILED, str(error.explanation or error))
+    return gc.Removal(decision, gc.Status.REMOVED)
+
+
+def gc_remove_volume(client: Any, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+    """Remove one of wheelbuild's volumes. Never forced: a volume a container mounts, running or
+    stopped, is refused by Docker, and so kept."""
+    if decision.kind is not gc.Kind.VOLUME or scope.volume_kind(decision.name) is None:
+        raise ValueError(f"not a volume gc may remove: {decision.name}")
+    try:
+        client.volumes.get(decision.name).remove(force=False)
+    except docker.errors.NotFound:
+        return gc.Removal(decision, gc.Status.GONE)
+    except docker.errors.APIError as error:
+        if error.status_code == 409:
+            return gc.Removal(decision, gc.Status.KEPT, f"in use: {error.explanation or error}")
+        return gc.Removal(decision, gc.Status.FAILED, str(error.explanation or error))
+    return gc.Removal(decision, gc.Status.REMOVED)

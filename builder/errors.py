@@ -259,3 +259,10 @@ class ConfigValueInvalid(WheelbuildError):
     (secrets reach wheelbuild by environment variable or mounted file, never from a config file)."""
 
     exit_code = 18
+
+
+class GcIncomplete(WheelbuildError):
+    """`wheelbuild gc` could not remove something it planned to (permissions, a Docker error);
+    the rest was done, and nothing it keeps was touched."""
+
+    exit_code = 27

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from . import build, check, engine, remote
+from . import build, check, engine, prune, remote
 from . import index as index_files
 from . import publish as publishing
 from .errors import (
@@ -565,14 +565,17 @@ def _publish(
     if isinstance(where, remote.UploadEndpoint):
         if wheels:
             remote.upload(wheels, where)
+            prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
         return None
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
         if wheels:
             remote.publish_rsync(wheels, where, mirror, say, inputs)
+            prune.record_published(wheels, str(where))
         return mirror
     if wheels:
         publishing.publish(wheels, where, inputs=inputs)
+        prune.record_published(wheels, str(where))
     return where
 
 

@@ -21,6 +21,7 @@ KNOWN_CODES = {
     "CudaRedistMismatch": 24,
     "TorchIndexUnreachable": 25,
     "DoctorFound": 26,
+    "GcIncomplete": 27,
     "ImageBuildFailed": 30,
     "ImageInputsMissing": 31,
     "CompileFailed": 40,

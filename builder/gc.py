@@ -1,0 +1,472 @@
+"""`wheelbuild gc`, decided: which runs, stored results, images and volumes go, and why each of
+the others stays. Pure: it takes what the file system and Docker hold as plain values and
+returns a plan; reading them and deleting lives in prune.py (files) and engine.py (Docker).
+
+What is kept, whatever else is said:
+- a run whose wheel was published (its `published.json` mark, or its wheel's sha256 in a
+  published tree under the output dir), the newest N runs, a run a container is working on, and
+  a run without its report that was written to in the last day (it may still be building);
+- a stored result one of those runs needs (its inputs key), one whose wheel is published, and
+  the newest N results;
+- the build image of the current inputs (plain and cu12x), the current CUDA 12 layer, any
+  image a container (running or stopped) uses, and the base image;
+- every volume a container mounts; the compiler, pip and torch-download caches unless
+  `--caches` is given. Only calibrate's torch-headers volumes go by default.
+
+Published trees (`files/`, `simple/`) are never candidates: only run folders under `runs/`
+named like a run id, and result-store entries named like an inputs key, are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from .errors import BadArgument, GcIncomplete
+from .spec import format_bytes
+
+DEFAULT_KEEP_RUNS = 5
+# A run without build-report.json written to this recently may still be building.
+RECENT_S = 24 * 3600
+PUBLISHED_MARK = "published.json"  # in a run folder: where its wheels were published, by publish
+SCOPE_ENV = "WHEELBUILD_GC_SCOPE"  # test-only: the name prefix of the images and volumes gc sees
+DEFAULT_SCOPE = "wheelbuild"
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+RESULT_KEY = re.compile(r"[0-9a-f]{64}")
+_SCOPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+class Kind(StrEnum):
+    RUN = "run"
+    RESULT = "result"
+    IMAGE = "image"
+    VOLUME = "volume"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The names gc may touch: wheelbuild's own repositories and volumes. A test gives its own
+    prefix (WHEELBUILD_GC_SCOPE) so that gc sees its throwaway objects and nothing else."""
+
+    prefix: str = DEFAULT_SCOPE
+
+    @property
+    def image_repository(self) -> str:
+        return f"{self.prefix}-cuda131"
+
+    @property
+    def layer_repository(self) -> str:
+        return f"{self.prefix}-cuda12-redist"
+
+    @property
+    def cache_volumes(self) -> tuple[str, ...]:
+        """sccache's store, pip's cache, the gate's torch downloads: refilled by the next build."""
+        return (f"{self.prefix}-sccache", f"{self.prefix}-pip-cache", f"{self.prefix}-torch-wheels")
+
+    def owns_image(self, tag: str) -> bool:
+        repository, sep, version = tag.rpartition(":")
+        return bool(sep and version) and repository in (self.image_repository, self.layer_repository)
+
+    def volume_kind(self, name: str) -> str | None:
+        """'cache', 'torch' (calibrate's torch headers, wheelbuild-torch-<hash>), or None: not ours."""
+        if name in self.cache_volumes:
+            return "cache"
+        if re.fullmatch(rf"{re.escape(self.prefix)}-torch-[0-9a-f]{{16}}", name):
+            return "torch"
+        return None
+
+    def retag(self, tag: str) -> str:
+        """wheelbuild-cuda131:<hash> as this scope names it (itself in the default scope)."""
+        if self.prefix == DEFAULT_SCOPE or not tag.startswith(f"{DEFAULT_SCOPE}-"):
+            return tag
+        return self.prefix + tag[len(DEFAULT_SCOPE) :]
+
+
+def parse_scope(text: str | None) -> Scope:
+    if text is None or text == "":
+        return Scope()
+    if not _SCOPE.fullmatch(text):
+        raise BadArgument(
+            f"{SCOPE_ENV}={text!r} is not a name prefix (lower-case letters, digits, '.', '_', '-')",
+            f"unset {SCOPE_ENV}: it is for tests, which scope gc to their own throwaway objects",
+        )
+    return Scope(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# What there is
+
+
+@dataclass(frozen=True)
+class Run:
+    """A folder wheelhouse/runs/<run-id>/."""
+
+    id: str
+    path: Path
+    size: int
+    has_report: bool
+    inputs_key: str | None
+    wheel_sha256: tuple[str, ...]  # the report's wheels, else the folder's .whl files hashed
+    published_to: tuple[str, ...]  # targets its published.json names
+    last_write: float  # newest mtime of the folder and its files
+    holds_index: bool = False  # a published tree (files/ or simple/) inside: never touched
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """An entry of the result store, ~/.cache/wheelbuild/results/<inputs key>/."""
+
+    key: str
+    path: Path
+    size: int
+    wheel_sha256: tuple[str, ...]
+    saved: float  # its build-report.json's mtime
+
+
+@dataclass(frozen=True)
+class Published:
+    """What is published, as far as this machine can tell: wheel sha256 -> where, inputs keys."""
+
+    sha256: Mapping[str, str] = field(default_factory=dict)
+    inputs: frozenset[str] = frozenset()
+
+    def merged(self, other: Published) -> Published:
+        return Published({**other.sha256, **self.sha256}, self.inputs | other.inputs)
+
+
+@dataclass(frozen=True)
+class ImageFact:
+    tag: str
+    id: str
+    size: int  # what removing it frees: its layers no other image shares (0: it has other tags)
+    untag_only: bool = False  # the image has tags outside wheelbuild's: removing ours untags it
+
+
+@dataclass(frozen=True)
+class VolumeFact:
+    name: str
+    size: int  # -1: Docker did not say
+
+
+@dataclass(frozen=True)
+class ContainerFact:
+    name: str
+    image_id: str
+    state: str  # Docker's: running, exited, created, paused, ...
+    run_id: str  # its wheelbuild.run label, or ""
+    volumes: tuple[str, ...]  # names of the volumes it mounts
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "restarting", "paused")
+
+
+@dataclass(frozen=True)
+class DockerState:
+    images: tuple[ImageFact, ...]
+    volumes: tuple[VolumeFact, ...]
+    containers: tuple[ContainerFact, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    name: str  # run id, inputs key, image tag, volume name
+    size: int  # bytes freed by removing it; -1 unknown
+    remove: bool
+    why: str
+    path: Path | None = None  # runs and results
+
+    def line(self, dry_run: bool) -> str:
+        verb = ("would remove" if dry_run else "remove") if self.remove else "keep"
+        size = format_bytes(self.size) if self.size >= 0 else "size unknown"
+        return f"{verb:<12} {self.kind.value:<6} {self.name}  {size}  ({self.why})"
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    decisions: tuple[Decision, ...]
+
+    @property
+    def removals(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.remove)
+
+    @property
+    def kept(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d.remove)
+
+
+def _container_word(container: ContainerFact) -> str:
+    return f"{container.state} container {container.name}"
+
+
+def decide_runs(
+    runs: Iterable[Run],
+    *,
+    keep_runs: int,
+    in_use: Mapping[str, str],
+    published: Published,
+    now: float,
+) -> tuple[Decision, ...]:
+    """*in_use*: run id -> the container working on it."""
+    ordered = sorted(runs, key=lambda r: r.id, reverse=True)  # run ids start with their UTC time
+    newest = {r.id for r in ordered[:keep_runs]}
+    decisions = []
+    for run in ordered:
+        shared = [published.sha256[s] for s in run.wheel_sha256 if s in published.sha256]
+        if run.holds_index:
+            why = "holds a published tree (files/ or simple/): gc never removes one"
+        elif run.published_to:
+            why = f"its wheels were published to {', '.join(run.published_to)}"
+        elif shared:
+            why = f"its wheel is published in {shared[0]}"
+        elif run.id in in_use:
+            why = f"in use by {in_use[run.id]}"
+        elif run.id in newest:
+            why = f"one of the newest {keep_runs} run(s)"
+        elif not run.has_report and now - run.last_write < RECENT_S:
+            why = "no build-report.json yet and written to in the last day: it may still be building"
+        else:
+            decisions.append(
+                Decision(
+                    Kind.RUN,
+                    run.id,
+                    run.size,
+                    True,
+                    f"older than the newest {keep_runs} run(s), not published",
+                    run.path,
+                )
+            )
+            continue
+        decisions.append(Decision(Kind.RUN, run.id, run.size, False, why, run.path))
+    return tuple(decisions)
+
+
+def decide_results(
+    results: Iterable[StoredResult],
+    *,
+    keep_results: int,
+    needed: Mapping[str, str],
+    published: Published,
+) -> tuple[Decision, ...]:
+    """*needed*: inputs key -> the kept run that made or reused it."""
+    ordered = sorted(results, key=lambda r: (r.saved, r.key), reverse=True)
+    newest = {r.key for r in ordered[:keep_results]}
+    decisions = []
+    for result in ordered:
+        shared = [published.sha256[s] for s in result.wheel_sha256 if s in published.sha256]
+        if shared:
+            why = f"its wheel is published in {shared[0]}"
+        elif result.key in published.inputs:
+            why = "a wheel of these inputs is published"
+        elif result.key in needed:
+            why = f"the result of kept run {needed[result.key]}"
+        elif result.key in newest:
+            why = f"one of the newest {keep_results} stored result(s)"
+        else:
+            decisions.append(
+                Decision(
+                    Kind.RESULT,
+                    result.key,
+                    result.size,
+                    True,
+                    "not published, no kept run's, not among the newest: an unchanged rebuild would build again",
+                    result.path,
+                )
+            )
+            continue
+        decisions.append(Decision(Kind.RESULT, result.key, result.size, False, why, result.path))
+    return tuple(decisions)
+
+
+def decide_images(
+    images: Iterable[ImageFact],
+    *,
+    current: frozenset[str],
+    containers: Sequence[ContainerFact],
+    base_ids: frozenset[str],
+) -> tuple[Decision, ...]:
+    users: dict[str, ContainerFact] = {}
+    for container in containers:  # a running user names the image before a stopped one
+        if container.running or container.image_id not in users:
+            users[container.image_id] = container
+    decisions = []
+    for image in sorted(images, key=lambda i: i.tag):
+        if image.tag in current:
+            why = "the image of the current inputs"
+        elif image.id in users:
+            why = f"used by {_container_word(users[image.id])}"
+        elif image.id in base_ids:
+            why = "the base image"
+        else:
+            why = "not the current inputs' image, used by no container" + (
+                " (it has other tags: only this one goes)" if image.untag_only else ""
+            )
+            decisions.append(Decision(Kind.IMAGE, image.tag, image.size, True, why))
+            continue
+        decisions.append(Decision(Kind.IMAGE, image.tag, image.size, False, why))
+    return tuple(decisions)
+
+
+def decide_volumes(
+    volumes: Iterable[VolumeFact],
+    *,
+    containers: Sequence[ContainerFact],
+    caches: bool,
+    scope: Scope,
+) -> tuple[Decision, ...]:
+    mounted: dict[str, ContainerFact] = {}
+    for container in containers:
+        for name in container.volumes:
+            if container.running or name not in mounted:
+                mounted[name] = container
+    decisions = []
+    for volume in sorted(volumes, key=lambda v: v.name):
+        kind = scope.volume_kind(volume.name)
+        if kind is None:
+            continue  # not wheelbuild's: never a candidate
+        if volume.name in mounted:
+            decisions.append(
+                Decision(
+                    Kind.VOLUME,
+                    volume.name,
+                    volume.size,
+                    False,
+                    f"mounted by {_container_word(mounted[volume.name])}",
+                )
+            )
+        elif kind == "torch":
+            decisions.append(
+                Decision(
+                    Kind.VOLUME,
+                    volume.name,
+                    volume.size,
+                    True,
+                    "calibrate's torch headers, mounted by no container (unpacked again when needed)",
+                )
+            )
+        elif caches:
+            decisions.append(
+                Decision(
+                    Kind.VOLUME,
+                    volume.name,
+                    volume.size,
+                    True,
+                    "a cache, --caches: the next build refills it",
+                )
+            )
+        else:
+            decisions.append(
+                Decision(Kind.VOLUME, volume.name, volume.size, False, "a cache: removed only with --caches")
+            )
+    return tuple(decisions)
+
+
+def plan(
+    *,
+    runs: Sequence[Run],
+    results: Sequence[StoredResult],
+    docker: DockerState,
+    published: Published,
+    current_images: frozenset[str],
+    base_ids: frozenset[str],
+    keep_runs: int,
+    caches: bool,
+    scope: Scope,
+    now: float,
+) -> GcPlan:
+    """Every candidate, with what becomes of it and why."""
+    marked = Published(
+        {s: ", ".join(r.published_to) for r in runs if r.published_to for s in r.wheel_sha256},
+        frozenset(r.inputs_key for r in runs if r.published_to and r.inputs_key),
+    )
+    published = published.merged(marked)
+    in_use = {c.run_id: _container_word(c) for c in docker.containers if c.run_id}
+    run_decisions = decide_runs(runs, keep_runs=keep_runs, in_use=in_use, published=published, now=now)
+    by_id = {r.id: r for r in runs}
+    needed = {
+        key: d.name for d in run_decisions if not d.remove and (key := by_id[d.name].inputs_key) is not None
+    }
+    return GcPlan(
+        (
+            *run_decisions,
+            *decide_results(results, keep_results=keep_runs, needed=needed, published=published),
+            *decide_images(
+                docker.images, current=current_images, containers=docker.containers, base_ids=base_ids
+            ),
+            *decide_volumes(docker.volumes, containers=docker.containers, caches=caches, scope=scope),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# What happened
+
+
+class Status(StrEnum):
+    REMOVED = "removed"
+    GONE = "already gone"  # someone removed it first: nothing freed, nothing wrong
+    KEPT = "kept"  # found in use (or published) at the last moment: Docker or the mark said no
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Removal:
+    decision: Decision
+    status: Status
+    detail: str = ""
+
+    def line(self) -> str:
+        d = self.decision
+        size = format_bytes(d.size) if d.size >= 0 else "size unknown"
+        text = f"{self.status.value} {d.kind.value} {d.name} ({size})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def _count(decisions: Sequence[Decision], kind: Kind) -> str:
+    mine = [d for d in decisions if d.kind is kind]
+    size = sum(max(d.size, 0) for d in mine)
+    return f"{len(mine)} {kind.value}{'s' if len(mine) != 1 else ''}" + (
+        f" ({format_bytes(size)})" if mine else ""
+    )
+
+
+def summary(planned: GcPlan, removals: Sequence[Removal] | None = None) -> str:
+    """One line: what was (or, for a dry run, would be) freed, by kind, and what was kept."""
+    if removals is None:
+        gone: Sequence[Decision] = planned.removals
+        verb = "would free"
+    else:
+        gone = [r.decision for r in removals if r.status is Status.REMOVED]
+        verb = "freed"
+    total = sum(max(d.size, 0) for d in gone)
+    unknown = any(d.size < 0 for d in gone)
+    kinds = ", ".join(_count(gone, k) for k in Kind)
+    kept = len(planned.kept) + (
+        len([r for r in removals if r.status is Status.KEPT]) if removals is not None else 0
+    )
+    line = f"gc: {verb} {format_bytes(total)}{' and more (some sizes unknown)' if unknown else ''}: {kinds}; kept {kept}"
+    if removals is not None:
+        failed = [r for r in removals if r.status is Status.FAILED]
+        if failed:
+            line += f"; {len(failed)} failed"
+    return line
+
+
+def check(removals: Sequence[Removal]) -> None:
+    failed = [r for r in removals if r.status is Status.FAILED]
+    if failed:
+        first = failed[0]
+        raise GcIncomplete(
+            f"{len(failed)} removal(s) failed, the first: {first.decision.kind.value} "
+            f"{first.decision.name}: {first.detail}",
+            "fix what the failure names (permissions, the Docker daemon) and run wheelbuild gc again; "
+            "everything else it planned was done",
+        )

@@ -1,0 +1,267 @@
+"""Orchestration of `wheelbuild gc` (beside build and calibrate): read what the output dir, the
+result store and Docker hold, let gc.py decide, then remove what it said, or only say it for a
+dry run. Folders are read and removed here; Docker is read and changed through engine.py.
+
+A dry run changes nothing: no folder is renamed, no Docker object touched, and (unlike other
+commands) not even orphaned containers are swept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import engine, gc, index
+from .build import ImageOptions, cuda12_layer, image_inputs
+from .image import production_base
+
+__all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    output_dir: Path  # the build's --output-dir: its runs/ is pruned, its published trees read
+    store: Path  # the result store
+    keep_runs: int
+    caches: bool
+    scope: gc.Scope
+    image_options: ImageOptions
+
+
+# ---------------------------------------------------------------------------------------------
+# Marking a published run (written by publish, read by gc)
+
+
+def record_published(wheels: Iterable[Path], target: str) -> None:
+    """Note in each wheel's run folder (one with build-report.json) that its wheels were published
+    to *target*, so that gc keeps the run whatever its age. Best effort: a folder that cannot be
+    written is left unmarked (gc still finds wheels published into a tree of the output dir)."""
+    by_folder: dict[Path, list[Path]] = {}
+    for wheel in wheels:
+        by_folder.setdefault(wheel.resolve().parent, []).append(wheel)
+    for folder, mine in by_folder.items():
+        if not (folder / "build-report.json").is_file():
+            continue
+        mark = folder / gc.PUBLISHED_MARK
+        try:
+            entries = json.loads(mark.read_text()) if mark.is_file() else []
+            if not isinstance(entries, list):
+                entries = []
+        except (OSError, ValueError):
+            entries = []
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entries += [
+            {"wheel": w.name, "sha256": index.hash_file(w), "target": target, "time": stamp} for w in mine
+        ]
+        with contextlib.suppress(OSError):
+            index.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
+
+
+def _read_mark(folder: Path) -> list[dict[str, Any]]:
+    try:
+        entries = json.loads((folder / gc.PUBLISHED_MARK).read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        # Unreadable or damaged: someone meant to say it was published. Keep the run.
+        return [{"target": f"(unreadable {gc.PUBLISHED_MARK})"}]
+    if not isinstance(entries, list):
+        return [{"target": f"(damaged {gc.PUBLISHED_MARK})"}]
+    return [e for e in entries if isinstance(e, dict)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading folders
+
+
+def _usage(path: Path) -> tuple[int, float]:
+    """Bytes on disk (each inode once, links not followed) and the newest mtime under *path*."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    newest = 0.0
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files, "."]:
+            try:
+                stat = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            newest = max(newest, stat.st_mtime)
+            if name in dirs:
+                continue
+            if (stat.st_dev, stat.st_ino) in seen:
+                continue
+            seen.add((stat.st_dev, stat.st_ino))
+            total += stat.st_blocks * 512
+    return total, newest
+
+
+def _report(folder: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads((folder / "build-report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _wheel_hashes(folder: Path, report: dict[str, Any] | None) -> tuple[str, ...]:
+    """The report's wheels' sha256, and the hash of each .whl there the report does not list."""
+    wheels = (report or {}).get("wheels")
+    listed = {
+        str(w["file"]): str(w["sha256"])
+        for w in (wheels if isinstance(wheels, list) else [])
+        if isinstance(w, dict) and w.get("file") and w.get("sha256")
+    }
+    hashes = set(listed.values())
+    for wheel in folder.glob("*.whl"):
+        if wheel.name not in listed:
+            with contextlib.suppress(OSError):
+                hashes.add(index.hash_file(wheel))
+    return tuple(sorted(hashes))
+
+
+def scan_runs(runs_dir: Path) -> tuple[gc.Run, ...]:
+    """Every folder of runs/ named like a run id (anything else there is not ours: left alone)."""
+    if not runs_dir.is_dir():
+        return ()
+    found = []
+    for folder in sorted(runs_dir.iterdir()):
+        if not gc.RUN_ID.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
+            continue
+        report = _report(folder)
+        size, newest = _usage(folder)
+        marks = _read_mark(folder)
+        key = report.get("inputs_key") if report else None
+        found.append(
+            gc.Run(
+                id=folder.name,
+                path=folder,
+                size=size,
+                has_report=report is not None,
+                inputs_key=str(key) if key else None,
+                wheel_sha256=_wheel_hashes(folder, report),
+                published_to=tuple(sorted({str(m.get("target", "?")) for m in marks})),
+                last_write=newest,
+                holds_index=any(folder.rglob(f"{index.SIMPLE}/index.html"))
+                or (folder / index.FILES).is_dir(),
+            )
+        )
+    return tuple(found)
+
+
+def scan_results(store: Path) -> tuple[gc.StoredResult, ...]:
+    """Entries of the result store (a staging or retired entry, dot-named, is a save in progress)."""
+    if not store.is_dir():
+        return ()
+    found = []
+    for entry in sorted(store.iterdir()):
+        if not gc.RESULT_KEY.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
+            continue
+        size, newest = _usage(entry)
+        report = entry / "build-report.json"
+        saved = report.stat().st_mtime if report.is_file() else newest
+        found.append(gc.StoredResult(entry.name, entry, size, _wheel_hashes(entry, _report(entry)), saved))
+    return tuple(found)
+
+
+def published_in(output_dir: Path) -> gc.Published:
+    """The wheels of the published trees directly under the output dir (wheelhouse/cu130/ ...):
+    their sha256 and the inputs keys publish wrote beside them."""
+    sha256: dict[str, str] = {}
+    inputs: set[str] = set()
+    if not output_dir.is_dir():
+        return gc.Published()
+    for tree in sorted(output_dir.iterdir()):
+        files = tree / index.FILES
+        if tree.name == "runs" or not files.is_dir():
+            continue
+        for wheel in files.glob("*.whl"):
+            with contextlib.suppress(OSError):
+                sha256[index.file_sha256(wheel)] = str(tree)
+            with contextlib.suppress(OSError):
+                inputs.add(wheel.with_name(wheel.name + index.INPUTS_SUFFIX).read_text().strip())
+    return gc.Published(sha256, frozenset(inputs - {""}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning and doing
+
+
+def current_images(client: Any, options: ImageOptions, scope: gc.Scope) -> frozenset[str]:
+    """The tags a build with these options would use now: the plain image, and for cu12x the
+    image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead)."""
+    plain = image_inputs(client, replace(options, cuda12_redist=False))
+    tags = {plain.tag}
+    if options.cuda12_image is None:
+        cu12 = image_inputs(client, replace(options, cuda12_redist=True))
+        tags |= {cu12.tag, cuda12_layer().tag}
+    return frozenset(scope.retag(t) for t in tags)
+
+
+def collect(client: Any, options: GcOptions, on_step: Callable[[str], None]) -> gc.GcPlan:
+    on_step(f"reading {options.output_dir / 'runs'} and the result store {options.store}")
+    runs = scan_runs(options.output_dir / "runs")
+    results = scan_results(options.store)
+    published = published_in(options.output_dir)
+    on_step("reading Docker's images, volumes and containers (sizes as Docker counts them)")
+    state = engine.gc_state(client, options.scope)
+    base = options.image_options.base_image or production_base()
+    base_id = engine.local_image_id(client, base)
+    return gc.plan(
+        runs=runs,
+        results=results,
+        docker=state,
+        published=published,
+        current_images=current_images(client, options.image_options, options.scope),
+        base_ids=frozenset({base_id} - {""}),
+        keep_runs=options.keep_runs,
+        caches=options.caches,
+        scope=options.scope,
+        now=time.time(),
+    )
+
+
+def _remove_folder(decision: gc.Decision, parent: Path) -> gc.Removal:
+    """Renamed aside first (a reader sees the whole folder or none of it), then deleted."""
+    path = decision.path
+    assert path is not None and path.parent == parent
+    if decision.kind is gc.Kind.RUN and _read_mark(path):
+        return gc.Removal(decision, gc.Status.KEPT, "published since gc looked")
+    aside = parent / f".gc-{path.name}-{secrets.token_hex(3)}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return gc.Removal(decision, gc.Status.GONE)
+    except OSError as error:
+        return gc.Removal(decision, gc.Status.FAILED, error.strerror or str(error))
+    try:
+        shutil.rmtree(aside)
+    except OSError as error:
+        return gc.Removal(decision, gc.Status.FAILED, f"{error.strerror or error} (left in {aside})")
+    return gc.Removal(decision, gc.Status.REMOVED)
+
+
+def execute(
+    client: Any, planned: gc.GcPlan, options: GcOptions, on_line: Callable[[str], None]
+) -> tuple[gc.Removal, ...]:
+    """Remove what the plan says, one at a time; in use at the last moment means kept."""
+    done = []
+    for decision in planned.removals:
+        if decision.kind is gc.Kind.RUN:
+            removal = _remove_folder(decision, options.output_dir / "runs")
+        elif decision.kind is gc.Kind.RESULT:
+            removal = _remove_folder(decision, options.store)
+        elif decision.kind is gc.Kind.IMAGE:
+            removal = engine.gc_remove_image(client, decision, options.scope)
+        else:
+            removal = engine.gc_remove_volume(client, decision, options.scope)
+        on_line(removal.line())
+        done.append(removal)
+    return tuple(done)

@@ -1,0 +1,388 @@
+"""wheelbuild gc's decisions (wheelbuild.gc, pure) and its folder side (wheelbuild.prune) on real
+temp folders: what is kept, what goes, and that a published wheel's run is never a candidate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from wheelbuild import engine, gc, prune
+from wheelbuild import publish as publishing
+from wheelbuild.cuda_redist import LAYER_REPOSITORY
+from wheelbuild.errors import BadArgument, GcIncomplete
+from wheelbuild.image import REPOSITORY
+
+from tests.indexkit import make_wheel
+
+NOW = 1_800_000_000.0
+DAY = 24 * 3600.0
+
+
+def run(n: int, **kw: object) -> gc.Run:
+    """Run number n: a higher n is newer (its id's time is later)."""
+    fields: dict[str, object] = {
+        "id": f"202611{n:02d}-120000-abcdef",
+        "path": Path(f"/w/runs/202611{n:02d}-120000-abcdef"),
+        "size": 1000 * n,
+        "has_report": True,
+        "inputs_key": f"key{n}",
+        "wheel_sha256": (f"sha{n}",),
+        "published_to": (),
+        "last_write": NOW - 30 * DAY,
+    }
+    fields.update(kw)
+    return gc.Run(**fields)  # type: ignore[arg-type]
+
+
+def by_name(decisions: tuple[gc.Decision, ...]) -> dict[str, gc.Decision]:
+    return {d.name: d for d in decisions}
+
+
+def removed(decisions: tuple[gc.Decision, ...]) -> set[str]:
+    return {d.name for d in decisions if d.remove}
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def test_the_newest_n_runs_are_kept_and_older_unpublished_ones_go() -> None:
+    runs = [run(n) for n in range(1, 8)]
+    decided = gc.decide_runs(runs, keep_runs=3, in_use={}, published=gc.Published(), now=NOW)
+    assert removed(decided) == {run(n).id for n in (1, 2, 3, 4)}
+    kept = by_name(decided)[run(7).id]
+    assert not kept.remove and "newest 3" in kept.why
+
+
+def test_a_run_whose_wheel_was_published_is_kept_even_when_older_than_n() -> None:
+    runs = [run(1, published_to=("/srv/wheels/cu130",)), run(2), run(3), run(4)]
+    decided = by_name(gc.decide_runs(runs, keep_runs=1, in_use={}, published=gc.Published(), now=NOW))
+    assert not decided[run(1).id].remove
+    assert "published to /srv/wheels/cu130" in decided[run(1).id].why
+    assert decided[run(2).id].remove and decided[run(3).id].remove
+
+
+def test_a_run_whose_wheel_sits_in_a_published_tree_is_kept_without_a_mark() -> None:
+    published = gc.Published({"sha2": "/w/cu130"})
+    decided = by_name(
+        gc.decide_runs([run(1), run(2), run(3)], keep_runs=1, in_use={}, published=published, now=NOW)
+    )
+    assert not decided[run(2).id].remove and "published in /w/cu130" in decided[run(2).id].why
+    assert decided[run(1).id].remove
+
+
+def test_keep_runs_zero_still_keeps_published_in_use_and_building_runs() -> None:
+    runs = [
+        run(1, published_to=("x",)),
+        run(2),
+        run(3, has_report=False, last_write=NOW - 60),
+        run(4, has_report=False, last_write=NOW - 2 * DAY),
+        run(5, holds_index=True),
+    ]
+    decided = gc.decide_runs(
+        runs, keep_runs=0, in_use={run(2).id: "running container c"}, published=gc.Published(), now=NOW
+    )
+    assert removed(decided) == {run(4).id}
+    why = by_name(decided)
+    assert "in use by running container c" in why[run(2).id].why
+    assert "may still be building" in why[run(3).id].why
+    assert "never removes" in why[run(5).id].why
+
+
+def test_a_run_a_container_works_on_is_kept_through_its_label() -> None:
+    container = gc.ContainerFact("cibw", "sha256:img", "running", run(1).id, ())
+    planned = gc.plan(
+        runs=[run(1), run(2)],
+        results=[],
+        docker=gc.DockerState((), (), (container,)),
+        published=gc.Published(),
+        current_images=frozenset(),
+        base_ids=frozenset(),
+        keep_runs=1,
+        caches=False,
+        scope=gc.Scope(),
+        now=NOW,
+    )
+    assert not planned.removals
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+def result(n: int, **kw: object) -> gc.StoredResult:
+    fields: dict[str, object] = {
+        "key": f"key{n}",
+        "path": Path(f"/c/results/key{n}"),
+        "size": 10 * n,
+        "wheel_sha256": (f"sha{n}",),
+        "saved": NOW - (100 - n) * 60,
+    }
+    fields.update(kw)
+    return gc.StoredResult(**fields)  # type: ignore[arg-type]
+
+
+def test_results_kept_runs_need_published_ones_and_the_newest_n_stay() -> None:
+    results = [result(n) for n in range(1, 8)]
+    decided = gc.decide_results(
+        results,
+        keep_results=2,
+        needed={"key1": "r1"},
+        published=gc.Published({"sha2": "/w/cu130"}, frozenset({"key3"})),
+    )
+    assert removed(decided) == {"key4", "key5"}
+    why = by_name(decided)
+    assert "kept run r1" in why["key1"].why
+    assert "published in /w/cu130" in why["key2"].why
+    assert "inputs is published" in why["key3"].why
+    assert "newest 2" in why["key7"].why
+
+
+def test_plan_keeps_the_results_of_kept_runs_and_of_published_runs() -> None:
+    planned = gc.plan(
+        runs=[run(1, published_to=("x",)), run(2), run(3)],
+        results=[result(1), result(2), result(3)],
+        docker=gc.DockerState((), (), ()),
+        published=gc.Published(),
+        current_images=frozenset(),
+        base_ids=frozenset(),
+        keep_runs=1,
+        caches=False,
+        scope=gc.Scope(),
+        now=NOW,
+    )
+    assert {(d.kind, d.name) for d in planned.removals} == {
+        (gc.Kind.RUN, run(2).id),
+        (gc.Kind.RESULT, "key2"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Images and volumes
+
+
+def image(tag: str, image_id: str, size: int = 100, untag_only: bool = False) -> gc.ImageFact:
+    return gc.ImageFact(tag, image_id, size, untag_only)
+
+
+def test_the_current_image_used_and_base_images_are_kept_the_rest_go() -> None:
+    images = [
+        image("wheelbuild-cuda131:current", "sha256:a"),
+        image("wheelbuild-cuda131:old", "sha256:b"),
+        image("wheelbuild-cuda131:stopped-user", "sha256:c"),
+        image("wheelbuild-cuda131:running-user", "sha256:d"),
+        image("wheelbuild-cuda131:base-retagged", "sha256:base"),
+        image("wheelbuild-cuda12-redist:current", "sha256:e"),
+        image("wheelbuild-cuda12-redist:old", "sha256:f", untag_only=True, size=0),
+    ]
+    containers = [
+        gc.ContainerFact("s", "sha256:c", "exited", "", ()),
+        gc.ContainerFact("r", "sha256:d", "running", "", ()),
+    ]
+    decided = gc.decide_images(
+        images,
+        current=frozenset({"wheelbuild-cuda131:current", "wheelbuild-cuda12-redist:current"}),
+        containers=containers,
+        base_ids=frozenset({"sha256:base"}),
+    )
+    assert removed(decided) == {"wheelbuild-cuda131:old", "wheelbuild-cuda12-redist:old"}
+    why = by_name(decided)
+    assert why["wheelbuild-cuda131:current"].why == "the image of the current inputs"
+    assert "exited container s" in why["wheelbuild-cuda131:stopped-user"].why
+    assert "running container r" in why["wheelbuild-cuda131:running-user"].why
+    assert why["wheelbuild-cuda131:base-retagged"].why == "the base image"
+    assert "only this one goes" in why["wheelbuild-cuda12-redist:old"].why
+
+
+def test_volumes_mounted_are_kept_torch_headers_go_caches_only_when_asked() -> None:
+    volumes = [
+        gc.VolumeFact("wheelbuild-sccache", 5),
+        gc.VolumeFact("wheelbuild-pip-cache", 6),
+        gc.VolumeFact("wheelbuild-torch-wheels", 7),
+        gc.VolumeFact("wheelbuild-torch-0123456789abcdef", 8),
+        gc.VolumeFact("wheelbuild-torch-fedcba9876543210", 9),
+        gc.VolumeFact("someone-elses", 10),
+        gc.VolumeFact("wheelbuild-torch-notahash", 11),
+    ]
+    containers = [
+        gc.ContainerFact(
+            "c", "i", "running", "r", ("wheelbuild-pip-cache", "wheelbuild-torch-fedcba9876543210")
+        )
+    ]
+    plain = gc.decide_volumes(volumes, containers=containers, caches=False, scope=gc.Scope())
+    assert removed(plain) == {"wheelbuild-torch-0123456789abcdef"}
+    assert {d.name for d in plain} == {v.name for v in volumes[:5]}  # others' volumes are never listed
+    with_caches = gc.decide_volumes(volumes, containers=containers, caches=True, scope=gc.Scope())
+    assert removed(with_caches) == {
+        "wheelbuild-torch-0123456789abcdef",
+        "wheelbuild-sccache",
+        "wheelbuild-torch-wheels",
+    }
+    assert "mounted by running container c" in by_name(with_caches)["wheelbuild-pip-cache"].why
+
+
+def test_the_default_scope_names_are_the_ones_builds_use() -> None:
+    scope = gc.Scope()
+    assert scope.image_repository == REPOSITORY
+    assert scope.layer_repository == LAYER_REPOSITORY
+    assert set(scope.cache_volumes) == {
+        engine.SCCACHE_VOLUME,
+        engine.PIP_CACHE_VOLUME,
+        engine.TORCH_WHEELS_VOLUME,
+    }
+    assert scope.retag("wheelbuild-cuda131:abc") == "wheelbuild-cuda131:abc"
+
+
+def test_a_test_scope_sees_only_its_own_names() -> None:
+    scope = gc.parse_scope("wbgctest-1a2b")
+    assert scope.retag("wheelbuild-cuda131:abc") == "wbgctest-1a2b-cuda131:abc"
+    assert scope.retag("wheelbuild-cuda12-redist:abc") == "wbgctest-1a2b-cuda12-redist:abc"
+    assert scope.owns_image("wbgctest-1a2b-cuda131:x")
+    assert not scope.owns_image("wheelbuild-cuda131:x")
+    assert not scope.owns_image("wheelbuild-base:bookworm-4f9f0ef91ad7")
+    assert scope.volume_kind("wbgctest-1a2b-sccache") == "cache"
+    assert scope.volume_kind("wbgctest-1a2b-torch-0123456789abcdef") == "torch"
+    assert scope.volume_kind("wheelbuild-sccache") is None
+    assert scope.volume_kind("wheelbuild-torch-0123456789abcdef") is None
+    for bad in ("Upper", "-dash", "a b", "x" * 70, "a/b"):
+        with pytest.raises(BadArgument):
+            gc.parse_scope(bad)
+
+
+def test_the_summary_totals_what_goes_human_readable() -> None:
+    planned = gc.GcPlan(
+        (
+            gc.Decision(gc.Kind.IMAGE, "wheelbuild-cuda131:a", 3 * 1024**3, True, "old"),
+            gc.Decision(gc.Kind.VOLUME, "wheelbuild-torch-0123456789abcdef", 1024**3, True, "unused"),
+            gc.Decision(gc.Kind.RUN, "r", 512 * 1024, True, "old"),
+            gc.Decision(gc.Kind.IMAGE, "wheelbuild-cuda131:b", 5, False, "current"),
+        )
+    )
+    assert gc.summary(planned) == (
+        "gc: would free 4.0 GiB: 1 run (512.0 KiB), 0 results, 1 image (3.0 GiB), 1 volume (1.0 GiB); kept 1"
+    )
+    assert (
+        planned.decisions[0]
+        .line(dry_run=True)
+        .startswith("would remove image  wheelbuild-cuda131:a  3.0 GiB")
+    )
+    removals = [
+        gc.Removal(planned.decisions[0], gc.Status.REMOVED),
+        gc.Removal(planned.decisions[1], gc.Status.KEPT, "in use"),
+        gc.Removal(planned.decisions[2], gc.Status.FAILED, "Permission denied"),
+    ]
+    assert gc.summary(planned, removals) == (
+        "gc: freed 3.0 GiB: 0 runs, 0 results, 1 image (3.0 GiB), 0 volumes; kept 2; 1 failed"
+    )
+    with pytest.raises(GcIncomplete) as raised:
+        gc.check(removals)
+    assert raised.value.exit_code == 27 and "Permission denied" in raised.value.cause
+
+
+# ---------------------------------------------------------------------------------------------
+# The folder side, on a real output dir with a published index
+
+
+def make_run(runs: Path, run_id: str, payload: str, *, report: bool = True, age_s: float = 30 * DAY) -> Path:
+    folder = runs / run_id
+    wheel = make_wheel(folder, payload=payload)
+    if report:
+        (folder / "build-report.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "inputs_key": f"key-{run_id}",
+                    "wheels": [{"file": wheel.name, "sha256": _sha(wheel)}],
+                }
+            )
+        )
+    old = time.time() - age_s
+    for path in [*folder.iterdir(), folder]:
+        os.utime(path, (old, old))
+    return wheel
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_runs_of_a_real_output_dir_published_tree_mark_and_removal(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    runs = out / "runs"
+    ids = [f"2026110{n}-120000-00000{n}" for n in range(1, 7)]
+    in_tree = make_run(runs, ids[0], "published into the tree")
+    elsewhere = make_run(runs, ids[1], "published elsewhere")
+    make_run(runs, ids[2], "old, unpublished")
+    make_run(runs, ids[3], "killed mid-build", report=False)
+    make_run(runs, ids[4], "newest but one")
+    make_run(runs, ids[5], "newest")
+    (runs / "not-a-run").mkdir()  # not ours: never a candidate
+    publishing.publish([in_tree], out / "cu130")
+    prune.record_published([elsewhere], "ci@wheels.example:/srv/wheels/cu130")
+    mark = json.loads((runs / ids[1] / gc.PUBLISHED_MARK).read_text())
+    assert mark[0]["target"] == "ci@wheels.example:/srv/wheels/cu130" and mark[0]["sha256"] == _sha(elsewhere)
+    published_tree = {p.relative_to(out) for p in (out / "cu130").rglob("*")}
+
+    scanned = prune.scan_runs(runs)
+    assert [r.id for r in scanned] == ids
+    planned = gc.plan(
+        runs=scanned,
+        results=(),
+        docker=gc.DockerState((), (), ()),
+        published=prune.published_in(out),
+        current_images=frozenset(),
+        base_ids=frozenset(),
+        keep_runs=2,
+        caches=False,
+        scope=gc.Scope(),
+        now=time.time(),
+    )
+    assert {d.name for d in planned.removals} == {ids[2], ids[3]}
+    why = by_name(planned.decisions)
+    assert f"published in {out / 'cu130'}" in why[ids[0]].why
+    assert "published to ci@wheels.example" in why[ids[1]].why
+    assert all(d.size > 0 for d in planned.decisions)
+
+    options = prune.GcOptions(out, tmp_path / "store", 2, False, gc.Scope(), None)  # type: ignore[arg-type]
+    done = prune.execute(None, planned, options, lambda line: None)
+    assert [r.status for r in done] == [gc.Status.REMOVED, gc.Status.REMOVED]
+    assert sorted(p.name for p in runs.iterdir()) == sorted([ids[0], ids[1], ids[4], ids[5], "not-a-run"])
+    assert {p.relative_to(out) for p in (out / "cu130").rglob("*")} == published_tree  # the tree is untouched
+    assert (out / "cu130" / "files" / in_tree.name).read_bytes() == in_tree.read_bytes()
+
+
+def test_a_run_published_after_gc_looked_is_kept(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    wheel = make_run(runs, "20261101-120000-000001", "late")
+    planned = gc.plan(
+        runs=prune.scan_runs(runs),
+        results=(),
+        docker=gc.DockerState((), (), ()),
+        published=gc.Published(),
+        current_images=frozenset(),
+        base_ids=frozenset(),
+        keep_runs=0,
+        caches=False,
+        scope=gc.Scope(),
+        now=time.time(),
+    )
+    assert len(planned.removals) == 1
+    prune.record_published([wheel], "/srv/late")
+    options = prune.GcOptions(tmp_path, tmp_path / "store", 0, False, gc.Scope(), None)  # type: ignore[arg-type]
+    (done,) = prune.execute(None, planned, options, lambda line: None)
+    assert done.status is gc.Status.KEPT and wheel.is_file()
+
+
+def test_result_store_entries_are_scanned_and_staging_entries_left_alone(tmp_path: Path) -> None:
+    store = tmp_path / "results"
+    key = "a" * 64
+    wheel = make_wheel(store / key, payload="stored")
+    (store / key / "build-report.json").write_text(json.dumps({"run_id": "r", "wheels": []}))
+    (store / f".{key[:12]}-xyz").mkdir()  # a save in progress
+    (store / "README").write_text("not ours")
+    (found,) = prune.scan_results(store)
+    assert found.key == key and found.wheel_sha256 == (_sha(wheel),) and found.size > 0
