@@ -240,7 +240,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
         tools={
-            "wheelbuild": _version(),
+            "wheelbuild": f"{_version()}+{results.code_digest(Path(__file__).resolve().parent)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),
             "postprocess": POSTPROCESS,
         },

@@ -14,7 +14,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
+
+from .secrets import without_credentials
 
 # Bump when a change to the build procedure changes what a wheel contains.
 PROCEDURE = "1"
@@ -37,6 +40,21 @@ def source_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+@cache
+def code_digest(package_dir: Path) -> str:
+    """sha256 of wheelbuild's own Python code (relative path and content of every .py), so a
+    change to the build logic is a new key even where the version string stays "0.1.0". The
+    bundled images/ and example are keyed already, as image inputs and as a source."""
+    digest = hashlib.sha256()
+    for file in sorted(package_dir.rglob("*.py")):
+        relative = file.relative_to(package_dir)
+        if relative.parts[0] in {"_images", "_example"} or "__pycache__" in relative.parts:
+            continue
+        digest.update(f"{relative.as_posix()}\0".encode())
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def result_key(
     *,
     source: str,
@@ -53,7 +71,8 @@ def result_key(
         "source": source,
         "image": image_inputs,
         "variant": variant,
-        "index_url": hashlib.sha256(index_url.encode()).hexdigest(),  # may hold credentials
+        # The index, not who reads it: credentials are no input (a rotated token reuses).
+        "index_url": without_credentials(index_url)[0],
         "archs": sorted(archs),
         "pythons": sorted(pythons),
         "env": {k: v for k, v in sorted(env.items()) if k not in {"MAX_JOBS", "NVCC_THREADS"}},

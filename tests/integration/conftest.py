@@ -23,7 +23,15 @@ WHEELBUILD = str(Path(sys.executable).parent / "wheelbuild")
 # torch 2.11.0 on PyPI is the cu130 build; PyTorch's own index is not reachable here.
 TORCH_INDEX = "https://pypi.org/simple"
 
-pytestmark = pytest.mark.integration
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration/ is `integration` (a conftest's pytestmark marks only
+    the conftest), so `-m 'not integration'` is the fast suite and nothing else."""
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import pytest
 from wheelbuild.engine import AttemptConfig, AttemptResult, OomEvidence
 
 REPO = Path(__file__).resolve().parents[2]
-WHEELBUILD = REPO / ".venv" / "bin" / "wheelbuild"
+# The entry point installed beside the interpreter under test, whichever venv or copy that is.
+WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 # A Docker endpoint that cannot answer: anything that reaches Docker fails with exit code 20.
 NO_DOCKER = "unix:///nonexistent.sock"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import zipfile
@@ -27,10 +26,10 @@ from wheelbuild.abi import (
 )
 from wheelbuild.errors import AbiMismatch
 
+from tests import toolchain
 from tests.indexkit import make_wheel
 
-GCC, GXX, OBJDUMP = shutil.which("gcc"), shutil.which("g++"), shutil.which("objdump")
-pytestmark = pytest.mark.skipif(GCC is None or GXX is None, reason="needs gcc and g++ on PATH")
+GCC, GXX, OBJDUMP = toolchain.require("gcc"), toolchain.require("g++"), toolchain.require("objdump")
 
 
 def _glibc() -> tuple[int, ...]:
@@ -204,7 +203,6 @@ def _objdump_undefined(path: Path) -> set[tuple[str, str | None]]:
     return found
 
 
-@pytest.mark.skipif(OBJDUMP is None, reason="needs objdump (binutils) as the independent reader")
 def test_undefined_symbols_and_versions_agree_with_objdump(so_paths: dict[str, Path]) -> None:
     for stem, path in so_paths.items():
         abi = symbol_versions(path)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cibuildwheel.environment import parse_environment
 from wheelbuild.engine import (
     SITE_PACKAGES_BASEDIRS,
@@ -232,7 +233,7 @@ def test_without_admission_no_wrapper_env(make_config: Callable[..., AttemptConf
 
 
 def test_a_shared_compiler_cache_reaches_only_the_sccache_server_through_a_file(
-    make_config: Callable[..., AttemptConfig], tmp_path: Path
+    make_config: Callable[..., AttemptConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host = {
         "SCCACHE_BUCKET": "ci-cache",
@@ -240,6 +241,10 @@ def test_a_shared_compiler_cache_reaches_only_the_sccache_server_through_a_file(
         "HOME": "/root",
         "SCCACHE_REDIS": "",
     }
+    # The values are really in this process's env, so a CIBW_* setting that read os.environ
+    # (rather than passing names) would carry them and fail the check below.
+    for name, value in host.items():
+        monkeypatch.setenv(name, value)
     names = shared_cache_env(host)
     assert names == ("SCCACHE_BUCKET", "AWS_SECRET_ACCESS_KEY")  # set ones only, nothing else
     config = make_config(pass_env=names)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from wheelbuild import errors
 from wheelbuild.errors import WheelbuildError
 
@@ -71,6 +74,13 @@ def test_every_error_class_has_a_distinct_exit_code() -> None:
 
 def test_exit_codes_are_exactly_the_documented_set() -> None:
     assert {c.__name__: c.exit_code for c in _error_classes()} == KNOWN_CODES
+
+
+def test_the_readmes_table_lists_every_exit_code_and_no_other() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+    assert documented == {c.exit_code for c in _error_classes()} | {2, 130}
 
 
 def test_no_error_uses_click_usage_code_2_or_success_0() -> None:

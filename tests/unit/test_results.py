@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from wheelbuild.results import lookup, result_key, save, source_digest
+from wheelbuild.results import code_digest, lookup, result_key, save, source_digest
 
 BASE = {
     "source": "s" * 64,
@@ -41,8 +41,28 @@ def test_every_input_changes_the_key(field: str, value: object) -> None:
     assert result_key(**{**BASE, field: value}) != result_key(**BASE)
 
 
-def test_the_key_holds_no_credentials() -> None:
-    assert "secret" not in result_key(**BASE)
+def test_credentials_are_no_input_of_the_key() -> None:
+    # The same index read with another (rotated) token builds the same wheels.
+    rotated = {**BASE, "index_url": "https://user:rotated@example.invalid/simple"}
+    anonymous = {**BASE, "index_url": "https://example.invalid/simple"}
+    assert result_key(**BASE) == result_key(**rotated) == result_key(**anonymous)
+
+
+def test_code_digest_follows_wheelbuilds_own_code(tmp_path: Path) -> None:
+    package = tmp_path / "wheelbuild"
+    (package / "recipes").mkdir(parents=True)
+    (package / "build.py").write_text("STEP = 1\n")
+    (package / "recipes" / "flash_attn.py").write_text("FLAGS = ()\n")
+    before = code_digest(package)
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "build.cpython-311.pyc").write_bytes(b"\0")
+    (package / "_example").mkdir()
+    (package / "_example" / "setup.py").write_text("setup()\n")  # keyed as the source instead
+    code_digest.cache_clear()
+    assert code_digest(package) == before
+    (package / "recipes" / "flash_attn.py").write_text("FLAGS = ('-O3',)\n")
+    code_digest.cache_clear()
+    assert code_digest(package) != before
 
 
 def _project(root: Path) -> Path:

@@ -7,7 +7,6 @@ import base64
 import csv
 import hashlib
 import io
-import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -18,10 +17,10 @@ from wheelbuild.errors import ArchMissing, InvalidWheel, TorchNotPinned, Version
 from wheelbuild.stamp import Stamp, stamp_wheel, stamped_metadata
 from wheelbuild.wheels import inspect_wheel
 
+from tests import toolchain
 from tests.indexkit import make_wheel
 
-NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH (CI has it at /usr/local/bin/nvcc)")
+NVCC = toolchain.require("nvcc")
 
 KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nextern "C" void l(float* x) { k<<<1, 32>>>(x); }\n'
 STAMP = Stamp(label="cu130torch2.11", torch_minor="2.11")
@@ -32,10 +31,10 @@ SO = "wbtiny/_C.cpython-311-x86_64-linux-gnu.so"
 @pytest.fixture(scope="module")
 def shared_objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """Two real extension modules linking the shared CUDA runtime: sm_100 + sm_120, and sm_100 only."""
-    assert NVCC is not None
     d = tmp_path_factory.mktemp("so")
     (d / "k.cu").write_text(KERNEL)
     gencode = {"both": ["100", "120"], "sm100": ["100"]}
+    link = toolchain.cuda_link_flags(d / "lib")
     procs = {
         name: subprocess.Popen(
             [
@@ -49,6 +48,7 @@ def shared_objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]
                 "-o",
                 str(d / f"{name}.so"),
             ]
+            + link
             + [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -1,10 +1,8 @@
-"""wheelbuild.wheels against real nvcc output (and cuobjdump, when it is on PATH)."""
+"""wheelbuild.wheels against real nvcc output, checked against cuobjdump (tests/toolchain.py finds both)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import struct
 import subprocess
 import zipfile
@@ -20,12 +18,10 @@ from wheelbuild.wheels import (
     archs_in_wheel,
 )
 
-NVCC = shutil.which("nvcc")
-CC = shutil.which("gcc") or shutil.which("cc")
-pytestmark = pytest.mark.skipif(
-    NVCC is None or CC is None,
-    reason="needs nvcc and a C compiler on PATH (CI has nvcc at /usr/local/bin/nvcc)",
-)
+from tests import toolchain
+
+NVCC = toolchain.require("nvcc")
+CC = toolchain.require("gcc")
 
 KERNEL_A = """
 __global__ void ka(float* x) { x[threadIdx.x] *= 2.0f; }
@@ -72,7 +68,6 @@ def _run_all(cmds: list[list[str]]) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    assert NVCC is not None and CC is not None
     d = tmp_path_factory.mktemp("fatbin")
     (d / "a.cu").write_text(KERNEL_A)
     (d / "b.cu").write_text(KERNEL_B)
@@ -185,25 +180,8 @@ def test_archs_in_wheel(built: dict[str, Path], tmp_path: Path) -> None:
     }
 
 
-def _cuobjdump() -> str | None:
-    """$CUOBJDUMP, else the one from the nvidia-cuda-cuobjdump wheel (test extra), else PATH's."""
-    if os.environ.get("CUOBJDUMP"):
-        return os.environ["CUOBJDUMP"]
-    try:
-        import nvidia.cu13  # type: ignore[import-untyped]
-
-        wheel_binary = Path(next(iter(nvidia.cu13.__path__))) / "bin" / "cuobjdump"
-        if wheel_binary.is_file():
-            return str(wheel_binary)
-    except ImportError:
-        pass
-    return shutil.which("cuobjdump")
-
-
-@pytest.mark.skipif(_cuobjdump() is None, reason="cuobjdump not on PATH (or $CUOBJDUMP)")
 def test_matches_cuobjdump(built: dict[str, Path]) -> None:
-    tool = _cuobjdump()
-    assert tool is not None
+    tool = toolchain.require("cuobjdump")
     for name in [*SINGLE_TU, "two_tu"]:
         listing = subprocess.run(
             [tool, "--list-elf", "--list-ptx", str(built[name])],
