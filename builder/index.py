@@ -8,6 +8,9 @@ Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130
     files/<wheel>.sha256         cache: "<sha256> <size> <mtime_ns>", trusted only while size and
                                  mtime still match the wheel
     files/<wheel>.yanked         optional marker; its text is the yank reason (PEP 592)
+    files/<wheel>.archs          cache: "<sha256> <SASS archs...>" read from its .so files, for
+                                 the page for people; trusted only while the sha256 matches
+    index.html                   the page for people (builder/index_page.py)
     simple/index.html|json       every project
     simple/<project>/index.html|json
 
@@ -48,8 +51,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from . import index_page
 from .errors import InvalidWheel
-from .wheels import MAX_METADATA_SIZE, metadata_fields, metadata_of
+from .wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 
 __all__ = [
     "API_VERSION",
@@ -75,6 +79,7 @@ SIMPLE = "simple"
 METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
+ARCHS_SUFFIX = ".archs"
 INPUTS_SUFFIX = (
     ".inputs"  # the inputs key of the build that made the wheel (wheelbuild matrix --skip-published)
 )
@@ -121,6 +126,7 @@ class Distribution:
     metadata_sha256: str | None
     requires_python: str | None
     yanked: str | None  # None: not yanked; "" yanked without a reason
+    archs: tuple[int, ...] | None = None  # SASS in its .so files (() none); None: not known
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,26 @@ def file_sha256(wheel: Path) -> str:
     return _cached_sha256(wheel, wheel.stat()) or hash_file(wheel)
 
 
+def _cached_archs(wheel: Path, sha256: str) -> tuple[int, ...] | None:
+    try:
+        parts = wheel.with_name(wheel.name + ARCHS_SUFFIX).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if parts and parts[0] == sha256 and all(p.isdigit() and len(p) <= 4 for p in parts[1:]):
+        return tuple(int(p) for p in parts[1:])
+    return None
+
+
+def read_archs(wheel: Path) -> tuple[int, ...] | None:
+    """The SASS archs of every extension module of *wheel* together; None when they cannot be
+    read (a damaged or oversized member): the page says "?" rather than failing a publish."""
+    try:
+        found = archs_in_wheel(wheel)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None
+    return tuple(sorted({arch for module in found.values() for arch in module.sass}))
+
+
 def _is_wheel_entry(entry: os.DirEntry[str]) -> bool:
     return entry.name.endswith(".whl") and not entry.name.startswith(".") and entry.is_file()
 
@@ -259,6 +285,9 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             yanked: str | None = (files_dir / (name + YANKED_SUFFIX)).read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             yanked = None
+        archs = _cached_archs(wheel, sha256)
+        if archs is None and (archs := read_archs(wheel)) is not None:
+            sidecars[f"{FILES}/{name}{ARCHS_SUFFIX}"] = " ".join([sha256, *map(str, archs)]).encode() + b"\n"
         found.append(
             Distribution(
                 filename=name,
@@ -270,6 +299,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
                 metadata_sha256=hashlib.sha256(metadata).hexdigest(),
                 requires_python=str(requires).strip() if requires else None,
                 yanked=yanked,
+                archs=archs,
             )
         )
     return tuple(found), sidecars
@@ -393,7 +423,8 @@ def plan_index(root: Path) -> IndexPlan:
     """What to write so that the index of *root* lists exactly the wheels in ``root/files``:
     missing sidecars first, then the pages; and which stale project pages to remove."""
     distributions, sidecars = scan(root)
-    pages = render(distributions)
+    # The page for people goes last: every file and page it points at is in place before it.
+    pages = {**render(distributions), index_page.PAGE: index_page.render(distributions).encode()}
     return IndexPlan(writes={**sidecars, **pages}, removes=_stale_pages(root, pages))
 
 

@@ -27,7 +27,7 @@ from filelock import FileLock, Timeout
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import index
+from . import index, index_page
 from .errors import (
     BadArgument,
     IndexWriteFailed,
@@ -119,6 +119,9 @@ def _write_failed(root: Path, error: OSError) -> IndexWriteFailed:
 
 def _remove_temp_files(root: Path) -> None:
     """Temp files of a killed writer. Only called under the lock, when no writer is running."""
+    for temp in root.glob(f".{index_page.PAGE}.*{index.TEMP_SUFFIX}"):  # the page for people's
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
     for folder in (root / index.FILES, root / index.SIMPLE):
         if not folder.is_dir():
             continue

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from . import index_page
 from . import publish as publishing
 from .errors import BadArgument, UploadFailed
 
@@ -277,4 +278,11 @@ def publish_rsync(
             ],
             "pushing the index",
         )
+        # The page for people after the pages it links (renamed into place by rsync).
+        if (mirror / index_page.PAGE).is_file():
+            _run(
+                target,
+                [*rsync, *keep_out, "--", f"{mirror}/{index_page.PAGE}", f"{remote}/{index_page.PAGE}"],
+                "pushing the index page",
+            )
     return result

@@ -6,6 +6,8 @@
     /files/<wheel>.metadata  its METADATA      } aiohttp's FileResponse; cached as immutable
     /files/<wheel>.inputs    the inputs key of the build that made it (`wheelbuild nightly plan`)
     /coverage.html           the last nightly's coverage table, when the tree has one
+    /                        a browser (Accept names text/html) gets the page for people,
+                             index.html (builder/index_page.py); any other client a 302 to /simple/
 
 Only pages under ``simple/``, ``*.whl`` / ``*.whl.metadata`` / ``*.whl.inputs`` under ``files/`` and
 ``coverage.html`` are served; every
@@ -49,7 +51,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from . import index
+from . import index, index_page
 from .errors import BadHtpasswd, NoIndex, ServeFailed
 
 __all__ = [
@@ -413,6 +415,14 @@ def _page(request: web.Request, simple: Path, *names: str) -> web.StreamResponse
     return web.Response(body=body, headers={**headers, "Content-Type": media})
 
 
+def _wants_page(accept: str | None) -> bool:
+    """Whether the client prefers text/html named as such, as a browser does: pip and uv (PEP
+    691 JSON first) and curl (*/*) keep getting the redirect to /simple/."""
+    ranges = _ranges(accept or "")
+    best = max((quality for _media, quality in ranges), default=0.0)
+    return best > 0 and any(media == MEDIA_HTML and quality == best for media, quality in ranges)
+
+
 def _project(name: str) -> str | None:
     """The normalized project name *name* asks for, or None when it cannot be one."""
     if len(name) > _NAME_MAX:
@@ -475,7 +485,25 @@ def make_app(
         return web.HTTPMovedPermanently(path + (f"?{query}" if query else ""))
 
     async def home(request: web.Request) -> StreamResponse:
-        raise web.HTTPFound("/simple/")
+        vary = {"Vary": "Accept"}  # the answer depends on it: a cache must not mix them up
+        if not _wants_page(request.headers.get("Accept")):
+            raise web.HTTPFound("/simple/", headers=vary)
+        try:
+            body = _read_below(root, index_page.PAGE)
+        except web.HTTPNotFound:
+            raise web.HTTPFound("/simple/", headers=vary) from None  # a tree from before the page
+        etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+        headers = {
+            **vary,
+            "Cache-Control": INDEX_CACHE,
+            "ETag": etag,
+            "Content-Security-Policy": index_page.CSP,
+        }
+        if request.if_none_match and any(
+            tag.value in ("*", etag.strip('"')) for tag in request.if_none_match
+        ):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=body, headers={**headers, "Content-Type": "text/html; charset=utf-8"})
 
     async def simple_bare(request: web.Request) -> StreamResponse:
         raise redirect(request, "/simple/")

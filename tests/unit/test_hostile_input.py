@@ -337,7 +337,11 @@ def test_rsync_and_ssh_get_double_dash_before_host_arguments(
     remote.publish_rsync([make_wheel(tmp_path / "in")], target, tmp_path / "mirror", lambda _line: None)
     ssh, *rsyncs = calls
     assert ssh[ssh.index("--") + 1] == "ci@wheels.example"
-    assert len(rsyncs) == 3
+    assert len(rsyncs) == 4  # pull, files, simple/, the page for people
+    assert rsyncs[-1][-2:] == [
+        f"{tmp_path / 'mirror'}/index.html",
+        "ci@wheels.example:/srv/wheels/index.html",
+    ]
     for rsync in rsyncs:
         assert rsync[0] == "rsync" and len(rsync) - rsync.index("--") == 3  # -- SRC DST
 
