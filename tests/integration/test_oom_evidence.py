@@ -58,3 +58,10 @@ def test_the_evidence_names_every_source_that_fired(killed: AttemptWatcher) -> N
     assert "State.OOMKilled" in fired
     assert any(f.startswith("cgroup oom_kill") for f in fired)
     assert fired[-1] == "log: Killed"  # agreed with, so it counts
+
+
+def test_the_kill_is_timed_once_and_memory_is_sampled_for_the_report(killed: AttemptWatcher) -> None:
+    # Docker's event and the cgroup counter report the same kill: one mark on build-report.html.
+    assert len(killed.oom_at) == 1 and 0 < killed.oom_at[0] < 60
+    assert killed.series.points, "no memory sample while the container lived"
+    assert all(0 < used <= 64 * 1024**2 for _t, used in killed.series.points)  # under the limit
