@@ -17,8 +17,9 @@ from typing import Any
 
 import tenacity
 
-from . import cgroup, cuda_redist, engine, publish, report_html, results
+from . import cgroup, cuda_redist, publish, report_html, results
 from .abi import AbiReport, check_wheel_abi
+from .attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
 from .calibration import load_calibrated
 from .check import Expectation, check_wheel, first_problem
 from .cuda_redist import CudaLayer
@@ -42,6 +43,7 @@ from .planner import (
     plan_build,
     with_admission,
 )
+from .ports import Engine, GateJob, ImageIds, Images
 from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
 from .recipes import Recipe, resolve_recipe
 from .reporter import Reporter
@@ -96,10 +98,10 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def image_inputs(client: Any, options: ImageOptions) -> ImageInputs:
+def image_inputs(images: ImageIds, options: ImageOptions) -> ImageInputs:
     base = options.base_image or production_base()
     # A base pinned by digest is its own identity; a local tag is identified by its image ID.
-    base_id = "" if "@sha256:" in base else engine.local_image_id(client, base)
+    base_id = "" if "@sha256:" in base else images.local_image_id(base)
     layer = cuda12_layer() if options.cuda12_redist and options.cuda12_image is None else None
     return ImageInputs.load(
         base_image=base,
@@ -116,21 +118,21 @@ def cuda12_layer() -> CudaLayer:
     return cuda_redist.load_layer(cuda_redist.pins_path(IMAGES_DIR, os.environ))
 
 
-def ensure_cuda12_layer(client: Any, inputs: ImageInputs, reporter: Reporter) -> None:
+def ensure_cuda12_layer(images: Images, inputs: ImageInputs, reporter: Reporter) -> None:
     """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
     are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
     server fails here, before the sdist, the image or any container."""
     layer = inputs.cuda12_layer
-    if layer is None or engine.local_image_id(client, inputs.tag) or engine.local_image_id(client, layer.tag):
+    if layer is None or images.local_image_id(inputs.tag) or images.local_image_id(layer.tag):
         return
     reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
     tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
-    engine.ensure_cuda_layer_image(client, layer, tree, reporter.log)
+    images.ensure_cuda_layer_image(layer, tree, reporter.log)
 
 
-def ensure_image(client: Any, inputs: ImageInputs, reporter: Reporter) -> Image:
-    ensure_cuda12_layer(client, inputs, reporter)
-    image = engine.ensure_image(client, inputs, reporter.log)
+def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Image:
+    ensure_cuda12_layer(images, inputs, reporter)
+    image = images.ensure_image(inputs, reporter.log)
     reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
     return image
 
@@ -263,24 +265,23 @@ def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path("
     )
 
 
-def cell_inputs_key(cell: Cell, options: ImageOptions, torch_index_url: str | None, client: Any) -> str:
-    """The inputs key a build of *cell* (one named Python) will have. *client* is only asked
+def cell_inputs_key(cell: Cell, options: ImageOptions, torch_index_url: str | None, images: ImageIds) -> str:
+    """The inputs key a build of *cell* (one named Python) will have. *images* is only asked
     when the base is a local tag (a pinned production base is its own identity)."""
     spec = cell_spec(cell, torch_index_url)
-    inputs = image_inputs(client, options.for_variant(spec.variant))
+    inputs = image_inputs(images, options.for_variant(spec.variant))
     return inputs_key(spec, inputs, spec.pythons)
 
 
 def unpublished_cells(
-    cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None
+    cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None, images: ImageIds
 ) -> tuple[Cell, ...]:
     """The cells whose build inputs no wheel in *tree* was built from: a quiet night (no new
     source, image, torch or tool) leaves none to build."""
     published = publish.published_inputs(tree)
     if not published:
         return cells
-    client = engine.connect() if options.base_image else None
-    return tuple(c for c in cells if cell_inputs_key(c, options, torch_index_url, client) not in published)
+    return tuple(c for c in cells if cell_inputs_key(c, options, torch_index_url, images) not in published)
 
 
 def plan_for(
@@ -316,7 +317,7 @@ def plan_for(
     )
 
 
-def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> BuildResult:
+def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
     run_id = new_run_id()
     run_dir = spec.output_dir / "runs" / run_id
     reporter.step(
@@ -325,24 +326,23 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
-    client = engine.connect(sweep=False)
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
-    if swept := engine.sweep_orphans(client):
+    if swept := engine.sweep_orphans():
         reporter.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
-    gpus = engine.resolve_gpus(client, spec.gpus)
+    gpus = engine.resolve_gpus(spec.gpus)
     if not gpus and spec.gpus.value == "auto":
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
 
-    inputs = image_inputs(client, options.for_variant(spec.variant))
+    inputs = image_inputs(engine, options.for_variant(spec.variant))
     # Before any work: no download and no image build for an impossible variant or arch.
     compiler = compiler_in_image(spec.variant, spec.archs, inputs)
-    ensure_cuda12_layer(client, inputs, reporter)
+    ensure_cuda12_layer(engine, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
     constraints = python_constraints(spec, source, reporter)
 
     reporter.step("image")
-    image = ensure_image(client, inputs, reporter)
-    choice = constraints.choose(tuple(engine.image_pythons(client, image.tag)), spec)
+    image = ensure_image(engine, inputs, reporter)
+    choice = constraints.choose(tuple(engine.image_pythons(image.tag)), spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     pythons = choice.pythons
@@ -399,8 +399,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    def attempt_config(number: int, current: Plan) -> engine.AttemptConfig:
-        return engine.AttemptConfig(
+    def attempt_config(number: int, current: Plan) -> AttemptConfig:
+        return AttemptConfig(
             run_id=run_id,
             attempt=number,
             image=image.tag,
@@ -420,16 +420,16 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
             torch_index_url=spec.variant.index_url,
             output_dir=run_dir,
             log_path=run_dir / "build.log",
-            pass_env=engine.shared_cache_env(os.environ),
+            pass_env=shared_cache_env(os.environ),
             admission=None
             if current.admission_budget is None
             else (current.admission_budget, json.dumps(admission_costs(current), separators=(",", ":"))),
         )
 
     try:
-        attempts = _attempts(client, plan, attempt_config, reporter)
+        attempts = _attempts(engine, plan, attempt_config, reporter)
     except KeyboardInterrupt:
-        removed = engine.interrupt_cleanup(client, run_id)
+        removed = engine.interrupt_cleanup(run_id)
         raise Interrupted(
             f"interrupted; stopped cibuildwheel and removed {removed} container(s) of run {run_id}",
             "nothing of this run is left running; rerun the same command to start again",
@@ -443,9 +443,9 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
     gates: tuple[GateResult, ...] = ()
     if spec.gate and not problems:
         try:
-            gates = import_gate(client, wheels, abi_reports, spec, options, gpus, run_id, run_dir, reporter)
+            gates = import_gate(engine, wheels, abi_reports, spec, options, gpus, run_id, run_dir, reporter)
         except KeyboardInterrupt:
-            removed = engine.interrupt_cleanup(client, run_id)
+            removed = engine.interrupt_cleanup(run_id)
             raise Interrupted(
                 f"interrupted during the import gate; removed {removed} container(s) of run {run_id}",
                 f"the built wheels are in {run_dir}, not yet loaded; rerun the same command",
@@ -506,7 +506,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter) -> Bui
 
 
 def import_gate(
-    client: Any,
+    engine: Engine,
     wheels: tuple[WheelInfo, ...],
     abi_reports: Mapping[str, AbiReport],
     spec: BuildSpec,
@@ -527,7 +527,7 @@ def import_gate(
     for wheel in wheels:
         abi = abi_reports[wheel.path.name]
         plan = plan_gate(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
-        job = engine.GateJob(
+        job = GateJob(
             run_id=run_id,
             image=base,
             wheel=wheel.path,
@@ -540,7 +540,7 @@ def import_gate(
             log_path=run_dir / "gate.log",
             images_dir=IMAGES_DIR,
         )
-        output, tail = engine.run_gate(client, job, reporter.log)
+        output, tail = engine.run_gate(job, reporter.log)
         answer = output or {
             "python": plan.python,
             "install_error": f"the gate's container ended without an answer:\n{tail}",
@@ -556,59 +556,58 @@ def import_gate(
 
 
 def _attempts(
-    client: Any,
-    plan: Plan,
-    attempt_config: Callable[[int, Plan], engine.AttemptConfig],
-    reporter: Reporter,
-) -> list[tuple[Plan, engine.AttemptResult]]:
-    """Attempts until one succeeds. An OOM kill (by evidence) retries at half the parallelism;
-    sccache keeps every unit that finished, so the retry resumes rather than restarts. Any other
-    failure is final, and so is an OOM kill of the smallest plan."""
-    done: list[tuple[Plan, engine.AttemptResult]] = []
-    plans = [plan]
-
-    def halve(state: tenacity.RetryCallState) -> None:
-        smaller = plans[-1].halved()
-        assert smaller is not None  # the stop condition ends the loop first
-        reporter.warn(
-            f"attempt {state.attempt_number} was OOM-killed ({'; '.join(done[-1][1].oom.fired)}); "
-            f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
-            "keeping every unit that finished"
-        )
-        plans.append(smaller)
-
+    engine: Engine, plan: Plan, configure: Callable[[int, Plan], AttemptConfig], reporter: Reporter
+) -> list[tuple[Plan, AttemptResult]]:
+    """Attempts until one succeeds: an OOM kill retries at half the parallelism, keeping every
+    finished unit (sccache has them, so the retry resumes rather than restarts). Attempt n runs
+    plan.halved(n - 1). Any other failure is final, and so is an OOM kill of the smallest plan."""
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(OutOfMemory),
-        stop=lambda state: plans[-1].halved() is None,
-        before_sleep=halve,
-        reraise=True,
+        retry=tenacity.retry_if_result(lambda outcome: isinstance(outcome, OOMKilled)),
+        stop=lambda state: plan.halved(state.attempt_number) is None,
+        before_sleep=lambda state: _say_retry(state, plan.halved(state.attempt_number), reporter),
+        retry_error_callback=lambda state: state.outcome,  # stopped: the last outcome decides
     )
-    try:
-        for attempt in retrying:
-            with attempt:
-                number = attempt.retry_state.attempt_number
-                config = attempt_config(number, plans[-1])
-                reporter.step(
-                    f"attempt {number}: MAX_JOBS={plans[-1].max_jobs}, NVCC_THREADS={plans[-1].nvcc_threads}, "
-                    f"{format_bytes(plans[-1].memory)} (log: {config.log_path})"
-                )
-                with reporter.build_view(plans[-1].memory) as view:
-                    result = engine.run_attempt(client, config, view.line, view.memory)
-                done.append((plans[-1], result))
-                engine.raise_for_failure(result)
-    except OutOfMemory as final:
-        smallest = plans[-1]
+    done: list[tuple[Plan, Outcome]] = []
+    for attempt in retrying:
+        number = attempt.retry_state.attempt_number
+        current = plan.halved(number - 1)
+        assert current is not None  # the stop ends the loop first
+        done.append((current, _attempt(engine, number, current, configure(number, current), reporter)))
+        attempt.retry_state.set_result(done[-1][1])
+    last, outcome = done[-1]
+    if isinstance(outcome, OOMKilled):
         raise OutOfMemory(
-            f"even the smallest plan (MAX_JOBS={smallest.max_jobs}, NVCC_THREADS={smallest.nvcc_threads}) was "
-            f"OOM-killed in {format_bytes(smallest.memory)} after {len(done)} attempt(s)",
-            f"give the build more memory than {format_bytes(smallest.memory)} (--memory), or fewer archs",
-            details=final.details,
-        ) from None
-    return done
+            f"even the smallest plan (MAX_JOBS={last.max_jobs}, NVCC_THREADS={last.nvcc_threads}) was "
+            f"OOM-killed in {format_bytes(last.memory)} after {len(done)} attempt(s)",
+            f"give the build more memory than {format_bytes(last.memory)} (--memory), or fewer archs",
+            details=outcome.error.details,
+        )
+    if isinstance(outcome, Failed):
+        raise outcome.error
+    return [(p, o.result) for p, o in done]
+
+
+def _attempt(engine: Engine, number: int, plan: Plan, config: AttemptConfig, reporter: Reporter) -> Outcome:
+    reporter.step(
+        f"attempt {number}: MAX_JOBS={plan.max_jobs}, NVCC_THREADS={plan.nvcc_threads}, "
+        f"{format_bytes(plan.memory)} (log: {config.log_path})"
+    )
+    with reporter.build_view(plan.memory) as view:
+        return classify(engine.run_attempt(config, view.line, view.memory))
+
+
+def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: Reporter) -> None:
+    assert state.outcome is not None and smaller is not None
+    killed: OOMKilled = state.outcome.result()
+    reporter.warn(
+        f"attempt {state.attempt_number} was OOM-killed ({'; '.join(killed.result.oom.fired)}); "
+        f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
+        "keeping every unit that finished"
+    )
 
 
 def _attempt_record(
-    plan: Plan, result: engine.AttemptResult, before: list[tuple[Plan, engine.AttemptResult]]
+    plan: Plan, result: AttemptResult, before: list[tuple[Plan, AttemptResult]]
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "attempt": result.attempt,
@@ -648,7 +647,7 @@ def _attempt_record(
     return record
 
 
-def _unit_records(plan: Plan, result: engine.AttemptResult) -> list[dict[str, Any]]:
+def _unit_records(plan: Plan, result: AttemptResult) -> list[dict[str, Any]]:
     """Each unit that finished, when, and what the model predicted for it (matched by the
     output's stem, reduce.o <- csrc/reduce.cu; None where the model does not know the unit)."""
     known = {u.name.rsplit("/", 1)[-1].split(".")[0]: u for u in plan.model.units}

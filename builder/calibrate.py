@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import build, engine
+from . import build
 from .calibration import (
     Measurement,
     calibrated_model,
@@ -28,6 +28,7 @@ from .calibration import (
 )
 from .errors import BadArgument, CompileFailed, Interrupted
 from .memory_model import MemoryModel
+from .ports import CalibrationEngine, UnitCompile
 from .recipes import Recipe
 from .reporter import Reporter
 from .sources import cache_dir, prepare_source, resolve_lookup
@@ -69,6 +70,7 @@ def run_calibration(
     memory: int | None,
     options: build.ImageOptions,
     reporter: Reporter,
+    engine: CalibrationEngine,
     reference: Path | None = None,
 ) -> CalibrationResult:
     if recipe.units is None:
@@ -83,8 +85,7 @@ def run_calibration(
         )
     recipe = resolve_lookup(recipe, reporter.info)
     run_id = build.new_run_id()
-    client = engine.connect()
-    inputs = build.image_inputs(client, options.for_variant(variant))
+    inputs = build.image_inputs(engine, options.for_variant(variant))
     compiler = build.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
     source = prepare_source(recipe.source, reporter.info)
     source_dir = _unpacked(source.project_dir / source.package)
@@ -107,10 +108,8 @@ def run_calibration(
         f"{len(chosen)} unit(s), one at a time, each in its own container of {format_bytes(plan.memory)} "
         f"(run {run_id})"
     )
-    image = build.ensure_image(client, inputs, reporter)
-    volume = engine.ensure_torch_headers(
-        client, image.tag, variant.requirement, variant.index_url, reporter.info
-    )
+    image = build.ensure_image(engine, inputs, reporter)
+    volume = engine.ensure_torch_headers(image.tag, variant.requirement, variant.index_url, reporter.info)
     measured: list[Measurement] = []
     try:
         for number, (unit, archs, threads) in enumerate(jobs, 1):
@@ -118,8 +117,7 @@ def run_calibration(
             reporter.step(f"[{number}/{len(jobs)}] {label}")
             started = time.monotonic()
             result = engine.compile_unit_alone(
-                client,
-                engine.UnitCompile(
+                UnitCompile(
                     run_id=run_id, image=image.tag, source_dir=source_dir, torch_volume=volume, unit=unit.name,
                     flags=units_spec.nvcc_flags, include_dirs=units_spec.include_dirs, archs=archs,
                     threads=threads, memory=plan.memory, cpus=plan.cpus, cuda_home=compiler.home,
@@ -139,7 +137,7 @@ def run_calibration(
                 f"{result.wall_s:.1f} s compiling ({time.monotonic() - started:.0f} s with the container)"
             )
     except KeyboardInterrupt:
-        removed = engine.interrupt_cleanup(client, run_id)
+        removed = engine.interrupt_cleanup(run_id)
         raise Interrupted(
             f"interrupted; removed {removed} container(s) of calibration run {run_id}",
             "rerun to measure again; measurements of this run were not saved",

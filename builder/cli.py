@@ -16,9 +16,11 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, config, doctor, engine, gc, matrix, prune, remote, report_html
+from . import check, config, doctor, gc, matrix, prune, remote, report_html
 from . import publish as publishing
 from . import serve as serving
+from .attempt import SHARED_CACHE_ENV
+from .engine import DockerEngine
 from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
 from .planner import format_plan
 from .recipes import known_recipes, resolve_recipe
@@ -355,7 +357,8 @@ def build(
     files: config.FileConfig = click.get_current_context().meta.get(_FILES, config.FileConfig())
     if files.values:  # a value the command line did not name: say where it came from
         reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
-    result = build_pipeline.run_build(spec, options, reporter)
+    with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
+        result = build_pipeline.run_build(spec, options, reporter, engine)
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
         click.echo(f"{wheel.path}")
@@ -427,15 +430,16 @@ def doctor_command(
     """Check that this machine can build, one line each (ok / warn / fail, with a remedy): Docker,
     its memory limit, NVIDIA, free disk, the CA bundle, the torch index, PyPI, NVIDIA's CUDA
     downloads, sccache's shared storage, the base image. Exits non-zero when a build would fail."""
-    checks = doctor.diagnose(
-        lambda: engine.docker_facts(base_image),
-        os.environ,
-        shared_cache_env=engine.SHARED_CACHE_ENV,
-        cache=cache_dir(),
-        ca_bundle=ca_bundle,
-        torch_index_url=torch_index_url,
-        cuda12_image=cuda12_image,
-    )
+    with DockerEngine(sweep=False, timeout=30) as engine:
+        checks = doctor.diagnose(
+            lambda: engine.facts(base_image),
+            os.environ,
+            shared_cache_env=SHARED_CACHE_ENV,
+            cache=cache_dir(),
+            ca_bundle=ca_bundle,
+            torch_index_url=torch_index_url,
+            cuda12_image=cuda12_image,
+        )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
     else:
@@ -509,18 +513,20 @@ def calibrate(
     thread_values = tuple(sorted({int(t) for t in threads.split(",") if t.strip().isdigit() and int(t) > 0}))
     if not thread_values:
         raise BadArgument(f"--threads {threads!r} names no thread count", "write e.g. --threads 1,2")
-    result = calibrating.run_calibration(
-        recipe=resolve_recipe(package, version=recipe_version),
-        variant=parse_variant(torch_variant, torch_index_url),
-        archs_options=[parse_archs(a) for a in archs_options] or [DEFAULT_ARCHS],
-        threads_options=thread_values,
-        sample=sample,
-        unit_names=unit_names,
-        memory=parse_memory(memory) if memory is not None else None,
-        options=_image_options(base_image, ca_bundle, cuda12_image),
-        reporter=Reporter(),
-        reference=compare,
-    )
+    with DockerEngine() as engine:
+        result = calibrating.run_calibration(
+            recipe=resolve_recipe(package, version=recipe_version),
+            variant=parse_variant(torch_variant, torch_index_url),
+            archs_options=[parse_archs(a) for a in archs_options] or [DEFAULT_ARCHS],
+            threads_options=thread_values,
+            sample=sample,
+            unit_names=unit_names,
+            memory=parse_memory(memory) if memory is not None else None,
+            options=_image_options(base_image, ca_bundle, cuda12_image),
+            reporter=Reporter(),
+            engine=engine,
+            reference=compare,
+        )
     for line in result.comparisons:
         click.echo(f"compared: {line}")
     click.echo(f"measurements: {result.measured}")
@@ -580,15 +586,15 @@ def gc_command(
         image_options=_image_options(base_image, ca_bundle, cuda12_image),
     )
     reporter = Reporter()
-    client = engine.connect(sweep=False)  # a dry run removes nothing, not even orphans
-    planned = prune.collect(client, options, reporter.step)
-    for decision in planned.decisions:
-        click.echo(decision.line(dry_run))
-    if dry_run or not planned.removals:
-        click.echo(gc.summary(planned))
-        return
-    reporter.step(f"removing {len(planned.removals)} item(s)")
-    removals = prune.execute(client, planned, options, reporter.info)
+    with DockerEngine(sweep=False) as engine:  # a dry run removes nothing, not even orphans
+        planned = prune.collect(engine, options, reporter.step)
+        for decision in planned.decisions:
+            click.echo(decision.line(dry_run))
+        if dry_run or not planned.removals:
+            click.echo(gc.summary(planned))
+            return
+        reporter.step(f"removing {len(planned.removals)} item(s)")
+        removals = prune.execute(engine, planned, options, reporter.info)
     click.echo(gc.summary(planned, removals))
     gc.check(removals)
 
@@ -612,17 +618,18 @@ def image_build(
 ) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
-    client = engine.connect()
     options = replace(_image_options(base_image, ca_bundle, cuda12_image), cuda12_redist=with_cuda12)
-    inputs = build_pipeline.image_inputs(client, options)
-    built = build_pipeline.ensure_image(client, inputs, reporter)
+    with DockerEngine() as engine:
+        inputs = build_pipeline.image_inputs(engine, options)
+        built = build_pipeline.ensure_image(engine, inputs, reporter)
     click.echo(built.tag)
 
 
 @image.command("ls")
 def image_ls() -> None:
     """List wheelbuild images and the inputs their labels record."""
-    images = engine.list_images(engine.connect())
+    with DockerEngine() as engine:
+        images = engine.list_images()
     if not images:
         click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")
     for found in images:
@@ -854,7 +861,8 @@ def matrix_command(
     cells = declared.cells
     if skip_published and output != "publish-to":
         options = _image_options(base_image, ca_bundle, cuda12_image)
-        cells = build_pipeline.unpublished_cells(cells, skip_published, options, torch_index_url)
+        with DockerEngine() as engine:  # asked only for a local base's image ID
+            cells = build_pipeline.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
         click.echo(
             f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
             err=True,
@@ -939,14 +947,16 @@ def nightly_plan(
     from . import nightly as night
 
     reporter = Reporter(sys.stderr)
-    planned = night.plan_night(
-        _night_matrix(config, track, torch_index_url),
-        os.environ,
-        to=to,
-        index_url=index_url,
-        torch_index_url=torch_index_url,
-        reporter=reporter,
-    )
+    with DockerEngine() as engine:  # asked only for a local test base
+        planned = night.plan_night(
+            _night_matrix(config, track, torch_index_url),
+            os.environ,
+            to=to,
+            index_url=index_url,
+            torch_index_url=torch_index_url,
+            reporter=reporter,
+            engine=engine,
+        )
     for skipped in planned.skipped:
         reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
     reporter.info(
@@ -977,14 +987,16 @@ def nightly_build_cell(
     records the outcome, a failure too."""
     from . import nightly as night
 
-    result = night.build_cell(
-        _night_matrix(config, track, torch_index_url),
-        cell_id,
-        out,
-        os.environ,
-        torch_index_url=torch_index_url,
-        reporter=Reporter(quiet=quiet),
-    )
+    with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
+        result = night.build_cell(
+            _night_matrix(config, track, torch_index_url),
+            cell_id,
+            out,
+            os.environ,
+            torch_index_url=torch_index_url,
+            reporter=Reporter(quiet=quiet),
+            engine=engine,
+        )
     for wheel in result.wheels:
         click.echo(f"built {wheel.path}")
 

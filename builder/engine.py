@@ -1,13 +1,23 @@
-"""The one room with Docker in it: preflight, image build, one cibuildwheel attempt in one
-container, and cleanup by label. Everything it returns is a plain dataclass.
+"""The one room with Docker in it, and DockerEngine the one holder of a docker client: image
+builds, preflight, one cibuildwheel attempt in one container (watched for OOM evidence), the
+import gate, calibration compiles, gc, and cleanup by label. Everything it returns is a plain
+dataclass; what the observations mean is decided in attempt.py, not here.
 
-An attempt's container carries labels naming the run, the attempt and the owning process, so
-that whatever happens (Ctrl-C, SIGTERM, a crash) the container and every compiler in it can be
-found and removed, now or by the next run's sweep.
+A command builds one DockerEngine at the CLI's edge and passes it down; the pipeline sees it only
+through the Protocols in ports.py. It connects on first use, so a command that turns out not to
+need Docker never asks for it, and as a context manager it removes its runs' containers on any
+exception (cibuildwheel's OCIContainer is the model).
+
+Every container carries labels naming the run, the attempt and the owning process, so that
+whatever happens (Ctrl-C, SIGTERM, a crash, kill -9) the container and every compiler in it can
+be found and removed, now or by the next run's sweep. In-container scripts are real files in
+images/, bind-mounted read-only (wheelbuild-memory-limit, -calibrate-unit, -gate-python,
+-torch-headers) or, for the admission wrapper, copied into the image.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -16,7 +26,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -25,8 +34,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import IO, Any
 
 import docker
@@ -36,41 +45,24 @@ import requests
 import tenacity
 
 from . import cgroup, doctor, gc, secrets
-from .buildlog import (
-    MEMORY_MARK,
-    MEMORY_MISSING_MARK,
-    TORCH_MISMATCH_MARK,
-    BuildLog,
-    MemorySample,
-    MemorySeries,
-)
+from .attempt import AttemptConfig, AttemptResult, OomEvidence, cibuildwheel_env, redactor_for
+from .buildlog import BuildLog, MemorySample, MemorySeries
 from .cuda_redist import CudaLayer
-from .errors import (
-    BuildFailed,
-    CompileFailed,
-    DockerUnavailable,
-    ImageBuildFailed,
-    MemoryLimitNotApplied,
-    NvidiaRuntimeMissing,
-    OutOfMemory,
-)
-from .image import DOCKERFILE, LABEL, REPOSITORY, Image, ImageInputs, production_base
+from .errors import DockerUnavailable, ImageBuildFailed, ImageInputsMissing, NvidiaRuntimeMissing
+from .image import DOCKERFILE, IMAGES_DIR, LABEL, REPOSITORY, Image, ImageInputs, production_base
+from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
+from .ports import GateJob, OnLine, UnitCompile, UnitResult
 from .spec import GpuMode
 
-RUN_LABEL = "wheelbuild.run"
-ATTEMPT_LABEL = "wheelbuild.attempt"
-OWNER_LABEL = "wheelbuild.owner"  # host:pid:process-start-time of the wheelbuild that owns it
-PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
-# sccache's local store, shared by every attempt, Python and night on this machine: a retry after
-# an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
-SCCACHE_VOLUME = "wheelbuild-sccache"
-SCCACHE_DIR = "/root/.cache/sccache"
-ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
 COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
-
-# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
-# (pip -v indents what the build backend prints).
-_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+CALIBRATE_MARK = "wheelbuild-calibrate:"  # the line images/wheelbuild-calibrate-unit ends with
+TORCH_HEADERS_DIR = "/opt/wheelbuild-torch"
+GATE_SCRIPT = "wheelbuild-gate"
+SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests
+# torch and its CUDA wheels (~3 GB), downloaded once per machine for the gate's installs.
+TORCH_WHEELS_VOLUME = "wheelbuild-torch-wheels"
+_GATE_WORK = "/run/wheelbuild"
+_SCRIPTS = "/usr/local/bin"  # where images/ scripts are bind-mounted in a container
 
 
 def is_transient(error: BaseException) -> bool:
@@ -93,75 +85,497 @@ transient_retry = tenacity.retry(
 )
 
 
-def connect(sweep: bool = True) -> Any:
-    """A docker client that has answered a ping, or DockerUnavailable. Every command that
-    touches Docker first removes containers whose wheelbuild is gone (sweep_orphans)."""
-    try:
-        client = docker.from_env(timeout=600)
+def _docker_host() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def script_volume(name: str, images_dir: Path = IMAGES_DIR) -> tuple[str, dict[str, dict[str, str]]]:
+    """One of images/ scripts, bind-mounted read-only: (its path in the container, the volumes
+    entry that mounts it there). A wheelbuild without it is exit 31, with its remedy."""
+    path = images_dir / name
+    if not path.is_file():
+        raise ImageInputsMissing(
+            f"{path} is missing: this wheelbuild has no complete images/ folder",
+            "reinstall wheelbuild from its wheel or sdist (pip install --force-reinstall wheelbuild), "
+            "or run it from a full checkout",
+        )
+    inside = f"{_SCRIPTS}/{name}"
+    return inside, {str(path.resolve()): {"bind": inside, "mode": "ro"}}
+
+
+class DockerEngine:
+    """The docker client and everything done with it. `client` wraps one already made (tests);
+    otherwise the first use connects (DOCKER_HOST or the local socket), pings, and, with `sweep`,
+    removes containers whose wheelbuild is gone."""
+
+    def __init__(self, client: Any = None, *, sweep: bool = True, timeout: int = 600) -> None:
+        self._client = client
+        self._sweep = sweep
+        self._timeout = timeout
+        self._runs: set[str] = set()  # the runs whose containers this engine started
+
+    def __enter__(self) -> DockerEngine:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        """On any exception, no container of this engine's runs is left behind (after a normal
+        end there is none: each attempt, gate and compile removes its own)."""
+        if kind is None or self._client is None:
+            return
+        # Should the daemon be gone too, the reaper and the next run's sweep remain.
+        for run_id in sorted(self._runs):
+            with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+                self.remove_containers(f"{RUN_LABEL}={run_id}")
+
+    def _open(self) -> Any:
+        """A client that has answered a ping (docker's own errors raised as they are)."""
+        client = docker.from_env(timeout=self._timeout)
         client.ping()
-        if sweep:
-            sweep_orphans(client)
         return client
-    except docker.errors.DockerException as exc:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise DockerUnavailable(
-            f"no Docker daemon answers at {host}",
-            "start one (as root: scripts/install-docker), or point DOCKER_HOST at a running daemon",
-        ) from exc
+
+    @property
+    def _docker(self) -> Any:
+        if self._client is None:
+            try:
+                self._client = self._open()
+            except docker.errors.DockerException as exc:
+                raise DockerUnavailable(
+                    f"no Docker daemon answers at {_docker_host()}",
+                    "start one (as root: scripts/install-docker), or point DOCKER_HOST at a running daemon",
+                ) from exc
+            if self._sweep:
+                self.sweep_orphans()
+        return self._client
+
+    def _run(self, image: str, command: list[str], run_id: str | None = None, **kwargs: Any) -> Any:
+        """containers.run with the owner's label (and the run's, which __exit__ cleans up)."""
+        labels = {OWNER_LABEL: owner_token(), **kwargs.pop("labels", {})}
+        if run_id is not None:
+            labels[RUN_LABEL] = run_id
+            self._runs.add(run_id)
+        return self._docker.containers.run(image, command, labels=labels, **kwargs)
+
+    # -----------------------------------------------------------------------------------------
+    # Images
+
+    @transient_retry
+    def local_image_id(self, reference: str) -> str:
+        """The local ID of an image, or "" when it is not present here."""
+        try:
+            return str(self._docker.images.get(reference).id)
+        except docker.errors.ImageNotFound:
+            return ""
+
+    def ensure_image(self, inputs: ImageInputs, on_line: OnLine) -> Image:
+        """Reuse the image tagged by the inputs' hash, or build it with the log streamed live."""
+        try:
+            return _image(self._docker.images.get(inputs.tag), inputs.tag, reused=True)
+        except docker.errors.ImageNotFound:
+            pass
+        on_line(f"building {inputs.tag} from {inputs.base_image} (once per set of inputs)")
+        context = io.BytesIO(inputs.context_tar())
+        _build(self._docker, context, DOCKERFILE, inputs.tag, inputs.buildargs(), on_line)
+        return _image(self._docker.images.get(inputs.tag), inputs.tag, reused=False)
+
+    def ensure_cuda_layer_image(self, layer: CudaLayer, tree: Path, on_line: OnLine) -> str:
+        """The local image holding the CUDA 12 layer's tree at its CUDA_HOME, labelled with its
+        pins; built once per set of pins (FROM scratch: the build image copies the folder out)."""
+        try:
+            self._docker.images.get(layer.tag)
+            return layer.tag
+        except docker.errors.ImageNotFound:
+            pass
+        on_line(f"building {layer.tag}: CUDA {layer.release} from NVIDIA's redistributable archives")
+        dockerfile = (
+            "FROM scratch\nCOPY cuda "
+            + layer.home
+            + "\n"
+            + "".join(f"LABEL {key}={json.dumps(value)}\n" for key, value in layer.labels.items())
+        )
+        with tempfile.TemporaryFile() as context:
+            with tarfile.open(fileobj=context, mode="w") as tar:
+                info = tarfile.TarInfo("Dockerfile")
+                info.size = len(dockerfile.encode())
+                tar.addfile(info, io.BytesIO(dockerfile.encode()))
+                tar.add(tree, arcname="cuda", filter=lambda m: None if m.name == "cuda/.complete" else m)
+            context.seek(0)
+            _build(self._docker, context, "Dockerfile", layer.tag, {}, on_line)
+        return layer.tag
+
+    @transient_retry
+    def list_images(self) -> list[Image]:
+        found = []
+        for image in self._docker.images.list(filters={"label": LABEL}):
+            tags = [t for t in image.tags if t.startswith(f"{REPOSITORY}:")] or image.tags or ["<none>"]
+            found.append(_image(image, tags[0], reused=True))
+        return sorted(found, key=lambda i: i.tag)
+
+    @transient_retry
+    def image_pythons(self, tag: str) -> list[str]:
+        """cibuildwheel tags (cp311, ...) of the CPython interpreters under /opt/python in the image."""
+        output = self._run(tag, ["ls", "/opt/python"], remove=True, network_disabled=True)
+        names = output.decode().split()
+        tags = {n.split("-")[0] for n in names if re.fullmatch(r"cp3\d+-cp3\d+", n)}
+        tags.discard("cp39")  # cibuildwheel's env-dump link, not a build target here
+        return sorted(tags, key=lambda t: int(t[3:]))
+
+    # -----------------------------------------------------------------------------------------
+    # Preflight
+
+    @transient_retry
+    def resolve_gpus(self, mode: GpuMode) -> bool:
+        """Whether to pass the GPU through. `all` without an NVIDIA runtime is an error."""
+        if mode is GpuMode.NONE:
+            return False
+        runtimes = self._docker.info().get("Runtimes") or {}
+        has_nvidia = "nvidia" in runtimes
+        if mode is GpuMode.ALL and not has_nvidia:
+            raise NvidiaRuntimeMissing(
+                f"--gpus all asked for a GPU, but the Docker daemon has no NVIDIA runtime "
+                f"(runtimes: {', '.join(sorted(runtimes)) or 'none'})",
+                "install nvidia-container-toolkit and restart dockerd, or use --gpus auto|none "
+                "(compiling needs no GPU)",
+            )
+        return has_nvidia
+
+    def _probe_image(self, base_image: str | None) -> str:
+        """A local image to start the probe from (never pulled): the base when given and present,
+        else the newest local build image; "" when there is none."""
+        if base_image and self.local_image_id(base_image):
+            return base_image
+        ours = sorted(
+            self._docker.images.list(name=REPOSITORY),
+            key=lambda i: str(i.attrs.get("Created", "")),
+            reverse=True,
+        )
+        return next((t for i in ours for t in i.tags if t.startswith(f"{REPOSITORY}:")), "")
+
+    def _probe_memory(self, image: str) -> tuple[str | None, str]:
+        """(what the container reads as its memory limit, error) for a --memory 64m container."""
+        memory = doctor.PROBE_MEMORY
+        script, mount = script_volume("wheelbuild-memory-limit")
+        try:
+            output = self._run(
+                image, ["sh", script], mem_limit=memory, memswap_limit=memory, network_disabled=True,
+                volumes=mount, remove=True,
+            )  # fmt: skip
+        except docker.errors.ContainerError as exc:
+            return (
+                None,
+                f"exit {exc.exit_status}: {(exc.stderr or b'').decode(errors='replace').strip()[-200:]}",
+            )
+        except docker.errors.APIError as exc:
+            return None, str(exc.explanation or exc)
+        return output.decode(errors="replace").strip(), ""
+
+    def facts(self, base_image: str | None = None) -> doctor.DockerFacts:
+        """What `wheelbuild doctor` needs of the daemon: version, rootless, cgroups, runtimes, its
+        root, a real memory limit read back from a container, and the base image's presence. No
+        daemon is an answer too (facts.error), not an exception. Nothing is pulled."""
+        host = secrets.redact_url(_docker_host())
+        try:
+            pin, pin_error = production_base(), ""
+        except Exception as exc:  # a missing or changed cibuildwheel: said, not raised
+            pin, pin_error = "", f"{type(exc).__name__}: {exc}"
+        try:
+            if self._client is None:
+                self._client = self._open()
+            info = self._client.info()
+            version = self._client.version()
+            image = self._probe_image(base_image)
+            limit, probe_error = self._probe_memory(image) if image else (None, "")
+            return doctor.DockerFacts(
+                host=host,
+                version=str(version.get("Version") or info.get("ServerVersion", "?")),
+                api_version=str(version.get("ApiVersion", "?")),
+                rootless=any("name=rootless" in str(o) for o in info.get("SecurityOptions") or []),
+                cgroup_version=str(info.get("CgroupVersion", "")),
+                cgroup_driver=str(info.get("CgroupDriver", "")),
+                runtimes=tuple(sorted(info.get("Runtimes") or {})),
+                root_dir=str(info.get("DockerRootDir", "")),
+                probe_image=image,
+                probe_limit=limit,
+                probe_error=probe_error,
+                base_pin=pin,
+                base_pin_present=bool(pin) and bool(self.local_image_id(pin)),
+                base_pin_error=pin_error,
+                base_override=base_image or "",
+                base_override_present=bool(base_image) and bool(self.local_image_id(base_image or "")),
+            )
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            return doctor.DockerFacts(host=host, error=why, base_pin=pin, base_pin_error=pin_error)
+
+    # -----------------------------------------------------------------------------------------
+    # Ownership and cleanup
+
+    @transient_retry
+    def remove_containers(self, label: str) -> int:
+        """Kill and remove every container carrying `label` (key=value). Returns how many."""
+        return _remove(self._docker.containers.list(all=True, filters={"label": label}))
+
+    @transient_retry
+    def sweep_orphans(self) -> int:
+        """Remove containers whose owning wheelbuild is gone: every container wheelbuild makes
+        carries OWNER_LABEL (attempts, gates, calibration units, probes)."""
+        containers = self._docker.containers.list(all=True, filters={"label": OWNER_LABEL})
+        return _remove(
+            c
+            for c in containers
+            if (token := (c.labels or {}).get(OWNER_LABEL, "")) and not owner_alive(token)
+        )
+
+    def start_reaper(self, run_id: str) -> None:
+        """A watcher in a session of its own that outlives a `kill -9` of this process: once this
+        process is gone it removes every container of the run, and every compiler with them. (A
+        killed wheelbuild cannot clean up; cibuildwheel, in a session of its own, would otherwise
+        keep its container compiling until it next wrote to the dead pipe.)"""
+        _ = self._docker  # connected first: no reaper for a daemon that is not there
+        self._runs.add(run_id)
+        subprocess.Popen(
+            [sys.executable, "-m", f"{__package__}.reaper", owner_token(), run_id],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def interrupt_cleanup(self, run_id: str) -> int:
+        """After Ctrl-C/SIGTERM: remove every container of the run (all its attempts)."""
+        return self.remove_containers(f"{RUN_LABEL}={run_id}")
+
+    # -----------------------------------------------------------------------------------------
+    # One attempt: one cibuildwheel run in one container, watched
+
+    def watch(
+        self, attempt_id: str, on_memory: Callable[[MemorySample], None] | None = None
+    ) -> AttemptWatcher:
+        return AttemptWatcher(self._docker, attempt_id, on_memory)
+
+    def run_attempt(
+        self,
+        config: AttemptConfig,
+        on_line: Callable[[str, BuildLog], None],
+        on_memory: Callable[[MemorySample], None] | None = None,
+    ) -> AttemptResult:
+        """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's
+        container is gone afterwards. What the run means is attempt.classify's to say."""
+        config.output_dir.mkdir(parents=True, exist_ok=True)
+        self._runs.add(config.run_id)
+        secrets_dir = Path(tempfile.mkdtemp(prefix="wheelbuild-secrets-"))
+        try:
+            write_secrets(config, os.environ, secrets_dir)
+            return self._run_attempt(config, secrets_dir, on_line, on_memory)
+        finally:
+            shutil.rmtree(secrets_dir, ignore_errors=True)
+
+    def _run_attempt(
+        self,
+        config: AttemptConfig,
+        secrets_dir: Path,
+        on_line: Callable[[str, BuildLog], None],
+        on_memory: Callable[[MemorySample], None] | None,
+    ) -> AttemptResult:
+        redact = redactor_for(config, os.environ)
+        env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
+        env.update(cibuildwheel_env(config, secrets_dir))
+        env["PYTHONUNBUFFERED"] = "1"
+        command = [
+            sys.executable,
+            "-m",
+            "cibuildwheel",
+            "--output-dir",
+            str(config.output_dir),
+            config.package,
+        ]
+        tail: deque[str] = deque(maxlen=400)
+        progress = BuildLog()
+        started = time.monotonic()
+        watcher = self.watch(config.attempt_id, on_memory)
+        with config.log_path.open("a", encoding="utf-8") as log, watcher:
+            log.write(f"=== attempt {config.attempt_id}: {shlex.join(command)}\n")
+            # A session of its own: a terminal's Ctrl-C reaches only us, and we stop it in order.
+            proc = subprocess.Popen(
+                command, cwd=config.project_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True,
+            )  # fmt: skip
+            try:
+                for raw in _lines(proc):
+                    line = redact(raw.rstrip("\n"))
+                    log.write(line + "\n")
+                    tail.append(line)
+                    progress.feed(line, time.monotonic())
+                    watcher.phase = progress.step
+                    on_line(line, progress)
+                returncode = proc.wait()
+            finally:
+                _terminate(proc)
+                self.remove_containers(f"{ATTEMPT_LABEL}={config.attempt_id}")
+        return _attempt_result(config, returncode, time.monotonic() - started, tuple(tail), progress, watcher)
+
+    # -----------------------------------------------------------------------------------------
+    # Calibration: one unit compiled alone in its own container (its own cgroup)
+
+    @transient_retry
+    def ensure_torch_headers(self, image: str, requirement: str, index_url: str, on_line: OnLine) -> str:
+        """A volume with torch unpacked (no dependencies: only its headers are needed), made once
+        per torch requirement and index. The index URL travels in a mounted file, never in a
+        command or the container's env (docker inspect shows those)."""
+        name = "wheelbuild-torch-" + hashlib.sha256(f"{requirement} {index_url}".encode()).hexdigest()[:16]
+        try:
+            self._docker.volumes.get(name)
+            self._run(
+                image, ["test", "-f", f"{TORCH_HEADERS_DIR}/.complete"], remove=True, network_disabled=True,
+                volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "ro"}},
+            )  # fmt: skip
+            return name
+        except (docker.errors.NotFound, docker.errors.ContainerError):
+            pass
+        on_line(f"unpacking {requirement} into volume {name} (its headers, for compiling units alone)")
+        script, mount = script_volume("wheelbuild-torch-headers")
+        with tempfile.TemporaryDirectory(prefix="wheelbuild-secrets-") as work:
+            index_file = Path(work) / secrets.TORCH_INDEX_FILE
+            index_file.touch(mode=0o600)
+            index_file.write_text(index_url)
+            self._run(
+                image,
+                ["sh", script, f"{secrets.MOUNT}/{secrets.TORCH_INDEX_FILE}", TORCH_HEADERS_DIR],
+                environment={"TORCH_REQUIREMENT": requirement},
+                volumes={
+                    name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"},
+                    work: {"bind": secrets.MOUNT, "mode": "ro"},
+                    **mount,
+                },
+                remove=True,
+            )
+        return name
+
+    def compile_unit_alone(self, job: UnitCompile) -> UnitResult:
+        """Run one unit's compile in a container of its own and read back what it cost."""
+        script, mount = script_volume("wheelbuild-calibrate-unit")
+        container = self._run(
+            job.image,
+            ["sh", script, *unit_compile_command(job)],
+            run_id=job.run_id,
+            detach=True,
+            mem_limit=job.memory,
+            memswap_limit=job.memory,
+            nano_cpus=int(job.cpus * 1e9),
+            network_disabled=True,
+            volumes={
+                str(job.source_dir): {"bind": "/src", "mode": "ro"},
+                job.torch_volume: {"bind": TORCH_HEADERS_DIR, "mode": "ro"},
+                **mount,
+            },
+        )
+        try:
+            status = container.wait()
+            lines = container.logs().decode(errors="replace").splitlines()
+        finally:
+            _remove([container])
+        return parse_unit_report(lines, int(status.get("StatusCode", 1)))
+
+    # -----------------------------------------------------------------------------------------
+    # The import gate: a wheel installed and imported in a fresh container of the base image
+
+    def run_gate(self, job: GateJob, on_line: OnLine) -> tuple[dict[str, Any] | None, str]:
+        """Run the gate for one wheel; its JSON answer (None when the container died first) and
+        the log's tail. The container is gone afterwards, whatever happens."""
+        with tempfile.TemporaryDirectory(prefix="wheelbuild-gate-", ignore_cleanup_errors=True) as work:
+            workdir = Path(work)
+            (workdir / "out").mkdir()
+            secret = workdir / "torch-index-url"
+            secret.touch(mode=0o600)
+            secret.write_text(job.torch_index_url)
+            (workdir / "spec.json").write_text(json.dumps(_gate_spec(job)))
+            finder, finder_mount = script_volume("wheelbuild-gate-python", job.images_dir)
+            gate, gate_mount = script_volume(GATE_SCRIPT, job.images_dir)
+            volumes = {
+                str(job.wheel.parent.resolve()): {"bind": "/wheels", "mode": "ro"},
+                str(workdir): {"bind": _GATE_WORK, "mode": "rw"},
+                **gate_mount,
+                **finder_mount,
+                str((job.images_dir / SMOKE_DIR).resolve()): {"bind": "/opt/wheelbuild-smoke", "mode": "ro"},
+                TORCH_WHEELS_VOLUME: {"bind": "/cache", "mode": "rw"},
+            }
+            environment = {
+                "WB_PYTHON": str(job.spec["python"]),
+                "PIP_ROOT_USER_ACTION": "ignore",
+                "PYTHONUNBUFFERED": "1",
+            }
+            if job.ca_bundle is not None:
+                volumes[str(job.ca_bundle.resolve())] = {"bind": "/run/wheelbuild-ca.crt", "mode": "ro"}
+                environment |= {
+                    key: "/run/wheelbuild-ca.crt"
+                    for key in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
+                }
+            gpus = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None
+            container = self._run(
+                job.image,
+                ["sh", finder, gate, f"{_GATE_WORK}/spec.json", f"{_GATE_WORK}/out/gate.json"],
+                run_id=job.run_id,
+                detach=True,
+                environment=environment,
+                volumes=volumes,
+                mem_limit=job.memory,
+                memswap_limit=job.memory,
+                device_requests=gpus,
+                labels={"wheelbuild.gate": job.wheel.name},
+            )
+            try:
+                tail = _follow_gate(container, job, on_line)
+                container.wait()
+            finally:
+                _remove([container])
+            answer = workdir / "out" / "gate.json"
+            found = json.loads(answer.read_text()) if answer.is_file() else None
+            return found, "\n".join(tail)
+
+    # -----------------------------------------------------------------------------------------
+    # wheelbuild gc: what Docker holds of wheelbuild's, and removing it (never forced)
+
+    def _disk_usage(self) -> dict[str, Any]:
+        """Docker's own accounting (`docker system df`); the daemon runs one at a time."""
+        for attempt in range(10):
+            try:
+                return dict(self._docker.df())
+            except docker.errors.APIError as error:
+                if "already running" not in str(error.explanation or error) or attempt == 9:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    @transient_retry
+    def gc_state(self, scope: gc.Scope) -> gc.DockerState:
+        """The images and volumes in *scope*, with the sizes Docker counts, and every container
+        (running or stopped) with its image and volumes: in use means kept."""
+        return _gc_state(self._disk_usage(), scope)
+
+    def gc_remove_image(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+        """Remove one tag of wheelbuild's (its layers go when no other tag or image needs them).
+        Never forced: an image a container uses is refused by Docker, and so kept."""
+        if decision.kind is not gc.Kind.IMAGE or not scope.owns_image(decision.name):
+            raise ValueError(f"not an image gc may remove: {decision.name}")
+        return _unforced(
+            decision, lambda: self._docker.images.remove(decision.name, force=False, noprune=False)
+        )
+
+    def gc_remove_volume(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+        """Remove one of wheelbuild's volumes. Never forced: a volume a container mounts, running
+        or stopped, is refused by Docker, and so kept."""
+        if decision.kind is not gc.Kind.VOLUME or scope.volume_kind(decision.name) is None:
+            raise ValueError(f"not a volume gc may remove: {decision.name}")
+        return _unforced(decision, lambda: self._docker.volumes.get(decision.name).remove(force=False))
 
 
 # ---------------------------------------------------------------------------------------------
-# Images
-
-
-@transient_retry
-def local_image_id(client: Any, reference: str) -> str:
-    """The local ID of an image, or "" when it is not present here."""
-    try:
-        return str(client.images.get(reference).id)
-    except docker.errors.ImageNotFound:
-        return ""
+# Helpers of the engine's (the SDK's objects are untyped here, and go no further)
 
 
 def _image(found: Any, tag: str, reused: bool) -> Image:
     return Image(tag=tag, id=str(found.id), labels=dict(found.labels or {}), reused=reused)
-
-
-def ensure_image(client: Any, inputs: ImageInputs, on_line: Callable[[str], None]) -> Image:
-    """Reuse the image tagged by the inputs' hash, or build it with the log streamed live."""
-    try:
-        return _image(client.images.get(inputs.tag), inputs.tag, reused=True)
-    except docker.errors.ImageNotFound:
-        pass
-    on_line(f"building {inputs.tag} from {inputs.base_image} (once per set of inputs)")
-    _build(client, io.BytesIO(inputs.context_tar()), DOCKERFILE, inputs.tag, inputs.buildargs(), on_line)
-    return _image(client.images.get(inputs.tag), inputs.tag, reused=False)
-
-
-def ensure_cuda_layer_image(client: Any, layer: CudaLayer, tree: Path, on_line: Callable[[str], None]) -> str:
-    """The local image holding the CUDA 12 layer's tree at its CUDA_HOME, labelled with its pins;
-    built once per set of pins (FROM scratch: the build image copies the folder out of it)."""
-    try:
-        client.images.get(layer.tag)
-        return layer.tag
-    except docker.errors.ImageNotFound:
-        pass
-    on_line(f"building {layer.tag}: CUDA {layer.release} from NVIDIA's redistributable archives")
-    dockerfile = (
-        "FROM scratch\nCOPY cuda "
-        + layer.home
-        + "\n"
-        + "".join(f"LABEL {key}={json.dumps(value)}\n" for key, value in layer.labels.items())
-    )
-    with tempfile.TemporaryFile() as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(dockerfile.encode())
-            tar.addfile(info, io.BytesIO(dockerfile.encode()))
-            tar.add(tree, arcname="cuda", filter=lambda m: None if m.name == "cuda/.complete" else m)
-        context.seek(0)
-        _build(client, context, "Dockerfile", layer.tag, {}, on_line)
-    return layer.tag
 
 
 def _build(
@@ -205,156 +619,6 @@ def _build(
         ) from exc
 
 
-@transient_retry
-def list_images(client: Any) -> list[Image]:
-    found = []
-    for image in client.images.list(filters={"label": LABEL}):
-        tags = [t for t in image.tags if t.startswith(f"{REPOSITORY}:")] or image.tags or ["<none>"]
-        found.append(_image(image, tags[0], reused=True))
-    return sorted(found, key=lambda i: i.tag)
-
-
-@transient_retry
-def image_pythons(client: Any, tag: str) -> list[str]:
-    """cibuildwheel tags (cp311, ...) of the CPython interpreters under /opt/python in the image."""
-    output = client.containers.run(
-        tag, ["ls", "/opt/python"], remove=True, network_disabled=True, labels={OWNER_LABEL: owner_token()}
-    )
-    names = output.decode().split()
-    tags = {n.split("-")[0] for n in names if re.fullmatch(r"cp3\d+-cp3\d+", n)}
-    tags.discard("cp39")  # cibuildwheel's env-dump link, not a build target here
-    return sorted(tags, key=lambda t: int(t[3:]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Preflight
-
-
-@transient_retry
-def resolve_gpus(client: Any, mode: GpuMode) -> bool:
-    """Whether to pass the GPU through. `all` without an NVIDIA runtime is an error."""
-    if mode is GpuMode.NONE:
-        return False
-    runtimes = client.info().get("Runtimes") or {}
-    has_nvidia = "nvidia" in runtimes
-    if mode is GpuMode.ALL and not has_nvidia:
-        raise NvidiaRuntimeMissing(
-            f"--gpus all asked for a GPU, but the Docker daemon has no NVIDIA runtime "
-            f"(runtimes: {', '.join(sorted(runtimes)) or 'none'})",
-            "install nvidia-container-toolkit and restart dockerd, or use --gpus auto|none "
-            "(compiling needs no GPU)",
-        )
-    return has_nvidia
-
-
-# The memory probe: is the limit Docker was given the limit the container lives under?
-_READ_MEMORY_LIMIT = (
-    "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
-)
-
-
-def _probe_image(client: Any, base_image: str | None) -> str:
-    """A local image to start the probe from (never pulled): the base when given and present,
-    else the newest local build image; "" when there is none."""
-    if base_image and local_image_id(client, base_image):
-        return base_image
-    ours = sorted(
-        client.images.list(name=REPOSITORY), key=lambda i: str(i.attrs.get("Created", "")), reverse=True
-    )
-    return next((t for i in ours for t in i.tags if t.startswith(f"{REPOSITORY}:")), "")
-
-
-def _probe_memory(client: Any, image: str) -> tuple[str | None, str]:
-    """(what the container reads as its memory limit, error) for a --memory 64m container."""
-    memory = doctor.PROBE_MEMORY
-    try:
-        output = client.containers.run(
-            image, ["sh", "-c", _READ_MEMORY_LIMIT], mem_limit=memory, memswap_limit=memory,
-            network_disabled=True, labels={OWNER_LABEL: owner_token()}, remove=True,
-        )  # fmt: skip
-    except docker.errors.ContainerError as exc:
-        return None, f"exit {exc.exit_status}: {(exc.stderr or b'').decode(errors='replace').strip()[-200:]}"
-    except docker.errors.APIError as exc:
-        return None, str(exc.explanation or exc)
-    return output.decode(errors="replace").strip(), ""
-
-
-def docker_facts(base_image: str | None = None) -> doctor.DockerFacts:
-    """What `wheelbuild doctor` needs of the daemon: version, rootless, cgroups, runtimes, its
-    root, a real memory limit read back from a container, and the base image's presence. No
-    daemon is an answer too (facts.error), not an exception. Nothing is pulled."""
-    host = secrets.redact_url(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
-    try:
-        pin, pin_error = production_base(), ""
-    except Exception as exc:  # a missing or changed cibuildwheel: said, not raised
-        pin, pin_error = "", f"{type(exc).__name__}: {exc}"
-    try:
-        client = docker.from_env(timeout=30)
-        client.ping()
-        info = client.info()
-        version = client.version()
-        image = _probe_image(client, base_image)
-        limit, probe_error = _probe_memory(client, image) if image else (None, "")
-        return doctor.DockerFacts(
-            host=host,
-            version=str(version.get("Version") or info.get("ServerVersion", "?")),
-            api_version=str(version.get("ApiVersion", "?")),
-            rootless=any("name=rootless" in str(o) for o in info.get("SecurityOptions") or []),
-            cgroup_version=str(info.get("CgroupVersion", "")),
-            cgroup_driver=str(info.get("CgroupDriver", "")),
-            runtimes=tuple(sorted(info.get("Runtimes") or {})),
-            root_dir=str(info.get("DockerRootDir", "")),
-            probe_image=image,
-            probe_limit=limit,
-            probe_error=probe_error,
-            base_pin=pin,
-            base_pin_present=bool(pin) and bool(local_image_id(client, pin)),
-            base_pin_error=pin_error,
-            base_override=base_image or "",
-            base_override_present=bool(base_image) and bool(local_image_id(client, base_image or "")),
-        )
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        return doctor.DockerFacts(host=host, error=why, base_pin=pin, base_pin_error=pin_error)
-
-
-# ---------------------------------------------------------------------------------------------
-# Ownership labels and cleanup
-
-
-def _process_start(pid: int) -> str:
-    """The process's start time in clock ticks: with the pid, it names one process for good."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def process_namespace() -> str:
-    """Where a pid means one process: this boot of this host, this PID namespace. CI runners
-    that share a hostname in separate PID namespaces must not judge each other's pids."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        pidns = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
-    except OSError:
-        boot, pidns = "unknown", "unknown"
-    return f"{socket.gethostname()}/{boot}/{pidns}"
-
-
-def owner_token(pid: int | None = None) -> str:
-    pid = os.getpid() if pid is None else pid
-    return f"{process_namespace()}:{pid}:{_process_start(pid)}"
-
-
-def _owner_alive(token: str) -> bool:
-    namespace, _, rest = token.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if namespace != process_namespace() or not pid_text.isdigit():
-        return True  # another machine's or namespace's run: not ours to judge
-    return _process_start(int(pid_text)) == start != ""
-
-
 def _remove(containers: Iterable[Any]) -> int:
     """Kill and remove these containers (one already gone counts as not removed)."""
     removed = 0
@@ -367,19 +631,85 @@ def _remove(containers: Iterable[Any]) -> int:
     return removed
 
 
-@transient_retry
-def remove_containers(client: Any, label: str) -> int:
-    """Kill and remove every container carrying `label` (key=value). Returns how many."""
-    return _remove(client.containers.list(all=True, filters={"label": label}))
+def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: Path) -> None:
+    """The attempt's secret files: the torch index URL, and the shared cache's settings for the
+    sccache server (readable by this user only; removed with the attempt)."""
+    directory.chmod(0o700)
+    index = directory / secrets.TORCH_INDEX_FILE
+    index.touch(mode=0o600)
+    index.write_text(config.torch_index_url)
+    shared = (
+        {name: environ[name] for name in config.pass_env if environ.get(name)}
+        if config.compiler_cache
+        else {}
+    )
+    env_file = directory / secrets.SCCACHE_ENV_FILE
+    env_file.touch(mode=0o600)
+    env_file.write_text(secrets.sccache_env_file(shared))
 
 
-@transient_retry
-def sweep_orphans(client: Any) -> int:
-    """Remove containers whose owning wheelbuild is gone: every container wheelbuild makes
-    carries OWNER_LABEL (attempts, gates, calibration units, probes)."""
-    containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
-    return _remove(
-        c for c in containers if (token := (c.labels or {}).get(OWNER_LABEL, "")) and not _owner_alive(token)
+def _terminate(proc: subprocess.Popen[str]) -> None:
+    """Stop cibuildwheel and everything it started (docker CLI children included)."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
+    assert proc.stdout is not None
+    yield from proc.stdout
+
+
+def _attempt_result(
+    config: AttemptConfig,
+    returncode: int,
+    duration_s: float,
+    tail: tuple[str, ...],
+    progress: BuildLog,
+    watcher: AttemptWatcher,
+) -> AttemptResult:
+    """What was seen of one attempt: its log's reading and the watcher's evidence, as values."""
+    wheels = tuple(sorted(config.output_dir.glob("*.whl")))
+    return AttemptResult(
+        attempt=config.attempt,
+        returncode=returncode,
+        duration_s=duration_s,
+        wheels=wheels,
+        memory_limit_seen=progress.memory_limit_seen,
+        log_path=config.log_path,
+        log_tail=tail,
+        oom=watcher.evidence(progress.killed_lines),
+        peak_memory=watcher.peak_memory,
+        peak_memory_compile=watcher.peaks.get(COMPILE_STEP),
+        finished_units=tuple(
+            f"{identifier}:{unit}" for identifier, units in progress.finished_units.items() for unit in units
+        ),
+        units_total=progress.units_total,
+        cache_hits=progress.cache_hits,
+        cache_misses=progress.cache_misses,
+        build_seconds=progress.build_seconds,
+        build_seconds_by_identifier=tuple(progress.build_seconds_by_identifier.items()),
+        cache_by_identifier=tuple(
+            (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
+        ),
+        memory_series=tuple(watcher.series.points),
+        memory_step_s=watcher.series.step_s,
+        oom_at_s=tuple(watcher.oom_at),
+        unit_finished_s=tuple(
+            (unit, round(progress.finished_at[unit] - watcher.started, 1))
+            for identifier, units in progress.finished_units.items()
+            for unit in (f"{identifier}:{name}" for name in units)
+            if unit in progress.finished_at
+        ),
     )
 
 
@@ -388,29 +718,6 @@ def sweep_orphans(client: Any) -> int:
 #
 # When a compiler is OOM-killed, ninja fails, cibuildwheel exits 1 and the container's PID 1
 # (cibuildwheel's bash) exits 0: no 137 anywhere. The kernel and Docker know, so we ask them.
-
-
-@dataclass(frozen=True)
-class OomEvidence:
-    docker_oom_events: int = 0  # Docker's `oom` events for the attempt's label
-    state_oom_killed: bool = False  # State.OOMKilled, seen while the container lived
-    cgroup_oom_kills: int = 0  # rise of the container cgroup's oom_kill counter
-    killed_lines: tuple[str, ...] = ()  # "Killed", "died due to signal 9" in the log
-
-    @property
-    def fired(self) -> tuple[str, ...]:
-        found = []
-        if self.docker_oom_events:
-            found.append(f"docker oom event x{self.docker_oom_events}")
-        if self.state_oom_killed:
-            found.append("State.OOMKilled")
-        if self.cgroup_oom_kills:
-            found.append(f"cgroup oom_kill +{self.cgroup_oom_kills}")
-        # "Killed" in the log is what any SIGKILL prints (a timeout, a person's pkill): it
-        # counts only when the kernel or Docker also says the memory limit was hit.
-        if self.killed_lines and found:
-            found.append(f"log: {self.killed_lines[0]}")
-        return tuple(found)
 
 
 class AttemptWatcher:
@@ -525,489 +832,27 @@ class AttemptWatcher:
                 self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))
 
 
-# ---------------------------------------------------------------------------------------------
-# One attempt: one cibuildwheel run in one container
-
-
-@dataclass(frozen=True)
-class AttemptConfig:
-    run_id: str
-    attempt: int
-    image: str
-    project_dir: Path  # copied into the container as /project
-    package: str  # what cibuildwheel builds: "." or an sdist path
-    identifiers: tuple[str, ...]  # cp311-manylinux_x86_64 ...
-    memory: int
-    cpus: float
-    gpus: bool
-    build_env: Mapping[str, str]
-    cuda_home: str
-    torch_requirement: str
-    torch_minor: str
-    torch_cuda_major: int
-    torch_index_url: str
-    output_dir: Path
-    log_path: Path
-    compiler_cache: bool = True
-    # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
-    admission: tuple[int, str] | None = None
-    # Host env vars handed to the build by name (values never on a command line): a shared
-    # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
-    pass_env: tuple[str, ...] = ()
-    repair_excludes: tuple[str, ...] = (
-        "libtorch*.so",
-        "libc10*.so",
-        "libcudart.so*",
-        "libcuda.so*",
-        "libshm.so",
-    )
-
-    @property
-    def attempt_id(self) -> str:
-        return f"{self.run_id}.{self.attempt}"
-
-
-@dataclass(frozen=True)
-class AttemptResult:
-    attempt: int
-    returncode: int
-    duration_s: float
-    wheels: tuple[Path, ...]
-    memory_limit_seen: int | None
-    log_path: Path
-    log_tail: tuple[str, ...] = field(default_factory=tuple)
-    oom: OomEvidence = field(default_factory=OomEvidence)
-    peak_memory: int | None = None  # peak working set, sampled once a second
-    peak_memory_compile: int | None = None  # the same, during cibuildwheel's "Building wheel" step
-    finished_units: tuple[str, ...] = ()  # "identifier:unit.o" of each unit that completed here
-    units_total: int = 0
-    cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
-    cache_misses: int = 0
-    build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
-    build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
-    cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
-    # For build-report.html, in seconds since the attempt began: the working set (each point the
-    # highest sample of its interval, memory_step_s long), the OOM kills, each unit's finish.
-    memory_series: tuple[tuple[float, int], ...] = ()
-    memory_step_s: float = 0.0
-    oom_at_s: tuple[float, ...] = ()
-    unit_finished_s: tuple[tuple[str, float], ...] = ()
-
-
-def _env_assignments(env: Mapping[str, str]) -> str:
-    return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-
-
-# sccache's shared storages (S3 and compatible, Redis, GitHub Actions' cache) and their
-# credentials: when the host has any of these, the build gets them, so that runners share what
-# any of them compiled.
-SHARED_CACHE_ENV = (
-    "SCCACHE_BUCKET", "SCCACHE_REGION", "SCCACHE_ENDPOINT", "SCCACHE_S3_KEY_PREFIX", "SCCACHE_S3_USE_SSL",
-    "SCCACHE_S3_NO_CREDENTIALS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "SCCACHE_REDIS", "SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_PASSWORD", "SCCACHE_REDIS_KEY_PREFIX",
-    "SCCACHE_GHA_ENABLED", "SCCACHE_GHA_VERSION", "ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN",
-)  # fmt: skip
-
-
-def shared_cache_env(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The SHARED_CACHE_ENV names set in `environ`."""
-    return tuple(name for name in SHARED_CACHE_ENV if environ.get(name))
-
-
-# Each Python's torch headers are the same, but live in that Python's own site-packages, a path
-# the preprocessed text sccache hashes names. sccache strips SCCACHE_BASEDIRS from it, so the
-# second Python reuses the first one's kernels (a unit that includes Python.h still differs in
-# content and recompiles). The path is asked of the build's python, resolved too: manylinux's
-# /opt/python/<tag> is a link to /opt/_internal/cpython-<version>.
-SITE_PACKAGES_BASEDIRS = (
-    "SCCACHE_BASEDIRS=\"$(python -c \"import os, sysconfig; p = sysconfig.get_path('purelib'); "
-    "print(p + ':' + os.path.realpath(p))\")\""
-)
-
-
-def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> dict[str, str]:
-    """The CIBW_* settings of one attempt. Pure, so unit tests can read it. Secrets (the torch
-    index URL, a shared cache's credentials) are never among them: cibuildwheel prints its
-    options and runs commands as `env K=V ...`, so they reach the container as files in
-    `secrets_dir`, mounted read-only (secrets.MOUNT), and only the commands that need them read them."""
-    create_args = [
-        f"--memory={config.memory}",
-        f"--memory-swap={config.memory}",  # equal: no swap, so the limit is real
-        f"--cpus={config.cpus:g}",
-        f"--label={RUN_LABEL}={config.run_id}",
-        f"--label={ATTEMPT_LABEL}={config.attempt_id}",
-        f"--label={OWNER_LABEL}={owner_token()}",
-        f"--volume={PIP_CACHE_VOLUME}:/root/.cache/pip",
-    ]
-    if config.compiler_cache:
-        create_args.append(f"--volume={SCCACHE_VOLUME}:{SCCACHE_DIR}")
-    if secrets_dir is not None:
-        create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
-    if config.gpus:
-        create_args.append("--gpus=all")
-    container_env = {
-        **config.build_env,
-        "CUDA_HOME": config.cuda_home,
-        "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
-    }
-    if config.compiler_cache:
-        # torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place of c++.
-        # sccache-c++ goes through wheelbuild-admit too, which admits only when its env is set.
-        container_env.update(
-            {
-                "PYTORCH_NVCC": f"{'wheelbuild-admit ' if config.admission else ''}sccache {config.cuda_home}/bin/nvcc",
-                "CXX": "/usr/local/bin/sccache-c++",
-                "SCCACHE_DIR": SCCACHE_DIR,
-                "SCCACHE_IDLE_TIMEOUT": "0",
-            }
-        )
-    elif config.admission:
-        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
-    if config.admission:
-        budget, costs = config.admission
-        container_env.update(
-            {
-                "WHEELBUILD_ADMIT_BUDGET": str(budget),
-                "WHEELBUILD_ADMIT_COSTS": ADMIT_COSTS_PATH,
-                "WHEELBUILD_ADMIT_COSTS_JSON": costs,
-            }
-        )
-    # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
-    # silently ignore --memory, and then the plan's MAX_JOBS means nothing.
-    check_memory = (
-        "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
-        f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
-        f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
-        'runs without the requested limit" >&2; exit 86; }'
-    )
-    # A wheel built against the wrong torch breaks at import, so check what the index served.
-    check_torch = (
-        'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
-        f'ok = v.startswith("{config.torch_minor}.") and c.split(".")[0] == "{config.torch_cuda_major}"; '
-        f'print("wheelbuild: torch", v, "CUDA", c) if ok else print("{TORCH_MISMATCH_MARK}:", v, '
-        f'"with CUDA", c, "was installed; the variant needs torch {config.torch_minor}.* with CUDA '
-        f'{config.torch_cuda_major}.x"); sys.exit(0 if ok else 87)'
-    )
-    excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
-    before_build = (
-        "python -m pip install 'setuptools>=70' wheel && "
-        f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
-        f"python -m pip install {shlex.quote(config.torch_requirement)} && "
-        f"python -c {shlex.quote(check_torch)}"
-    )
-    repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
-    if config.admission:
-        # The wrapper reads its costs from a file; the env carries the text into the container.
-        before_build = f'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > {ADMIT_COSTS_PATH} && ' + before_build
-    if config.compiler_cache:
-        # Counted per build: zeroed before it, printed after it (read back from the log). A fresh
-        # server per build, since the server keeps the SCCACHE_BASEDIRS of the build that
-        # started it, and builds run one after another.
-        # The server is the one process that needs a shared cache's credentials: it alone is
-        # started with them (sourced from the mounted file), and the compilers only talk to it.
-        before_build += (
-            " && { sccache --stop-server >/dev/null 2>&1 || true; } && "
-            f"( set -a && . {secrets.MOUNT}/{secrets.SCCACHE_ENV_FILE} && exec sccache --start-server >/dev/null ) && "
-            "sccache --zero-stats >/dev/null"
-        )
-        repair = f"sccache --show-stats; {repair}"
-    return {
-        "CIBW_PLATFORM": "linux",
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_BUILD": " ".join(config.identifiers),
-        "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
-        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
-        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
-        "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_BEFORE_ALL_LINUX": check_memory,
-        "CIBW_BEFORE_BUILD_LINUX": before_build,
-        # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
-        "CIBW_ENVIRONMENT_LINUX": " ".join(
-            [
-                _env_assignments(container_env),
-                *([SITE_PACKAGES_BASEDIRS] if config.compiler_cache else []),
-                f'PATH="$PATH:{config.cuda_home}/bin"',
-            ]
-        ),
-        "CIBW_ENVIRONMENT_PASS_LINUX": "",
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
-        "CIBW_TEST_COMMAND": "",
-    }
-
-
-def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: Path) -> None:
-    """The attempt's secret files: the torch index URL, and the shared cache's settings for the
-    sccache server (readable by this user only; removed with the attempt)."""
-    directory.chmod(0o700)
-    index = directory / secrets.TORCH_INDEX_FILE
-    index.touch(mode=0o600)
-    index.write_text(config.torch_index_url)
-    shared = (
-        {name: environ[name] for name in config.pass_env if environ.get(name)}
-        if config.compiler_cache
-        else {}
-    )
-    env_file = directory / secrets.SCCACHE_ENV_FILE
-    env_file.touch(mode=0o600)
-    env_file.write_text(secrets.sccache_env_file(shared))
-
-
-def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:
-    """What every line of the attempt passes through before a log or a terminal sees it."""
-    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch_index_url,)))
-
-
-def _terminate(proc: subprocess.Popen[str]) -> None:
-    """Stop cibuildwheel and everything it started (docker CLI children included)."""
-    if proc.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
-    assert proc.stdout is not None
-    yield from proc.stdout
-
-
-def run_attempt(
-    client: Any,
-    config: AttemptConfig,
-    on_line: Callable[[str, BuildLog], None],
-    on_memory: Callable[[MemorySample], None] | None = None,
-) -> AttemptResult:
-    """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's container
-    is gone afterwards."""
-    config.output_dir.mkdir(parents=True, exist_ok=True)
-    secrets_dir = Path(tempfile.mkdtemp(prefix="wheelbuild-secrets-"))
-    try:
-        write_secrets(config, os.environ, secrets_dir)
-        return _run_attempt(client, config, secrets_dir, on_line, on_memory)
-    finally:
-        shutil.rmtree(secrets_dir, ignore_errors=True)
-
-
-def _run_attempt(
-    client: Any,
-    config: AttemptConfig,
-    secrets_dir: Path,
-    on_line: Callable[[str, BuildLog], None],
-    on_memory: Callable[[MemorySample], None] | None,
-) -> AttemptResult:
-    redact = redactor_for(config, os.environ)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
-    env.update(cibuildwheel_env(config, secrets_dir))
-    env["PYTHONUNBUFFERED"] = "1"
-    command = [
-        sys.executable,
-        "-m",
-        "cibuildwheel",
-        "--output-dir",
-        str(config.output_dir),
-        config.package,
-    ]
-    tail: deque[str] = deque(maxlen=400)
-    progress = BuildLog()
-    started = time.monotonic()
-    watcher = AttemptWatcher(client, config.attempt_id, on_memory)
-    with config.log_path.open("a", encoding="utf-8") as log, watcher:
-        log.write(f"=== attempt {config.attempt_id}: {shlex.join(command)}\n")
-        # A session of its own: a terminal's Ctrl-C reaches only us, and we stop it in order.
-        proc = subprocess.Popen(
-            command,
-            cwd=config.project_dir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-        )
-        try:
-            for raw in _lines(proc):
-                line = redact(raw.rstrip("\n"))
-                log.write(line + "\n")
-                tail.append(line)
-                progress.feed(line, time.monotonic())
-                watcher.phase = progress.step
-                on_line(line, progress)
-            returncode = proc.wait()
-        finally:
-            _terminate(proc)
-            remove_containers(client, f"{ATTEMPT_LABEL}={config.attempt_id}")
-    wheels = tuple(sorted(config.output_dir.glob("*.whl")))
-    return AttemptResult(
-        attempt=config.attempt,
-        returncode=returncode,
-        duration_s=time.monotonic() - started,
-        wheels=wheels,
-        memory_limit_seen=progress.memory_limit_seen,
-        log_path=config.log_path,
-        log_tail=tuple(tail),
-        oom=watcher.evidence(progress.killed_lines),
-        peak_memory=watcher.peak_memory,
-        peak_memory_compile=watcher.peaks.get(COMPILE_STEP),
-        finished_units=tuple(
-            f"{identifier}:{unit}" for identifier, units in progress.finished_units.items() for unit in units
-        ),
-        units_total=progress.units_total,
-        cache_hits=progress.cache_hits,
-        cache_misses=progress.cache_misses,
-        build_seconds=progress.build_seconds,
-        build_seconds_by_identifier=tuple(progress.build_seconds_by_identifier.items()),
-        cache_by_identifier=tuple(
-            (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
-        ),
-        memory_series=tuple(watcher.series.points),
-        memory_step_s=watcher.series.step_s,
-        oom_at_s=tuple(watcher.oom_at),
-        unit_finished_s=tuple(
-            (unit, round(progress.finished_at[unit] - watcher.started, 1))
-            for identifier, units in progress.finished_units.items()
-            for unit in (f"{identifier}:{name}" for name in units)
-            if unit in progress.finished_at
-        ),
-    )
-
-
-def raise_for_failure(result: AttemptResult) -> None:
-    """Turn a failed attempt into the typed error that explains it."""
-    if result.returncode == 0 and result.wheels:
-        return
-    text = "\n".join(result.log_tail)
-    tail = "\n".join(result.log_tail[-25:])
-    where = f"full log: {result.log_path}"
-    # Marks count only at the start of a line: cibuildwheel also echoes the commands that print them.
-    if any(line.startswith(MEMORY_MISSING_MARK) for line in result.log_tail):
-        raise MemoryLimitNotApplied(
-            "the build container runs without the memory limit it was given "
-            f"(it read {result.memory_limit_seen or 'no limit'}); Docker ignored --memory",
-            "use a rootful Docker with the memory cgroup controller enabled "
-            "(rootless Docker on cgroup v1 cannot limit memory)",
-            details=tail,
-        )
-    mismatch = next((line for line in result.log_tail if line.startswith(TORCH_MISMATCH_MARK)), None)
-    if mismatch:
-        raise BuildFailed(
-            mismatch.removeprefix("wheelbuild: "),
-            "point --torch-index-url at an index serving that variant, or pick the variant the index has",
-            details=tail,
-        )
-    if result.oom.fired:
-        raise OutOfMemory(
-            f"a compiler was OOM-killed in attempt {result.attempt} "
-            f"(evidence: {'; '.join(result.oom.fired)})",
-            "give the container more memory (--memory) or lower --max-jobs / --nvcc-threads; " + where,
-            details=tail,
-        )
-    first_error = _COMPILER_ERROR.search(text)
-    if first_error:
-        raise CompileFailed(
-            f"compile failed: {first_error.group(0).strip()}",
-            f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",
-            details=tail,
-        )
-    raise BuildFailed(
-        f"cibuildwheel exited with code {result.returncode} without a wheel",
-        f"read the log tail above; {where}",
-        details=tail,
-    )
-
-
-def start_reaper(run_id: str) -> subprocess.Popen[bytes]:
-    """A watcher in a session of its own that outlives a `kill -9` of this process: once this
-    process is gone it removes every container of the run, and every compiler with them. (A
-    killed wheelbuild cannot clean up; cibuildwheel, in a session of its own, would otherwise
-    keep its container compiling until it next wrote to the dead pipe.)"""
-    return subprocess.Popen(
-        [sys.executable, "-m", f"{__package__}.reaper", owner_token(), run_id],
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def reap_when_gone(owner: str, run_id: str, poll_s: float = 1.0) -> int:
-    """Wait for the owner to end, then remove the run's containers; how many were left."""
-    while _owner_alive(owner):
+    """Wait for the owner to end, then remove the run's containers; how many were left. The
+    reaper's own process: its own engine."""
+    while owner_alive(owner):
         time.sleep(poll_s)
-    client = docker.from_env(timeout=120)
-    return remove_containers(client, f"{RUN_LABEL}={run_id}")
+    return DockerEngine(sweep=False, timeout=120).remove_containers(f"{RUN_LABEL}={run_id}")
 
 
-def interrupt_cleanup(client: Any, run_id: str) -> int:
-    """After Ctrl-C/SIGTERM: remove every container of the run (all its attempts)."""
-    return remove_containers(client, f"{RUN_LABEL}={run_id}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Calibration: one unit compiled alone in its own container (its own cgroup)
-
-CALIBRATE_MARK = "wheelbuild-calibrate:"
-TORCH_HEADERS_DIR = "/opt/wheelbuild-torch"
-
-
-@dataclass(frozen=True)
-class UnitCompile:
-    """One compile of one unit, as `wheelbuild calibrate` runs it."""
-
-    run_id: str
-    image: str
-    source_dir: Path  # the unpacked sdist on this machine, mounted read-only at /src
-    torch_volume: str  # a volume holding torch (headers) at TORCH_HEADERS_DIR
-    unit: str  # relative to the source root
-    flags: tuple[str, ...]  # the package's nvcc flags
-    include_dirs: tuple[str, ...]  # relative to the source root
-    archs: tuple[int, ...]
-    threads: int
-    memory: int
-    cpus: float
-    cuda_home: str
-
-
-@dataclass(frozen=True)
-class UnitResult:
-    returncode: int
-    peak: int  # the container cgroup's peak memory, bytes
-    wall_s: float  # nvcc's own wall time, measured inside the container
-    oom: bool
-    log_tail: tuple[str, ...]
-
-
-def unit_compile_script(job: UnitCompile) -> str:
-    """The shell the container runs: nvcc on the unit, then its cgroup's peak and the time."""
+def unit_compile_command(job: UnitCompile) -> list[str]:
+    """nvcc on the unit, as images/wheelbuild-calibrate-unit runs it (it adds Python's include
+    directory, then reports the cgroup's peak and the time)."""
     torch_include = f"{TORCH_HEADERS_DIR}/torch/include"
     includes = [f"/src/{d}" for d in job.include_dirs] + [
         torch_include,
         f"{torch_include}/torch/csrc/api/include",
     ]
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in job.archs]
-    command = [
+    return [
         f"{job.cuda_home}/bin/nvcc", *(f"-I{d}" for d in includes), *job.flags, *gencode,
         "--threads", str(job.threads), "--compiler-options", "-fPIC", "-c", f"/src/{job.unit}", "-o", "/tmp/unit.o",
     ]  # fmt: skip
-    return (
-        "py_include=$(python3 -c \"import sysconfig; print(sysconfig.get_paths()['include'])\"); "
-        "start=$(date +%s.%N); "
-        f'{shlex.join(command)} -I"$py_include"; rc=$?; '
-        "end=$(date +%s.%N); "
-        "peak=$(cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes); "
-        "ooms=$(grep -h '^oom_kill ' /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control "
-        "2>/dev/null | head -n 1 | cut -d' ' -f2); "
-        f'echo "{CALIBRATE_MARK} rc=$rc peak=$peak ooms=${{ooms:-0}} start=$start end=$end"'
-    )
 
 
 def parse_unit_report(lines: Sequence[str], returncode: int) -> UnitResult:
@@ -1027,189 +872,34 @@ def parse_unit_report(lines: Sequence[str], returncode: int) -> UnitResult:
     )
 
 
-@transient_retry
-def ensure_torch_headers(
-    client: Any, image: str, requirement: str, index_url: str, on_line: Callable[[str], None]
-) -> str:
-    """A volume with torch unpacked (no dependencies: only its headers are needed), made once per
-    torch requirement and index. The index URL travels in the environment, never in a command."""
-    name = "wheelbuild-torch-" + hashlib.sha256(f"{requirement} {index_url}".encode()).hexdigest()[:16]
-    try:
-        client.volumes.get(name)
-        client.containers.run(
-            image, ["test", "-f", f"{TORCH_HEADERS_DIR}/.complete"], volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "ro"}},
-            remove=True, network_disabled=True, labels={OWNER_LABEL: owner_token()},
-        )  # fmt: skip
-        return name
-    except (docker.errors.NotFound, docker.errors.ContainerError):
-        pass
-    on_line(f"unpacking {requirement} into volume {name} (its headers, for compiling units alone)")
-    # The index URL may hold credentials: a mounted file, never the container's env (docker
-    # inspect shows that).
-    with tempfile.TemporaryDirectory(prefix="wheelbuild-secrets-") as work:
-        index_file = Path(work) / secrets.TORCH_INDEX_FILE
-        index_file.touch(mode=0o600)
-        index_file.write_text(index_url)
-        client.containers.run(
-            image,
-            ["sh", "-c", f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
-             f'python3 -m pip install -q --no-deps --target {TORCH_HEADERS_DIR} "$TORCH_REQUIREMENT" '
-             f'&& touch {TORCH_HEADERS_DIR}/.complete'],
-            environment={"TORCH_REQUIREMENT": requirement},
-            volumes={name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"}, work: {"bind": secrets.MOUNT, "mode": "ro"}},
-            labels={OWNER_LABEL: owner_token()},
-            remove=True,
-        )  # fmt: skip
-    return name
+def _gate_spec(job: GateJob) -> dict[str, Any]:
+    """The gate's input, with the paths its container sees."""
+    smoke = job.spec.get("smoke")
+    return {
+        **job.spec,
+        "wheel": f"/wheels/{job.wheel.name}",
+        "torch_index_file": f"{_GATE_WORK}/torch-index-url",
+        "torch_cache": f"/cache/{job.torch_cache_key}",
+        "smoke": f"/opt/wheelbuild-smoke/{smoke}" if smoke else None,
+    }
 
 
-def compile_unit_alone(client: Any, job: UnitCompile) -> UnitResult:
-    """Run one unit's compile in a container of its own and read back what it cost."""
-    container = client.containers.run(
-        job.image,
-        ["sh", "-c", unit_compile_script(job)],
-        detach=True,
-        mem_limit=job.memory,
-        memswap_limit=job.memory,
-        nano_cpus=int(job.cpus * 1e9),
-        network_disabled=True,
-        volumes={
-            str(job.source_dir): {"bind": "/src", "mode": "ro"},
-            job.torch_volume: {"bind": TORCH_HEADERS_DIR, "mode": "ro"},
-        },
-        labels={RUN_LABEL: job.run_id, OWNER_LABEL: owner_token()},
-    )
-    try:
-        status = container.wait()
-        lines = container.logs().decode(errors="replace").splitlines()
-    finally:
-        _remove([container])
-    return parse_unit_report(lines, int(status.get("StatusCode", 1)))
+def _follow_gate(container: Any, job: GateJob, on_line: OnLine) -> deque[str]:
+    """The gate's log, redacted, to its file and the terminal; its tail."""
+    tail: deque[str] = deque(maxlen=60)
+    redact = secrets.Redactor(secrets.url_secrets(job.torch_index_url))
+    with job.log_path.open("a", encoding="utf-8") as log:
+        log.write(f"=== import gate: {job.wheel.name} in {job.image}\n")
+        for chunk in container.logs(stream=True, follow=True):
+            for raw in chunk.decode(errors="replace").splitlines():
+                line = redact(raw)
+                log.write(line + "\n")
+                tail.append(line)
+                on_line(line)
+    return tail
 
 
-# ---------------------------------------------------------------------------------------------
-# The import gate: a wheel installed and imported in a fresh container of the base image
-
-GATE_SCRIPT = "wheelbuild-gate"
-SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests
-# torch and its CUDA wheels (~3 GB), downloaded once per machine for the gate's installs.
-TORCH_WHEELS_VOLUME = "wheelbuild-torch-wheels"
-_GATE_WORK = "/run/wheelbuild"
-_FIND_PYTHON = (
-    'ver="3.${WB_PYTHON#cp3}"; '
-    'for py in "/opt/python/$WB_PYTHON-$WB_PYTHON/bin/python" "/opt/cpython/bin/python$ver" '
-    '"/usr/local/bin/python$ver" "/usr/bin/python$ver"; do '
-    f'  if [ -x "$py" ]; then exec "$py" /usr/local/bin/{GATE_SCRIPT} {_GATE_WORK}/spec.json {_GATE_WORK}/out/gate.json; fi; '
-    "done; "
-    'echo "wheelbuild-gate: the base image has no Python $ver" >&2; exit 3'
-)
-
-
-@dataclass(frozen=True)
-class GateJob:
-    run_id: str
-    image: str  # the base image: no CUDA toolkit, as on a user's machine
-    wheel: Path
-    spec: Mapping[str, Any]  # gate.GateSpec.to_json(...) less the paths this function fills in
-    torch_index_url: str  # may hold credentials: travels as a mounted file, never env or argv
-    torch_cache_key: str  # the folder of TORCH_WHEELS_VOLUME for this torch and index
-    ca_bundle: Path | None
-    gpus: bool
-    memory: int
-    log_path: Path
-    images_dir: Path
-
-
-def run_gate(client: Any, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:
-    """Run the gate for one wheel; its JSON answer (None when the container died first) and the
-    log's tail. The container is gone afterwards, whatever happens."""
-    with tempfile.TemporaryDirectory(prefix="wheelbuild-gate-", ignore_cleanup_errors=True) as work:
-        workdir = Path(work)
-        (workdir / "out").mkdir()
-        secret = workdir / "torch-index-url"
-        secret.touch(mode=0o600)
-        secret.write_text(job.torch_index_url)
-        smoke = job.spec.get("smoke")
-        spec = {
-            **job.spec,
-            "wheel": f"/wheels/{job.wheel.name}",
-            "torch_index_file": f"{_GATE_WORK}/torch-index-url",
-            "torch_cache": f"/cache/{job.torch_cache_key}",
-            "smoke": f"/opt/wheelbuild-smoke/{smoke}" if smoke else None,
-        }
-        (workdir / "spec.json").write_text(json.dumps(spec))
-        volumes = {
-            str(job.wheel.parent.resolve()): {"bind": "/wheels", "mode": "ro"},
-            str(workdir): {"bind": _GATE_WORK, "mode": "rw"},
-            str((job.images_dir / GATE_SCRIPT).resolve()): {
-                "bind": f"/usr/local/bin/{GATE_SCRIPT}",
-                "mode": "ro",
-            },
-            str((job.images_dir / SMOKE_DIR).resolve()): {"bind": "/opt/wheelbuild-smoke", "mode": "ro"},
-            TORCH_WHEELS_VOLUME: {"bind": "/cache", "mode": "rw"},
-        }
-        environment = {
-            "WB_PYTHON": str(job.spec["python"]),
-            "PIP_ROOT_USER_ACTION": "ignore",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if job.ca_bundle is not None:
-            volumes[str(job.ca_bundle.resolve())] = {"bind": "/run/wheelbuild-ca.crt", "mode": "ro"}
-            environment |= {
-                key: "/run/wheelbuild-ca.crt" for key in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
-            }
-        device_requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if job.gpus else None
-        container = client.containers.run(
-            job.image,
-            ["sh", "-c", _FIND_PYTHON],
-            detach=True,
-            environment=environment,
-            volumes=volumes,
-            mem_limit=job.memory,
-            memswap_limit=job.memory,
-            device_requests=device_requests,
-            labels={RUN_LABEL: job.run_id, OWNER_LABEL: owner_token(), "wheelbuild.gate": job.wheel.name},
-        )
-        tail: deque[str] = deque(maxlen=60)
-        redact = secrets.Redactor(secrets.url_secrets(job.torch_index_url))
-        try:
-            with job.log_path.open("a", encoding="utf-8") as log:
-                log.write(f"=== import gate: {job.wheel.name} in {job.image}\n")
-                for chunk in container.logs(stream=True, follow=True):
-                    for raw in chunk.decode(errors="replace").splitlines():
-                        line = redact(raw)
-                        log.write(line + "\n")
-                        tail.append(line)
-                        on_line(line)
-            container.wait()
-        finally:
-            _remove([container])
-        answer = workdir / "out" / "gate.json"
-        found = json.loads(answer.read_text()) if answer.is_file() else None
-        return found, "\n".join(tail)
-
-
-# ---------------------------------------------------------------------------------------------
-# wheelbuild gc: what Docker holds of wheelbuild's, and removing it (never forced)
-
-
-def _disk_usage(client: Any) -> dict[str, Any]:
-    """Docker's own accounting (`docker system df`); the daemon runs one at a time."""
-    for attempt in range(10):
-        try:
-            return dict(client.df())
-        except docker.errors.APIError as error:
-            if "already running" not in str(error.explanation or error) or attempt == 9:
-                raise
-            time.sleep(1.0)
-    raise AssertionError("unreachable")
-
-
-@transient_retry
-def gc_state(client: Any, scope: gc.Scope) -> gc.DockerState:
-    """The images and volumes in *scope*, with the sizes Docker counts, and every container
-    (running or stopped) with its image and volumes: in use means kept."""
-    usage = _disk_usage(client)
+def _gc_state(usage: dict[str, Any], scope: gc.Scope) -> gc.DockerState:
     images = []
     for entry in usage.get("Images") or []:
         tags = [t for t in entry.get("RepoTags") or [] if t != "<none>:<none>"]
@@ -1238,29 +928,10 @@ def gc_state(client: Any, scope: gc.Scope) -> gc.DockerState:
     return gc.DockerState(tuple(images), tuple(volumes), tuple(containers))
 
 
-def gc_remove_image(client: Any, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
-    """Remove one tag of wheelbuild's (its layers go when no other tag or image needs them).
-    Never forced: an image a container uses is refused by Docker, and so kept."""
-    if decision.kind is not gc.Kind.IMAGE or not scope.owns_image(decision.name):
-        raise ValueError(f"not an image gc may remove: {decision.name}")
+def _unforced(decision: gc.Decision, remove: Callable[[], object]) -> gc.Removal:
+    """One unforced removal: gone already, kept (Docker refused: in use), failed or removed."""
     try:
-        client.images.remove(decision.name, force=False, noprune=False)
-    except docker.errors.ImageNotFound:
-        return gc.Removal(decision, gc.Status.GONE)
-    except docker.errors.APIError as error:
-        if error.status_code == 409:
-            return gc.Removal(decision, gc.Status.KEPT, f"in use: {error.explanation or error}")
-        return gc.Removal(decision, gc.Status.FAILED, str(error.explanation or error))
-    return gc.Removal(decision, gc.Status.REMOVED)
-
-
-def gc_remove_volume(client: Any, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
-    """Remove one of wheelbuild's volumes. Never forced: a volume a container mounts, running or
-    stopped, is refused by Docker, and so kept."""
-    if decision.kind is not gc.Kind.VOLUME or scope.volume_kind(decision.name) is None:
-        raise ValueError(f"not a volume gc may remove: {decision.name}")
-    try:
-        client.volumes.get(decision.name).remove(force=False)
+        remove()
     except docker.errors.NotFound:
         return gc.Removal(decision, gc.Status.GONE)
     except docker.errors.APIError as error:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from . import build, check, engine, prune, remote
+from . import build, check, prune, remote
 from . import index as index_files
 from . import publish as publishing
 from .errors import (
@@ -44,6 +44,7 @@ from .errors import (
 )
 from .image import production_base
 from .matrix import Cell, Matrix
+from .ports import Engine, Images
 from .pythons import (
     IndexFile,
     anchors,
@@ -314,16 +315,16 @@ def lines_output(plan: NightPlan) -> str:
 @dataclass(frozen=True)
 class _Context:
     options: build.ImageOptions
-    client: Any
+    images: Images  # asked only when the base is a local test base
 
 
-def _image_pythons(options: build.ImageOptions, client: Any, reporter: Reporter) -> tuple[str, ...]:
+def _image_pythons(options: build.ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
     """The production image's CPythons from cibuildwheel's list; a local test base's from its
     build image (made or reused: the Pythons are what the image's Dockerfile finds there)."""
     if not options.base_image:
         return production_pythons()
-    image = build.ensure_image(client, build.image_inputs(client, options), reporter)
-    return tuple(engine.image_pythons(client, image.tag))
+    image = build.ensure_image(images, build.image_inputs(images, options), reporter)
+    return tuple(images.image_pythons(image.tag))
 
 
 def source_of(cell: Cell) -> str:
@@ -332,12 +333,15 @@ def source_of(cell: Cell) -> str:
 
 
 def _feasible(
-    matrix: Matrix, environ: Mapping[str, str], torch_index_url: str | None, reporter: Reporter
+    matrix: Matrix,
+    environ: Mapping[str, str],
+    torch_index_url: str | None,
+    reporter: Reporter,
+    images: Images,
 ) -> tuple[tuple[Cell, ...], tuple[Skipped, ...], _Context]:
     say = reporter.info
     options = image_options(environ)
-    client = engine.connect() if options.base_image else None
-    image = _image_pythons(options, client, reporter)
+    image = _image_pythons(options, images, reporter)
     say(f"image {options.base_image or production_base()}: {', '.join(image)}")
     tags = {}
     for torch in sorted({c.torch for c in matrix.cells}):
@@ -353,7 +357,7 @@ def _feasible(
             requires[source_of(cell)] = requires_python_of(source.project_dir / source.package)
     cuda12 = CudaCompiler(version=options.cuda12_version, home=f"/usr/local/cuda-{options.cuda12_version}")
     good, skipped = feasible_cells(matrix.cells, image, tags, requires, cuda12)
-    return good, skipped, _Context(options, client)
+    return good, skipped, _Context(options, images)
 
 
 def plan_night(
@@ -364,10 +368,11 @@ def plan_night(
     index_url: str | None,
     torch_index_url: str | None,
     reporter: Reporter,
+    engine: Images,
 ) -> NightPlan:
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter)
-    keys = {c.id: build.cell_inputs_key(c, context.options, torch_index_url, context.client) for c in good}
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
+    keys = {c.id: build.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good}
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     published = published_keys(target, where, (parse_variant(c.torch).tag for c in good))
     return NightPlan(
@@ -390,10 +395,11 @@ def build_cell(
     *,
     torch_index_url: str | None,
     reporter: Reporter,
+    engine: Engine,
 ) -> build.BuildResult:
     """Build the cell named *cell_id* into *out* and record the outcome in ``out/cell.json``
     (written on failure too, then the error is raised)."""
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter)
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
     cell = next((c for c in good if c.id == cell_id), None)
     if cell is None:
         why = next((s.why for s in skipped if s.cell.id == cell_id), None)
@@ -405,7 +411,7 @@ def build_cell(
     record: dict[str, Any] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:
-        result = build.run_build(spec, context.options, reporter)
+        result = build.run_build(spec, context.options, reporter, engine)
     except WheelbuildError as error:
         runs = sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []
         record |= {

@@ -67,11 +67,19 @@ class Plan:
     # With admission (images/wheelbuild-admit): the bytes admitted compiles may hold together.
     admission_budget: int | None = None
 
-    def halved(self) -> Plan | None:
-        """The next plan after an OOM kill: half the jobs; at one job, fewer nvcc threads.
+    def halved(self, times: int = 1) -> Plan | None:
+        """The plan after `times` OOM kills (0: this one), each halving the jobs; at one job, the
+        nvcc threads.
 
-        None when this is already one job of one thread: nothing smaller is left to try.
+        None when nothing that small is left: one job of one thread cannot be halved.
         """
+        smaller: Plan | None = self
+        for _ in range(times):
+            smaller = smaller._half() if smaller is not None else None
+        return smaller
+
+    def _half(self) -> Plan | None:
+        """Half the jobs; at one job, half the nvcc threads; None at one job of one thread."""
         if self.max_jobs > 1:
             jobs, threads = self.max_jobs // 2, self.nvcc_threads
             why = f"MAX_JOBS={jobs}: half of {self.max_jobs}, after an OOM kill"

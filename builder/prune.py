@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import engine, gc, index
+from . import gc, index
 from .build import ImageOptions, cuda12_layer, image_inputs
 from .image import production_base
+from .ports import GcEngine, ImageIds
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
 
@@ -194,32 +195,32 @@ def published_in(output_dir: Path) -> gc.Published:
 # Planning and doing
 
 
-def current_images(client: Any, options: ImageOptions, scope: gc.Scope) -> frozenset[str]:
+def current_images(images: ImageIds, options: ImageOptions, scope: gc.Scope) -> frozenset[str]:
     """The tags a build with these options would use now: the plain image, and for cu12x the
     image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead)."""
-    plain = image_inputs(client, replace(options, cuda12_redist=False))
+    plain = image_inputs(images, replace(options, cuda12_redist=False))
     tags = {plain.tag}
     if options.cuda12_image is None:
-        cu12 = image_inputs(client, replace(options, cuda12_redist=True))
+        cu12 = image_inputs(images, replace(options, cuda12_redist=True))
         tags |= {cu12.tag, cuda12_layer().tag}
     return frozenset(scope.retag(t) for t in tags)
 
 
-def collect(client: Any, options: GcOptions, on_step: Callable[[str], None]) -> gc.GcPlan:
+def collect(engine: GcEngine, options: GcOptions, on_step: Callable[[str], None]) -> gc.GcPlan:
     on_step(f"reading {options.output_dir / 'runs'} and the result store {options.store}")
     runs = scan_runs(options.output_dir / "runs")
     results = scan_results(options.store)
     published = published_in(options.output_dir)
     on_step("reading Docker's images, volumes and containers (sizes as Docker counts them)")
-    state = engine.gc_state(client, options.scope)
+    state = engine.gc_state(options.scope)
     base = options.image_options.base_image or production_base()
-    base_id = engine.local_image_id(client, base)
+    base_id = engine.local_image_id(base)
     return gc.plan(
         runs=runs,
         results=results,
         docker=state,
         published=published,
-        current_images=current_images(client, options.image_options, options.scope),
+        current_images=current_images(engine, options.image_options, options.scope),
         base_ids=frozenset({base_id} - {""}),
         keep_runs=options.keep_runs,
         caches=options.caches,
@@ -249,7 +250,7 @@ def _remove_folder(decision: gc.Decision, parent: Path) -> gc.Removal:
 
 
 def execute(
-    client: Any, planned: gc.GcPlan, options: GcOptions, on_line: Callable[[str], None]
+    engine: GcEngine, planned: gc.GcPlan, options: GcOptions, on_line: Callable[[str], None]
 ) -> tuple[gc.Removal, ...]:
     """Remove what the plan says, one at a time; in use at the last moment means kept."""
     done = []
@@ -259,9 +260,9 @@ def execute(
         elif decision.kind is gc.Kind.RESULT:
             removal = _remove_folder(decision, options.store)
         elif decision.kind is gc.Kind.IMAGE:
-            removal = engine.gc_remove_image(client, decision, options.scope)
+            removal = engine.gc_remove_image(decision, options.scope)
         else:
-            removal = engine.gc_remove_volume(client, decision, options.scope)
+            removal = engine.gc_remove_volume(decision, options.scope)
         on_line(removal.line())
         done.append(removal)
     return tuple(done)

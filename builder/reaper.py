@@ -1,5 +1,5 @@
 """`python -m builder.reaper OWNER RUN_ID`: started by a build in a session of its own; when the
-build's process is gone (even by `kill -9`), removes the run's containers. See engine.start_reaper."""
+build's process is gone (even by `kill -9`), removes the run's containers. See DockerEngine.start_reaper."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Build reports for the build-report.html tests: the real one of a real OOM-and-retry run
 (tests/fixtures/reports/wbdemo-oom-retry.json, written by `wheelbuild build` of the fixture in
 3 GiB before reports carried a memory series), and synthetic ones whose attempts are made by the
-real code path (build._attempt_record over an engine.AttemptResult, the series through
+real code path (build._attempt_record over an attempt.AttemptResult, the series through
 buildlog.MemorySeries), so the page is tested against what the engine really records.
 """
 
@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from wheelbuild.attempt import AttemptResult, OomEvidence
 from wheelbuild.build import _attempt_record
 from wheelbuild.buildlog import MemorySeries
-from wheelbuild.engine import AttemptResult, OomEvidence
 from wheelbuild.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.planner import Plan, plan_build
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from wheelbuild.engine import process_namespace
+from wheelbuild.ownership import process_namespace
 from wheelbuild.wheels import archs_in_wheel
 
 from tests.integration.conftest import (

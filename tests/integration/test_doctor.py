@@ -14,7 +14,7 @@ import time
 
 import docker
 import pytest
-from wheelbuild import engine
+from wheelbuild import ownership
 
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, Completed, wheelbuild
 
@@ -28,7 +28,7 @@ CHECKS = [
 def _probe_containers(client: docker.DockerClient) -> list[str]:
     """Containers of doctor's memory probe (its command reads the cgroup's memory limit)."""
     found = []
-    for container in client.containers.list(all=True, filters={"label": engine.OWNER_LABEL}):
+    for container in client.containers.list(all=True, filters={"label": ownership.OWNER_LABEL}):
         command = " ".join(container.attrs.get("Config", {}).get("Cmd") or [])
         if "memory.limit_in_bytes" in command:
             found.append(container.name)

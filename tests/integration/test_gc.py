@@ -27,6 +27,7 @@ import pytest
 from wheelbuild import gc
 from wheelbuild import publish as publishing
 from wheelbuild.build import ImageOptions, cuda12_layer, image_inputs
+from wheelbuild.engine import DockerEngine
 from wheelbuild.spec import resolve_ca_bundle
 
 from tests.indexkit import make_wheel
@@ -99,7 +100,7 @@ def _wheelbuild_objects(client: docker.DockerClient) -> tuple[set[str], set[str]
 def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) -> Iterator[Scoped]:
     scope = gc.Scope(f"wbgctest-{secrets.token_hex(4)}")
     options = ImageOptions(base_image=base_image, ca_bundle=resolve_ca_bundle(None))
-    current = scope.retag(image_inputs(docker_client, options).tag)
+    current = scope.retag(image_inputs(DockerEngine(docker_client), options).tag)
     layer = scope.retag(cuda12_layer().tag)
     images = {
         "current": current,

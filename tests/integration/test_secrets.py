@@ -103,7 +103,7 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
     config, sampled while it runs, holds no trace of it."""
     import secrets as token
 
-    from wheelbuild.engine import ensure_torch_headers
+    from wheelbuild.engine import DockerEngine
 
     index = f"https://{INDEX_USER}-{token.token_hex(3)}:{INDEX_PASSWORD}@pypi.org/simple"
     inspected: list[str] = []
@@ -119,7 +119,9 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        volume = ensure_torch_headers(docker_client, cuda_image, "six==1.17.0", index, lambda _line: None)
+        volume = DockerEngine(docker_client).ensure_torch_headers(
+            cuda_image, "six==1.17.0", index, lambda _line: None
+        )
     finally:
         done.set()
         sampler.join(timeout=10)

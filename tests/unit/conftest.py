@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild.engine import AttemptConfig, AttemptResult, OomEvidence
+from wheelbuild.attempt import AttemptConfig, AttemptResult, OomEvidence
 
 REPO = Path(__file__).resolve().parents[2]
 # The entry point installed beside the interpreter under test, whichever venv or copy that is.

@@ -1,4 +1,4 @@
-"""wheelbuild.engine.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
+"""wheelbuild.attempt.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.environment import parse_environment
-from wheelbuild.engine import (
+from wheelbuild.attempt import (
     SITE_PACKAGES_BASEDIRS,
     AttemptConfig,
     cibuildwheel_env,
-    owner_token,
     redactor_for,
     shared_cache_env,
-    write_secrets,
 )
+from wheelbuild.engine import write_secrets
+from wheelbuild.ownership import owner_token
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
 GIB = 1024**3

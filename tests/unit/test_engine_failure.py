@@ -1,4 +1,4 @@
-"""wheelbuild.engine.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
+"""wheelbuild.attempt.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
 ownership tokens that let a later run sweep an orphaned container."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.util.cmd import format_command_for_display
-from wheelbuild.buildlog import is_kill_line
-from wheelbuild.engine import (
+from wheelbuild.attempt import (
     AttemptConfig,
     AttemptResult,
     OomEvidence,
-    _owner_alive,
     cibuildwheel_env,
-    owner_token,
     raise_for_failure,
 )
+from wheelbuild.buildlog import is_kill_line
 from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from wheelbuild.ownership import owner_alive as _owner_alive
+from wheelbuild.ownership import owner_token
 
 MakeResult = Callable[..., AttemptResult]
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import engine, gc, prune
+from wheelbuild import attempt, engine, gc, prune
 from wheelbuild import publish as publishing
 from wheelbuild.cuda_redist import LAYER_REPOSITORY
 from wheelbuild.errors import BadArgument, GcIncomplete
@@ -230,8 +230,8 @@ def test_the_default_scope_names_are_the_ones_builds_use() -> None:
     assert scope.image_repository == REPOSITORY
     assert scope.layer_repository == LAYER_REPOSITORY
     assert set(scope.cache_volumes) == {
-        engine.SCCACHE_VOLUME,
-        engine.PIP_CACHE_VOLUME,
+        attempt.SCCACHE_VOLUME,
+        attempt.PIP_CACHE_VOLUME,
         engine.TORCH_WHEELS_VOLUME,
     }
     assert scope.retag("wheelbuild-cuda131:abc") == "wheelbuild-cuda131:abc"

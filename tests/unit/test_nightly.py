@@ -116,7 +116,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     monkeypatch.setattr(nightly, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp313"}))
     seen: list[tuple[Any, build.ImageOptions]] = []
 
-    def fake_run_build(spec: Any, options: build.ImageOptions, reporter: Any) -> Any:
+    def fake_run_build(spec: Any, options: build.ImageOptions, reporter: Any, engine: Any) -> Any:
         seen.append((spec, options))
         raise BuildFailed("cibuildwheel failed", "look at build.log")
 
@@ -141,7 +141,13 @@ def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatc
     matrix = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130"], "archs": ["70"]}]})
     with pytest.raises(BadArgument, match="cannot compile sm_70"):
         nightly.build_cell(
-            matrix, "wbdemo-cu130-70", Path("/nonexistent"), {}, torch_index_url=None, reporter=_Quiet()
+            matrix,
+            "wbdemo-cu130-70",
+            Path("/nonexistent"),
+            {},
+            torch_index_url=None,
+            reporter=_Quiet(),
+            engine=None,  # the production base: Docker is never asked
         )
 
 

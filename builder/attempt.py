@@ -1,0 +1,373 @@
+"""One attempt, as pure values: its configuration (AttemptConfig), the cibuildwheel settings
+that configuration becomes (cibuildwheel_env), what the engine saw of it (AttemptResult, with
+its OOM evidence), and how it ended: Succeeded | OOMKilled | Failed.
+
+No Docker and no subprocess here: the engine runs the attempt and observes it; this module says
+what to run and what the observations mean, so both are tested exhaustively without a daemon.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import secrets
+from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from .errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
+
+PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
+# sccache's local store, shared by every attempt, Python and night on this machine: a retry after
+# an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
+SCCACHE_VOLUME = "wheelbuild-sccache"
+SCCACHE_DIR = "/root/.cache/sccache"
+ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
+
+# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
+# (pip -v indents what the build backend prints).
+_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine saw
+#
+# When a compiler is OOM-killed, ninja fails, cibuildwheel exits 1 and the container's PID 1
+# (cibuildwheel's bash) exits 0: no 137 anywhere. The kernel and Docker know, so the engine asks
+# them, and the evidence comes back here.
+
+
+@dataclass(frozen=True)
+class OomEvidence:
+    docker_oom_events: int = 0  # Docker's `oom` events for the attempt's label
+    state_oom_killed: bool = False  # State.OOMKilled, seen while the container lived
+    cgroup_oom_kills: int = 0  # rise of the container cgroup's oom_kill counter
+    killed_lines: tuple[str, ...] = ()  # "Killed", "died due to signal 9" in the log
+
+    @property
+    def fired(self) -> tuple[str, ...]:
+        found = []
+        if self.docker_oom_events:
+            found.append(f"docker oom event x{self.docker_oom_events}")
+        if self.state_oom_killed:
+            found.append("State.OOMKilled")
+        if self.cgroup_oom_kills:
+            found.append(f"cgroup oom_kill +{self.cgroup_oom_kills}")
+        # "Killed" in the log is what any SIGKILL prints (a timeout, a person's pkill): it
+        # counts only when the kernel or Docker also says the memory limit was hit.
+        if self.killed_lines and found:
+            found.append(f"log: {self.killed_lines[0]}")
+        return tuple(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# One attempt: one cibuildwheel run in one container
+
+
+@dataclass(frozen=True)
+class AttemptConfig:
+    run_id: str
+    attempt: int
+    image: str
+    project_dir: Path  # copied into the container as /project
+    package: str  # what cibuildwheel builds: "." or an sdist path
+    identifiers: tuple[str, ...]  # cp311-manylinux_x86_64 ...
+    memory: int
+    cpus: float
+    gpus: bool
+    build_env: Mapping[str, str]
+    cuda_home: str
+    torch_requirement: str
+    torch_minor: str
+    torch_cuda_major: int
+    torch_index_url: str
+    output_dir: Path
+    log_path: Path
+    compiler_cache: bool = True
+    # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
+    admission: tuple[int, str] | None = None
+    # Host env vars handed to the build by name (values never on a command line): a shared
+    # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
+    pass_env: tuple[str, ...] = ()
+    repair_excludes: tuple[str, ...] = (
+        "libtorch*.so",
+        "libc10*.so",
+        "libcudart.so*",
+        "libcuda.so*",
+        "libshm.so",
+    )
+
+    @property
+    def attempt_id(self) -> str:
+        return f"{self.run_id}.{self.attempt}"
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    attempt: int
+    returncode: int
+    duration_s: float
+    wheels: tuple[Path, ...]
+    memory_limit_seen: int | None
+    log_path: Path
+    log_tail: tuple[str, ...] = field(default_factory=tuple)
+    oom: OomEvidence = field(default_factory=OomEvidence)
+    peak_memory: int | None = None  # peak working set, sampled once a second
+    peak_memory_compile: int | None = None  # the same, during cibuildwheel's "Building wheel" step
+    finished_units: tuple[str, ...] = ()  # "identifier:unit.o" of each unit that completed here
+    units_total: int = 0
+    cache_hits: int = 0  # sccache, over the builds that got as far as the repair step
+    cache_misses: int = 0
+    build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
+    build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
+    cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
+    # For build-report.html, in seconds since the attempt began: the working set (each point the
+    # highest sample of its interval, memory_step_s long), the OOM kills, each unit's finish.
+    memory_series: tuple[tuple[float, int], ...] = ()
+    memory_step_s: float = 0.0
+    oom_at_s: tuple[float, ...] = ()
+    unit_finished_s: tuple[tuple[str, float], ...] = ()
+
+
+def _env_assignments(env: Mapping[str, str]) -> str:
+    return " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+
+
+# sccache's shared storages (S3 and compatible, Redis, GitHub Actions' cache) and their
+# credentials: when the host has any of these, the build gets them, so that runners share what
+# any of them compiled.
+SHARED_CACHE_ENV = (
+    "SCCACHE_BUCKET", "SCCACHE_REGION", "SCCACHE_ENDPOINT", "SCCACHE_S3_KEY_PREFIX", "SCCACHE_S3_USE_SSL",
+    "SCCACHE_S3_NO_CREDENTIALS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "SCCACHE_REDIS", "SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS_PASSWORD", "SCCACHE_REDIS_KEY_PREFIX",
+    "SCCACHE_GHA_ENABLED", "SCCACHE_GHA_VERSION", "ACTIONS_CACHE_URL", "ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN",
+)  # fmt: skip
+
+
+def shared_cache_env(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The SHARED_CACHE_ENV names set in `environ`."""
+    return tuple(name for name in SHARED_CACHE_ENV if environ.get(name))
+
+
+# Each Python's torch headers are the same, but live in that Python's own site-packages, a path
+# the preprocessed text sccache hashes names. sccache strips SCCACHE_BASEDIRS from it, so the
+# second Python reuses the first one's kernels (a unit that includes Python.h still differs in
+# content and recompiles). The path is asked of the build's python, resolved too: manylinux's
+# /opt/python/<tag> is a link to /opt/_internal/cpython-<version>.
+SITE_PACKAGES_BASEDIRS = (
+    "SCCACHE_BASEDIRS=\"$(python -c \"import os, sysconfig; p = sysconfig.get_path('purelib'); "
+    "print(p + ':' + os.path.realpath(p))\")\""
+)
+
+
+def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> dict[str, str]:
+    """The CIBW_* settings of one attempt. Pure, so unit tests can read it. Secrets (the torch
+    index URL, a shared cache's credentials) are never among them: cibuildwheel prints its
+    options and runs commands as `env K=V ...`, so they reach the container as files in
+    `secrets_dir`, mounted read-only (secrets.MOUNT), and only the commands that need them read them."""
+    create_args = [
+        f"--memory={config.memory}",
+        f"--memory-swap={config.memory}",  # equal: no swap, so the limit is real
+        f"--cpus={config.cpus:g}",
+        f"--label={RUN_LABEL}={config.run_id}",
+        f"--label={ATTEMPT_LABEL}={config.attempt_id}",
+        f"--label={OWNER_LABEL}={owner_token()}",
+        f"--volume={PIP_CACHE_VOLUME}:/root/.cache/pip",
+    ]
+    if config.compiler_cache:
+        create_args.append(f"--volume={SCCACHE_VOLUME}:{SCCACHE_DIR}")
+    if secrets_dir is not None:
+        create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
+    if config.gpus:
+        create_args.append("--gpus=all")
+    container_env = {
+        **config.build_env,
+        "CUDA_HOME": config.cuda_home,
+        "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
+    }
+    if config.compiler_cache:
+        # torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place of c++.
+        # sccache-c++ goes through wheelbuild-admit too, which admits only when its env is set.
+        container_env.update(
+            {
+                "PYTORCH_NVCC": f"{'wheelbuild-admit ' if config.admission else ''}sccache {config.cuda_home}/bin/nvcc",
+                "CXX": "/usr/local/bin/sccache-c++",
+                "SCCACHE_DIR": SCCACHE_DIR,
+                "SCCACHE_IDLE_TIMEOUT": "0",
+            }
+        )
+    elif config.admission:
+        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
+    if config.admission:
+        budget, costs = config.admission
+        container_env.update(
+            {
+                "WHEELBUILD_ADMIT_BUDGET": str(budget),
+                "WHEELBUILD_ADMIT_COSTS": ADMIT_COSTS_PATH,
+                "WHEELBUILD_ADMIT_COSTS_JSON": costs,
+            }
+        )
+    # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
+    # silently ignore --memory, and then the plan's MAX_JOBS means nothing.
+    check_memory = (
+        "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
+        f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
+        f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
+        'runs without the requested limit" >&2; exit 86; }'
+    )
+    # A wheel built against the wrong torch breaks at import, so check what the index served.
+    check_torch = (
+        'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
+        f'ok = v.startswith("{config.torch_minor}.") and c.split(".")[0] == "{config.torch_cuda_major}"; '
+        f'print("wheelbuild: torch", v, "CUDA", c) if ok else print("{TORCH_MISMATCH_MARK}:", v, '
+        f'"with CUDA", c, "was installed; the variant needs torch {config.torch_minor}.* with CUDA '
+        f'{config.torch_cuda_major}.x"); sys.exit(0 if ok else 87)'
+    )
+    excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
+    before_build = (
+        "python -m pip install 'setuptools>=70' wheel && "
+        f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
+        f"python -m pip install {shlex.quote(config.torch_requirement)} && "
+        f"python -c {shlex.quote(check_torch)}"
+    )
+    repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
+    if config.admission:
+        # The wrapper reads its costs from a file; the env carries the text into the container.
+        before_build = f'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > {ADMIT_COSTS_PATH} && ' + before_build
+    if config.compiler_cache:
+        # Counted per build: zeroed before it, printed after it (read back from the log). A fresh
+        # server per build, since the server keeps the SCCACHE_BASEDIRS of the build that
+        # started it, and builds run one after another.
+        # The server is the one process that needs a shared cache's credentials: it alone is
+        # started with them (sourced from the mounted file), and the compilers only talk to it.
+        before_build += (
+            " && { sccache --stop-server >/dev/null 2>&1 || true; } && "
+            f"( set -a && . {secrets.MOUNT}/{secrets.SCCACHE_ENV_FILE} && exec sccache --start-server >/dev/null ) && "
+            "sccache --zero-stats >/dev/null"
+        )
+        repair = f"sccache --show-stats; {repair}"
+    return {
+        "CIBW_PLATFORM": "linux",
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_BUILD": " ".join(config.identifiers),
+        "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
+        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
+        "CIBW_BUILD_VERBOSITY": "1",
+        "CIBW_BEFORE_ALL_LINUX": check_memory,
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
+        "CIBW_ENVIRONMENT_LINUX": " ".join(
+            [
+                _env_assignments(container_env),
+                *([SITE_PACKAGES_BASEDIRS] if config.compiler_cache else []),
+                f'PATH="$PATH:{config.cuda_home}/bin"',
+            ]
+        ),
+        "CIBW_ENVIRONMENT_PASS_LINUX": "",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
+        "CIBW_TEST_COMMAND": "",
+    }
+
+
+def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:
+    """What every line of the attempt passes through before a log or a terminal sees it."""
+    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch_index_url,)))
+
+
+# ---------------------------------------------------------------------------------------------
+# How an attempt ended: the architecture's result type
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    result: AttemptResult
+
+
+@dataclass(frozen=True)
+class OOMKilled:
+    """A compiler was OOM-killed, by evidence: worth a retry at half the parallelism."""
+
+    result: AttemptResult
+
+    @property
+    def error(self) -> OutOfMemory:
+        result = self.result
+        return OutOfMemory(
+            f"a compiler was OOM-killed in attempt {result.attempt} "
+            f"(evidence: {'; '.join(result.oom.fired)})",
+            "give the container more memory (--memory) or lower --max-jobs / --nvcc-threads; "
+            + f"full log: {result.log_path}",
+            details="\n".join(result.log_tail[-25:]),
+        )
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Any other end without wheels: final, with the typed error that explains it."""
+
+    result: AttemptResult
+    error: WheelbuildError
+
+
+Outcome = Succeeded | OOMKilled | Failed
+
+
+def classify(result: AttemptResult) -> Outcome:
+    """What the observations mean. Marks count only at the start of a line: cibuildwheel also
+    echoes the commands that print them."""
+    if result.returncode == 0 and result.wheels:
+        return Succeeded(result)
+    tail = "\n".join(result.log_tail[-25:])
+    where = f"full log: {result.log_path}"
+    if any(line.startswith(MEMORY_MISSING_MARK) for line in result.log_tail):
+        return Failed(
+            result,
+            MemoryLimitNotApplied(
+                "the build container runs without the memory limit it was given "
+                f"(it read {result.memory_limit_seen or 'no limit'}); Docker ignored --memory",
+                "use a rootful Docker with the memory cgroup controller enabled "
+                "(rootless Docker on cgroup v1 cannot limit memory)",
+                details=tail,
+            ),
+        )
+    mismatch = next((line for line in result.log_tail if line.startswith(TORCH_MISMATCH_MARK)), None)
+    if mismatch:
+        return Failed(
+            result,
+            BuildFailed(
+                mismatch.removeprefix("wheelbuild: "),
+                "point --torch-index-url at an index serving that variant, or pick the variant the index has",
+                details=tail,
+            ),
+        )
+    if result.oom.fired:
+        return OOMKilled(result)
+    first_error = _COMPILER_ERROR.search("\n".join(result.log_tail))
+    if first_error:
+        return Failed(
+            result,
+            CompileFailed(
+                f"compile failed: {first_error.group(0).strip()}",
+                f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",
+                details=tail,
+            ),
+        )
+    return Failed(
+        result,
+        BuildFailed(
+            f"cibuildwheel exited with code {result.returncode} without a wheel",
+            f"read the log tail above; {where}",
+            details=tail,
+        ),
+    )
+
+
+def raise_for_failure(result: AttemptResult) -> None:
+    """Turn a failed attempt into the typed error that explains it."""
+    outcome = classify(result)
+    if isinstance(outcome, (OOMKilled, Failed)):
+        raise outcome.error

@@ -1,0 +1,295 @@
+"""The build's flow above the engine, with a fake engine (ports.Engine) in Docker's place: the OOM
+retry at half the parallelism, the stop at the smallest plan (exit 43), a final failure that is
+not retried, the reuse of an earlier result (no attempt at all) and the report written once.
+And DockerEngine as a context manager: an exception removes its runs' containers."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wheelbuild import build, report_html, results
+from wheelbuild.attempt import (
+    AttemptConfig,
+    AttemptResult,
+    Failed,
+    OomEvidence,
+    OOMKilled,
+    Succeeded,
+    classify,
+)
+from wheelbuild.buildlog import BuildLog, MemorySample
+from wheelbuild.cuda_redist import CudaLayer
+from wheelbuild.engine import DockerEngine
+from wheelbuild.errors import CompileFailed, OutOfMemory
+from wheelbuild.image import Image, ImageInputs
+from wheelbuild.memory_model import GIB, wbdemo_model
+from wheelbuild.planner import Plan
+from wheelbuild.ports import Engine, GateJob
+from wheelbuild.recipes import resolve_recipe
+from wheelbuild.reporter import Reporter
+from wheelbuild.spec import BuildSpec, GpuMode
+from wheelbuild.variants import parse_variant
+
+from tests.indexkit import make_wheel
+
+OOM = OomEvidence(docker_oom_events=1, cgroup_oom_kills=1)
+COMPILE_ERROR = '/project/csrc/saxpy.cu(5): error: identifier "x" is undefined'
+
+# What an attempt does in the fake: "oom", "ok" (a wheel appears), or "error" (a compile error).
+Script = Iterator[str]
+
+
+class FakeEngine:
+    """ports.Engine without Docker: each attempt ends as the script says; every call is noted."""
+
+    def __init__(self, *ends: str) -> None:
+        self.ends: Script = iter(ends)
+        self.configs: list[AttemptConfig] = []
+        self.reapers: list[str] = []
+
+    def local_image_id(self, reference: str) -> str:
+        return f"sha256:{reference.replace(':', '-')}"
+
+    def ensure_image(self, inputs: ImageInputs, on_line: Callable[[str], None]) -> Image:
+        return Image(tag=inputs.tag, id="sha256:built", labels={}, reused=True)
+
+    def ensure_cuda_layer_image(self, layer: CudaLayer, tree: Path, on_line: Callable[[str], None]) -> str:
+        raise AssertionError("a cu130 build needs no CUDA 12 layer")
+
+    def image_pythons(self, tag: str) -> list[str]:
+        return ["cp311"]
+
+    def start_reaper(self, run_id: str) -> None:
+        self.reapers.append(run_id)
+
+    def sweep_orphans(self) -> int:
+        return 0
+
+    def resolve_gpus(self, mode: GpuMode) -> bool:
+        return False
+
+    def run_attempt(
+        self,
+        config: AttemptConfig,
+        on_line: Callable[[str, BuildLog], None],
+        on_memory: Callable[[MemorySample], None] | None = None,
+    ) -> AttemptResult:
+        self.configs.append(config)
+        end = next(self.ends)
+        wheels: tuple[Path, ...] = ()
+        if end == "ok":
+            wheels = (
+                make_wheel(config.output_dir, "wbdemo", "0.1.0", tag="cp311-cp311-manylinux_2_28_x86_64"),
+            )
+        return AttemptResult(
+            attempt=config.attempt,
+            returncode=0 if end == "ok" else 1,
+            duration_s=1.0,
+            wheels=wheels,
+            memory_limit_seen=config.memory,
+            log_path=config.log_path,
+            log_tail=("Killed",) if end == "oom" else (COMPILE_ERROR,) if end == "error" else ("done",),
+            oom=OOM if end == "oom" else OomEvidence(),
+        )
+
+    def run_gate(self, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:
+        raise AssertionError("these builds run without the gate")
+
+    def interrupt_cleanup(self, run_id: str) -> int:
+        return 0
+
+
+def _engine(*ends: str) -> FakeEngine:
+    fake = FakeEngine(*ends)
+    _: Engine = fake  # the fake is an Engine, as mypy sees it
+    return fake
+
+
+def _plan(max_jobs: int, nvcc_threads: int) -> Plan:
+    model = wbdemo_model()
+    return Plan(
+        memory=4 * GIB, cpus=2.0, max_jobs=max_jobs, nvcc_threads=nvcc_threads, reasons=(),
+        predicted_peak=model.peak_of_jobs(max_jobs, nvcc_threads, 2), archs=2, model=model,
+    )  # fmt: skip
+
+
+def _configure(make_config: Callable[..., AttemptConfig]) -> Callable[[int, Plan], AttemptConfig]:
+    def configure(number: int, plan: Plan) -> AttemptConfig:
+        env = {"MAX_JOBS": str(plan.max_jobs), "NVCC_THREADS": str(plan.nvcc_threads)}
+        return make_config(attempt=number, build_env=env, memory=plan.memory)
+
+    return configure
+
+
+def _reporter() -> tuple[Reporter, io.StringIO]:
+    out = io.StringIO()
+    return Reporter(out, quiet=True), out
+
+
+def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    fake = _engine("oom", "ok")
+    reporter, out = _reporter()
+    attempts = build._attempts(fake, _plan(4, 2), _configure(make_config), reporter)
+    assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["4", "2"]
+    assert [c.attempt for c in fake.configs] == [1, 2]
+    assert [plan.max_jobs for plan, _ in attempts] == [4, 2]
+    assert attempts[-1][1].returncode == 0
+    assert (
+        "attempt 1 was OOM-killed (docker oom event x1; cgroup oom_kill +1); "
+        "retrying at MAX_JOBS=2, NVCC_THREADS=2, keeping every unit that finished"
+    ) in out.getvalue()
+
+
+def test_at_one_job_the_nvcc_threads_are_halved_next(make_config: Callable[..., AttemptConfig]) -> None:
+    fake = _engine("oom", "ok")
+    build._attempts(fake, _plan(1, 2), _configure(make_config), _reporter()[0])
+    assert [(c.build_env["MAX_JOBS"], c.build_env["NVCC_THREADS"]) for c in fake.configs] == [
+        ("1", "2"),
+        ("1", "1"),
+    ]
+
+
+def test_an_oom_kill_of_the_smallest_plan_is_final_with_exit_43(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    fake = _engine("oom", "oom", "oom", "ok")
+    with pytest.raises(OutOfMemory) as caught:
+        build._attempts(fake, _plan(2, 1), _configure(make_config), _reporter()[0])
+    assert caught.value.exit_code == 43
+    assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["2", "1"]  # nothing smaller to try
+    assert caught.value.cause == (
+        "even the smallest plan (MAX_JOBS=1, NVCC_THREADS=1) was OOM-killed in 4.0 GiB after 2 attempt(s)"
+    )
+    assert caught.value.details == "Killed"  # the last attempt's log tail
+
+
+def test_a_compile_error_is_final_and_not_retried(make_config: Callable[..., AttemptConfig]) -> None:
+    fake = _engine("error", "ok")
+    with pytest.raises(CompileFailed, match="identifier"):
+        build._attempts(fake, _plan(4, 2), _configure(make_config), _reporter()[0])
+    assert len(fake.configs) == 1
+
+
+def test_an_attempts_end_is_one_of_three(make_result: Callable[..., AttemptResult], tmp_path: Path) -> None:
+    wheel = tmp_path / "wbdemo-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert isinstance(classify(make_result("done", returncode=0, wheels=(wheel,))), Succeeded)
+    killed = classify(make_result("Killed", oom=OOM))
+    assert isinstance(killed, OOMKilled) and killed.error.exit_code == 43
+    failed = classify(make_result(COMPILE_ERROR))
+    assert isinstance(failed, Failed) and isinstance(failed.error, CompileFailed)
+
+
+# ---------------------------------------------------------------------------------------------
+# run_build over the fake: reuse, and the report
+
+
+@pytest.fixture
+def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, build.ImageOptions, list[Path]]:
+    """The bundled example for cu130 on a local base, torch's index answered without a network;
+    every report written is noted."""
+    monkeypatch.setattr(build, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp312"}))
+    written: list[Path] = []
+    monkeypatch.setattr(report_html, "write_beside", written.append)
+    spec = BuildSpec(
+        recipe=resolve_recipe(None), variant=parse_variant("cu130", None), archs=(100, 120), pythons=("cp311",),
+        gpus=GpuMode.NONE, memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1, output_dir=tmp_path / "out",
+    )  # fmt: skip
+    return spec, build.ImageOptions(base_image="wheelbuild-base:fake", ca_bundle=None), written
+
+
+def test_unchanged_inputs_reuse_the_stored_result_and_start_no_attempt(
+    flow: tuple[BuildSpec, build.ImageOptions, list[Path]], tmp_path: Path
+) -> None:
+    spec, options, written = flow
+    fake = _engine()  # any attempt would fail: the script is empty
+    inputs = build.image_inputs(fake, options.for_variant(spec.variant))
+    key = build.inputs_key(spec, inputs, ("cp311",))
+    earlier = tmp_path / "earlier"
+    wheel = make_wheel(earlier, "wbdemo", "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_28_x86_64")
+    report = earlier / "build-report.json"
+    report.write_text(json.dumps({"run_id": "earlier-run", "gate": [{"wheel": wheel.name, "passed": True}]}))
+    results.save(build.cache_dir() / "results", key, (wheel,), report)
+
+    result = build.run_build(spec, options, _reporter()[0], fake)
+
+    assert fake.configs == []
+    assert result.plan is None
+    assert [w.path.name for w in result.wheels] == [wheel.name]
+    assert written == [result.report]  # once
+    stored = json.loads(result.report.read_text())
+    assert stored["reused"] == {"key": key, "from_run": "earlier-run"}
+    assert result.gate == {wheel.name: "passed in run earlier-run"}
+
+
+def test_a_build_writes_its_report_once_with_every_attempt(
+    flow: tuple[BuildSpec, build.ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, options, written = flow
+    spec = BuildSpec(**{**spec.__dict__, "gate": False})
+    # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
+    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec: ((), []))
+    fake = _engine("oom", "ok")
+
+    result = build.run_build(spec, options, _reporter()[0], fake)
+
+    assert len(fake.configs) == 2 and fake.reapers == [result.run_id]
+    assert written == [result.report]  # once
+    report = json.loads(result.report.read_text())
+    assert [a["max_jobs"] for a in report["attempts"]] == [2, 1]
+    assert report["attempts"][0]["oom_evidence"] == ["docker oom event x1", "cgroup oom_kill +1"]
+    assert result.plan is not None and result.plan.max_jobs == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# DockerEngine as a context manager
+
+
+class _Container:
+    def __init__(self, removed: list[str], name: str) -> None:
+        self.removed, self.name = removed, name
+
+    def remove(self, force: bool) -> None:
+        self.removed.append(self.name)
+
+
+class _Containers:
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.asked: list[dict[str, Any]] = []
+
+    def list(self, all: bool, filters: dict[str, Any]) -> list[_Container]:
+        self.asked.append(filters)
+        return [_Container(self.removed, f"of {filters['label']}")]
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.containers = _Containers()
+
+
+def test_an_exception_inside_the_engine_removes_its_runs_containers(tmp_path: Path) -> None:
+    client = _Client()
+    with pytest.raises(RuntimeError), DockerEngine(client) as engine:
+        engine._runs.add("run-1")  # as run_attempt, run_gate and calibration compiles note theirs
+        raise RuntimeError("a bug above the engine")
+    assert client.containers.removed == ["of wheelbuild.run=run-1"]
+
+
+def test_a_normal_end_leaves_the_engine_nothing_to_clean() -> None:
+    client = _Client()
+    with DockerEngine(client) as engine:
+        engine._runs.add("run-1")
+    assert client.containers.asked == []
+
+
+def test_an_engine_never_used_never_connects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    with pytest.raises(RuntimeError), DockerEngine():
+        raise RuntimeError("before any Docker call")
