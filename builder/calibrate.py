@@ -85,6 +85,7 @@ def run_calibration(
         )
     recipe = resolve_lookup(recipe, reporter.info)
     run_id = build.new_run_id()
+    engine.connect()
     inputs = build.image_inputs(engine, options.for_variant(variant))
     compiler = build.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
     source = prepare_source(recipe.source, reporter.info)

@@ -586,7 +586,7 @@ def gc_command(
         image_options=_image_options(base_image, ca_bundle, cuda12_image),
     )
     reporter = Reporter()
-    with DockerEngine(sweep=False) as engine:  # a dry run removes nothing, not even orphans
+    with DockerEngine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
         planned = prune.collect(engine, options, reporter.step)
         for decision in planned.decisions:
             click.echo(decision.line(dry_run))
@@ -619,7 +619,7 @@ def image_build(
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
     options = replace(_image_options(base_image, ca_bundle, cuda12_image), cuda12_redist=with_cuda12)
-    with DockerEngine() as engine:
+    with DockerEngine().connect() as engine:
         inputs = build_pipeline.image_inputs(engine, options)
         built = build_pipeline.ensure_image(engine, inputs, reporter)
     click.echo(built.tag)
@@ -628,7 +628,7 @@ def image_build(
 @image.command("ls")
 def image_ls() -> None:
     """List wheelbuild images and the inputs their labels record."""
-    with DockerEngine() as engine:
+    with DockerEngine().connect() as engine:
         images = engine.list_images()
     if not images:
         click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")

@@ -149,6 +149,12 @@ class DockerEngine:
                 self.sweep_orphans()
         return self._client
 
+    def connect(self) -> DockerEngine:
+        """Connect now rather than at first use: a command that needs Docker says so before any
+        other work (DockerUnavailable, exit 20)."""
+        _ = self._docker
+        return self
+
     def _run(self, image: str, command: list[str], run_id: str | None = None, **kwargs: Any) -> Any:
         """containers.run with the owner's label (and the run's, which __exit__ cleans up)."""
         labels = {OWNER_LABEL: owner_token(), **kwargs.pop("labels", {})}
@@ -332,7 +338,7 @@ class DockerEngine:
         process is gone it removes every container of the run, and every compiler with them. (A
         killed wheelbuild cannot clean up; cibuildwheel, in a session of its own, would otherwise
         keep its container compiling until it next wrote to the dead pipe.)"""
-        _ = self._docker  # connected first: no reaper for a daemon that is not there
+        self.connect()  # first: no reaper for a daemon that is not there
         self._runs.add(run_id)
         subprocess.Popen(
             [sys.executable, "-m", f"{__package__}.reaper", owner_token(), run_id],
