@@ -11,7 +11,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +45,14 @@ from .planner import (
 )
 from .ports import Engine, GateJob, ImageIds, Images
 from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
-from .recipes import Recipe, resolve_recipe
+from .recipes import Recipe, resolve_recipe, source_location, source_pin
 from .reporter import Reporter
-from .results import source_digest
+from .results import source_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
-from .spec import BuildSpec, GpuMode, format_bytes, parse_archs
+from .spec import BuildSpec, Resources, parse_archs
 from .stamp import Stamp, stamp_wheel
+from .units import format_bytes
 from .variants import (
     CUDA13_VERSION,
     CudaCompiler,
@@ -232,9 +233,8 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
     """The content hash of everything that decides what a build's wheels hold: source, image
     inputs, torch variant and index, archs, Pythons, the build's env, the tools (not MAX_JOBS or
     NVCC_THREADS, which change how fast, not what)."""
-    source = spec.recipe.source
     return results.result_key(
-        source=source_digest(Path(source.location)) if not source.is_url else str(source.sha256),
+        source=source_key(spec.recipe.source),
         image_inputs=inputs.sha256,
         variant=str(spec.variant),
         index_url=spec.variant.index_url,
@@ -256,11 +256,6 @@ def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path("
         variant=parse_variant(cell.torch, torch_index_url),
         archs=parse_archs(cell.archs),
         pythons=(cell.python,) if cell.python else (),
-        gpus=GpuMode.AUTO,
-        memory=None,
-        cpus=None,
-        max_jobs=None,
-        nvcc_threads=None,
         output_dir=output_dir,
     )
 
@@ -287,10 +282,7 @@ def unpublished_cells(
 def plan_for(
     recipe: Recipe,
     archs: tuple[int, ...],
-    memory: int | None,
-    cpus: float | None,
-    max_jobs: int | None,
-    nvcc_threads: int | None,
+    resources: Resources,
     root: Path = Path("/"),
     toolkit: str = CUDA13_VERSION,
 ) -> Plan:
@@ -298,6 +290,7 @@ def plan_for(
     our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
     A profile `wheelbuild calibrate` measured for this release and toolkit beats the built-in one."""
     own = cgroup.read_limits(root)
+    memory, cpus = resources.memory, resources.cpus
     if memory is None:
         available = cgroup.host_memory_available(root)
         budget = container_limit(available, own.memory_limit)
@@ -311,8 +304,8 @@ def plan_for(
         cpus=cpus,
         archs=len(archs),
         model=load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model,
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
+        max_jobs=resources.max_jobs,
+        nvcc_threads=resources.nvcc_threads,
         budget_reason=why,
     )
 
@@ -382,15 +375,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
             run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report, gate=gate
         )
 
-    plan = plan_for(
-        spec.recipe,
-        spec.archs,
-        spec.memory,
-        spec.cpus,
-        spec.max_jobs,
-        spec.nvcc_threads,
-        toolkit=compiler.version,
-    )
+    plan = plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version)
     if spec.admission:
         plan = with_admission(plan, keep_jobs=spec.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
@@ -461,8 +446,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
                     "name": spec.recipe.name,
                     "version": spec.recipe.version,
                     "source": {
-                        **asdict(spec.recipe.source),
-                        "location": redact_url(spec.recipe.source.location),
+                        "location": redact_url(source_location(spec.recipe.source)),
+                        "sha256": source_pin(spec.recipe.source),
                     },
                 },
                 "torch": {

@@ -29,10 +29,11 @@ from .calibration import (
 from .errors import BadArgument, CompileFailed, Interrupted
 from .memory_model import MemoryModel
 from .ports import CalibrationEngine, UnitCompile
-from .recipes import Recipe
+from .recipes import IndexLookup, Recipe, RemoteSdist
 from .reporter import Reporter
 from .sources import cache_dir, prepare_source, resolve_lookup
-from .spec import format_bytes
+from .spec import Resources
+from .units import format_bytes
 from .variants import TorchVariant
 
 __all__ = ["CalibrationResult", "run_calibration"]
@@ -79,7 +80,7 @@ def run_calibration(
             "calibrate a recipe that declares its units (flash-attn)",
         )
     units_spec = recipe.units
-    if not recipe.source.is_url and not recipe.source.is_lookup:
+    if not isinstance(recipe.source, RemoteSdist | IndexLookup):
         raise BadArgument(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
@@ -102,7 +103,7 @@ def run_calibration(
         chosen = [by_file[n.rsplit("/", 1)[-1]] for n in unit_names]
     else:
         chosen = sample_units(recipe.memory_model, units_spec.families, sample, most_archs)
-    plan = build.plan_for(recipe, archs_options[0], memory, None, None, None)
+    plan = build.plan_for(recipe, archs_options[0], Resources(memory=memory))
     jobs = [(u, a, t) for u in chosen for a in archs_options for t in threads_options if t <= len(a)]
     reporter.step(
         f"calibrate {recipe.name} {recipe.version} on CUDA {compiler.version}: {len(jobs)} compile(s) of "

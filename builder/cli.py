@@ -28,17 +28,18 @@ from .reporter import Reporter
 from .sources import cache_dir, newest_release, newest_torch
 from .spec import (
     DEFAULT_ARCHS,
+    DEFAULT_OUTPUT_DIR,
     MAX_CPUS,
     BuildSpec,
     GpuMode,
+    Resources,
     check_cpus,
-    format_bytes,
     parse_archs,
     parse_env,
-    parse_memory,
     parse_python,
     resolve_ca_bundle,
 )
+from .units import format_bytes, parse_memory
 from .variants import parse_variant
 from .wheels import WheelInfo
 
@@ -203,7 +204,7 @@ _build_flags = [
     _build_option(
         "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True
     ),
-    _build_option("output-dir", "--output-dir", type=_PATH, default=Path("wheelhouse"), show_default=True),
+    _build_option("output-dir", "--output-dir", type=_PATH, default=DEFAULT_OUTPUT_DIR, show_default=True),
     _build_option(
         "admission",
         "--admission",
@@ -397,14 +398,14 @@ def plan(
     WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
     variant = parse_variant(torch_variant, torch_index_url)
     recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env)
+    resources = Resources(
+        memory=parse_memory(memory) if memory is not None else None,
+        cpus=check_cpus(cpus),
+        max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads,
+    )
     planned = build_pipeline.plan_for(
-        recipe,
-        parse_archs(archs),
-        parse_memory(memory) if memory is not None else None,
-        check_cpus(cpus),
-        max_jobs,
-        nvcc_threads,
-        toolkit=build_pipeline.toolkit_for(variant),
+        recipe, parse_archs(archs), resources, toolkit=build_pipeline.toolkit_for(variant)
     )
     click.echo(format_plan(planned))
     for line in _provenance():
@@ -537,7 +538,7 @@ def calibrate(
 @click.option(
     "--output-dir",
     type=_PATH,
-    default=Path("wheelhouse"),
+    default=DEFAULT_OUTPUT_DIR,
     show_default=True,
     help="The builds' output dir: its runs/ is pruned; the published trees in it are read, never touched.",
 )

@@ -27,7 +27,8 @@ from typing import Any
 
 from .errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
 from .secrets import redact_url, url_secrets
-from .spec import MAX_CPUS, check_cpus, parse_archs, parse_env, parse_memory, parse_python
+from .spec import MAX_CPUS, check_cpus, parse_archs, parse_env, parse_python
+from .units import parse_memory
 from .variants import parse_variant
 
 __all__ = [

@@ -27,7 +27,8 @@ from typing import Literal
 from . import cgroup
 from .cuda_redist import REDIST_URL_ENV, redist_url
 from .secrets import authorized_request, redact_url, without_credentials
-from .spec import DEFAULT_CA_BUNDLE, format_bytes
+from .spec import DEFAULT_CA_BUNDLE
+from .units import format_bytes
 from .variants import PYTORCH_INDEX
 
 Status = Literal["ok", "warn", "fail"]

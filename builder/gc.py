@@ -26,7 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from .errors import BadArgument, GcIncomplete
-from .spec import format_bytes
+from .units import format_bytes
 
 DEFAULT_KEEP_RUNS = 5
 # A run without build-report.json written to this recently may still be building.

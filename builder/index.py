@@ -58,8 +58,8 @@ from .wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata
 __all__ = [
     "API_VERSION",
     "Distribution",
+    "IndexEntry",
     "IndexPlan",
-    "WheelInfo",
     "WriteHook",
     "atomic_write",
     "file_sha256",
@@ -103,8 +103,9 @@ def is_project_name(name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class WheelInfo:
-    """What the index needs from a wheel file, read and checked."""
+class IndexEntry:
+    """A wheel file as the index records it, read and checked: its name, version and METADATA
+    (wheels.WheelInfo is the other view of a wheel: what a build made, inspected)."""
 
     filename: str
     project: NormalizedName
@@ -167,7 +168,7 @@ def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
     return name, version
 
 
-def read_wheel(path: Path) -> WheelInfo:
+def read_wheel(path: Path) -> IndexEntry:
     """Read and check a wheel: its name parses, it is a zip with exactly one METADATA whose Name
     and Version agree with the file name."""
     project, version = parse_filename(path)
@@ -189,7 +190,7 @@ def read_wheel(path: Path) -> WheelInfo:
     if not same_version:
         raise _bad(path, f"its METADATA has version {meta_version!r}, the file name says {version}")
     requires = headers.get("Requires-Python")
-    return WheelInfo(
+    return IndexEntry(
         filename=path.name,
         project=project,
         version=version,

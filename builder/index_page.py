@@ -24,6 +24,8 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
+from .units import format_bytes
+
 if TYPE_CHECKING:
     from .index import Distribution
 
@@ -99,13 +101,6 @@ def install_lines(project: str, version: str, index_url: str = PLACEHOLDER) -> t
     return uv, pip
 
 
-def _size(size: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
-
-
 def _archs(dist: Distribution) -> str:
     if dist.archs is None:
         return "?"
@@ -135,7 +130,7 @@ def _row(dist: Distribution) -> str:
         f'<td class="variant">{html.escape(cuda)}<br>{html.escape(torch)}</td>',
         f'<td class="python" title="{html.escape(platforms)}">{html.escape(pythons)}</td>',
         f'<td class="archs">{html.escape(_archs(dist))}</td>',
-        f'<td class="size">{_size(dist.size)}</td>',
+        f'<td class="size">{format_bytes(dist.size)}</td>',
         f'<td class="date">{dist.upload_time.strftime("%Y-%m-%d %H:%M")} UTC</td>',
         f'<td class="yanked">{html.escape(yanked)}</td>',
         f'<td class="install">{_command(uv, "uv")}{_command(pip, "pip")}'

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .memory_model import GIB, MemoryModel, simulate
-from .spec import format_bytes
+from .units import PAGE, format_bytes
 
 __all__ = [
     "ADMIT_MARGIN",
@@ -41,7 +41,6 @@ __all__ = [
     "with_admission",
 ]
 
-PAGE = 4096
 # Memory left to the host (sshd, dockerd, the page cache they need) when the limit is derived.
 HOST_RESERVE = 2 * GIB
 # The least a derived container limit is set to. Docker reads --memory 0 as "no limit", so a

@@ -163,7 +163,7 @@ def publish(
     files = root / index.FILES
     with _locked(root, lock_timeout):
         _remove_temp_files(root)
-        added: list[tuple[Path, index.WheelInfo, str]] = []
+        added: list[tuple[Path, index.IndexEntry, str]] = []
         present: list[str] = []
         seen: set[str] = set()
         for path, info, sha256 in checked:

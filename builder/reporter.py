@@ -23,7 +23,7 @@ from rich.progress import (
 )
 
 from .buildlog import BuildLog, MemorySample
-from .spec import format_bytes
+from .units import format_bytes
 
 PLAIN_STATUS_EVERY_S = 15.0
 

@@ -16,7 +16,9 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
+from typing import assert_never
 
+from .recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
 from .secrets import without_credentials
 
 # Bump when a change to the build procedure changes what a wheel contains.
@@ -38,6 +40,19 @@ def source_digest(path: Path) -> str:
             digest.update(f"{relative}\0{file.stat().st_mode & 0o111:o}\0".encode())
             digest.update(hashlib.sha256(file.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def source_key(source: Source) -> str:
+    """What a source contributes to the key: a local tree's or file's content, a download's pin."""
+    match source:
+        case LocalProject(path) | LocalSdist(path):
+            return source_digest(path)
+        case RemoteSdist(_, sha256):
+            return sha256
+        case IndexLookup(project, version):
+            raise AssertionError(f"{project}=={version} is looked up (resolve_lookup) before it is keyed")
+        case _:
+            assert_never(source)
 
 
 @cache

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import urljoin
 
 from packaging.utils import (
@@ -28,8 +28,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .errors import BadArgument, SourceUnavailable
-from .recipes import Recipe, Source
-from .recipes.base import LOOKUP_PREFIX
+from .recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
 from .secrets import authorized_request, redact_url
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
@@ -137,13 +136,13 @@ def newest_torch(tag: str, index_url: str) -> str | None:
     return f"{max(versions).public}+{tag}" if versions else None
 
 
-def lookup_sdist(project: str, version: str) -> Source:
+def lookup_sdist(project: str, version: str) -> RemoteSdist:
     """The sdist of `project==version` as the index lists it (PEP 691 JSON), pinned by its sha256."""
     page, sdists = _sdists(project)
     wanted = Version(version)
     for found, url, sha256 in sdists:
         if found == wanted:
-            return Source(location=url, sha256=sha256)
+            return RemoteSdist(url=url, sha256=sha256)
     raise BadArgument(
         f"{project} {version} has no sdist with a sha256 on the index ({redact_url(page)})",
         f"check the version ({redact_url(page)}), or build from an sdist URL with #sha256=",
@@ -160,40 +159,52 @@ def newest_release(project: str) -> str:
 
 
 def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
-    """The recipe with a `pypi:` source replaced by the sdist the index lists (pinned)."""
-    if not recipe.source.is_lookup:
-        return recipe
-    project, _, version = recipe.source.location.removeprefix(LOOKUP_PREFIX).partition("==")
-    source = lookup_sdist(project, version)
-    on_line(
-        f"{project} {version} is not in wheelbuild's table: the index lists {source.location} sha256 {source.sha256}"
-    )
-    return replace(recipe, source=source)
+    """The recipe with an IndexLookup source replaced by the sdist the index lists (pinned)."""
+    match recipe.source:
+        case IndexLookup(project, version):
+            source = lookup_sdist(project, version)
+            on_line(
+                f"{project} {version} is not in wheelbuild's table: the index lists {source.url} sha256 {source.sha256}"
+            )
+            return replace(recipe, source=source)
+        case LocalProject() | LocalSdist() | RemoteSdist():
+            return recipe
+        case _:
+            assert_never(recipe.source)
 
 
 def prepare_source(source: Source, on_line: Callable[[str], None]) -> PreparedSource:
-    if source.is_url:
-        assert source.sha256 is not None, "URL sources are pinned by resolve_recipe"
-        name = source.location.rsplit("/", 1)[-1]
-        dest = cache_dir() / "sdists" / source.sha256 / name
-        if not dest.is_file():
-            _download(source.location, dest, on_line)
-        try:
-            _verify(dest, source.sha256)
-        except SourceUnavailable:
-            dest.unlink()  # a bad download must not poison the cache
-            raise
-        on_line(f"source {name}, sha256 {source.sha256[:16]}... verified")
-        return PreparedSource(project_dir=dest.parent, package=name)
-    path = Path(source.location)
-    if path.is_dir():
-        if not (path / "setup.py").is_file() and not (path / "pyproject.toml").is_file():
-            raise SourceUnavailable(
-                f"{path} has neither setup.py nor pyproject.toml",
-                "point at the project's root directory",
-            )
-        return PreparedSource(project_dir=path, package=".")
-    if path.is_file():
-        _verify(path, source.sha256)
-        return PreparedSource(project_dir=path.parent, package=path.name)
-    raise SourceUnavailable(f"source {path} does not exist", "check the path")
+    match source:
+        case RemoteSdist(url, sha256):
+            return _downloaded(url, sha256, on_line)
+        case LocalProject(path) if path.is_dir():
+            if not (path / "setup.py").is_file() and not (path / "pyproject.toml").is_file():
+                raise SourceUnavailable(
+                    f"{path} has neither setup.py nor pyproject.toml",
+                    "point at the project's root directory",
+                )
+            return PreparedSource(project_dir=path, package=".")
+        case LocalSdist(path, sha256) if path.is_file():
+            _verify(path, sha256)
+            return PreparedSource(project_dir=path.parent, package=path.name)
+        case LocalProject(path) | LocalSdist(path):
+            raise SourceUnavailable(f"source {path} does not exist", "check the path")
+        case IndexLookup(project, version):
+            raise AssertionError(f"{project}=={version} is looked up (resolve_lookup) before it is prepared")
+        case _:
+            assert_never(source)
+
+
+def _downloaded(url: str, sha256: str, on_line: Callable[[str], None]) -> PreparedSource:
+    """The sdist at *url*, downloaded once into the cache keyed by its pin and verified."""
+    name = url.rsplit("/", 1)[-1]
+    dest = cache_dir() / "sdists" / sha256 / name
+    if not dest.is_file():
+        _download(url, dest, on_line)
+    try:
+        _verify(dest, sha256)
+    except SourceUnavailable:
+        dest.unlink()  # a bad download must not poison the cache
+        raise
+    on_line(f"source {name}, sha256 {sha256[:16]}... verified")
+    return PreparedSource(project_dir=dest.parent, package=name)

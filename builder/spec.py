@@ -7,51 +7,21 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from .errors import BadArgument, BadMemory, CaBundleMissing
+from .errors import BadArgument, CaBundleMissing
 from .recipes import Recipe
 from .variants import TorchVariant
 
 DEFAULT_ARCHS = (100, 120)
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-PAGE = 4096
-# Docker refuses limits under 6 MiB; nothing that runs pip fits in less than this anyway.
-MIN_MEMORY = 256 * 1024**2
-# Docker takes the limit as an int64 of bytes; anything near that is a typo, not a machine.
-MAX_MEMORY = 4 * 1024**6
+DEFAULT_OUTPUT_DIR = Path("wheelhouse")
 # Docker's --cpus runs from 0.01; Linux builds for at most 8192 CPUs (CONFIG_NR_CPUS with MAXSMP).
 MIN_CPUS, MAX_CPUS = 0.01, 8192
-
-_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-_UNIT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 class GpuMode(StrEnum):
     AUTO = "auto"
     ALL = "all"
     NONE = "none"
-
-
-def parse_memory(text: str) -> int:
-    """Docker's units, all binary: 64g = 64 GiB, 512m, 1.5g, 6GiB, 1073741824. Page-aligned."""
-    match = _MEMORY_RE.match(text)
-    if match is None:
-        raise BadMemory(
-            f"memory size {text!r} is not understood",
-            "write a number with a unit, as docker does: 6g, 512m, 1.5g, 64GiB",
-        )
-    number = float(match[1]) * _UNIT[match[2].lower()]  # inf for 400 digits
-    if not number <= MAX_MEMORY:
-        raise BadMemory(
-            f"memory size {text!r} is over the {MAX_MEMORY // 1024**6} EiB a container limit can be",
-            "give the limit the build may use, e.g. 64g",
-        )
-    size = int(number) // PAGE * PAGE  # the kernel rounds limits down to pages
-    if size < MIN_MEMORY:
-        raise BadMemory(
-            f"memory size {text!r} is below the {MIN_MEMORY // 1024**2} MiB a build container needs",
-            "give at least 256m; a CUDA extension build wants several GiB",
-        )
-    return size
 
 
 def check_cpus(cpus: float | None) -> float | None:
@@ -62,13 +32,6 @@ def check_cpus(cpus: float | None) -> float | None:
             f"give one from {MIN_CPUS:g} to {MAX_CPUS}, e.g. --cpus 16 or --cpus 7.5; leave it out for all of this machine's",
         )
     return cpus
-
-
-def format_bytes(size: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
 
 
 def parse_archs(text: str) -> tuple[int, ...]:
@@ -115,17 +78,31 @@ def resolve_ca_bundle(given: Path | None) -> Path | None:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What a build may use, as given; None: the planner derives it from this machine."""
+
+    memory: int | None = None  # container limit in bytes
+    cpus: float | None = None
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+
+
+@dataclass(frozen=True)
 class BuildSpec:
     recipe: Recipe
     variant: TorchVariant
-    archs: tuple[int, ...]
-    pythons: tuple[str, ...]  # cibuildwheel tags, cp311...; empty = every one the image has
-    gpus: GpuMode
-    memory: int | None  # container limit in bytes; None = derive from the host
-    cpus: float | None
-    max_jobs: int | None
-    nvcc_threads: int | None
-    output_dir: Path
+    archs: tuple[int, ...] = DEFAULT_ARCHS
+    pythons: tuple[str, ...] = ()  # cibuildwheel tags, cp311...; empty = every one the image has
+    gpus: GpuMode = GpuMode.AUTO
+    memory: int | None = None  # container limit in bytes; None = derive from the host
+    cpus: float | None = None
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    output_dir: Path = DEFAULT_OUTPUT_DIR
     rebuild: bool = False  # build even when a finished build has the same inputs
     admission: bool = False  # admit compiles by memory (images/wheelbuild-admit)
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(self.memory, self.cpus, self.max_jobs, self.nvcc_threads)

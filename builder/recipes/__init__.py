@@ -13,11 +13,32 @@ from pathlib import Path
 from ..bundled import bundled_dir
 from ..errors import BadArgument, UnknownPackage
 from ..memory_model import wbdemo_model
-from .base import Recipe, Source
+from .base import (
+    IndexLookup,
+    LocalProject,
+    LocalSdist,
+    Recipe,
+    RemoteSdist,
+    Source,
+    source_location,
+    source_pin,
+)
 from .flash_attn import flash_attn_recipe
 from .torch_extension import torch_extension_recipe
 
-__all__ = ["EXAMPLE_DIR", "Recipe", "Source", "known_recipes", "resolve_recipe"]
+__all__ = [
+    "EXAMPLE_DIR",
+    "IndexLookup",
+    "LocalProject",
+    "LocalSdist",
+    "Recipe",
+    "RemoteSdist",
+    "Source",
+    "known_recipes",
+    "resolve_recipe",
+    "source_location",
+    "source_pin",
+]
 
 # The bundled example, also the test fixture: a small real CUDA extension.
 EXAMPLE_DIR = bundled_dir("example")
@@ -26,7 +47,7 @@ EXAMPLE_DIR = bundled_dir("example")
 def _wbdemo(version: str | None) -> Recipe:
     recipe = torch_extension_recipe(
         name="wbdemo",
-        source=Source(location=str(EXAMPLE_DIR)),
+        source=LocalProject(EXAMPLE_DIR),
         arch_env="WBDEMO_CUDA_ARCHS",
         memory_model=wbdemo_model(),
     )
@@ -75,7 +96,7 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
             )
         return torch_extension_recipe(
             name=Path(location).name,
-            source=Source(location=location, sha256=fragment[7:]),
+            source=RemoteSdist(url=location, sha256=digest),
             arch_env=arch_env,
         )
     path_text, _, fragment = package.partition("#")
@@ -94,11 +115,9 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
                 f"{path} is neither a project directory nor an sdist (.tar.gz or .zip)",
                 "give a directory with setup.py/pyproject.toml or an sdist file",
             )
-        return torch_extension_recipe(
-            name=path.resolve().name,
-            source=Source(location=str(path.resolve()), sha256=sha256),
-            arch_env=arch_env,
-        )
+        where = path.resolve()
+        source: Source = LocalSdist(where, sha256) if path.is_file() else LocalProject(where)
+        return torch_extension_recipe(name=where.name, source=source, arch_env=arch_env)
     raise UnknownPackage(
         f"unknown package {package!r}: not a known recipe, and no such path",
         f"use one of {', '.join(known_recipes())}, a local project path, or an sdist URL with #sha256=",

@@ -4,37 +4,75 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
+from typing import TypeAlias, assert_never
 
 from ..memory_model import MemoryModel, default_model
 
-# A release to look up on the index when the build starts: pypi:<project>==<version>.
+# How a release still to be looked up on the index is written: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"
 
 
 @dataclass(frozen=True)
-class Source:
-    """A local project directory, or an sdist (local path or URL), optionally pinned by sha256,
-    or a release still to be looked up on the index (LOOKUP_PREFIX)."""
+class LocalProject:
+    """A project directory on this machine, built as it is."""
 
-    location: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class LocalSdist:
+    """An sdist file on this machine, checked against its sha256 when one is given."""
+
+    path: Path
     sha256: str | None = None
 
-    @classmethod
-    def lookup(cls, project: str, version: str) -> Source:
-        return cls(location=f"{LOOKUP_PREFIX}{project}=={version}")
 
-    @property
-    def is_lookup(self) -> bool:
-        return self.location.startswith(LOOKUP_PREFIX)
+@dataclass(frozen=True)
+class RemoteSdist:
+    """An sdist to download, always pinned: the file must have this sha256."""
 
-    @property
-    def is_url(self) -> bool:
-        return "://" in self.location
+    url: str
+    sha256: str
 
-    @property
-    def is_sdist(self) -> bool:
-        return self.location.endswith((".tar.gz", ".zip"))
+
+@dataclass(frozen=True)
+class IndexLookup:
+    """A release the recipe does not pin: its sdist is looked up on the index when the build
+    starts, and pinned then by the sha256 the index lists (sources.resolve_lookup)."""
+
+    project: str
+    version: str
+
+
+# Where a recipe's source comes from; `match` on it (mypy checks every case is handled).
+Source: TypeAlias = LocalProject | LocalSdist | RemoteSdist | IndexLookup
+
+
+def source_location(source: Source) -> str:
+    """Where the source is, as people and the build report read it: a path, a URL, or
+    pypi:<project>==<version>."""
+    match source:
+        case LocalProject(path) | LocalSdist(path):
+            return str(path)
+        case RemoteSdist(url):
+            return url
+        case IndexLookup(project, version):
+            return f"{LOOKUP_PREFIX}{project}=={version}"
+        case _:
+            assert_never(source)
+
+
+def source_pin(source: Source) -> str | None:
+    """The sha256 the source must have; None where nothing pins it."""
+    match source:
+        case LocalSdist(_, sha256) | RemoteSdist(_, sha256):
+            return sha256
+        case LocalProject() | IndexLookup():
+            return None
+        case _:
+            assert_never(source)
 
 
 @dataclass(frozen=True)

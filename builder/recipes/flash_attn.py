@@ -8,30 +8,30 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import BadArgument
 from ..memory_model import flash_attn_model
-from .base import Recipe, Source, UnitRecipe
+from .base import IndexLookup, Recipe, RemoteSdist, Source, UnitRecipe
 
 DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
 # Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index). The
 # 2.8.3 post releases have the same 73 units (post2: index-type fixes in the bwd kernels, CUDA 13
 # handling in setup.py), so they plan with 2.8.3's profile.
-SDISTS: dict[str, Source] = {
-    "2.8.3": Source(
-        location="https://files.pythonhosted.org/packages/3b/b2/"
+SDISTS: dict[str, RemoteSdist] = {
+    "2.8.3": RemoteSdist(
+        url="https://files.pythonhosted.org/packages/3b/b2/"
         "8d76c41ad7974ee264754709c22963447f7f8134613fd9ce80984ed0dab7/flash_attn-2.8.3.tar.gz",
         sha256="1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d",
     ),
-    "2.8.3.post2": Source(
-        location="https://files.pythonhosted.org/packages/6c/b1/"
+    "2.8.3.post2": RemoteSdist(
+        url="https://files.pythonhosted.org/packages/6c/b1/"
         "b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/flash_attn-2.8.3.post2.tar.gz",
         sha256="d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b",
     ),
-    "2.8.3.post1": Source(
-        location="https://files.pythonhosted.org/packages/01/7a/"
+    "2.8.3.post1": RemoteSdist(
+        url="https://files.pythonhosted.org/packages/01/7a/"
         "92a46e7cd6bbb4d7b2855a457c3b855df54a97af5656d98fc92e58e61065/flash_attn-2.8.3.post1.tar.gz",
         sha256="55d5103ed846da8b56e0797acf4bde07dee4b1c7e8907fcfc6699c203030c348",
     ),
-    "2.8.2": Source(
-        location="https://files.pythonhosted.org/packages/63/91/"
+    "2.8.2": RemoteSdist(
+        url="https://files.pythonhosted.org/packages/63/91/"
         "91bcbd7424877fa8da4e7cc04b8a777247a33037b9c1fd976a5ad426c047/flash_attn-2.8.2.tar.gz",
         sha256="740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54",
     ),
@@ -66,7 +66,7 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         ) from None
     # A release not in the table is looked up on the index when the build starts, and pinned
     # by the sha256 the index lists (the build report records it).
-    source = SDISTS.get(version) or Source.lookup("flash-attn", version)
+    source: Source = SDISTS.get(version) or IndexLookup("flash-attn", version)
     return Recipe(
         name="flash-attn",
         version=version,

@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 from wheelbuild.errors import BadArgument
 from wheelbuild.publish import publish
-from wheelbuild.recipes import resolve_recipe
+from wheelbuild.recipes import RemoteSdist, resolve_recipe
 from wheelbuild.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
 
 from tests.indexkit import make_wheel
@@ -25,10 +25,11 @@ from tests.integration.serving import running_server
 def test_an_unpinned_release_is_looked_up_and_pinned_by_pypis_sha256() -> None:
     said: list[str] = []
     recipe = resolve_lookup(resolve_recipe("flash-attn", version="2.8.1"), said.append)
-    assert recipe.source.location.endswith("/flash_attn-2.8.1.tar.gz")
+    assert isinstance(recipe.source, RemoteSdist)
+    assert recipe.source.url.endswith("/flash_attn-2.8.1.tar.gz")
     assert recipe.source.sha256 is not None and re.fullmatch(r"[0-9a-f]{64}", recipe.source.sha256)
     assert "not in wheelbuild's table" in said[0] and recipe.source.sha256 in said[0]
-    with urllib.request.urlopen(recipe.source.location, timeout=120) as response:
+    with urllib.request.urlopen(recipe.source.url, timeout=120) as response:
         assert hashlib.sha256(response.read()).hexdigest() == recipe.source.sha256
 
 

@@ -29,8 +29,8 @@ from wheelbuild.errors import (
 )
 from wheelbuild.publish import publish, unyank, yank
 from wheelbuild.remote import RsyncTarget, parse_target
-from wheelbuild.spec import parse_memory
 from wheelbuild.stamp import Stamp, stamp_wheel
+from wheelbuild.units import parse_memory
 from wheelbuild.wheels import UnsafeMember, inspect_wheel
 
 from tests.indexkit import make_wheel, set_compression_method

@@ -8,7 +8,18 @@ from pathlib import Path
 import pytest
 from wheelbuild.errors import BadArgument, UnknownPackage
 from wheelbuild.memory_model import GIB
-from wheelbuild.recipes import EXAMPLE_DIR, Recipe, Source, known_recipes, resolve_recipe
+from wheelbuild.recipes import (
+    EXAMPLE_DIR,
+    IndexLookup,
+    LocalProject,
+    LocalSdist,
+    Recipe,
+    RemoteSdist,
+    known_recipes,
+    resolve_recipe,
+    source_location,
+    source_pin,
+)
 from wheelbuild.recipes.flash_attn import DEFAULT_VERSION, SDISTS
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -23,9 +34,9 @@ def test_known_recipes_are_flash_attn_and_wbdemo() -> None:
 def test_no_package_means_the_bundled_wbdemo_example() -> None:
     recipe = resolve_recipe(None)
     assert recipe.name == "wbdemo"
-    assert recipe.source == Source(location=str(EXAMPLE_DIR))
-    assert Path(recipe.source.location).is_dir()
-    assert (Path(recipe.source.location) / "setup.py").is_file()
+    assert recipe.source == LocalProject(EXAMPLE_DIR)
+    assert recipe.source.path.is_dir()
+    assert (recipe.source.path / "setup.py").is_file()
     assert recipe.arch_env == "WBDEMO_CUDA_ARCHS"
     assert recipe.memory_model.name == "wbdemo"
     assert recipe.memory_model.unit_count == 5
@@ -41,10 +52,9 @@ def test_flash_attn_spellings_resolve_to_the_pinned_sdist(name: str) -> None:
     recipe = resolve_recipe(name)
     assert recipe.name == "flash-attn"
     assert recipe.version == DEFAULT_VERSION == "2.8.3"
-    assert recipe.source.is_url
-    assert recipe.source.is_sdist
-    assert recipe.source.location.startswith("https://files.pythonhosted.org/packages/")
-    assert recipe.source.location.endswith("/flash_attn-2.8.3.tar.gz")
+    assert isinstance(recipe.source, RemoteSdist)  # a URL, and an sdist
+    assert recipe.source.url.startswith("https://files.pythonhosted.org/packages/")
+    assert recipe.source.url.endswith("/flash_attn-2.8.3.tar.gz")
     assert recipe.source.sha256 == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
     assert recipe.arch_env == "FLASH_ATTN_CUDA_ARCHS"
     assert dict(recipe.extra_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
@@ -54,9 +64,10 @@ def test_flash_attn_spellings_resolve_to_the_pinned_sdist(name: str) -> None:
 def test_every_pinned_flash_attn_release_has_a_64_hex_sha256_and_matching_file(version: str) -> None:
     recipe = resolve_recipe("flash-attn", version=version)
     assert recipe.version == version
+    assert isinstance(recipe.source, RemoteSdist)
     assert recipe.source.sha256 is not None
     assert HEX64.fullmatch(recipe.source.sha256)
-    assert recipe.source.location.endswith(f"/flash_attn-{version}.tar.gz")
+    assert recipe.source.url.endswith(f"/flash_attn-{version}.tar.gz")
 
 
 def test_flash_attn_build_env_forces_a_source_build_and_names_its_arch_variable() -> None:
@@ -80,13 +91,14 @@ def test_flash_attn_gets_the_variants_label_through_its_own_variable() -> None:
 
 def test_newest_flash_attn_release_seen_on_pypi_is_pinned_and_plans_with_the_measured_profile() -> None:
     newest = resolve_recipe("flash-attn", version="2.8.3.post2")
-    assert newest.source.sha256 == "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
+    assert source_pin(newest.source) == "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
     assert newest.memory_model == resolve_recipe("flash-attn").memory_model
 
 
 def test_a_flash_attn_release_not_in_the_table_is_looked_up_when_the_build_starts() -> None:
     recipe = resolve_recipe("flash-attn", version="2.8.1")
-    assert recipe.source.location == "pypi:flash-attn==2.8.1" and recipe.source.sha256 is None
+    assert recipe.source == IndexLookup("flash-attn", "2.8.1") and source_pin(recipe.source) is None
+    assert source_location(recipe.source) == "pypi:flash-attn==2.8.1"
     # Unmeasured: the planner falls back to the conservative model.
     assert recipe.memory_model != resolve_recipe("flash-attn").memory_model
 
@@ -124,13 +136,12 @@ def test_url_with_sha256_pin_is_a_pinned_generic_source() -> None:
     recipe = resolve_recipe(f"{URL}#sha256={PIN}", arch_env="MYEXT_ARCHS")
     assert (recipe.name, recipe.source, recipe.arch_env) == (
         "myext-1.0.tar.gz",
-        Source(location=URL, sha256=PIN),
+        RemoteSdist(url=URL, sha256=PIN),
         "MYEXT_ARCHS",
     )
     # An unknown extension is planned with the conservative default: 4 GiB per arch per job.
     assert recipe.memory_model.peak_per_job(1, 2) == 4 * GIB  # one arch at a time, per job
-    assert recipe.source.is_url
-    assert recipe.source.is_sdist
+    assert isinstance(recipe.source, RemoteSdist)  # a URL, and an sdist
 
 
 def test_local_project_dir_is_a_generic_recipe(tmp_path: Path) -> None:
@@ -139,7 +150,8 @@ def test_local_project_dir_is_a_generic_recipe(tmp_path: Path) -> None:
     (project / "setup.py").write_text("")
     recipe = resolve_recipe(str(project))
     assert recipe.name == "myext"
-    assert recipe.source == Source(location=str(project.resolve()), sha256=None)
+    assert recipe.source == LocalProject(project.resolve())
+    assert source_pin(recipe.source) is None
     assert recipe.arch_env is None
     assert recipe.version is None
     assert recipe.memory_model.unit_count is None
@@ -151,9 +163,7 @@ def test_local_sdist_keeps_its_sha256_pin(tmp_path: Path) -> None:
     sdist.write_bytes(b"not really a tarball")
     recipe = resolve_recipe(f"{sdist}#sha256={PIN}")
     assert recipe.name == "myext-1.0.tar.gz"
-    assert recipe.source == Source(location=str(sdist.resolve()), sha256=PIN)
-    assert not recipe.source.is_url
-    assert recipe.source.is_sdist
+    assert recipe.source == LocalSdist(sdist.resolve(), sha256=PIN)  # not a URL; an sdist
 
 
 def test_nonexistent_name_is_an_unknown_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,11 +188,11 @@ def test_local_file_that_is_not_a_tar_gz_or_zip_is_a_bad_argument(tmp_path: Path
 def test_local_zip_sdist_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "myext-1.0.zip"
     path.write_bytes(b"PK")
-    assert resolve_recipe(str(path)).source == Source(location=str(path.resolve()))
+    assert resolve_recipe(str(path)).source == LocalSdist(path.resolve())
 
 
 def test_build_env_carries_jobs_threads_and_both_arch_spellings() -> None:
-    recipe = Recipe(name="x", source=Source(location="/x"), arch_env="X_ARCHS")
+    recipe = Recipe(name="x", source=LocalProject(Path("/x")), arch_env="X_ARCHS")
     assert recipe.build_env((100, 120), 3, 1) == {
         "MAX_JOBS": "3",
         "NVCC_THREADS": "1",
@@ -192,7 +202,7 @@ def test_build_env_carries_jobs_threads_and_both_arch_spellings() -> None:
 
 
 def test_build_env_without_arch_env_sets_only_torch_arch_list() -> None:
-    recipe = Recipe(name="x", source=Source(location="/x"))
+    recipe = Recipe(name="x", source=LocalProject(Path("/x")))
     assert recipe.build_env((86, 90), 1, 2) == {
         "MAX_JOBS": "1",
         "NVCC_THREADS": "2",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import SourceUnavailable
-from wheelbuild.recipes import Source
+from wheelbuild.recipes import LocalProject, LocalSdist, RemoteSdist
 from wheelbuild.sources import PreparedSource, cache_dir, prepare_source
 
 SDIST_BYTES = b"\x1f\x8b pretend sdist bytes"
@@ -20,41 +20,41 @@ def _no_lines(line: str) -> None:
 
 def test_dir_with_setup_py_is_built_in_place(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text("")
-    assert prepare_source(Source(location=str(tmp_path)), _no_lines) == PreparedSource(
+    assert prepare_source(LocalProject(tmp_path), _no_lines) == PreparedSource(
         project_dir=tmp_path, package="."
     )
 
 
 def test_dir_with_only_pyproject_is_built_in_place(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("")
-    assert prepare_source(Source(location=str(tmp_path)), _no_lines).package == "."
+    assert prepare_source(LocalProject(tmp_path), _no_lines).package == "."
 
 
 def test_dir_without_setup_py_or_pyproject_is_source_unavailable(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("")
     with pytest.raises(SourceUnavailable) as caught:
-        prepare_source(Source(location=str(tmp_path)), _no_lines)
+        prepare_source(LocalProject(tmp_path), _no_lines)
     assert caught.value.exit_code == 15
     assert caught.value.cause == f"{tmp_path} has neither setup.py nor pyproject.toml"
 
 
 def test_missing_local_path_is_source_unavailable(tmp_path: Path) -> None:
     with pytest.raises(SourceUnavailable) as caught:
-        prepare_source(Source(location=str(tmp_path / "gone.tar.gz")), _no_lines)
+        prepare_source(LocalSdist(tmp_path / "gone.tar.gz"), _no_lines)
     assert caught.value.cause == f"source {tmp_path / 'gone.tar.gz'} does not exist"
 
 
 def test_local_sdist_with_matching_sha256_is_built_from_its_directory(tmp_path: Path) -> None:
     sdist = tmp_path / "myext-1.0.tar.gz"
     sdist.write_bytes(SDIST_BYTES)
-    prepared = prepare_source(Source(location=str(sdist), sha256=SDIST_SHA), _no_lines)
+    prepared = prepare_source(LocalSdist(sdist, sha256=SDIST_SHA), _no_lines)
     assert prepared == PreparedSource(project_dir=tmp_path, package="myext-1.0.tar.gz")
 
 
 def test_local_sdist_without_pin_is_not_verified(tmp_path: Path) -> None:
     sdist = tmp_path / "myext-1.0.tar.gz"
     sdist.write_bytes(SDIST_BYTES)
-    assert prepare_source(Source(location=str(sdist)), _no_lines).package == "myext-1.0.tar.gz"
+    assert prepare_source(LocalSdist(sdist), _no_lines).package == "myext-1.0.tar.gz"
 
 
 def test_local_sdist_with_wrong_sha256_is_source_unavailable(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_local_sdist_with_wrong_sha256_is_source_unavailable(tmp_path: Path) -> 
     sdist.write_bytes(SDIST_BYTES)
     wrong = "0" * 64
     with pytest.raises(SourceUnavailable) as caught:
-        prepare_source(Source(location=str(sdist), sha256=wrong), _no_lines)
+        prepare_source(LocalSdist(sdist, sha256=wrong), _no_lines)
     assert caught.value.exit_code == 15
     assert caught.value.cause == f"myext-1.0.tar.gz has sha256 {SDIST_SHA}, but the pin says {wrong}"
     assert sdist.read_bytes() == SDIST_BYTES  # a user's own file is never deleted
@@ -85,7 +85,7 @@ def test_url_sdist_already_in_the_cache_is_used_without_download(
     cached = tmp_path / "sdists" / SDIST_SHA / "myext-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(SDIST_BYTES)
-    source = Source(location="https://files.example.invalid/myext-1.0.tar.gz", sha256=SDIST_SHA)
+    source = RemoteSdist(url="https://files.example.invalid/myext-1.0.tar.gz", sha256=SDIST_SHA)
     said: list[str] = []
     assert prepare_source(source, said.append) == PreparedSource(
         project_dir=cached.parent, package="myext-1.0.tar.gz"
@@ -102,7 +102,7 @@ def test_url_sdist_in_the_cache_with_wrong_bytes_is_rejected_and_evicted(
     cached = tmp_path / "sdists" / pin / "myext-1.0.tar.gz"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(SDIST_BYTES)
-    source = Source(location="https://files.example.invalid/myext-1.0.tar.gz", sha256=pin)
+    source = RemoteSdist(url="https://files.example.invalid/myext-1.0.tar.gz", sha256=pin)
     with pytest.raises(SourceUnavailable):
         prepare_source(source, _no_lines)
     assert not cached.exists()

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from wheelbuild import spec
 from wheelbuild.errors import BadArgument, BadMemory, CaBundleMissing
-from wheelbuild.spec import format_bytes, parse_archs, parse_memory, parse_python, resolve_ca_bundle
+from wheelbuild.spec import parse_archs, parse_python, resolve_ca_bundle
+from wheelbuild.units import format_bytes, parse_memory
 
 GIB = 1024**3
 MIB = 1024**2
