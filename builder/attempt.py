@@ -17,12 +17,9 @@ from pathlib import Path
 from . import secrets
 from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
 from .errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
-PIP_CACHE_VOLUME = "wheelbuild-pip-cache"
-# sccache's local store, shared by every attempt, Python and night on this machine: a retry after
-# an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
-SCCACHE_VOLUME = "wheelbuild-sccache"
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
 

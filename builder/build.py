@@ -147,7 +147,7 @@ def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: Ima
     """The image's compiler for this variant and these archs (one table decides: variants.ARCH_SUPPORT)."""
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
-        cuda12 = CudaCompiler(version=inputs.cuda12_version, home=f"/usr/local/cuda-{inputs.cuda12_version}")
+        cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
     compiler = compiler_for(variant, archs, cuda12)
     if compiler is not None:
         return compiler

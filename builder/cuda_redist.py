@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from .names import LAYER_REPOSITORY
+from .variants import CudaCompiler
 
 DEFAULT_REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
 REDIST_URL_ENV = "WHEELBUILD_CUDA_REDIST_URL"  # a mirror, or an air-gapped site's copy
 PINS_ENV = "WHEELBUILD_CUDA12_PINS"  # another pins file (a site's own, or a test's stand-ins)
 PINS_FILE = "cuda-12.8-redist.toml"
-LAYER_REPOSITORY = "wheelbuild-cuda12-redist"
 CONNECT_TIMEOUT_S = 20.0  # an unreachable server fails the build in seconds, not minutes
 CHUNK = 1 << 20
 # Caps for a member of an archive whose pin gives no size: nvcc's largest file is ~100 MB.
@@ -73,7 +74,7 @@ class CudaLayer:
 
     @property
     def home(self) -> str:
-        return f"/usr/local/cuda-{self.version}"
+        return CudaCompiler.cuda12(self.version).home
 
     @property
     def pins(self) -> str:

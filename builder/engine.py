@@ -49,7 +49,8 @@ from .attempt import AttemptConfig, AttemptResult, OomEvidence, cibuildwheel_env
 from .buildlog import BuildLog, MemorySample, MemorySeries
 from .cuda_redist import CudaLayer
 from .errors import DockerUnavailable, ImageBuildFailed, ImageInputsMissing, NvidiaRuntimeMissing
-from .image import DOCKERFILE, IMAGES_DIR, LABEL, REPOSITORY, Image, ImageInputs, production_base
+from .image import DOCKERFILE, IMAGES_DIR, LABEL, Image, ImageInputs, production_base
+from .names import IMAGE_REPOSITORY, TORCH_VOLUME_PREFIX, TORCH_WHEELS_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
 from .spec import GpuMode
@@ -60,7 +61,6 @@ TORCH_HEADERS_DIR = "/opt/wheelbuild-torch"
 GATE_SCRIPT = "wheelbuild-gate"
 SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests
 # torch and its CUDA wheels (~3 GB), downloaded once per machine for the gate's installs.
-TORCH_WHEELS_VOLUME = "wheelbuild-torch-wheels"
 _GATE_WORK = "/run/wheelbuild"
 _SCRIPTS = "/usr/local/bin"  # where images/ scripts are bind-mounted in a container
 
@@ -214,7 +214,7 @@ class DockerEngine:
     def list_images(self) -> list[Image]:
         found = []
         for image in self._docker.images.list(filters={"label": LABEL}):
-            tags = [t for t in image.tags if t.startswith(f"{REPOSITORY}:")] or image.tags or ["<none>"]
+            tags = [t for t in image.tags if t.startswith(f"{IMAGE_REPOSITORY}:")] or image.tags or ["<none>"]
             found.append(_image(image, tags[0], reused=True))
         return sorted(found, key=lambda i: i.tag)
 
@@ -252,11 +252,11 @@ class DockerEngine:
         if base_image and self.local_image_id(base_image):
             return base_image
         ours = sorted(
-            self._docker.images.list(name=REPOSITORY),
+            self._docker.images.list(name=IMAGE_REPOSITORY),
             key=lambda i: str(i.attrs.get("Created", "")),
             reverse=True,
         )
-        return next((t for i in ours for t in i.tags if t.startswith(f"{REPOSITORY}:")), "")
+        return next((t for i in ours for t in i.tags if t.startswith(f"{IMAGE_REPOSITORY}:")), "")
 
     def _probe_memory(self, image: str) -> tuple[str | None, str]:
         """(what the container reads as its memory limit, error) for a --memory 64m container."""
@@ -429,7 +429,7 @@ class DockerEngine:
         """A volume with torch unpacked (no dependencies: only its headers are needed), made once
         per torch requirement and index. The index URL travels in a mounted file, never in a
         command or the container's env (docker inspect shows those)."""
-        name = "wheelbuild-torch-" + hashlib.sha256(f"{requirement} {index_url}".encode()).hexdigest()[:16]
+        name = TORCH_VOLUME_PREFIX + hashlib.sha256(f"{requirement} {index_url}".encode()).hexdigest()[:16]
         try:
             self._docker.volumes.get(name)
             self._run(

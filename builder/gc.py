@@ -26,6 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from .errors import BadArgument, GcIncomplete
+from .names import CACHE_VOLUMES, IMAGE_REPOSITORY, LAYER_REPOSITORY, PREFIX, TORCH_VOLUME_PREFIX
 from .units import format_bytes
 
 DEFAULT_KEEP_RUNS = 5
@@ -33,7 +34,7 @@ DEFAULT_KEEP_RUNS = 5
 RECENT_S = 24 * 3600
 PUBLISHED_MARK = "published.json"  # in a run folder: where its wheels were published, by publish
 SCOPE_ENV = "WHEELBUILD_GC_SCOPE"  # test-only: the name prefix of the images and volumes gc sees
-DEFAULT_SCOPE = "wheelbuild"
+DEFAULT_SCOPE = PREFIX
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 RESULT_KEY = re.compile(r"[0-9a-f]{64}")
 _SCOPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
@@ -55,16 +56,16 @@ class Scope:
 
     @property
     def image_repository(self) -> str:
-        return f"{self.prefix}-cuda131"
+        return self.retag(IMAGE_REPOSITORY)
 
     @property
     def layer_repository(self) -> str:
-        return f"{self.prefix}-cuda12-redist"
+        return self.retag(LAYER_REPOSITORY)
 
     @property
     def cache_volumes(self) -> tuple[str, ...]:
         """sccache's store, pip's cache, the gate's torch downloads: refilled by the next build."""
-        return (f"{self.prefix}-sccache", f"{self.prefix}-pip-cache", f"{self.prefix}-torch-wheels")
+        return tuple(self.retag(v) for v in CACHE_VOLUMES)
 
     def owns_image(self, tag: str) -> bool:
         repository, sep, version = tag.rpartition(":")
@@ -74,7 +75,7 @@ class Scope:
         """'cache', 'torch' (calibrate's torch headers, wheelbuild-torch-<hash>), or None: not ours."""
         if name in self.cache_volumes:
             return "cache"
-        if re.fullmatch(rf"{re.escape(self.prefix)}-torch-[0-9a-f]{{16}}", name):
+        if re.fullmatch(rf"{re.escape(self.retag(TORCH_VOLUME_PREFIX))}[0-9a-f]{{16}}", name):
             return "torch"
         return None
 

@@ -18,12 +18,12 @@ from pathlib import Path
 from .bundled import bundled_dir
 from .cuda_redist import CudaLayer
 from .errors import ImageInputsMissing
+from .names import IMAGE_REPOSITORY
 
 IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"
 REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
 ADMIT_SCRIPT = "wheelbuild-admit"
-REPOSITORY = "wheelbuild-cuda131"
 NO_CUDA12 = "wheelbuild-no-cuda12"  # the Dockerfile's empty stand-in stage
 LABEL = "org.wheelbuild.inputs.sha256"
 
@@ -114,7 +114,7 @@ class ImageInputs:
 
     @property
     def tag(self) -> str:
-        return f"{REPOSITORY}:{self.sha256[:16]}"
+        return f"{IMAGE_REPOSITORY}:{self.sha256[:16]}"
 
     def buildargs(self) -> dict[str, str]:
         """Build args: the hashed inputs, plus label values derived from them."""

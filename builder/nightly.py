@@ -355,7 +355,7 @@ def _feasible(
             recipe = resolve_lookup(resolve_recipe(cell.package, version=cell.version), say)
             source = prepare_source(recipe.source, say)
             requires[source_of(cell)] = requires_python_of(source.project_dir / source.package)
-    cuda12 = CudaCompiler(version=options.cuda12_version, home=f"/usr/local/cuda-{options.cuda12_version}")
+    cuda12 = CudaCompiler.cuda12(options.cuda12_version)
     good, skipped = feasible_cells(matrix.cells, image, tags, requires, cuda12)
     return good, skipped, _Context(options, images)
 

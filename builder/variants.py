@@ -42,6 +42,11 @@ class CudaCompiler:
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
+    @classmethod
+    def cuda12(cls, version: str) -> CudaCompiler:
+        """The image's optional CUDA 12.x compiler (its layer or --cuda12-image): /usr/local/cuda-<version>."""
+        return cls(version=version, home=f"/usr/local/cuda-{version}")
+
 
 @dataclass(frozen=True)
 class TorchVariant:

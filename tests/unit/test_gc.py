@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import attempt, engine, gc, prune
+from wheelbuild import gc, names, prune
 from wheelbuild import publish as publishing
-from wheelbuild.cuda_redist import LAYER_REPOSITORY
 from wheelbuild.errors import BadArgument, GcIncomplete
-from wheelbuild.image import REPOSITORY
 
 from tests.indexkit import make_wheel
 
@@ -227,12 +225,12 @@ def test_volumes_mounted_are_kept_torch_headers_go_caches_only_when_asked() -> N
 
 def test_the_default_scope_names_are_the_ones_builds_use() -> None:
     scope = gc.Scope()
-    assert scope.image_repository == REPOSITORY
-    assert scope.layer_repository == LAYER_REPOSITORY
+    assert scope.image_repository == names.IMAGE_REPOSITORY
+    assert scope.layer_repository == names.LAYER_REPOSITORY
     assert set(scope.cache_volumes) == {
-        attempt.SCCACHE_VOLUME,
-        attempt.PIP_CACHE_VOLUME,
-        engine.TORCH_WHEELS_VOLUME,
+        names.SCCACHE_VOLUME,
+        names.PIP_CACHE_VOLUME,
+        names.TORCH_WHEELS_VOLUME,
     }
     assert scope.retag("wheelbuild-cuda131:abc") == "wheelbuild-cuda131:abc"
 
