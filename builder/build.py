@@ -51,7 +51,7 @@ from .results import source_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
 from .spec import BuildSpec, Resources, parse_archs
-from .stamp import Stamp, stamp_wheel
+from .stamp import stamp_wheel
 from .units import format_bytes
 from .variants import (
     CUDA13_VERSION,
@@ -216,15 +216,14 @@ POSTPROCESS = "stamp+check+gate-1"
 
 
 def expectation(spec: BuildSpec) -> Expectation:
-    return Expectation(archs=spec.archs, label=spec.variant.label, torch_minor=spec.variant.torch_minor)
+    return Expectation(archs=spec.archs, variant=spec.variant)
 
 
 def stamp_and_check(
     paths: tuple[Path, ...], spec: BuildSpec
 ) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
     """Label and pin each built wheel (METADATA and RECORD rewritten together), then judge it."""
-    stamp = Stamp(label=spec.variant.label, torch_minor=spec.variant.torch_minor)
-    wheels = tuple(inspect_wheel(stamp_wheel(path, stamp)) for path in paths)
+    wheels = tuple(inspect_wheel(stamp_wheel(path, spec.variant)) for path in paths)
     problems = [problem for wheel in wheels for problem in check_wheel(wheel, expectation(spec))]
     return wheels, problems
 

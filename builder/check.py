@@ -51,8 +51,7 @@ MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this is only a bound 
 @dataclass(frozen=True)
 class Expectation:
     archs: tuple[int, ...]  # SASS that must be present: (100, 120)
-    label: str  # cu130torch2.11
-    torch_minor: str  # 2.11
+    variant: TorchVariant  # its label (+cu130torch2.11) and its torch pin (torch==2.11.*)
 
 
 def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
@@ -145,7 +144,7 @@ def expectation_for(
         variant = parse_variant(report["torch"]["variant"])
     if archs is None:
         archs = tuple(report["archs"]) if report else DEFAULT_ARCHS
-    return variant, Expectation(archs=archs, label=variant.label, torch_minor=variant.torch_minor)
+    return variant, Expectation(archs=archs, variant=variant)
 
 
 def _unreadable(path: Path, error: Exception) -> InvalidWheel:
@@ -276,21 +275,21 @@ def check_wheel(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError
                 "rebuild; never rename a wheel file (wheelbuild sets the label inside METADATA and RECORD)",
             )
         )
-    if wheel.local_label != expected.label:
+    if wheel.local_label != expected.variant.label:
         problems.append(
             VersionLabelWrong(
                 f"{name}: local version label is {wheel.local_label or 'absent'}, "
-                f"but the wheel was built for {expected.label}",
-                f"build it for that variant (the label is set at build time: +{expected.label}), "
+                f"but the wheel was built for {expected.variant.label}",
+                f"build it for that variant (the label is set at build time: +{expected.variant.label}), "
                 "or publish it under the variant it was built for",
             )
         )
     pins = [r for r in wheel.torch_requirements if ";" not in r]
-    if not any(_pins(r, expected.torch_minor) for r in pins):
+    if not any(_pins(r, expected.variant.torch_minor) for r in pins):
         problems.append(
             TorchNotPinned(
                 f"{name}: METADATA requires {', '.join(wheel.torch_requirements) or 'no torch'}, not "
-                f"{torch_pin(expected.torch_minor)}; on another torch it fails at import with undefined symbols",
+                f"{torch_pin(expected.variant.torch_minor)}; on another torch it fails at import with undefined symbols",
                 "build it with wheelbuild, which pins the torch the wheel was built against",
             )
         )

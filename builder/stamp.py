@@ -22,22 +22,16 @@ import io
 import os
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .variants import TorchVariant
 from .wheels import MAX_RECORD_SIZE, metadata_of, read_member
 
-__all__ = ["Stamp", "stamp_wheel", "stamped_metadata", "torch_pin"]
-
-
-@dataclass(frozen=True)
-class Stamp:
-    label: str  # local version label: cu130torch2.11
-    torch_minor: str  # 2.11: the pin is torch==2.11.*
+__all__ = ["stamp_wheel", "stamped_metadata", "torch_pin"]
 
 
 def torch_pin(torch_minor: str) -> str:
@@ -61,8 +55,8 @@ def stamped_version(version: str, label: str) -> str:
     return f"{public}+{label}"
 
 
-def stamped_metadata(metadata: bytes, version: str, stamp: Stamp) -> bytes:
-    """METADATA with Version set and every torch requirement pinned to the built minor (its
+def stamped_metadata(metadata: bytes, version: str, variant: TorchVariant) -> bytes:
+    """METADATA with Version set and every torch requirement pinned to the variant's minor (its
     marker kept); an unconditional pin is added when none names torch. The body (description)
     after the headers is untouched."""
     text = metadata.decode("utf-8")
@@ -77,7 +71,7 @@ def stamped_metadata(metadata: bytes, version: str, stamp: Stamp) -> bytes:
         elif key == "Requires-Dist" and (requirement := _is_torch(value)) is not None:
             marker = f"; {requirement.marker}" if requirement.marker else ""
             extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-            out.append(f"Requires-Dist: torch{extras}=={stamp.torch_minor}.*{marker}")
+            out.append(f"Requires-Dist: torch{extras}=={variant.torch_minor}.*{marker}")
             pinned = pinned or not requirement.marker
         else:
             out.append(line)
@@ -85,7 +79,7 @@ def stamped_metadata(metadata: bytes, version: str, stamp: Stamp) -> bytes:
         # After the last header that describes dependencies, or at the end of the headers.
         headers = ("Requires-Dist:", "Version:")
         at = max((i for i, line in enumerate(out) if line.startswith(headers)), default=len(out) - 1)
-        out.insert(at + 1, f"Requires-Dist: {torch_pin(stamp.torch_minor)}")
+        out.insert(at + 1, f"Requires-Dist: {torch_pin(variant.torch_minor)}")
     return ("\n".join(out) + separator + body).encode("utf-8")
 
 
@@ -94,11 +88,12 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def stamp_wheel(path: Path, stamp: Stamp) -> Path:
-    """Rewrite the wheel at `path` in place (a new file name when the version changes; the old
+def stamp_wheel(path: Path, variant: TorchVariant) -> Path:
+    """Label the wheel at `path` for `variant` (+cu130torch2.11) and pin its torch to the
+    variant's minor (torch==2.11.*), in place: a new file name when the version changes (the old
     file is removed only once the new one is complete). Returns the stamped wheel's path."""
     _name, version, _build, _tags = parse_wheel_filename(path.name)
-    new_version = stamped_version(str(version), stamp.label)
+    new_version = stamped_version(str(version), variant.label)
     parts = path.name[: -len(".whl")].split("-")
     old_prefix = f"{parts[0]}-{parts[1]}"
     new_prefix = f"{parts[0]}-{new_version}"
@@ -106,7 +101,7 @@ def stamp_wheel(path: Path, stamp: Stamp) -> Path:
 
     with zipfile.ZipFile(path) as source:
         metadata_member, metadata = metadata_of(source)
-        new_metadata = stamped_metadata(metadata, new_version, stamp)
+        new_metadata = stamped_metadata(metadata, new_version, variant)
         if new_name == path.name and new_metadata == metadata:
             return path  # already stamped
         dist_info = metadata_member.split("/")[0]

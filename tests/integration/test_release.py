@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from wheelbuild.stamp import Stamp, stamp_wheel
+from wheelbuild.stamp import stamp_wheel
+from wheelbuild.variants import parse_variant
 
 from tests.integration.conftest import FixtureBuild, wheelbuild
 from tests.integration.serving import clean_env, read_log, run_ok, running_server, uv_binary
@@ -89,7 +90,7 @@ def test_publish_refuses_the_fixture_wheel_with_another_variants_label(
 ) -> None:
     (tmp_path / "in").mkdir()
     copy = Path(shutil.copy2(fixture_build.wheel, tmp_path / "in" / fixture_build.wheel.name))
-    relabelled = stamp_wheel(copy, Stamp(label="cu128torch2.10", torch_minor="2.10"))
+    relabelled = stamp_wheel(copy, parse_variant("2.10.0+cu128"))
     done = wheelbuild("publish", str(relabelled), "--torch", "cu130", "--to", str(tmp_path / "tree"))
     assert done.returncode == 45, done.stdout + done.stderr
     assert "local version label is cu128torch2.10, but the wheel was built for cu130torch2.11" in done.stderr

@@ -29,8 +29,9 @@ from wheelbuild.errors import (
 )
 from wheelbuild.publish import publish, unyank, yank
 from wheelbuild.remote import RsyncTarget, parse_target
-from wheelbuild.stamp import Stamp, stamp_wheel
+from wheelbuild.stamp import stamp_wheel
 from wheelbuild.units import parse_memory
+from wheelbuild.variants import parse_variant
 from wheelbuild.wheels import UnsafeMember, inspect_wheel
 
 from tests.indexkit import make_wheel, set_compression_method
@@ -154,7 +155,7 @@ def test_stamp_refuses_a_record_over_its_cap(tmp_path: Path) -> None:
         rows = plain.read(record)
     wheel = _deflated(tmp_path, {record: rows + b"\n" * (17 * 1024**2)}, version="0.1.0")
     with pytest.raises(UnsafeMember, match=r"RECORD: .* over the cap"):
-        stamp_wheel(wheel, Stamp(label="cu130torch2.11", torch_minor="2.11"))
+        stamp_wheel(wheel, parse_variant("2.11.0+cu130"))
 
 
 def test_a_unicode_project_name_is_shown_as_text(tmp_path: Path) -> None:

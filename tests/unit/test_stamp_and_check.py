@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from wheelbuild.check import Expectation, check_wheel, first_problem
 from wheelbuild.errors import ArchMissing, InvalidWheel, TorchNotPinned, VersionLabelWrong
-from wheelbuild.stamp import Stamp, stamp_wheel, stamped_metadata
+from wheelbuild.stamp import stamp_wheel, stamped_metadata
+from wheelbuild.variants import parse_variant
 from wheelbuild.wheels import inspect_wheel
 
 from tests import toolchain
@@ -23,8 +24,8 @@ from tests.indexkit import make_wheel
 NVCC = toolchain.require("nvcc")
 
 KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nextern "C" void l(float* x) { k<<<1, 32>>>(x); }\n'
-STAMP = Stamp(label="cu130torch2.11", torch_minor="2.11")
-EXPECT = Expectation(archs=(100, 120), label="cu130torch2.11", torch_minor="2.11")
+STAMP = parse_variant("2.11.0+cu130")  # label cu130torch2.11, torch pinned to 2.11.*
+EXPECT = Expectation(archs=(100, 120), variant=STAMP)
 SO = "wbtiny/_C.cpython-311-x86_64-linux-gnu.so"
 
 
