@@ -19,6 +19,7 @@ from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
 from .errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
+from .variants import TorchVariant
 
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
@@ -76,10 +77,7 @@ class AttemptConfig:
     gpus: bool
     build_env: Mapping[str, str]
     cuda_home: str
-    torch_requirement: str
-    torch_minor: str
-    torch_cuda_major: int
-    torch_index_url: str
+    torch: TorchVariant  # installed before the build (its requirement, from its index) and checked
     output_dir: Path
     log_path: Path
     compiler_cache: bool = True
@@ -218,16 +216,16 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
     # A wheel built against the wrong torch breaks at import, so check what the index served.
     check_torch = (
         'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
-        f'ok = v.startswith("{config.torch_minor}.") and c.split(".")[0] == "{config.torch_cuda_major}"; '
+        f'ok = v.startswith("{config.torch.torch_minor}.") and c.split(".")[0] == "{config.torch.cuda_major}"; '
         f'print("wheelbuild: torch", v, "CUDA", c) if ok else print("{TORCH_MISMATCH_MARK}:", v, '
-        f'"with CUDA", c, "was installed; the variant needs torch {config.torch_minor}.* with CUDA '
-        f'{config.torch_cuda_major}.x"); sys.exit(0 if ok else 87)'
+        f'"with CUDA", c, "was installed; the variant needs torch {config.torch.torch_minor}.* with CUDA '
+        f'{config.torch.cuda_major}.x"); sys.exit(0 if ok else 87)'
     )
     excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
     before_build = (
         "python -m pip install 'setuptools>=70' wheel && "
         f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
-        f"python -m pip install {shlex.quote(config.torch_requirement)} && "
+        f"python -m pip install {shlex.quote(config.torch.requirement)} && "
         f"python -c {shlex.quote(check_torch)}"
     )
     repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
@@ -272,7 +270,7 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
 
 def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:
     """What every line of the attempt passes through before a log or a terminal sees it."""
-    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch_index_url,)))
+    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch.index_url,)))
 
 
 # ---------------------------------------------------------------------------------------------

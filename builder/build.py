@@ -398,10 +398,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
                 spec.archs, current.max_jobs, current.nvcc_threads, spec.variant.label
             ),
             cuda_home=compiler.home,
-            torch_requirement=spec.variant.requirement,
-            torch_minor=spec.variant.torch_minor,
-            torch_cuda_major=spec.variant.cuda_major,
-            torch_index_url=spec.variant.index_url,
+            torch=spec.variant,
             output_dir=run_dir,
             log_path=run_dir / "build.log",
             pass_env=shared_cache_env(os.environ),

@@ -643,7 +643,7 @@ def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: 
     directory.chmod(0o700)
     index = directory / secrets.TORCH_INDEX_FILE
     index.touch(mode=0o600)
-    index.write_text(config.torch_index_url)
+    index.write_text(config.torch.index_url)
     shared = (
         {name: environ[name] for name in config.pass_env if environ.get(name)}
         if config.compiler_cache

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from wheelbuild.attempt import AttemptConfig, AttemptResult, OomEvidence
+from wheelbuild.variants import parse_variant
 
 REPO = Path(__file__).resolve().parents[2]
 # The entry point installed beside the interpreter under test, whichever venv or copy that is.
@@ -41,10 +42,7 @@ def make_config(tmp_path: Path) -> Callable[..., AttemptConfig]:
                 "FLASH_ATTN_CUDA_ARCHS": "100;120",
             },
             "cuda_home": "/usr/local/cuda-13.1/nvidia/cu13",
-            "torch_requirement": "torch==2.11.0",
-            "torch_minor": "2.11",
-            "torch_cuda_major": 13,
-            "torch_index_url": "https://user:secret@example.invalid/simple",
+            "torch": parse_variant("2.11.0+cu130", "https://user:secret@example.invalid/simple"),
             "output_dir": tmp_path / "out",
             "log_path": tmp_path / "build.log",
         }

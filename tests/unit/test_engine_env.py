@@ -21,6 +21,7 @@ from wheelbuild.attempt import (
 )
 from wheelbuild.engine import write_secrets
 from wheelbuild.ownership import owner_token
+from wheelbuild.variants import parse_variant
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
 GIB = 1024**3
@@ -104,7 +105,7 @@ def test_the_torch_index_url_is_in_no_cibuildwheel_setting_only_in_a_mounted_fil
 ) -> None:
     # cibuildwheel prints its options and runs every command as `env K=V ...`: a secret given to
     # it by value or by name (environment-pass) reaches its log and the process list.
-    config = make_config(torch_index_url=SECRET_INDEX)
+    config = make_config(torch=parse_variant("2.11.0+cu130", SECRET_INDEX))
     env = cibuildwheel_env(config, tmp_path)
     assert [k for k, v in env.items() if "user:secret" in v or "example.invalid" in v] == []
     assert env["CIBW_ENVIRONMENT_PASS_LINUX"] == ""
@@ -119,7 +120,7 @@ def test_the_torch_index_url_is_in_no_cibuildwheel_setting_only_in_a_mounted_fil
 def test_before_build_installs_the_variants_torch_and_checks_it(
     make_config: Callable[..., AttemptConfig],
 ) -> None:
-    before = cibuildwheel_env(make_config(torch_requirement="torch==2.11.0"))["CIBW_BEFORE_BUILD_LINUX"]
+    before = cibuildwheel_env(make_config(torch=parse_variant("2.11.0+cu130")))["CIBW_BEFORE_BUILD_LINUX"]
     assert "python -m pip install torch==2.11.0 && " in before
     assert 'v.startswith("2.11.")' in before
     assert 'c.split(".")[0] == "13"' in before
@@ -268,7 +269,9 @@ def test_a_shared_compiler_cache_reaches_only_the_sccache_server_through_a_file(
 def test_every_line_written_passes_a_redactor_that_knows_the_runs_secrets(
     make_config: Callable[..., AttemptConfig],
 ) -> None:
-    config = make_config(torch_index_url="https://ci:pa@ss/word@idx.example.invalid/simple?token=t0k3n-42")
+    config = make_config(
+        torch=parse_variant("2.11.0+cu130", "https://ci:pa@ss/word@idx.example.invalid/simple?token=t0k3n-42")
+    )
     redact = redactor_for(config, {"AWS_SECRET_ACCESS_KEY": "aws-canary-1234", "HOME": "/root"})
     line = "Looking in indexes: https://ci:pa@ss/word@idx.example.invalid/simple?token=t0k3n-42 aws-canary-1234 pa@ss/word"
     shown = redact(line)
