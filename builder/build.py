@@ -376,7 +376,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
 
     plan = plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version)
     if spec.admission:
-        plan = with_admission(plan, keep_jobs=spec.max_jobs is not None)
+        plan = with_admission(plan, keep_jobs=spec.resources.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)

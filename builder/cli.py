@@ -344,10 +344,7 @@ def build(
         archs=parse_archs(archs),
         pythons=tuple(parse_python(p) for p in pythons),
         gpus=GpuMode(gpus),
-        memory=parse_memory(memory) if memory is not None else None,
-        cpus=check_cpus(cpus),
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
+        resources=_resources(memory, cpus, max_jobs, nvcc_threads),
         output_dir=output_dir.resolve(),
         rebuild=rebuild,
         admission=admission,
@@ -368,6 +365,18 @@ def build(
         click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
         click.echo(f"    import gate: {result.gate_summary(wheel)}")
     click.echo(f"report: {result.report}")
+
+
+def _resources(
+    memory: str | None, cpus: float | None, max_jobs: int | None, nvcc_threads: int | None
+) -> Resources:
+    """--memory, --cpus, --max-jobs and --nvcc-threads, checked; None: the planner's to derive."""
+    return Resources(
+        memory=parse_memory(memory) if memory is not None else None,
+        cpus=check_cpus(cpus),
+        max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads,
+    )
 
 
 def _echo_modules(wheel: WheelInfo) -> None:
@@ -398,14 +407,11 @@ def plan(
     WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
     variant = parse_variant(torch_variant, torch_index_url)
     recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env)
-    resources = Resources(
-        memory=parse_memory(memory) if memory is not None else None,
-        cpus=check_cpus(cpus),
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
-    )
     planned = build_pipeline.plan_for(
-        recipe, parse_archs(archs), resources, toolkit=build_pipeline.toolkit_for(variant)
+        recipe,
+        parse_archs(archs),
+        _resources(memory, cpus, max_jobs, nvcc_threads),
+        toolkit=build_pipeline.toolkit_for(variant),
     )
     click.echo(format_plan(planned))
     for line in _provenance():

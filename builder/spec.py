@@ -94,15 +94,8 @@ class BuildSpec:
     archs: tuple[int, ...] = DEFAULT_ARCHS
     pythons: tuple[str, ...] = ()  # cibuildwheel tags, cp311...; empty = every one the image has
     gpus: GpuMode = GpuMode.AUTO
-    memory: int | None = None  # container limit in bytes; None = derive from the host
-    cpus: float | None = None
-    max_jobs: int | None = None
-    nvcc_threads: int | None = None
+    resources: Resources = Resources()  # what is not given, the planner derives from the host
     output_dir: Path = DEFAULT_OUTPUT_DIR
     rebuild: bool = False  # build even when a finished build has the same inputs
     admission: bool = False  # admit compiles by memory (images/wheelbuild-admit)
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
-
-    @property
-    def resources(self) -> Resources:
-        return Resources(self.memory, self.cpus, self.max_jobs, self.nvcc_threads)

@@ -32,7 +32,7 @@ from wheelbuild.planner import Plan
 from wheelbuild.ports import Engine, GateJob
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.reporter import Reporter
-from wheelbuild.spec import BuildSpec, GpuMode
+from wheelbuild.spec import BuildSpec, GpuMode, Resources
 from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel
@@ -199,7 +199,8 @@ def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, bu
     monkeypatch.setattr(report_html, "write_beside", written.append)
     spec = BuildSpec(
         recipe=resolve_recipe(None), variant=parse_variant("cu130", None), archs=(100, 120), pythons=("cp311",),
-        gpus=GpuMode.NONE, memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1, output_dir=tmp_path / "out",
+        gpus=GpuMode.NONE, resources=Resources(memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1),
+        output_dir=tmp_path / "out",
     )  # fmt: skip
     return spec, build.ImageOptions(base_image="wheelbuild-base:fake", ca_bundle=None), written
 
