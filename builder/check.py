@@ -31,7 +31,7 @@ from .errors import (
     WheelbuildError,
 )
 from .stamp import torch_pin
-from .variants import TorchVariant, parse_variant
+from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from .wheels import WheelInfo, inspect_wheel
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "inspect_or_refuse",
 ]
 
-DEFAULT_ARCHS = (100, 120)
 REPORT = "build-report.json"
 MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this is only a bound on a hostile one
 

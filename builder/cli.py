@@ -27,7 +27,6 @@ from .recipes import known_recipes, resolve_recipe
 from .reporter import Reporter
 from .sources import cache_dir, newest_release, newest_torch
 from .spec import (
-    DEFAULT_ARCHS,
     DEFAULT_OUTPUT_DIR,
     MAX_CPUS,
     BuildSpec,
@@ -40,7 +39,7 @@ from .spec import (
     resolve_ca_bundle,
 )
 from .units import format_bytes, parse_memory
-from .variants import parse_variant
+from .variants import DEFAULT_ARCHS, parse_variant
 from .wheels import WheelInfo
 
 

@@ -57,6 +57,8 @@ from .wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata
 
 __all__ = [
     "API_VERSION",
+    "MEDIA_HTML_V1",
+    "MEDIA_JSON",
     "Distribution",
     "IndexEntry",
     "IndexPlan",
@@ -74,6 +76,9 @@ __all__ = [
 ]
 
 API_VERSION = "1.1"
+# The PEP 691 media types a client asks for and this index answers with (serve.py).
+MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
+MEDIA_HTML_V1 = "application/vnd.pypi.simple.v1+html"
 FILES = "files"
 SIMPLE = "simple"
 METADATA_SUFFIX = ".metadata"

@@ -25,6 +25,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
 from .units import format_bytes
+from .variants import PYTORCH_INDEX
 
 if TYPE_CHECKING:
     from .index import Distribution
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["PAGE", "install_lines", "python_of", "render", "variant_of"]
 
 PAGE = "index.html"
-PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 PLACEHOLDER = "<index-url>"
 _LABEL = re.compile(r"^(?P<tag>cu(?P<major>\d+)(?P<minor>\d))torch(?P<torch>\d+\.\d+)$")
 

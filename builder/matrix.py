@@ -30,12 +30,12 @@ from packaging.version import Version
 
 from .config import read_toml
 from .errors import BadArgument
+from .remote import DEFAULT_TO
 from .spec import parse_archs, parse_python
 from .variants import parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 
-DEFAULT_PUBLISH_TO = "wheelhouse/{variant}"
 _KEYS = {"package", "versions", "torch", "python", "archs"}
 
 
@@ -127,7 +127,7 @@ def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Mat
             raise BadArgument(f"{source}: [publish] {key} is not a string", f'write {key} = "..."')
     return Matrix(
         cells=tuple(cells),
-        publish_to=declared["to"] or DEFAULT_PUBLISH_TO,
+        publish_to=declared["to"] or DEFAULT_TO,
         declared_to=declared["to"] or None,
         index=declared["index"] or None,
     )

@@ -66,8 +66,7 @@ INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
 CELL_RECORD = "cell.json"
 PLAN_FILE = "plan.json"
 COVERAGE_PAGE = "coverage.html"
-MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
-ACCEPT = f"{MEDIA_JSON}, text/html;q=0.1"
+ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from .index import MEDIA_HTML_V1, MEDIA_JSON
 from .secrets import Redactor, authorized_request, redact_url, url_secrets
 from .sources import cache_dir
 
@@ -51,9 +52,8 @@ PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is n
 PKG_INFO_LIMIT = 1 << 20  # bytes of PKG-INFO read: its headers come first, the long description last
 SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist before giving up on finding PKG-INFO
 SDIST_MEMBERS = 100_000
-MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
 # PEP 691 negotiation: JSON preferred, HTML (PEP 503) from an index that only has that (PyTorch's).
-ACCEPT = f"{MEDIA_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+ACCEPT = f"{MEDIA_JSON}, {MEDIA_HTML_V1};q=0.2, text/html;q=0.1"
 
 _CPYTHON = re.compile(r"cp3(\d+)(t?)")
 _ABI3 = re.compile(r"cp3(\d+)-abi3")

@@ -53,6 +53,7 @@ from aiohttp.web_response import StreamResponse
 
 from . import index, index_page
 from .errors import BadHtpasswd, NoIndex, ServeFailed
+from .index import MEDIA_HTML_V1, MEDIA_JSON
 
 __all__ = [
     "MEDIA_HTML",
@@ -65,8 +66,6 @@ __all__ = [
     "serve",
 ]
 
-MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
-MEDIA_HTML_V1 = "application/vnd.pypi.simple.v1+html"
 MEDIA_HTML = "text/html"
 _ALIASES = {
     "application/vnd.pypi.simple.latest+json": MEDIA_JSON,

@@ -28,6 +28,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .errors import BadArgument, SourceUnavailable
+from .index import MEDIA_JSON
 from .recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
 from .secrets import authorized_request, redact_url
 
@@ -83,7 +84,7 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
 def _files(base: str, project: str) -> tuple[str, list[dict[str, Any]]]:
     """(page URL, file entries) of a project on a PEP 691 index."""
     page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
-    request = authorized_request(page, {"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = authorized_request(page, {"Accept": MEDIA_JSON})
     shown = redact_url(page)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:

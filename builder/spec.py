@@ -9,9 +9,8 @@ from pathlib import Path
 
 from .errors import BadArgument, CaBundleMissing
 from .recipes import Recipe
-from .variants import TorchVariant
+from .variants import DEFAULT_ARCHS, TorchVariant
 
-DEFAULT_ARCHS = (100, 120)
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 DEFAULT_OUTPUT_DIR = Path("wheelhouse")
 # Docker's --cpus runs from 0.01; Linux builds for at most 8192 CPUs (CONFIG_NR_CPUS with MAXSMP).

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from .errors import BadVariant
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
+# The SASS archs built when none are asked for (and checked when no build report says).
+DEFAULT_ARCHS = (100, 120)
 
 # Default torch release for each CUDA tag: the newest release published for it that we know of.
 DEFAULT_TORCH: dict[str, str] = {
