@@ -142,6 +142,10 @@ class MemoryModel:
 
 
 # --- simulation: list scheduling of the units, as ninja -j J runs them ----------------------------
+# Builds use it: the planner predicts a build's seconds with it (planner._predict: no limit, no
+# cache, no admission) to choose NVCC_THREADS and to print the predicted time. The rest (OOM kills
+# under a limit, sccache hits, admission by images/wheelbuild-admit's rule) serves bench/planner
+# and the tests, and stays in the same loop so the two cannot drift apart.
 
 
 @dataclass(frozen=True)
