@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import tenacity
 
@@ -46,6 +45,23 @@ from .planner import (
 from .ports import Engine, GateJob, ImageIds, Images
 from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
 from .recipes import Recipe, resolve_recipe, source_location, source_pin
+from .report import (
+    REPORT_NAME,
+    BuildReport,
+    CheckRecord,
+    GateRecord,
+    GateSkipped,
+    ImageRecord,
+    PlanRecord,
+    RecipeRecord,
+    Reused,
+    SourceRecord,
+    TorchRecord,
+    WheelRecord,
+    attempt_record,
+    read_report,
+    write_report,
+)
 from .reporter import Reporter
 from .results import source_key
 from .secrets import redact_url
@@ -346,29 +362,19 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
         run_dir.mkdir(parents=True, exist_ok=True)
         for wheel in reused:
             shutil.copy2(wheel, run_dir / wheel.name)
-        report = run_dir / "build-report.json"
-        earlier = json.loads((store / key / "build-report.json").read_text())
-        report.write_text(
-            json.dumps(
-                {
-                    **earlier,
-                    "run_id": run_id,
-                    "inputs_key": key,
-                    "reused": {"key": key, "from_run": earlier["run_id"]},
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        report = run_dir / REPORT_NAME
+        earlier = read_report(store / key / REPORT_NAME)
+        from_run = earlier.run_id or "?"
+        write_report(report, replace(earlier, run_id=run_id, inputs_key=key, reused=Reused(key, from_run)))
         report_html.write_beside(report)
         reporter.step(
-            f"unchanged inputs: reusing the wheel(s) of run {earlier['run_id']} (key {key[:12]}; --rebuild builds anew)"
+            f"unchanged inputs: reusing the wheel(s) of run {from_run} (key {key[:12]}; --rebuild builds anew)"
         )
         wheels = tuple(inspect_wheel(run_dir / w.name) for w in reused)
         gate = {
-            g["wheel"]: f"passed in run {earlier['run_id']}"
-            for g in earlier.get("gate", [])
-            if g.get("passed")
+            g.wheel: f"passed in run {from_run}"
+            for g in (earlier.gate if isinstance(earlier.gate, tuple) else ())
+            if g.passed
         }
         return BuildResult(
             run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report, gate=gate
@@ -432,41 +438,31 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
                 f"the built wheels are in {run_dir}, not yet loaded; rerun the same command",
             ) from None
         problems += [error for error in map(gate_failure, gates) if error is not None]
-    report = run_dir / "build-report.json"
-    report.write_text(
-        json.dumps(
-            {
-                "run_id": run_id,
-                "inputs_key": key,
-                "recipe": {
-                    "name": spec.recipe.name,
-                    "version": spec.recipe.version,
-                    "source": {
-                        "location": redact_url(source_location(spec.recipe.source)),
-                        "sha256": source_pin(spec.recipe.source),
-                    },
-                },
-                "torch": {
-                    "variant": str(spec.variant),
-                    "index_url": redact_url(spec.variant.index_url),
-                },
-                "archs": list(spec.archs),
-                "pythons": list(pythons),
-                "image": {"tag": image.tag, "id": image.id, "labels": image.labels},
-                "plan": plan.as_dict(),
-                "attempts": [_attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)],
-                "wheels": [w.to_json() for w in wheels],
-                "checks": [{"error": type(p).__name__, "cause": p.cause} for p in problems],
-                "abi": [abi.to_json() for abi in abi_reports.values()],
-                "gate": [g.to_json() for g in gates]
-                if spec.gate
-                else {
-                    "skipped": "--no-gate: the wheels were not loaded; publish checks them statically only"
-                },
-            },
-            indent=2,
-        )
-        + "\n"
+    report = run_dir / REPORT_NAME
+    write_report(
+        report,
+        BuildReport(
+            run_id=run_id,
+            inputs_key=key,
+            recipe=RecipeRecord(
+                name=spec.recipe.name,
+                version=spec.recipe.version,
+                source=SourceRecord(
+                    location=redact_url(source_location(spec.recipe.source)),
+                    sha256=source_pin(spec.recipe.source),
+                ),
+            ),
+            torch=TorchRecord(variant=str(spec.variant), index_url=redact_url(spec.variant.index_url)),
+            archs=spec.archs,
+            pythons=pythons,
+            image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),
+            plan=PlanRecord.of(plan),
+            attempts=tuple(attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)),
+            wheels=tuple(WheelRecord.of(w) for w in wheels),
+            checks=tuple(CheckRecord(error=type(p).__name__, cause=p.cause) for p in problems),
+            abi=tuple(abi.to_json() for abi in abi_reports.values()),
+            gate=tuple(GateRecord.of(g) for g in gates) if spec.gate else GateSkipped(),
+        ),
     )
     report_html.write_beside(report)  # build-report.html: the same record as a picture
     if problem := first_problem(problems):
@@ -585,67 +581,6 @@ def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: R
         f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
         "keeping every unit that finished"
     )
-
-
-def _attempt_record(
-    plan: Plan, result: AttemptResult, before: list[tuple[Plan, AttemptResult]]
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "attempt": result.attempt,
-        "max_jobs": plan.max_jobs,
-        "nvcc_threads": plan.nvcc_threads,
-        "memory": plan.memory,
-        "returncode": result.returncode,
-        "duration_s": round(result.duration_s, 1),
-        "build_s": round(result.build_seconds, 1),
-        "build_s_by_python": {
-            identifier: round(s, 1) for identifier, s in result.build_seconds_by_identifier
-        },
-        "memory_limit_seen": result.memory_limit_seen,
-        "peak_memory": result.peak_memory,
-        "peak_memory_compile": result.peak_memory_compile,
-        "predicted_peak": plan.predicted_peak,
-        "oom_evidence": list(result.oom.fired),
-        "oom_at_s": list(result.oom_at_s),
-        "memory_series": {
-            "step_s": result.memory_step_s,
-            "points": [[t, used] for t, used in result.memory_series],
-        },
-        "units_finished": len(result.finished_units),
-        "units": _unit_records(plan, result),
-        "cache_hits": result.cache_hits,
-        "cache_misses": result.cache_misses,
-        "cache_by_python": {
-            i: {"hits": hits, "misses": misses} for i, hits, misses in result.cache_by_identifier
-        },
-    }
-    if before and result.returncode == 0:
-        # Units that finished in an earlier attempt and were compiled again here: sccache misses
-        # beyond the units no earlier attempt finished. The goal is 0.
-        finished_before = set().union(*(r.finished_units for _, r in before))
-        record["units_finished_before"] = len(finished_before)
-        record["units_recompiled"] = max(0, result.cache_misses - (result.units_total - len(finished_before)))
-    return record
-
-
-def _unit_records(plan: Plan, result: AttemptResult) -> list[dict[str, Any]]:
-    """Each unit that finished, when, and what the model predicted for it (matched by the
-    output's stem, reduce.o <- csrc/reduce.cu; None where the model does not know the unit)."""
-    known = {u.name.rsplit("/", 1)[-1].split(".")[0]: u for u in plan.model.units}
-    records = []
-    for unit, finished_s in result.unit_finished_s:
-        cost = known.get(unit.rsplit(":", 1)[-1].split(".")[0])
-        records.append(
-            {
-                "unit": unit,
-                "finished_s": finished_s,
-                "predicted_peak": None
-                if cost is None
-                else plan.model.unit_peak(cost, plan.nvcc_threads, plan.archs),
-                "predicted_s": None if cost is None else round(cost.wall(plan.nvcc_threads, plan.archs), 1),
-            }
-        )
-    return records
 
 
 def _version(package: str = "wheelbuild") -> str:

@@ -10,7 +10,6 @@ Pure: a WheelInfo in, the problems out, each as the typed error that explains it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,12 @@ from .errors import (
     BadArgument,
     ImportGateFailed,
     InvalidWheel,
+    ReportUnreadable,
     TorchNotPinned,
     VersionLabelWrong,
     WheelbuildError,
 )
+from .report import REPORT_NAME, BuildReport, read_report
 from .stamp import torch_pin
 from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from .wheels import WheelInfo, inspect_wheel
@@ -43,8 +44,7 @@ __all__ = [
     "inspect_or_refuse",
 ]
 
-REPORT = "build-report.json"
-MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this is only a bound on a hostile one
+REPORT = REPORT_NAME
 
 
 @dataclass(frozen=True)
@@ -61,70 +61,21 @@ def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
     )
 
 
-def _is_text(value: object) -> bool:
-    return value is None or isinstance(value, str)
-
-
-def _gate_entry_problem(entry: object) -> str | None:
-    if not isinstance(entry, dict) or not isinstance(entry.get("wheel"), str):
-        return "a gate entry is not a table naming its wheel"
-    if not isinstance(entry.get("passed", False), bool):
-        return f"the gate entry of {entry['wheel']} has a `passed` that is not true or false"
-    imports = entry.get("imports", [])
-    if not isinstance(imports, list) or not all(
-        isinstance(i, dict)
-        and isinstance(i.get("module"), str)
-        and isinstance(i.get("ok", False), bool)
-        and _is_text(i.get("error"))
-        and _is_text(i.get("demangled"))
-        for i in imports
-    ):
-        return f"the gate entry of {entry['wheel']} has imports that are not tables of module and ok"
-    if not all(_is_text(entry.get(k)) for k in ("install_error", "torch")):
-        return f"the gate entry of {entry['wheel']} has an install_error or torch that is not text"
-    smoke = entry.get("smoke")
-    if smoke is not None and not isinstance(smoke, dict):
-        return f"the gate entry of {entry['wheel']} has a smoke result that is not a table"
-    return None
-
-
-def _report_problem(report: object) -> str | None:
-    """What makes a build report unusable here, or None. Only the fields this module reads are
-    checked: torch.variant, archs, inputs_key and the gate entries."""
-    if not isinstance(report, dict):
-        return f"it holds a JSON {type(report).__name__}, not an object"
-    torch = report.get("torch")
-    if not isinstance(torch, dict) or not isinstance(torch.get("variant"), str):
-        return "it names no torch.variant"
-    archs = report.get("archs")
-    if not isinstance(archs, list) or not archs or not all(type(a) is int for a in archs):
-        return "its archs are not a list of SM numbers"
-    if not _is_text(report.get("inputs_key")):
-        return "its inputs_key is not text"
-    gate = report.get("gate")
-    if gate is None or isinstance(gate, dict):  # a report from before the gate, or --no-gate
-        return None
-    if not isinstance(gate, list):
-        return "its gate is neither a list of results nor a --no-gate note"
-    return next((p for p in map(_gate_entry_problem, gate) if p), None)
-
-
-def _report_beside(wheel: Path) -> dict[str, Any] | None:
+def _report_beside(wheel: Path) -> BuildReport | None:
     """The build report of the run directory a wheel sits in, if it does; InvalidWheel when it
     is there but damaged (it decides the variant, the archs and the gate verdict)."""
     path = wheel.parent / REPORT
     if not path.is_file():
         return None
     try:
-        if path.stat().st_size > MAX_REPORT_SIZE:
-            raise _damaged_report(wheel, f"it is over {MAX_REPORT_SIZE // 1024**2} MiB")
-        report = json.loads(path.read_bytes())
-    # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
-    except (OSError, ValueError, RecursionError) as error:
-        raise _damaged_report(wheel, f"it is not readable JSON ({error})") from None
-    if problem := _report_problem(report):
-        raise _damaged_report(wheel, problem)
-    return dict(report)
+        report = read_report(path)
+    except ReportUnreadable as unreadable:
+        raise _damaged_report(wheel, unreadable.why) from None
+    if report.torch is None or not report.torch.variant:
+        raise _damaged_report(wheel, "it names no torch.variant")
+    if not report.archs:
+        raise _damaged_report(wheel, "its archs are not a list of SM numbers")
+    return report
 
 
 def expectation_for(
@@ -140,9 +91,10 @@ def expectation_for(
                 f"{REPORT} beside it",
                 "pass --torch (e.g. --torch cu130), or publish from the build's run directory",
             )
-        variant = parse_variant(report["torch"]["variant"])
+        assert report.torch is not None and report.torch.variant  # _report_beside saw to it
+        variant = parse_variant(report.torch.variant)
     if archs is None:
-        archs = tuple(report["archs"]) if report else DEFAULT_ARCHS
+        archs = report.archs if report else DEFAULT_ARCHS
     return variant, Expectation(archs=archs, variant=variant)
 
 
@@ -162,8 +114,7 @@ def inspect_or_refuse(path: Path) -> WheelInfo:
 def inputs_key_beside(wheel: Path) -> str | None:
     """The inputs key the build report beside a wheel records (None: no report, or an old one)."""
     report = _report_beside(wheel)
-    key = report.get("inputs_key") if report else None
-    return str(key) if key else None
+    return (report.inputs_key or None) if report else None
 
 
 def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
@@ -171,18 +122,15 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
     gate that never ran (no report, --no-gate) leaves the static checks (symbol versions against
     the platform tag), and a note that says so."""
     report = _report_beside(wheel)
-    gates = report.get("gate") if report else None
-    entry = (
-        next((g for g in gates if g.get("wheel") == wheel.name), None) if isinstance(gates, list) else None
-    )
-    if entry is not None and entry.get("passed"):
+    entry = report.gate_of(wheel.name) if report else None
+    if entry is not None and entry.passed:
         return [], None
     if entry is not None:
-        first = next((i for i in entry.get("imports", []) if not i.get("ok")), None)
+        first = next((i for i in entry.imports if not i.ok), None)
         why = (
-            f"import {first['module']} failed: {first.get('demangled') or first.get('error', '')}"
+            f"import {first.module} failed: {first.demangled or first.error or ''}"
             if first
-            else entry.get("install_error") or "see the report"
+            else entry.install_error or "see the report"
         )
         return [
             ImportGateFailed(
@@ -208,15 +156,16 @@ def describe_gate(wheel: Path) -> dict[str, Any]:
         return {"status": "refused", "detail": refused[0].cause}
     if note:
         return {"status": "not run", "detail": note}
-    report = _report_beside(wheel) or {}
-    entry = next(g for g in report["gate"] if g.get("wheel") == wheel.name)
-    modules = ", ".join(i["module"] for i in entry.get("imports", []))
-    smoke = entry.get("smoke") or {}
+    report = _report_beside(wheel)
+    entry = report.gate_of(wheel.name) if report else None
+    assert entry is not None  # gate_verdict found it passed
+    modules = ", ".join(i.module for i in entry.imports)
+    smoke = entry.smoke or {}
     return {
         "status": "passed",
-        "detail": f"imported {modules} with torch {entry.get('torch')}; GPU smoke test "
+        "detail": f"imported {modules} with torch {entry.torch}; GPU smoke test "
         f"{smoke.get('status', 'skipped')}: {smoke.get('reason', '')}",
-        "record": entry,
+        "record": entry.to_json(),
     }
 
 

@@ -58,6 +58,17 @@ class SourceUnavailable(WheelbuildError):
     exit_code = 15
 
 
+class ReportUnreadable(WheelbuildError):
+    """A build report (build-report.json) that cannot be used: unreadable, over its size cap, not
+    the JSON object wheelbuild writes, or of a newer schema than this wheelbuild reads."""
+
+    exit_code = 19
+
+    def __init__(self, cause: str, remedy: str, details: str = "", *, why: str = "") -> None:
+        super().__init__(cause, remedy, details)
+        self.why = why or cause  # the reason alone, for a caller that names the file its own way
+
+
 class DockerUnavailable(WheelbuildError):
     exit_code = 20
 

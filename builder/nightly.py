@@ -40,6 +40,7 @@ from .errors import (
     NightIncomplete,
     PublishedIndexUnreachable,
     PublishTargetMissing,
+    ReportUnreadable,
     WheelbuildError,
 )
 from .image import production_base
@@ -54,6 +55,7 @@ from .pythons import (
     torch_python_tags,
 )
 from .recipes import resolve_recipe
+from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .reporter import Reporter
 from .secrets import redact_url, without_credentials
 from .sources import cache_dir, prepare_source, resolve_lookup
@@ -438,17 +440,18 @@ def _write_json(path: Path, value: Any) -> None:
 # Publishing what passed
 
 
-def report_verdict(report: Mapping[str, Any], wheels: Sequence[str]) -> str | None:
+def report_verdict(report: BuildReport | Mapping[str, Any], wheels: Sequence[str]) -> str | None:
     """None when the build report says every check passed and the import gate passed each
     wheel; else why not (pure)."""
+    if not isinstance(report, BuildReport):
+        report = report_from_json(report)
     if not wheels:
         return "the cell left no wheel"
-    if report.get("checks"):
-        return f"its checks failed: {report['checks'][0].get('cause', 'see the report')}"
-    gates = report.get("gate")
-    if not isinstance(gates, list):
+    if report.checks:
+        return f"its checks failed: {report.checks[0].cause or 'see the report'}"
+    if not isinstance(report.gate, tuple):
         return "the import gate did not run"
-    passed = {g.get("wheel") for g in gates if isinstance(g, dict) and g.get("passed")}
+    passed = {g.wheel for g in report.gate if g.passed}
     refused = [w for w in wheels if w not in passed]
     if refused:
         return f"the import gate did not pass {', '.join(refused)}"
@@ -479,13 +482,16 @@ def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[s
                 continue
             run = path.parent / str(record["run"])
             names = [str(n) for n in record.get("wheels", [])]
-            report_path = run / check.REPORT
+            report_path = run / REPORT_NAME
             missing = [n for n in names if not (run / n).is_file()]
             if not report_path.is_file() or missing:
-                why = f"its report or wheels are missing ({', '.join(missing) or check.REPORT})"
+                why = f"its report or wheels are missing ({', '.join(missing) or REPORT_NAME})"
                 outcomes[cell_id] = CellOutcome(cell_id, torch, (), why)
                 continue
-            verdict = report_verdict(json.loads(report_path.read_text()), names)
+            try:
+                verdict = report_verdict(read_report(report_path), names)
+            except ReportUnreadable as unreadable:
+                verdict = unreadable.cause
             wheels = () if verdict else tuple(run / n for n in names)
             outcomes[cell_id] = CellOutcome(cell_id, torch, wheels, verdict)
     return tuple(outcomes.values()), plan

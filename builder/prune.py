@@ -21,8 +21,10 @@ from typing import Any
 
 from . import gc, index
 from .build import ImageOptions, cuda12_layer, image_inputs
+from .errors import ReportUnreadable
 from .image import production_base
 from .ports import GcEngine, ImageIds
+from .report import REPORT_NAME, BuildReport, read_report
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
 
@@ -49,7 +51,7 @@ def record_published(wheels: Iterable[Path], target: str) -> None:
     for wheel in wheels:
         by_folder.setdefault(wheel.resolve().parent, []).append(wheel)
     for folder, mine in by_folder.items():
-        if not (folder / "build-report.json").is_file():
+        if not (folder / REPORT_NAME).is_file():
             continue
         mark = folder / gc.PUBLISHED_MARK
         try:
@@ -104,22 +106,16 @@ def _usage(path: Path) -> tuple[int, float]:
     return total, newest
 
 
-def _report(folder: Path) -> dict[str, Any] | None:
+def _report(folder: Path) -> BuildReport | None:
     try:
-        found = json.loads((folder / "build-report.json").read_text())
-    except (OSError, ValueError):
+        return read_report(folder / REPORT_NAME)
+    except ReportUnreadable:
         return None
-    return found if isinstance(found, dict) else None
 
 
-def _wheel_hashes(folder: Path, report: dict[str, Any] | None) -> tuple[str, ...]:
+def _wheel_hashes(folder: Path, report: BuildReport | None) -> tuple[str, ...]:
     """The report's wheels' sha256, and the hash of each .whl there the report does not list."""
-    wheels = (report or {}).get("wheels")
-    listed = {
-        str(w["file"]): str(w["sha256"])
-        for w in (wheels if isinstance(wheels, list) else [])
-        if isinstance(w, dict) and w.get("file") and w.get("sha256")
-    }
+    listed = {w.file: w.sha256 for w in (report.wheels if report else ()) if w.file and w.sha256}
     hashes = set(listed.values())
     for wheel in folder.glob("*.whl"):
         if wheel.name not in listed:
@@ -139,14 +135,13 @@ def scan_runs(runs_dir: Path) -> tuple[gc.Run, ...]:
         report = _report(folder)
         size, newest = _usage(folder)
         marks = _read_mark(folder)
-        key = report.get("inputs_key") if report else None
         found.append(
             gc.Run(
                 id=folder.name,
                 path=folder,
                 size=size,
                 has_report=report is not None,
-                inputs_key=str(key) if key else None,
+                inputs_key=(report.inputs_key or None) if report else None,
                 wheel_sha256=_wheel_hashes(folder, report),
                 published_to=tuple(sorted({str(m.get("target", "?")) for m in marks})),
                 last_write=newest,
@@ -166,7 +161,7 @@ def scan_results(store: Path) -> tuple[gc.StoredResult, ...]:
         if not gc.RESULT_KEY.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
             continue
         size, newest = _usage(entry)
-        report = entry / "build-report.json"
+        report = entry / REPORT_NAME
         saved = report.stat().st_mtime if report.is_file() else newest
         found.append(gc.StoredResult(entry.name, entry, size, _wheel_hashes(entry, _report(entry)), saved))
     return tuple(found)

@@ -1,7 +1,7 @@
 """Build reports for the build-report.html tests: the real one of a real OOM-and-retry run
 (tests/fixtures/reports/wbdemo-oom-retry.json, written by `wheelbuild build` of the fixture in
 3 GiB before reports carried a memory series), and synthetic ones whose attempts are made by the
-real code path (build._attempt_record over an attempt.AttemptResult, the series through
+real code path (report.attempt_record over an attempt.AttemptResult, the series through
 buildlog.MemorySeries), so the page is tested against what the engine really records.
 """
 
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from wheelbuild.attempt import AttemptResult, OomEvidence
-from wheelbuild.build import _attempt_record
 from wheelbuild.buildlog import MemorySeries
 from wheelbuild.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.planner import Plan, plan_build
+from wheelbuild.report import attempt_record
 
 REAL_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-oom-retry.json"
 IDENT = "cp311-manylinux_x86_64"
@@ -88,7 +88,7 @@ def synthetic_report(name: str = "wbdemo") -> dict[str, Any]:
     report["recipe"]["name"] = name
     report["plan"] = second.as_dict()
     report["attempts"] = [
-        _attempt_record(first, killed, []),
-        _attempt_record(second, done, [(first, killed)]),
+        attempt_record(first, killed, []).to_json(),
+        attempt_record(second, done, [(first, killed)]).to_json(),
     ]
     return report

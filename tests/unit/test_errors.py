@@ -17,6 +17,7 @@ KNOWN_CODES = {
     "SourceUnavailable": 15,
     "ConfigKeyUnknown": 17,
     "ConfigValueInvalid": 18,
+    "ReportUnreadable": 19,
     "DockerUnavailable": 20,
     "NvidiaRuntimeMissing": 21,
     "CompilerUnavailable": 22,
