@@ -1,50 +1,46 @@
-"""A build, as the pipeline reads: spec -> plan -> image -> attempt -> stamp -> check -> report."""
+"""`wheelbuild build`, as the pipeline reads: preflight (spec pinned, image inputs, compiler,
+source, Pythons) -> image -> stored result? -> plan -> attempts (tenacity: an OOM kill retries at
+half the parallelism) -> stamp and check -> import gate -> report -> ready to publish.
+
+What build shares with calibrate (image inputs, image, compiler, plan) is preflight.py's; the
+report's format is report.py's; the nightly's matrix against what is published is matrix_runs.py's.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
-import secrets
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tenacity
 
-from . import cgroup, cuda_redist, publish, report_html, results
+from . import report_html, results
 from .abi import AbiReport, check_wheel_abi
 from .attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
-from .calibration import load_calibrated
 from .check import Expectation, check_wheel, first_problem
-from .cuda_redist import CudaLayer
-from .errors import (
-    CompilerUnavailable,
-    Interrupted,
-    OutOfMemory,
-    TorchIndexUnreachable,
-    WheelbuildError,
-)
+from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
 from .gate import GateResult, plan_gate
 from .gate import failure as gate_failure
 from .gate import read_result as read_gate
-from .image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
-from .matrix import Cell
-from .planner import (
-    Plan,
-    admission_costs,
-    container_limit,
-    explain_container_limit,
-    plan_build,
-    with_admission,
+from .image import IMAGES_DIR, Image, ImageInputs, production_base
+from .planner import Plan, admission_costs, with_admission
+from .ports import Engine, GateJob
+from .preflight import (
+    ImageOptions,
+    compiler_in_image,
+    ensure_cuda12_layer,
+    ensure_image,
+    image_inputs,
+    new_run_id,
+    plan_for,
 )
-from .ports import Engine, GateJob, ImageIds, Images
 from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
-from .recipes import Recipe, resolve_recipe, source_location, source_pin
+from .recipes import source_location, source_pin
 from .report import (
     REPORT_NAME,
     BuildReport,
@@ -63,38 +59,16 @@ from .report import (
     write_report,
 )
 from .reporter import Reporter
-from .results import source_key
+from .results import inputs_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
-from .spec import BuildSpec, Resources, parse_archs
+from .spec import BuildSpec
 from .stamp import stamp_wheel
 from .units import format_bytes
-from .variants import (
-    CUDA13_VERSION,
-    CudaCompiler,
-    TorchVariant,
-    arch_range,
-    compiler_for,
-    parse_variant,
-    supports_arch,
-)
+from .variants import CudaCompiler
 from .wheels import WheelInfo, inspect_wheel
 
-
-@dataclass(frozen=True)
-class ImageOptions:
-    base_image: str | None  # None: production manylinux_2_28 pinned by cibuildwheel
-    ca_bundle: Path | None
-    cuda12_image: str | None = None
-    cuda12_version: str = "12.8"
-    # Add the CUDA 12 layer made from NVIDIA's pinned redist archives (what a cu12x build needs,
-    # unless cuda12_image names an NVIDIA devel image instead).
-    cuda12_redist: bool = False
-
-    def for_variant(self, variant: TorchVariant) -> ImageOptions:
-        """The options a build of `variant` needs: cu12x gets the CUDA 12 layer without a flag."""
-        wants = variant.cuda_major == 12 and self.cuda12_image is None
-        return replace(self, cuda12_redist=self.cuda12_redist or wants)
+__all__ = ["GATE_MEMORY", "BuildResult", "import_gate", "run_build", "stamp_and_check"]
 
 
 @dataclass(frozen=True)
@@ -109,79 +83,6 @@ class BuildResult:
 
     def gate_summary(self, wheel: WheelInfo) -> str:
         return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
-
-
-def new_run_id() -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-
-
-def image_inputs(images: ImageIds, options: ImageOptions) -> ImageInputs:
-    base = options.base_image or production_base()
-    # A base pinned by digest is its own identity; a local tag is identified by its image ID.
-    base_id = "" if "@sha256:" in base else images.local_image_id(base)
-    layer = cuda12_layer() if options.cuda12_redist and options.cuda12_image is None else None
-    return ImageInputs.load(
-        base_image=base,
-        base_id=base_id,
-        ca_bundle=options.ca_bundle,
-        cuda12_image=options.cuda12_image,
-        cuda12_version=options.cuda12_version,
-        cuda12_layer=layer,
-    )
-
-
-def cuda12_layer() -> CudaLayer:
-    """The CUDA 12 layer's pins: images/cuda-12.8-redist.toml, or the file WHEELBUILD_CUDA12_PINS names."""
-    return cuda_redist.load_layer(cuda_redist.pins_path(IMAGES_DIR, os.environ))
-
-
-def ensure_cuda12_layer(images: Images, inputs: ImageInputs, reporter: Reporter) -> None:
-    """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
-    are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
-    server fails here, before the sdist, the image or any container."""
-    layer = inputs.cuda12_layer
-    if layer is None or images.local_image_id(inputs.tag) or images.local_image_id(layer.tag):
-        return
-    reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
-    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
-    images.ensure_cuda_layer_image(layer, tree, reporter.log)
-
-
-def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Image:
-    ensure_cuda12_layer(images, inputs, reporter)
-    image = images.ensure_image(inputs, reporter.log)
-    reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
-    return image
-
-
-def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
-    """The CUDA version that compiles for `variant` (a calibrated profile is per toolkit)."""
-    return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
-
-
-def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
-    """The image's compiler for this variant and these archs (one table decides: variants.ARCH_SUPPORT)."""
-    cuda12 = None
-    if inputs.cuda12_image != NO_CUDA12:
-        cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
-    compiler = compiler_for(variant, archs, cuda12)
-    if compiler is not None:
-        return compiler
-    same_major = [c for c in (compiler_for(variant, (), cuda12),) if c is not None]
-    if not same_major:
-        raise CompilerUnavailable(
-            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
-            "and torch refuses an nvcc of another major",
-            "let wheelbuild add the CUDA 12 layer from NVIDIA's archives (the default for cu12x), "
-            "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
-        )
-    compiler = same_major[0]
-    missing = [a for a in archs if not supports_arch(compiler, a)]
-    raise CompilerUnavailable(
-        f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
-        + ", ".join(f"sm_{a} (needs {arch_range(a)})" for a in missing),
-        "drop those archs from --archs, or pick a torch variant whose CUDA compiles them",
-    )
 
 
 @dataclass(frozen=True)
@@ -226,10 +127,6 @@ def python_constraints(spec: BuildSpec, source: PreparedSource, reporter: Report
 
 GATE_MEMORY = 6 * 1024**3  # pip installing torch and importing it; a smoke test's small tensors
 
-# Bumped whenever what happens to a wheel after cibuildwheel changes, so that results stored
-# by an earlier wheelbuild are not reused as if they had been through it.
-POSTPROCESS = "stamp+check+gate-1"
-
 
 def expectation(spec: BuildSpec) -> Expectation:
     return Expectation(archs=spec.archs, variant=spec.variant)
@@ -244,94 +141,67 @@ def stamp_and_check(
     return wheels, problems
 
 
-def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -> str:
-    """The content hash of everything that decides what a build's wheels hold: source, image
-    inputs, torch variant and index, archs, Pythons, the build's env, the tools (not MAX_JOBS or
-    NVCC_THREADS, which change how fast, not what)."""
-    return results.result_key(
-        source=source_key(spec.recipe.source),
-        image_inputs=inputs.sha256,
-        variant=str(spec.variant),
-        index_url=spec.variant.index_url,
-        archs=spec.archs,
-        pythons=pythons,
-        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
-        tools={
-            "wheelbuild": f"{_version()}+{results.code_digest(Path(__file__).resolve().parent)[:16]}",
-            "cibuildwheel": _version("cibuildwheel"),
-            "postprocess": POSTPROCESS,
-        },
-    )
+# ---------------------------------------------------------------------------------------------
+# The pipeline
 
 
-def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path(".")) -> BuildSpec:
-    """What a nightly cell builds: `wheelbuild build` with the cell's arguments, gate included."""
-    return BuildSpec(
-        recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
-        variant=parse_variant(cell.torch, torch_index_url),
-        archs=parse_archs(cell.archs),
-        pythons=(cell.python,) if cell.python else (),
-        output_dir=output_dir,
-    )
+@dataclass(frozen=True)
+class _Run:
+    """One build: its spec (the release pinned), image options, id, folder, and GPU or not."""
+
+    spec: BuildSpec
+    options: ImageOptions
+    id: str
+    dir: Path
+    gpus: bool
 
 
-def cell_inputs_key(cell: Cell, options: ImageOptions, torch_index_url: str | None, images: ImageIds) -> str:
-    """The inputs key a build of *cell* (one named Python) will have. *images* is only asked
-    when the base is a local tag (a pinned production base is its own identity)."""
-    spec = cell_spec(cell, torch_index_url)
-    inputs = image_inputs(images, options.for_variant(spec.variant))
-    return inputs_key(spec, inputs, spec.pythons)
+@dataclass(frozen=True)
+class _Ready:
+    """What the attempts need, all found before the first container."""
+
+    inputs: ImageInputs
+    compiler: CudaCompiler
+    source: PreparedSource
+    image: Image
+    pythons: tuple[str, ...]
+    key: str  # the result store's key: the content hash of every input
 
 
-def unpublished_cells(
-    cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None, images: ImageIds
-) -> tuple[Cell, ...]:
-    """The cells whose build inputs no wheel in *tree* was built from: a quiet night (no new
-    source, image, torch or tool) leaves none to build."""
-    published = publish.published_inputs(tree)
-    if not published:
-        return cells
-    return tuple(c for c in cells if cell_inputs_key(c, options, torch_index_url, images) not in published)
+@dataclass(frozen=True)
+class _Checked:
+    """The attempts' wheels after stamp, check and gate, and every problem found."""
 
-
-def plan_for(
-    recipe: Recipe,
-    archs: tuple[int, ...],
-    resources: Resources,
-    root: Path = Path("/"),
-    toolkit: str = CUDA13_VERSION,
-) -> Plan:
-    """The plan for these resources, given or read from this machine (its available memory and
-    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
-    A profile `wheelbuild calibrate` measured for this release and toolkit beats the built-in one."""
-    own = cgroup.read_limits(root)
-    memory, cpus = resources.memory, resources.cpus
-    if memory is None:
-        available = cgroup.host_memory_available(root)
-        budget = container_limit(available, own.memory_limit)
-        why = explain_container_limit(available, own.memory_limit)
-    else:
-        budget, why = memory, f"memory limit {format_bytes(memory)}: given"
-    if cpus is None:
-        cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
-    return plan_build(
-        budget=budget,
-        cpus=cpus,
-        archs=len(archs),
-        model=load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model,
-        max_jobs=resources.max_jobs,
-        nvcc_threads=resources.nvcc_threads,
-        budget_reason=why,
-    )
+    wheels: tuple[WheelInfo, ...]
+    abi: Mapping[str, AbiReport]
+    gates: tuple[GateResult, ...]
+    problems: list[WheelbuildError]
 
 
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
+    """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step."""
+    run = _start(spec, options, reporter, engine)
+    ready = _preflight(run, reporter, engine)
+    store = cache_dir() / "results"
+    stored = None if run.spec.rebuild else results.lookup(store, ready.key)
+    if stored:
+        return _reuse(run, ready, store, stored, reporter)
+    plan = _plan(run.spec, ready.compiler, reporter)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    attempts = _run_attempts(run, ready, plan, reporter, engine)
+    checked = _check_and_gate(run, attempts[-1][1].wheels, reporter, engine)
+    report = run.dir / REPORT_NAME
+    write_report(report, _report(run, ready, attempts, checked))
+    report_html.write_beside(report)  # build-report.html: the same record as a picture
+    return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report)
+
+
+def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> _Run:
+    """A run id, its release pinned, its reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
-    run_dir = spec.output_dir / "runs" / run_id
     reporter.step(
         f"wheelbuild {spec.recipe.name} for torch {spec.variant}, archs {spec.archs} (run {run_id})"
     )
-
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
@@ -340,8 +210,14 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     gpus = engine.resolve_gpus(spec.gpus)
     if not gpus and spec.gpus.value == "auto":
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
+    return _Run(spec, options, run_id, spec.output_dir / "runs" / run_id, gpus)
 
-    inputs = image_inputs(engine, options.for_variant(spec.variant))
+
+def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> _Ready:
+    """Everything that can fail before a container, in the order that wastes least: the compiler
+    for the variant and archs, the CUDA 12 layer, the source, the Pythons, then the image."""
+    spec = run.spec
+    inputs = image_inputs(engine, run.options.for_variant(spec.variant))
     # Before any work: no download and no image build for an impossible variant or arch.
     compiler = compiler_in_image(spec.variant, spec.archs, inputs)
     ensure_cuda12_layer(engine, inputs, reporter)
@@ -353,133 +229,161 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     choice = constraints.choose(tuple(engine.image_pythons(image.tag)), spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
-    pythons = choice.pythons
+    return _Ready(inputs, compiler, source, image, choice.pythons, inputs_key(spec, inputs, choice.pythons))
 
-    key = inputs_key(spec, inputs, pythons)
-    store = cache_dir() / "results"
-    reused = None if spec.rebuild else results.lookup(store, key)
-    if reused:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for wheel in reused:
-            shutil.copy2(wheel, run_dir / wheel.name)
-        report = run_dir / REPORT_NAME
-        earlier = read_report(store / key / REPORT_NAME)
-        from_run = earlier.run_id or "?"
-        write_report(report, replace(earlier, run_id=run_id, inputs_key=key, reused=Reused(key, from_run)))
-        report_html.write_beside(report)
-        reporter.step(
-            f"unchanged inputs: reusing the wheel(s) of run {from_run} (key {key[:12]}; --rebuild builds anew)"
-        )
-        wheels = tuple(inspect_wheel(run_dir / w.name) for w in reused)
-        gate = {
-            g.wheel: f"passed in run {from_run}"
-            for g in (earlier.gate if isinstance(earlier.gate, tuple) else ())
-            if g.passed
-        }
-        return BuildResult(
-            run_id=run_id, run_dir=run_dir, image=image, plan=None, wheels=wheels, report=report, gate=gate
-        )
 
+def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
+    """Unchanged inputs: the stored wheels copied into this run, with the stored report as this
+    run's (its attempts are the earlier run's, and it says so)."""
+    run.dir.mkdir(parents=True, exist_ok=True)
+    for wheel in stored:
+        shutil.copy2(wheel, run.dir / wheel.name)
+    report = run.dir / REPORT_NAME
+    earlier = read_report(store / ready.key / REPORT_NAME)
+    from_run = earlier.run_id or "?"
+    write_report(
+        report, replace(earlier, run_id=run.id, inputs_key=ready.key, reused=Reused(ready.key, from_run))
+    )
+    report_html.write_beside(report)
+    reporter.step(
+        f"unchanged inputs: reusing the wheel(s) of run {from_run} (key {ready.key[:12]}; --rebuild builds anew)"
+    )
+    gates = earlier.gate if isinstance(earlier.gate, tuple) else ()
+    return BuildResult(
+        run_id=run.id,
+        run_dir=run.dir,
+        image=ready.image,
+        plan=None,
+        wheels=tuple(inspect_wheel(run.dir / w.name) for w in stored),
+        report=report,
+        gate={g.wheel: f"passed in run {from_run}" for g in gates if g.passed},
+    )
+
+
+def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
     plan = plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version)
     if spec.admission:
         plan = with_admission(plan, keep_jobs=spec.resources.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)
+    return plan
 
-    run_dir.mkdir(parents=True, exist_ok=True)
 
-    def attempt_config(number: int, current: Plan) -> AttemptConfig:
-        return AttemptConfig(
-            run_id=run_id,
-            attempt=number,
-            image=image.tag,
-            project_dir=source.project_dir,
-            package=source.package,
-            identifiers=tuple(f"{p}-manylinux_x86_64" for p in pythons),
-            memory=current.memory,
-            cpus=current.cpus,
-            gpus=gpus,
-            build_env=spec.recipe.build_env(
-                spec.archs, current.max_jobs, current.nvcc_threads, spec.variant.label
-            ),
-            cuda_home=compiler.home,
-            torch=spec.variant,
-            output_dir=run_dir,
-            log_path=run_dir / "build.log",
-            pass_env=shared_cache_env(os.environ),
-            admission=None
-            if current.admission_budget is None
-            else (current.admission_budget, json.dumps(admission_costs(current), separators=(",", ":"))),
-        )
-
+def _run_attempts(
+    run: _Run, ready: _Ready, plan: Plan, reporter: Reporter, engine: Engine
+) -> list[tuple[Plan, AttemptResult]]:
+    """The attempts (see _attempts); Ctrl-C stops cibuildwheel and removes the run's containers."""
     try:
-        attempts = _attempts(engine, plan, attempt_config, reporter)
+        return _attempts(
+            engine, plan, lambda number, current: _attempt_config(run, ready, number, current), reporter
+        )
     except KeyboardInterrupt:
-        removed = engine.interrupt_cleanup(run_id)
+        removed = engine.interrupt_cleanup(run.id)
         raise Interrupted(
-            f"interrupted; stopped cibuildwheel and removed {removed} container(s) of run {run_id}",
+            f"interrupted; stopped cibuildwheel and removed {removed} container(s) of run {run.id}",
             "nothing of this run is left running; rerun the same command to start again",
         ) from None
-    plan, result = attempts[-1]
 
+
+def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> AttemptConfig:
+    spec = run.spec
+    return AttemptConfig(
+        run_id=run.id,
+        attempt=number,
+        image=ready.image.tag,
+        project_dir=ready.source.project_dir,
+        package=ready.source.package,
+        identifiers=tuple(f"{p}-manylinux_x86_64" for p in ready.pythons),
+        memory=plan.memory,
+        cpus=plan.cpus,
+        gpus=run.gpus,
+        build_env=spec.recipe.build_env(spec.archs, plan.max_jobs, plan.nvcc_threads, spec.variant.label),
+        cuda_home=ready.compiler.home,
+        torch=spec.variant,
+        output_dir=run.dir,
+        log_path=run.dir / "build.log",
+        pass_env=shared_cache_env(os.environ),
+        admission=None
+        if plan.admission_budget is None
+        else (plan.admission_budget, json.dumps(admission_costs(plan), separators=(",", ":"))),
+    )
+
+
+def _check_and_gate(run: _Run, built: tuple[Path, ...], reporter: Reporter, engine: Engine) -> _Checked:
+    """Stamp and check the wheels (archs, label, torch pin, symbol versions), then, if all is
+    well and the gate is on, install and import each in a fresh base container."""
     reporter.step("stamp and check")
-    wheels, problems = stamp_and_check(result.wheels, spec)
+    wheels, problems = stamp_and_check(built, run.spec)
     abi_reports = {w.path.name: check_wheel_abi(w.path) for w in wheels}
     problems += [error for abi in abi_reports.values() for error in abi.errors()]
     gates: tuple[GateResult, ...] = ()
-    if spec.gate and not problems:
+    if run.spec.gate and not problems:
         try:
-            gates = import_gate(engine, wheels, abi_reports, spec, options, gpus, run_id, run_dir, reporter)
+            gates = import_gate(
+                engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter
+            )
         except KeyboardInterrupt:
-            removed = engine.interrupt_cleanup(run_id)
+            removed = engine.interrupt_cleanup(run.id)
             raise Interrupted(
-                f"interrupted during the import gate; removed {removed} container(s) of run {run_id}",
-                f"the built wheels are in {run_dir}, not yet loaded; rerun the same command",
+                f"interrupted during the import gate; removed {removed} container(s) of run {run.id}",
+                f"the built wheels are in {run.dir}, not yet loaded; rerun the same command",
             ) from None
         problems += [error for error in map(gate_failure, gates) if error is not None]
-    report = run_dir / REPORT_NAME
-    write_report(
-        report,
-        BuildReport(
-            run_id=run_id,
-            inputs_key=key,
-            recipe=RecipeRecord(
-                name=spec.recipe.name,
-                version=spec.recipe.version,
-                source=SourceRecord(
-                    location=redact_url(source_location(spec.recipe.source)),
-                    sha256=source_pin(spec.recipe.source),
-                ),
+    return _Checked(wheels, abi_reports, gates, problems)
+
+
+def _report(
+    run: _Run, ready: _Ready, attempts: list[tuple[Plan, AttemptResult]], checked: _Checked
+) -> BuildReport:
+    spec, image = run.spec, ready.image
+    return BuildReport(
+        run_id=run.id,
+        inputs_key=ready.key,
+        recipe=RecipeRecord(
+            name=spec.recipe.name,
+            version=spec.recipe.version,
+            source=SourceRecord(
+                location=redact_url(source_location(spec.recipe.source)),
+                sha256=source_pin(spec.recipe.source),
             ),
-            torch=TorchRecord(variant=str(spec.variant), index_url=redact_url(spec.variant.index_url)),
-            archs=spec.archs,
-            pythons=pythons,
-            image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),
-            plan=PlanRecord.of(plan),
-            attempts=tuple(attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)),
-            wheels=tuple(WheelRecord.of(w) for w in wheels),
-            checks=tuple(CheckRecord(error=type(p).__name__, cause=p.cause) for p in problems),
-            abi=tuple(abi.to_json() for abi in abi_reports.values()),
-            gate=tuple(GateRecord.of(g) for g in gates) if spec.gate else GateSkipped(),
         ),
+        torch=TorchRecord(variant=str(spec.variant), index_url=redact_url(spec.variant.index_url)),
+        archs=spec.archs,
+        pythons=ready.pythons,
+        image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),
+        plan=PlanRecord.of(attempts[-1][0]),
+        attempts=tuple(attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)),
+        wheels=tuple(WheelRecord.of(w) for w in checked.wheels),
+        checks=tuple(CheckRecord(error=type(p).__name__, cause=p.cause) for p in checked.problems),
+        abi=tuple(abi.to_json() for abi in checked.abi.values()),
+        gate=tuple(GateRecord.of(g) for g in checked.gates) if spec.gate else GateSkipped(),
     )
-    report_html.write_beside(report)  # build-report.html: the same record as a picture
-    if problem := first_problem(problems):
-        # The wheels stay in the run directory for a look; they are neither stored nor reused.
-        problem.details = f"{problem.details}\nwheels and report kept in {run_dir}".strip()
+
+
+def _ready_to_publish(
+    run: _Run, ready: _Ready, plan: Plan, checked: _Checked, store: Path, report: Path
+) -> BuildResult:
+    """The first problem raised (the wheels stay in the run folder for a look, neither stored nor
+    reused); else the wheels stored under their inputs key, if the gate loaded them."""
+    if problem := first_problem(checked.problems):
+        problem.details = f"{problem.details}\nwheels and report kept in {run.dir}".strip()
         raise problem
-    if spec.gate:  # a wheel that was never loaded is not stored as done
-        results.save(store, key, tuple(w.path for w in wheels), report)
+    if run.spec.gate:  # a wheel that was never loaded is not stored as done
+        results.save(store, ready.key, tuple(w.path for w in checked.wheels), report)
     return BuildResult(
-        run_id=run_id,
-        run_dir=run_dir,
-        image=image,
+        run_id=run.id,
+        run_dir=run.dir,
+        image=ready.image,
         plan=plan,
-        wheels=wheels,
+        wheels=checked.wheels,
         report=report,
-        gate={g.wheel: g.summary for g in gates},
+        gate={g.wheel: g.summary for g in checked.gates},
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps' work
 
 
 def import_gate(
@@ -581,7 +485,3 @@ def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: R
         f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
         "keeping every unit that finished"
     )
-
-
-def _version(package: str = "wheelbuild") -> str:
-    return importlib.metadata.version(package)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import build
+from . import preflight
 from .calibration import (
     Measurement,
     calibrated_model,
@@ -69,7 +69,7 @@ def run_calibration(
     sample: int,
     unit_names: Sequence[str],
     memory: int | None,
-    options: build.ImageOptions,
+    options: preflight.ImageOptions,
     reporter: Reporter,
     engine: CalibrationEngine,
     reference: Path | None = None,
@@ -85,10 +85,10 @@ def run_calibration(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
     recipe = resolve_lookup(recipe, reporter.info)
-    run_id = build.new_run_id()
+    run_id = preflight.new_run_id()
     engine.connect()
-    inputs = build.image_inputs(engine, options.for_variant(variant))
-    compiler = build.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
+    inputs = preflight.image_inputs(engine, options.for_variant(variant))
+    compiler = preflight.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
     source = prepare_source(recipe.source, reporter.info)
     source_dir = _unpacked(source.project_dir / source.package)
 
@@ -103,14 +103,14 @@ def run_calibration(
         chosen = [by_file[n.rsplit("/", 1)[-1]] for n in unit_names]
     else:
         chosen = sample_units(recipe.memory_model, units_spec.families, sample, most_archs)
-    plan = build.plan_for(recipe, archs_options[0], Resources(memory=memory))
+    plan = preflight.plan_for(recipe, archs_options[0], Resources(memory=memory))
     jobs = [(u, a, t) for u in chosen for a in archs_options for t in threads_options if t <= len(a)]
     reporter.step(
         f"calibrate {recipe.name} {recipe.version} on CUDA {compiler.version}: {len(jobs)} compile(s) of "
         f"{len(chosen)} unit(s), one at a time, each in its own container of {format_bytes(plan.memory)} "
         f"(run {run_id})"
     )
-    image = build.ensure_image(engine, inputs, reporter)
+    image = preflight.ensure_image(engine, inputs, reporter)
     volume = engine.ensure_torch_headers(image.tag, variant.requirement, variant.index_url, reporter.info)
     measured: list[Measurement] = []
     try:

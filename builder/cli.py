@@ -16,7 +16,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, config, doctor, gc, matrix, prune, remote, report_html
+from . import check, config, doctor, gc, matrix, matrix_runs, preflight, prune, remote, report_html
 from . import publish as publishing
 from . import serve as serving
 from .attempt import SHARED_CACHE_ENV
@@ -97,8 +97,8 @@ _TEXT = _GivenText()
 
 def _image_options(
     base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None
-) -> build_pipeline.ImageOptions:
-    return build_pipeline.ImageOptions(
+) -> preflight.ImageOptions:
+    return preflight.ImageOptions(
         base_image=base_image, ca_bundle=resolve_ca_bundle(ca_bundle), cuda12_image=cuda12_image
     )
 
@@ -406,11 +406,11 @@ def plan(
     WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
     variant = parse_variant(torch_variant, torch_index_url)
     recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env)
-    planned = build_pipeline.plan_for(
+    planned = preflight.plan_for(
         recipe,
         parse_archs(archs),
         _resources(memory, cpus, max_jobs, nvcc_threads),
-        toolkit=build_pipeline.toolkit_for(variant),
+        toolkit=preflight.toolkit_for(variant),
     )
     click.echo(format_plan(planned))
     for line in _provenance():
@@ -626,8 +626,8 @@ def image_build(
     reporter = Reporter()
     options = replace(_image_options(base_image, ca_bundle, cuda12_image), cuda12_redist=with_cuda12)
     with DockerEngine().connect() as engine:
-        inputs = build_pipeline.image_inputs(engine, options)
-        built = build_pipeline.ensure_image(engine, inputs, reporter)
+        inputs = preflight.image_inputs(engine, options)
+        built = preflight.ensure_image(engine, inputs, reporter)
     click.echo(built.tag)
 
 
@@ -868,7 +868,7 @@ def matrix_command(
     if skip_published and output != "publish-to":
         options = _image_options(base_image, ca_bundle, cuda12_image)
         with DockerEngine() as engine:  # asked only for a local base's image ID
-            cells = build_pipeline.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
+            cells = matrix_runs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
         click.echo(
             f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
             err=True,

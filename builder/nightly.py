@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from . import build, check, prune, remote
+from . import build, check, matrix_runs, preflight, prune, remote
 from . import index as index_files
 from . import publish as publishing
 from .errors import (
@@ -75,11 +75,11 @@ ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
 # Where a nightly builds and publishes
 
 
-def image_options(environ: Mapping[str, str]) -> build.ImageOptions:
+def image_options(environ: Mapping[str, str]) -> preflight.ImageOptions:
     """The production base (manylinux_2_28 pinned by cibuildwheel), unless the test-only
     override is set; cu12x cells get the default CUDA 12 layer (no --cuda12-image)."""
     ca = environ.get("WHEELBUILD_CA_BUNDLE")
-    return build.ImageOptions(
+    return preflight.ImageOptions(
         base_image=environ.get(TEST_BASE_ENV) or None,
         ca_bundle=resolve_ca_bundle(Path(ca) if ca else None),
     )
@@ -315,16 +315,16 @@ def lines_output(plan: NightPlan) -> str:
 
 @dataclass(frozen=True)
 class _Context:
-    options: build.ImageOptions
+    options: preflight.ImageOptions
     images: Images  # asked only when the base is a local test base
 
 
-def _image_pythons(options: build.ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
+def _image_pythons(options: preflight.ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
     """The production image's CPythons from cibuildwheel's list; a local test base's from its
     build image (made or reused: the Pythons are what the image's Dockerfile finds there)."""
     if not options.base_image:
         return production_pythons()
-    image = build.ensure_image(images, build.image_inputs(images, options), reporter)
+    image = preflight.ensure_image(images, preflight.image_inputs(images, options), reporter)
     return tuple(images.image_pythons(image.tag))
 
 
@@ -373,7 +373,9 @@ def plan_night(
 ) -> NightPlan:
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
     good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
-    keys = {c.id: build.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good}
+    keys = {
+        c.id: matrix_runs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
+    }
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     published = published_keys(target, where, (parse_variant(c.torch).tag for c in good))
     return NightPlan(
@@ -408,7 +410,7 @@ def build_cell(
             f"cell {cell_id} " + (f"cannot be built: {why}" if why else "is not in the matrix"),
             "pick one that `wheelbuild nightly plan` prints: " + ", ".join(c.id for c in good),
         )
-    spec = build.cell_spec(cell, torch_index_url, out)
+    spec = matrix_runs.cell_spec(cell, torch_index_url, out)
     record: dict[str, Any] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:

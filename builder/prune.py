@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from . import gc, index
-from .build import ImageOptions, cuda12_layer, image_inputs
 from .errors import ReportUnreadable
 from .image import production_base
 from .ports import GcEngine, ImageIds
+from .preflight import ImageOptions, cuda12_layer, image_inputs
 from .report import REPORT_NAME, BuildReport, read_report
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]

@@ -9,6 +9,7 @@ what is in it.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -18,11 +19,17 @@ from functools import cache
 from pathlib import Path
 from typing import assert_never
 
+from .image import ImageInputs
 from .recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
 from .secrets import without_credentials
+from .spec import BuildSpec
 
 # Bump when a change to the build procedure changes what a wheel contains.
 PROCEDURE = "1"
+# Bumped whenever what happens to a wheel after cibuildwheel changes (build.py's stamp, check
+# and gate), so that results stored by an earlier wheelbuild are not reused as if they had been
+# through it.
+POSTPROCESS = "stamp+check+gate-1"
 _SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".eggs", ".tox", ".venv"}
 
 
@@ -94,6 +101,30 @@ def result_key(
         "tools": dict(sorted(tools.items())),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -> str:
+    """The content hash of everything that decides what a build's wheels hold: source, image
+    inputs, torch variant and index, archs, Pythons, the build's env, the tools (not MAX_JOBS or
+    NVCC_THREADS, which change how fast, not what)."""
+    return result_key(
+        source=source_key(spec.recipe.source),
+        image_inputs=inputs.sha256,
+        variant=str(spec.variant),
+        index_url=spec.variant.index_url,
+        archs=spec.archs,
+        pythons=pythons,
+        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
+        tools={
+            "wheelbuild": f"{_version()}+{code_digest(Path(__file__).resolve().parent)[:16]}",
+            "cibuildwheel": _version("cibuildwheel"),
+            "postprocess": POSTPROCESS,
+        },
+    )
+
+
+def _version(package: str = "wheelbuild") -> str:
+    return importlib.metadata.version(package)
 
 
 def lookup(store: Path, key: str) -> list[Path] | None:

@@ -26,8 +26,8 @@ import docker.errors
 import pytest
 from wheelbuild import gc
 from wheelbuild import publish as publishing
-from wheelbuild.build import ImageOptions, cuda12_layer, image_inputs
 from wheelbuild.engine import DockerEngine
+from wheelbuild.preflight import ImageOptions, cuda12_layer, image_inputs
 from wheelbuild.spec import resolve_ca_bundle
 
 from tests.indexkit import make_wheel

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from wheelbuild import build
+from wheelbuild import preflight
 from wheelbuild.calibration import (
     Measurement,
     calibrated_model,
@@ -96,7 +96,7 @@ def test_profile_and_measurements_round_trip_through_their_files(tmp_path: Path)
 
 def test_the_planner_prefers_a_calibrated_profile(own_cache_dir: Path) -> None:
     recipe = resolve_recipe("flash-attn")
-    before = build.plan_for(recipe, (100, 120), Resources(memory=64 * GIB, cpus=128))
+    before = preflight.plan_for(recipe, (100, 120), Resources(memory=64 * GIB, cpus=128))
     fwd = next(u for u in MODEL.units if u.name == FWD32)
     heavier = Measurement(
         unit=FWD32, archs=(100, 120), threads=1, peak=int(fwd.peak(1, 2) * 1.5), wall_s=200.0
@@ -104,7 +104,7 @@ def test_the_planner_prefers_a_calibrated_profile(own_cache_dir: Path) -> None:
     path = profile_path(own_cache_dir, "flash-attn", "2.8.3", "13.1")
     path.parent.mkdir(parents=True)
     path.write_text(profile_tsv(calibrated_model(MODEL, [heavier], FAMILIES, "13.1"), []))
-    after = build.plan_for(recipe, (100, 120), Resources(memory=64 * GIB, cpus=128))
+    after = preflight.plan_for(recipe, (100, 120), Resources(memory=64 * GIB, cpus=128))
     assert after.max_jobs < before.max_jobs  # 1.5x the memory per unit: fewer fit
     assert any("calibrated on CUDA 13.1" in reason for reason in after.reasons)
 

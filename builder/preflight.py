@@ -1,0 +1,159 @@
+"""What `wheelbuild build` and `wheelbuild calibrate` both need before any container: the image's
+inputs (and the CUDA 12 layer a cu12x variant needs), the image itself, the compiler in it for
+the variant and archs, and the plan for this machine's resources. Both orchestrations sit above
+this module; it imports neither.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import cgroup, cuda_redist
+from .calibration import load_calibrated
+from .cuda_redist import CudaLayer
+from .errors import CompilerUnavailable
+from .image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
+from .planner import Plan, container_limit, explain_container_limit, plan_build
+from .ports import ImageIds, Images
+from .recipes import Recipe
+from .reporter import Reporter
+from .sources import cache_dir
+from .spec import Resources
+from .units import format_bytes
+from .variants import CUDA13_VERSION, CudaCompiler, TorchVariant, arch_range, compiler_for, supports_arch
+
+__all__ = [
+    "ImageOptions",
+    "compiler_in_image",
+    "cuda12_layer",
+    "ensure_cuda12_layer",
+    "ensure_image",
+    "image_inputs",
+    "new_run_id",
+    "plan_for",
+    "toolkit_for",
+]
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    base_image: str | None  # None: production manylinux_2_28 pinned by cibuildwheel
+    ca_bundle: Path | None
+    cuda12_image: str | None = None
+    cuda12_version: str = "12.8"
+    # Add the CUDA 12 layer made from NVIDIA's pinned redist archives (what a cu12x build needs,
+    # unless cuda12_image names an NVIDIA devel image instead).
+    cuda12_redist: bool = False
+
+    def for_variant(self, variant: TorchVariant) -> ImageOptions:
+        """The options a build of `variant` needs: cu12x gets the CUDA 12 layer without a flag."""
+        wants = variant.cuda_major == 12 and self.cuda12_image is None
+        return replace(self, cuda12_redist=self.cuda12_redist or wants)
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def image_inputs(images: ImageIds, options: ImageOptions) -> ImageInputs:
+    base = options.base_image or production_base()
+    # A base pinned by digest is its own identity; a local tag is identified by its image ID.
+    base_id = "" if "@sha256:" in base else images.local_image_id(base)
+    layer = cuda12_layer() if options.cuda12_redist and options.cuda12_image is None else None
+    return ImageInputs.load(
+        base_image=base,
+        base_id=base_id,
+        ca_bundle=options.ca_bundle,
+        cuda12_image=options.cuda12_image,
+        cuda12_version=options.cuda12_version,
+        cuda12_layer=layer,
+    )
+
+
+def cuda12_layer() -> CudaLayer:
+    """The CUDA 12 layer's pins: images/cuda-12.8-redist.toml, or the file WHEELBUILD_CUDA12_PINS names."""
+    return cuda_redist.load_layer(cuda_redist.pins_path(IMAGES_DIR, os.environ))
+
+
+def ensure_cuda12_layer(images: Images, inputs: ImageInputs, reporter: Reporter) -> None:
+    """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
+    are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
+    server fails here, before the sdist, the image or any container."""
+    layer = inputs.cuda12_layer
+    if layer is None or images.local_image_id(inputs.tag) or images.local_image_id(layer.tag):
+        return
+    reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
+    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
+    images.ensure_cuda_layer_image(layer, tree, reporter.log)
+
+
+def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Image:
+    ensure_cuda12_layer(images, inputs, reporter)
+    image = images.ensure_image(inputs, reporter.log)
+    reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
+    return image
+
+
+def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
+    """The CUDA version that compiles for `variant` (a calibrated profile is per toolkit)."""
+    return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
+
+
+def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
+    """The image's compiler for this variant and these archs (one table decides: variants.ARCH_SUPPORT)."""
+    cuda12 = None
+    if inputs.cuda12_image != NO_CUDA12:
+        cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
+    compiler = compiler_for(variant, archs, cuda12)
+    if compiler is not None:
+        return compiler
+    same_major = [c for c in (compiler_for(variant, (), cuda12),) if c is not None]
+    if not same_major:
+        raise CompilerUnavailable(
+            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
+            "and torch refuses an nvcc of another major",
+            "let wheelbuild add the CUDA 12 layer from NVIDIA's archives (the default for cu12x), "
+            "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
+        )
+    compiler = same_major[0]
+    missing = [a for a in archs if not supports_arch(compiler, a)]
+    raise CompilerUnavailable(
+        f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
+        + ", ".join(f"sm_{a} (needs {arch_range(a)})" for a in missing),
+        "drop those archs from --archs, or pick a torch variant whose CUDA compiles them",
+    )
+
+
+def plan_for(
+    recipe: Recipe,
+    archs: tuple[int, ...],
+    resources: Resources,
+    root: Path = Path("/"),
+    toolkit: str = CUDA13_VERSION,
+) -> Plan:
+    """The plan for these resources, given or read from this machine (its available memory and
+    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
+    A profile `wheelbuild calibrate` measured for this release and toolkit beats the built-in one."""
+    own = cgroup.read_limits(root)
+    memory, cpus = resources.memory, resources.cpus
+    if memory is None:
+        available = cgroup.host_memory_available(root)
+        budget = container_limit(available, own.memory_limit)
+        why = explain_container_limit(available, own.memory_limit)
+    else:
+        budget, why = memory, f"memory limit {format_bytes(memory)}: given"
+    if cpus is None:
+        cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
+    return plan_build(
+        budget=budget,
+        cpus=cpus,
+        archs=len(archs),
+        model=load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model,
+        max_jobs=resources.max_jobs,
+        nvcc_threads=resources.nvcc_threads,
+        budget_reason=why,
+    )
