@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import signal
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -95,15 +97,58 @@ class _GivenText(click.types.StringParamType):
 _TEXT = _GivenText()
 
 
-def _image_options(
-    base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None
-) -> preflight.ImageOptions:
-    return preflight.ImageOptions(
-        base_image=base_image, ca_bundle=resolve_ca_bundle(ca_bundle), cuda12_image=cuda12_image
-    )
+# ---------------------------------------------------------------------------------------------
+# Options that several commands take, each declared once: a group is one decorator; an option
+# whose help differs per command is a factory that takes its help.
+
+_TORCH_INDEX_ENV = "WHEELBUILD_TORCH_INDEX_URL"
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-_image_flags = [
+def _options(*options: Any) -> Any:
+    """Several click options as one decorator, shown in --help in the order listed."""
+
+    def apply(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def _torch_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130)."""
+    return click.option("--torch", "torch_variant", help=help, **kwargs)
+
+
+def _torch_index_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
+    return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
+
+
+def _track_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--track latest: the matrix with each package's newest release and each tag's newest torch."""
+    return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
+
+
+@dataclass(frozen=True)
+class ImageFlags:
+    """--base-image, --ca-bundle and --cuda12-image as given, handed to a command as one value."""
+
+    base_image: str | None
+    ca_bundle: Path | None
+    cuda12_image: str | None
+
+    def options(self) -> preflight.ImageOptions:
+        """The image options a build with these flags uses (the CA bundle checked, or the host's)."""
+        return preflight.ImageOptions(
+            base_image=self.base_image,
+            ca_bundle=resolve_ca_bundle(self.ca_bundle),
+            cuda12_image=self.cuda12_image,
+        )
+
+
+_image_flags = _options(
     click.option(
         "--base-image",
         envvar="WHEELBUILD_BASE_IMAGE",
@@ -123,13 +168,20 @@ _image_flags = [
         type=_TEXT,
         help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
     ),
-]
+)
 
 
-def image_flags(f: Any) -> Any:
-    for option in reversed(_image_flags):
-        f = option(f)
-    return f
+def with_image_flags(f: Any) -> Any:
+    """The image flags (build, plan, doctor, calibrate, gc, image build, matrix), passed to the
+    command as one ImageFlags argument named `image_flags`."""
+
+    @functools.wraps(f)
+    def command(
+        *args: Any, base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None, **kwargs: Any
+    ) -> Any:
+        return f(*args, image_flags=ImageFlags(base_image, ca_bundle, cuda12_image), **kwargs)
+
+    return _image_flags(command)
 
 
 def _build_option(key: str, *decls: str, **kwargs: Any) -> Any:
@@ -139,21 +191,18 @@ def _build_option(key: str, *decls: str, **kwargs: Any) -> Any:
 
 # Every option of `build`, which `plan` takes too: each also from WHEELBUILD_<KEY> and from
 # [tool.wheelbuild] (builder/config.py lists the same keys; a test keeps the two in step).
-_build_flags = [
-    _build_option(
-        "torch",
-        "--torch",
-        "torch_variant",
+_build_flags = (
+    _torch_option(
+        "cu130, cu128, ... or 2.11.0+cu130.",
+        envvar=config.BY_KEY["torch"].env,
+        show_envvar=True,
         default="cu130",
         show_default=True,
-        help="cu130, cu128, ... or 2.11.0+cu130.",
     ),
-    click.option(
-        "--torch-index-url",
-        envvar="WHEELBUILD_TORCH_INDEX_URL",
+    _torch_index_option(
+        "Index to install torch from [default: PyTorch's index for the variant].",
         show_envvar=True,
         type=_TEXT,
-        help="Index to install torch from [default: PyTorch's index for the variant].",
     ),
     _build_option(
         "archs",
@@ -228,7 +277,7 @@ _build_flags = [
         is_flag=True,
         help="Hide the build log (it is still written to the run's build.log).",
     ),
-    *_image_flags,
+    with_image_flags,
     click.option(
         "--config-file",
         type=_PATH,
@@ -237,13 +286,11 @@ _build_flags = [
         help="TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
         "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it.",
     ),
-]
+)
 
 
 def build_flags(f: Any) -> Any:
-    for option in reversed(_build_flags):
-        f = option(f)
-    return click.argument("package", required=False)(f)
+    return click.argument("package", required=False)(_options(*_build_flags)(f))
 
 
 _FILES = "wheelbuild.config"  # ctx.meta key: the FileConfig the command's options were read with
@@ -327,9 +374,7 @@ def build(
     rebuild: bool,
     gate: bool,
     quiet: bool,
-    base_image: str | None,
-    ca_bundle: Path | None,
-    cuda12_image: str | None,
+    image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by _Configured
 ) -> None:
     """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
@@ -349,7 +394,7 @@ def build(
         admission=admission,
         gate=gate,
     )
-    options = _image_options(base_image, ca_bundle, cuda12_image)
+    options = image_flags.options()
     reporter = Reporter(quiet=quiet)
     files: config.FileConfig = click.get_current_context().meta.get(_FILES, config.FileConfig())
     if files.values:  # a value the command line did not name: say where it came from
@@ -419,32 +464,21 @@ def plan(
 
 @main.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {check, status, found, remedy}.")
-@click.option(
-    "--torch-index-url",
-    envvar="WHEELBUILD_TORCH_INDEX_URL",
-    type=_TEXT,
-    help="The torch index to reach [default: PyTorch's cu130 index].",
-)
-@image_flags
-def doctor_command(
-    as_json: bool,
-    torch_index_url: str | None,
-    base_image: str | None,
-    ca_bundle: Path | None,
-    cuda12_image: str | None,
-) -> None:
+@_torch_index_option("The torch index to reach [default: PyTorch's cu130 index].", type=_TEXT)
+@with_image_flags
+def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: ImageFlags) -> None:
     """Check that this machine can build, one line each (ok / warn / fail, with a remedy): Docker,
     its memory limit, NVIDIA, free disk, the CA bundle, the torch index, PyPI, NVIDIA's CUDA
     downloads, sccache's shared storage, the base image. Exits non-zero when a build would fail."""
     with DockerEngine(sweep=False, timeout=30) as engine:
         checks = doctor.diagnose(
-            lambda: engine.facts(base_image),
+            lambda: engine.facts(image_flags.base_image),
             os.environ,
             shared_cache_env=SHARED_CACHE_ENV,
             cache=cache_dir(),
-            ca_bundle=ca_bundle,
+            ca_bundle=image_flags.ca_bundle,
             torch_index_url=torch_index_url,
-            cuda12_image=cuda12_image,
+            cuda12_image=image_flags.cuda12_image,
         )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
@@ -461,16 +495,8 @@ def doctor_command(
 
 @main.command()
 @click.argument("package")
-@click.option(
-    "--torch",
-    "torch_variant",
-    default="cu130",
-    show_default=True,
-    help="Variant whose headers and nvcc to use.",
-)
-@click.option(
-    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", type=_TEXT, help="Index to take torch from."
-)
+@_torch_option("Variant whose headers and nvcc to use.", default="cu130", show_default=True)
+@_torch_index_option("Index to take torch from.", type=_TEXT)
 @click.option("--version", "recipe_version", help="Release of the recipe [default: its default].")
 @click.option(
     "--archs",
@@ -498,7 +524,7 @@ def doctor_command(
     type=_PATH,
     help="A calibration table in the same format (e.g. shared/calibration) to set the numbers against.",
 )
-@image_flags
+@with_image_flags
 def calibrate(
     package: str,
     torch_variant: str,
@@ -510,9 +536,7 @@ def calibrate(
     unit_names: tuple[str, ...],
     memory: str | None,
     compare: Path | None,
-    base_image: str | None,
-    ca_bundle: Path | None,
-    cuda12_image: str | None,
+    image_flags: ImageFlags,
 ) -> None:
     """Compile a sample of the recipe's real units alone, each in its own container, measure peak
     memory and time, and write the profile the planner then prefers (`wheelbuild plan` says so)."""
@@ -528,7 +552,7 @@ def calibrate(
             sample=sample,
             unit_names=unit_names,
             memory=parse_memory(memory) if memory is not None else None,
-            options=_image_options(base_image, ca_bundle, cuda12_image),
+            options=image_flags.options(),
             reporter=Reporter(),
             engine=engine,
             reference=compare,
@@ -569,16 +593,14 @@ def calibrate(
     hidden=True,
     help="Tests only: the name prefix of the images and volumes gc sees.",
 )
-@image_flags
+@with_image_flags
 def gc_command(
     output_dir: Path,
     keep_runs: int,
     caches: bool,
     dry_run: bool,
     scope: str | None,
-    base_image: str | None,
-    ca_bundle: Path | None,
-    cuda12_image: str | None,
+    image_flags: ImageFlags,
 ) -> None:
     """Remove old runs, stored results, build images and calibrate's torch volumes; keep what a
     published wheel or the newest runs need, the current inputs' image, and all a container uses.
@@ -589,7 +611,7 @@ def gc_command(
         keep_runs=keep_runs,
         caches=caches,
         scope=gc.parse_scope(scope),
-        image_options=_image_options(base_image, ca_bundle, cuda12_image),
+        image_options=image_flags.options(),
     )
     reporter = Reporter()
     with DockerEngine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
@@ -611,7 +633,7 @@ def image() -> None:
 
 
 @image.command("build")
-@image_flags
+@with_image_flags
 @click.option(
     "--cuda12",
     "with_cuda12",
@@ -619,12 +641,10 @@ def image() -> None:
     help="Add the CUDA 12.8 compiler from NVIDIA's pinned redist archives (what cu12x builds use; "
     "WHEELBUILD_CUDA_REDIST_URL names a mirror).",
 )
-def image_build(
-    base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None, with_cuda12: bool
-) -> None:
+def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
-    options = replace(_image_options(base_image, ca_bundle, cuda12_image), cuda12_redist=with_cuda12)
+    options = replace(image_flags.options(), cuda12_redist=with_cuda12)
     with DockerEngine().connect() as engine:
         inputs = preflight.image_inputs(engine, options)
         built = preflight.ensure_image(engine, inputs, reporter)
@@ -691,11 +711,7 @@ def report_command(run: Path) -> None:
     "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
     "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
 )
-@click.option(
-    "--torch",
-    "torch_variant",
-    help="Variant the wheels were built for [default: the build report beside them].",
-)
+@_torch_option("Variant the wheels were built for [default: the build report beside them].")
 @click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
 def publish_command(
     wheels: tuple[Path, ...], target: str, torch_variant: str | None, archs: str | None
@@ -831,42 +847,26 @@ def _check_access_log(path: Path) -> None:
     help="A wheelhouse tree: leave out cells whose build inputs (source, image, torch, archs, "
     "Python, tools) made a wheel it holds.",
 )
-@click.option(
-    "--torch-index-url",
-    envvar="WHEELBUILD_TORCH_INDEX_URL",
-    type=_TEXT,
-    help="As for build (part of the inputs).",
+@_torch_index_option("As for build (part of the inputs).", type=_TEXT)
+@_track_option(
+    "latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX) "
+    "and each CUDA tag's newest torch on its torch index."
 )
-@click.option(
-    "--track",
-    type=click.Choice(["latest"]),
-    help="latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX) "
-    "and each CUDA tag's newest torch on its torch index.",
-)
-@image_flags
+@with_image_flags
 def matrix_command(
     config: Path,
     output: str,
     skip_published: Path | None,
     track: str | None,
     torch_index_url: str | None,
-    base_image: str | None,
-    ca_bundle: Path | None,
-    cuda12_image: str | None,
+    image_flags: ImageFlags,
 ) -> None:
     """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
     variant, Python and arch list."""
-    declared = matrix.load_matrix(config)
-    if track == "latest":
-        versioned = sorted({c.package for c in declared.cells if c.version})
-        variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
-        torches = {v.tag: newest_torch(v.tag, v.index_url) for v in variants}
-        declared = matrix.tracking(
-            declared, {p: newest_release(p) for p in versioned}, {t: v for t, v in torches.items() if v}
-        )
+    declared = _declared_matrix(config, track, torch_index_url)
     cells = declared.cells
     if skip_published and output != "publish-to":
-        options = _image_options(base_image, ca_bundle, cuda12_image)
+        options = image_flags.options()
         with DockerEngine() as engine:  # asked only for a local base's image ID
             cells = matrix_runs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
         click.echo(
@@ -888,18 +888,17 @@ def matrix_command(
 _nightly_config = click.option(
     "--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True
 )
-_nightly_torch_index = click.option(
-    "--torch-index-url", envvar="WHEELBUILD_TORCH_INDEX_URL", help="As for build (part of the inputs)."
-)
-_nightly_track = click.option(
-    "--track",
-    type=click.Choice(["latest"]),
+_nightly_torch_index = _torch_index_option("As for build (part of the inputs).")
+_nightly_track = _track_option(
+    "latest: add each versioned package's newest release and each CUDA tag's newest torch.",
     envvar="WHEELBUILD_NIGHTLY_TRACK",
-    help="latest: add each versioned package's newest release and each CUDA tag's newest torch.",
+)
+_nightly_to = click.option(
+    "--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
 )
 
 
-def _night_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
+def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
     declared = matrix.load_matrix(config)
     if track != "latest":
         return declared
@@ -927,7 +926,7 @@ def nightly() -> None:
     show_default=True,
     help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the plan.",
 )
-@click.option("--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to].")
+@_nightly_to
 @click.option(
     "--index",
     "index_url",
@@ -955,7 +954,7 @@ def nightly_plan(
     reporter = Reporter(sys.stderr)
     with DockerEngine() as engine:  # asked only for a local test base
         planned = night.plan_night(
-            _night_matrix(config, track, torch_index_url),
+            _declared_matrix(config, track, torch_index_url),
             os.environ,
             to=to,
             index_url=index_url,
@@ -995,7 +994,7 @@ def nightly_build_cell(
 
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = night.build_cell(
-            _night_matrix(config, track, torch_index_url),
+            _declared_matrix(config, track, torch_index_url),
             cell_id,
             out,
             os.environ,
@@ -1010,7 +1009,7 @@ def nightly_build_cell(
 @nightly.command("publish-night")
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @_nightly_config
-@click.option("--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to].")
+@_nightly_to
 def nightly_publish_night(dirs: tuple[Path, ...], config: Path, to: str | None) -> None:
     """Publish the wheels of every cell under DIRS whose report says all checks and the gate
     passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html)."""
