@@ -11,16 +11,22 @@ fields have the wrong types are refused with ReportUnreadable (exit 19). A field
 lacks reads as its default (None, empty), so every report wheelbuild ever wrote still reads.
 Reports are untrusted input (a run folder may come from anywhere): the size is capped before the
 file is read, and every value's type is checked before use.
+
+The records are frozen dataclasses whose fields are the JSON keys, in the order written: the
+reader (`_read`) and the writer (`_plain`) follow the fields' types, so a field added to a record
+is written and read, type-checked, with nothing else to change.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from .attempt import AttemptResult
 from .errors import ReportUnreadable
@@ -34,20 +40,9 @@ __all__ = [
     "SCHEMA",
     "AttemptRecord",
     "BuildReport",
-    "CacheStats",
-    "CheckRecord",
     "GateRecord",
     "GateSkipped",
-    "ImageRecord",
-    "ImportRecord",
-    "MemorySeriesRecord",
-    "PlanRecord",
-    "RecipeRecord",
     "Reused",
-    "SourceRecord",
-    "TorchRecord",
-    "UnitRecord",
-    "WheelRecord",
     "attempt_record",
     "read_report",
     "read_report_json",
@@ -59,27 +54,10 @@ SCHEMA = 1  # the newest this wheelbuild writes and reads; absent in a file mean
 REPORT_NAME = "build-report.json"
 MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this only bounds a hostile one
 
-_T = TypeVar("_T")
 Json = dict[str, Any]
-
-
-# A field written only when it holds a value (the keys wheelbuild has always written that way).
-_OMIT = {"omit_when_none": True}
-
-
-def _plain(value: object) -> Any:
-    """A record as JSON: a dataclass as its fields in order, a tuple as a list."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _plain(getattr(value, f.name))
-            for f in fields(value)
-            if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)
-        }
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    return value
+_R = TypeVar("_R")
+_OMIT = {"omit_when_none": True}  # a key written only when it holds a value
+_REQUIRED = {"required": True}  # a key without which the record means nothing
 
 
 class _Record:
@@ -88,74 +66,6 @@ class _Record:
     def to_json(self) -> Json:
         data: Json = _plain(self)
         return data
-
-
-class _Bad(ValueError):
-    """A field of the wrong type (its message is the reason, for ReportUnreadable)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Typed reading of one JSON object: absent or null is the default; a wrong type is refused.
-
-
-class _Obj:
-    def __init__(self, data: object, where: str) -> None:
-        if not isinstance(data, dict):
-            raise _Bad(
-                f"its {where} is not a table"
-                if where
-                else f"it holds a JSON {type(data).__name__}, not an object"
-            )
-        self.data: Mapping[str, Any] = data
-        self.where = f"{where}." if where else ""
-
-    def _typed(self, key: str, kinds: tuple[type, ...], what: str) -> Any:
-        value = self.data.get(key)
-        return None if value is None else _checked(value, kinds, what, f"{self.where}{key}")
-
-    def text(self, key: str) -> str | None:
-        value: str | None = self._typed(key, (str,), "text")
-        return value
-
-    def int(self, key: str) -> int | None:
-        value: int | None = self._typed(key, (int,), "a whole number")
-        return value
-
-    def num(self, key: str) -> float | None:
-        value: float | None = self._typed(key, (int, float), "a number")
-        return value
-
-    def flag(self, key: str) -> bool | None:
-        value: bool | None = self._typed(key, (bool,), "true or false")
-        return value
-
-    def obj(self, key: str) -> _Obj | None:
-        value = self.data.get(key)
-        return None if value is None else _Obj(value, f"{self.where}{key}")
-
-    def table(self, key: str) -> Mapping[str, Any]:
-        """An opaque JSON table (kept as it is; only its type is checked)."""
-        value: Mapping[str, Any] | None = self._typed(key, (dict,), "a table")
-        return value or {}
-
-    def items(self, key: str, read: Callable[[object, str], _T]) -> tuple[_T, ...]:
-        value: list[object] | None = self._typed(key, (list,), "a list")
-        return tuple(read(item, f"{self.where}{key}[{i}]") for i, item in enumerate(value or ()))
-
-
-def _checked(value: object, kinds: tuple[type, ...], what: str, where: str) -> Any:
-    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise _Bad(f"its {where} is not {what}")
-    return value
-
-
-def _scalar(kinds: tuple[type, ...], what: str) -> Callable[[object, str], Any]:
-    return lambda value, where: _checked(value, kinds, what, where)
-
-
-_text = _scalar((str,), "text")
-_int = _scalar((int,), "a whole number")
-_num = _scalar((int, float), "a number")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,15 +83,6 @@ class RecipeRecord(_Record):
     name: str | None
     version: str | None
     source: SourceRecord | None
-
-    @classmethod
-    def read(cls, o: _Obj) -> RecipeRecord:
-        s = o.obj("source")
-        return cls(
-            o.text("name"),
-            o.text("version"),
-            None if s is None else SourceRecord(s.text("location"), s.text("sha256")),
-        )
 
 
 @dataclass(frozen=True)
@@ -214,22 +115,7 @@ class PlanRecord(_Record):
 
     @classmethod
     def of(cls, plan: Plan) -> PlanRecord:
-        return cls.read(_Obj(plan.as_dict(), "plan"))
-
-    @classmethod
-    def read(cls, o: _Obj) -> PlanRecord:
-        return cls(
-            memory=o.int("memory"),
-            cpus=o.num("cpus"),
-            max_jobs=o.int("max_jobs"),
-            nvcc_threads=o.int("nvcc_threads"),
-            archs=o.int("archs"),
-            predicted_peak=o.int("predicted_peak"),
-            predicted_seconds=o.num("predicted_seconds"),
-            model=o.table("model"),
-            admission_budget=o.int("admission_budget"),
-            reasons=o.items("reasons", _text),
-        )
+        return _read(cls, plan.as_dict(), "plan")
 
 
 @dataclass(frozen=True)
@@ -238,11 +124,6 @@ class UnitRecord(_Record):
     finished_s: float | None
     predicted_peak: int | None  # None where the model does not know the unit
     predicted_s: float | None
-
-    @classmethod
-    def read(cls, value: object, where: str) -> UnitRecord:
-        o = _Obj(value, where)
-        return cls(o.text("unit") or "", o.num("finished_s"), o.int("predicted_peak"), o.num("predicted_s"))
 
 
 @dataclass(frozen=True)
@@ -255,12 +136,6 @@ class CacheStats(_Record):
 class MemorySeriesRecord(_Record):
     step_s: float | None
     points: tuple[tuple[float, int], ...]  # (seconds since the attempt began, working set)
-
-
-def _point(value: object, where: str) -> tuple[float, int]:
-    if not isinstance(value, list) or len(value) != 2:
-        raise _Bad(f"its {where} is not a pair of time and bytes")
-    return _num(value[0], where), _int(value[1], where)
 
 
 @dataclass(frozen=True)
@@ -289,43 +164,6 @@ class AttemptRecord(_Record):
     # compiled again here (sccache misses beyond the units no earlier attempt finished; goal 0).
     units_finished_before: int | None = field(default=None, metadata=_OMIT)
     units_recompiled: int | None = field(default=None, metadata=_OMIT)
-
-    @classmethod
-    def read(cls, value: object, where: str) -> AttemptRecord:
-        o = _Obj(value, where)
-        series = o.obj("memory_series")
-        by_python = o.obj("build_s_by_python")
-        cache = o.obj("cache_by_python")
-        return cls(
-            attempt=o.int("attempt"),
-            max_jobs=o.int("max_jobs"),
-            nvcc_threads=o.int("nvcc_threads"),
-            memory=o.int("memory"),
-            returncode=o.int("returncode"),
-            duration_s=o.num("duration_s"),
-            build_s=o.num("build_s"),
-            build_s_by_python={k: by_python.num(k) or 0.0 for k in by_python.data} if by_python else {},
-            memory_limit_seen=o.int("memory_limit_seen"),
-            peak_memory=o.int("peak_memory"),
-            peak_memory_compile=o.int("peak_memory_compile"),
-            predicted_peak=o.int("predicted_peak"),
-            oom_evidence=o.items("oom_evidence", _text),
-            oom_at_s=o.items("oom_at_s", _num),
-            memory_series=None
-            if series is None
-            else MemorySeriesRecord(series.num("step_s"), series.items("points", _point)),
-            units_finished=o.int("units_finished"),
-            units=o.items("units", UnitRecord.read),
-            cache_hits=o.int("cache_hits"),
-            cache_misses=o.int("cache_misses"),
-            cache_by_python={k: _cache_stats(cache.obj(k)) for k in cache.data} if cache else {},
-            units_finished_before=o.int("units_finished_before"),
-            units_recompiled=o.int("units_recompiled"),
-        )
-
-
-def _cache_stats(o: _Obj | None) -> CacheStats:
-    return CacheStats(0, 0) if o is None else CacheStats(o.int("hits") or 0, o.int("misses") or 0)
 
 
 def attempt_record(
@@ -406,30 +244,7 @@ class WheelRecord(_Record):
 
     @classmethod
     def of(cls, wheel: WheelInfo) -> WheelRecord:
-        return cls.read(wheel.to_json(), "wheels[]")
-
-    @classmethod
-    def read(cls, value: object, where: str) -> WheelRecord:
-        o = _Obj(value, where)
-        modules = o.obj("extension_modules")
-        found = {}
-        for member in modules.data if modules else ():
-            m = modules.obj(member) if modules else None
-            if m is not None:
-                found[member] = ModuleRecord(
-                    m.items("sass", _int), m.items("ptx", _int), m.items("cudart", _text)
-                )
-        return cls(
-            file=o.text("file") or "",
-            name=o.text("name"),
-            version=o.text("version"),
-            tags=o.items("tags", _text),
-            sha256=o.text("sha256"),
-            size=o.int("size"),
-            metadata=o.table("metadata"),
-            torch_requirement=o.items("torch_requirement", _text),
-            extension_modules=found,
-        )
+        return _read(cls, wheel.to_json(), "wheels[]")
 
 
 @dataclass(frozen=True)
@@ -440,28 +255,18 @@ class CheckRecord(_Record):
 
 @dataclass(frozen=True)
 class ImportRecord(_Record):
-    module: str
-    ok: bool
+    module: str = field(metadata=_REQUIRED)
+    ok: bool = False
     error: str | None = None
     undefined_symbol: str | None = None
     demangled: str | None = None
-
-    @classmethod
-    def read(cls, value: object, where: str) -> ImportRecord:
-        o = _Obj(value, where)
-        module = o.text("module")
-        if module is None:
-            raise _Bad(f"its {where} names no module")
-        return cls(
-            module, bool(o.flag("ok")), o.text("error"), o.text("undefined_symbol"), o.text("demangled")
-        )
 
 
 @dataclass(frozen=True)
 class GateRecord(_Record):
     """GateResult.to_json(): one wheel installed and imported in a fresh base container."""
 
-    wheel: str
+    wheel: str = field(metadata=_REQUIRED)
     python: str | None = None
     passed: bool = False
     install_error: str | None = None
@@ -474,26 +279,7 @@ class GateRecord(_Record):
 
     @classmethod
     def of(cls, result: GateResult) -> GateRecord:
-        return cls.read(result.to_json(), "gate[]")
-
-    @classmethod
-    def read(cls, value: object, where: str) -> GateRecord:
-        if not isinstance(value, dict) or not isinstance(value.get("wheel"), str):
-            raise _Bad("a gate entry is not a table naming its wheel")
-        o = _Obj(value, f"gate entry of {value['wheel']}")
-        smoke = o.obj("smoke")
-        return cls(
-            wheel=value["wheel"],
-            passed=bool(o.flag("passed")),
-            python=o.text("python"),
-            install_error=o.text("install_error"),
-            torch=o.text("torch"),
-            imports=o.items("imports", ImportRecord.read),
-            unresolved=o.table("unresolved"),
-            load_errors=o.table("load_errors"),
-            smoke=None if smoke is None else smoke.data,
-            abi_problems=o.items("abi_problems", _text),
-        )
+        return _read(cls, result.to_json(), "gate[]")
 
 
 @dataclass(frozen=True)
@@ -535,63 +321,124 @@ class BuildReport(_Record):
         return next((g for g in gates if g.wheel == wheel), None)
 
 
-def _check(value: object, where: str) -> CheckRecord:
-    o = _Obj(value, where)
-    return CheckRecord(o.text("error"), o.text("cause"))
+# ---------------------------------------------------------------------------------------------
+# JSON out and in, by the records' field types
 
 
-def _table(value: object, where: str) -> Mapping[str, Any]:
-    return _Obj(value, where).data
+def _plain(value: object) -> Any:
+    """A record as JSON: a dataclass as its fields in order, a tuple as a list."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in fields(value)
+            if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)
+        }
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
 
 
-def _gate(o: _Obj) -> tuple[GateRecord, ...] | GateSkipped | None:
-    gate = o.data.get("gate")
-    if gate is None:
+class _Bad(ValueError):
+    """A value of the wrong type (its message is the reason, for ReportUnreadable)."""
+
+
+_SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
+    str: ((str,), "text"),
+    int: ((int,), "a whole number"),
+    float: ((int, float), "a number"),
+    bool: ((bool,), "true or false"),
+}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _read(cls: type[_R], value: object, where: str, **given: Any) -> _R:
+    """The record *cls* a JSON object holds: a key absent or null is its field's empty value
+    (None, (), {}, "", False, 0), a value of the wrong type is refused. *given* fields are taken
+    as they are (read by the caller)."""
+    if not isinstance(value, dict):
+        raise _Bad(
+            f"its {where} is not a table"
+            if where
+            else f"it holds a JSON {type(value).__name__}, not an object"
+        )
+    record: Any = cls  # a dataclass: _convert reads only those
+    values = {}
+    for f in fields(record):
+        if f.name in given:
+            values[f.name] = given[f.name]
+            continue
+        inner = f"{where}.{f.name}" if where else f.name
+        if f.metadata.get("required") and value.get(f.name) is None:
+            raise _Bad(f"its {inner} is missing")
+        values[f.name] = _convert(_hints(record)[f.name], value.get(f.name), inner)
+    return cls(**values)
+
+
+def _convert(kind: Any, value: object, where: str) -> Any:
+    """*value* as the type *kind* (a field's annotation), checked."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (kind,) = [a for a in args if a is not type(None)]  # one type besides None (gate aside)
+        return _convert(kind, value, where)
+    if value is None:
+        if isinstance(kind, type) and is_dataclass(kind):
+            return _read(kind, {}, where)
+        return {str: "", int: 0, float: 0.0, bool: False}.get(kind, () if origin is tuple else {})
+    if kind in _SCALARS:
+        kinds, what = _SCALARS[kind]
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise _Bad(f"its {where} is not {what}")
+        return value
+    if kind is Any:
+        return value
+    if isinstance(kind, type) and is_dataclass(kind):
+        return _read(kind, value, where)
+    if origin is tuple:
+        if not isinstance(value, list) or (args[-1] is not Ellipsis and len(value) != len(args)):
+            raise _Bad(f"its {where} is not a list" + ("" if args[-1] is Ellipsis else f" of {len(args)}"))
+        each = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
+        return tuple(
+            _convert(k, v, f"{where}[{i}]") for i, (k, v) in enumerate(zip(each, value, strict=True))
+        )
+    if not isinstance(value, dict):  # Mapping[str, X]
+        raise _Bad(f"its {where} is not a table")
+    return {key: _convert(args[1], item, f"{where}.{key}") for key, item in value.items()}
+
+
+def _gate(value: object) -> tuple[GateRecord, ...] | GateSkipped | None:
+    if value is None:
         return None
-    if isinstance(gate, dict):
-        return GateSkipped(str(gate.get("skipped", "")))
-    if not isinstance(gate, list):
+    if isinstance(value, dict):
+        return GateSkipped(str(value.get("skipped", "")))
+    if not isinstance(value, list):
         raise _Bad("its gate is neither a list of results nor a --no-gate note")
-    return o.items("gate", GateRecord.read)
+    return tuple(_read(GateRecord, entry, f"gate[{i}]") for i, entry in enumerate(value))
 
 
-def _schema(o: _Obj) -> int:
-    schema = o.int("schema")
+def _schema(data: object) -> int:
+    schema = data.get("schema") if isinstance(data, dict) else None
     if schema is None:
         return 1
-    if not 1 <= schema <= SCHEMA:
-        raise _Bad(f"it is of schema {schema}, and this wheelbuild reads schema 1 to {SCHEMA}")
+    if type(schema) is not int or not 1 <= schema <= SCHEMA:
+        raise _Bad(
+            f"it is of schema {schema!r}; this wheelbuild reads schema {SCHEMA} and older (a newer one wrote it?)"
+        )
     return schema
 
 
 def report_from_json(data: object) -> BuildReport:
     """The report a parsed build-report.json holds; ReportUnreadable when it is not one."""
     try:
-        o = _Obj(data, "")
-        schema = _schema(o)
-        torch, image, plan, reused = o.obj("torch"), o.obj("image"), o.obj("plan"), o.obj("reused")
-        recipe = o.obj("recipe")
-        return BuildReport(
-            run_id=o.text("run_id"),
-            inputs_key=o.text("inputs_key"),
-            recipe=None if recipe is None else RecipeRecord.read(recipe),
-            torch=None if torch is None else TorchRecord(torch.text("variant"), torch.text("index_url")),
-            archs=o.items("archs", _int),
-            pythons=o.items("pythons", _text),
-            image=None
-            if image is None
-            else ImageRecord(image.text("tag"), image.text("id"), image.table("labels")),
-            plan=None if plan is None else PlanRecord.read(plan),
-            attempts=o.items("attempts", AttemptRecord.read),
-            wheels=o.items("wheels", WheelRecord.read),
-            checks=o.items("checks", _check),
-            abi=o.items("abi", _table),
-            gate=_gate(o),
-            reused=None
-            if reused is None
-            else Reused(reused.text("key") or "", reused.text("from_run") or ""),
-            schema=schema,
-        )
+        given = {"schema": _schema(data), "gate": _gate(data.get("gate"))} if isinstance(data, dict) else {}
+        return _read(BuildReport, data, "", **given)
     except _Bad as bad:
         raise _unreadable(None, str(bad)) from None
 
@@ -620,7 +467,9 @@ def read_report_json(path: Path) -> Json:
             raise _Bad(f"it is over {MAX_REPORT_SIZE // 1024**2} MiB")
         # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
         found = json.loads(data)
-        _schema(_Obj(found, ""))
+        if not isinstance(found, dict):
+            raise _Bad(f"it holds a JSON {type(found).__name__}, not an object")
+        _schema(found)
     except _Bad as bad:
         raise _unreadable(target, str(bad)) from None
     except OSError as error:
