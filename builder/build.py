@@ -19,17 +19,10 @@ from pathlib import Path
 
 import tenacity
 
-from . import report_html, results
-from .abi import AbiReport, check_wheel_abi
-from .attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
+from . import report_html
 from .check import Expectation, check_wheel, first_problem
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
-from .gate import GateResult, plan_gate
-from .gate import failure as gate_failure
-from .gate import read_result as read_gate
-from .image import IMAGES_DIR, Image, ImageInputs, production_base
-from .planner import Plan, admission_costs, with_admission
-from .ports import Engine, GateJob
+from .plan.planner import Plan, admission_costs, with_admission
 from .preflight import (
     ImageOptions,
     compiler_in_image,
@@ -58,15 +51,23 @@ from .report import (
     read_report,
     write_report,
 )
-from .reporter import Reporter
-from .results import inputs_key
+from .run import results
+from .run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
+from .run.image import IMAGES_DIR, Image, ImageInputs, production_base
+from .run.ports import Engine, GateJob
+from .run.reporter import Reporter
+from .run.results import inputs_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
 from .spec import BuildSpec
-from .stamp import stamp_wheel
 from .units import format_bytes
 from .variants import CudaCompiler
-from .wheels import WheelInfo, inspect_wheel
+from .wheel.abi import AbiReport, check_wheel_abi
+from .wheel.gate import GateResult, plan_gate
+from .wheel.gate import failure as gate_failure
+from .wheel.gate import read_result as read_gate
+from .wheel.stamp import stamp_wheel
+from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = ["GATE_MEMORY", "BuildResult", "import_gate", "run_build", "stamp_and_check"]
 

@@ -3,7 +3,7 @@ one container per (unit, archs, NVCC_THREADS) -> measurements -> calibrated prof
 
 The measurements accumulate in <cache>/profiles/<recipe>-<version>-cuda<toolkit>.measured.tsv
 (a later run replaces the rows it measures again and keeps the others); the profile the planner
-then prefers is fitted from all of them (builder/calibration.py says how).
+then prefers is fitted from all of them (builder/plan/calibration.py says how).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import preflight
-from .calibration import (
+from .errors import BadArgument, CompileFailed, Interrupted
+from .plan.calibration import (
     Measurement,
     calibrated_model,
     compare_with,
@@ -26,11 +27,10 @@ from .calibration import (
     read_measurements,
     sample_units,
 )
-from .errors import BadArgument, CompileFailed, Interrupted
-from .memory_model import MemoryModel
-from .ports import CalibrationEngine, UnitCompile
+from .plan.memory_model import MemoryModel
 from .recipes import IndexLookup, Recipe, RemoteSdist
-from .reporter import Reporter
+from .run.ports import CalibrationEngine, UnitCompile
+from .run.reporter import Reporter
 from .sources import cache_dir, prepare_source, resolve_lookup
 from .spec import Resources
 from .units import format_bytes

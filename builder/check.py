@@ -19,7 +19,6 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .abi import check_wheel_abi
 from .errors import (
     ArchMissing,
     BadArgument,
@@ -31,9 +30,10 @@ from .errors import (
     WheelbuildError,
 )
 from .report import REPORT_NAME, BuildReport, read_report
-from .stamp import torch_pin
 from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
-from .wheels import WheelInfo, inspect_wheel
+from .wheel.abi import check_wheel_abi
+from .wheel.stamp import torch_pin
+from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = [
     "Expectation",

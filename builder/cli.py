@@ -18,15 +18,17 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, config, doctor, gc, matrix, matrix_runs, preflight, prune, remote, report_html
-from . import publish as publishing
-from . import serve as serving
-from .attempt import SHARED_CACHE_ENV
-from .engine import DockerEngine
+from . import check, config, matrix, matrix_runs, preflight, prune, report_html
 from .errors import BadArgument, BadHtpasswd, DoctorFound, WheelbuildError
-from .planner import format_plan
+from .index import publish as publishing
+from .index import remote
+from .index import serve as serving
+from .plan.planner import format_plan
 from .recipes import known_recipes, resolve_recipe
-from .reporter import Reporter
+from .run import doctor, gc
+from .run.attempt import SHARED_CACHE_ENV
+from .run.engine import DockerEngine
+from .run.reporter import Reporter
 from .sources import cache_dir, newest_release, newest_torch
 from .spec import (
     DEFAULT_OUTPUT_DIR,
@@ -42,7 +44,7 @@ from .spec import (
 )
 from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
-from .wheels import WheelInfo
+from .wheel.wheels import WheelInfo
 
 
 def _fail(error: WheelbuildError) -> NoReturn:
@@ -883,7 +885,7 @@ def matrix_command(
 
 
 # ---------------------------------------------------------------------------------------------
-# wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in builder.nightly.
+# wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in wheelbuild.nightly.
 
 _nightly_config = click.option(
     "--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True

@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from .config import read_toml
 from .errors import BadArgument
-from .remote import DEFAULT_TO
+from .index.remote import DEFAULT_TO
 from .spec import parse_archs, parse_python
 from .variants import parse_variant
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import publish
+from .index import publish
 from .matrix import Cell
-from .ports import ImageIds
 from .preflight import ImageOptions, image_inputs
 from .recipes import resolve_recipe
-from .results import inputs_key
+from .run.ports import ImageIds
+from .run.results import inputs_key
 from .sources import resolve_lookup
 from .spec import BuildSpec, parse_archs
 from .variants import parse_variant

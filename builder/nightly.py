@@ -5,7 +5,7 @@
   skipped with the reason; a cell without `python` is one cell per default Python), less
   those whose inputs key the target's index already holds (a local tree read directly, a
   remote one over HTTP: ``files/<wheel>.inputs`` beside each wheel).
-- :func:`build_cell`: one cell's build through :func:`builder.build.run_build`, import gate
+- :func:`build_cell`: one cell's build through :func:`wheelbuild.build.run_build`, import gate
   included, on the production base; its outcome written to ``<out>/cell.json``.
 - :func:`publish_night`: only the wheels whose report says every check and the gate passed are
   checked again and published; a failed cell is reported, the others still publish; then the
@@ -32,9 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from . import build, check, matrix_runs, preflight, prune, remote
-from . import index as index_files
-from . import publish as publishing
+from . import build, check, matrix_runs, preflight, prune
 from .errors import (
     BadArgument,
     NightIncomplete,
@@ -43,9 +41,10 @@ from .errors import (
     ReportUnreadable,
     WheelbuildError,
 )
-from .image import production_base
+from .index import index as index_files
+from .index import publish as publishing
+from .index import remote
 from .matrix import Cell, Matrix
-from .ports import Engine, Images
 from .pythons import (
     IndexFile,
     anchors,
@@ -56,7 +55,9 @@ from .pythons import (
 )
 from .recipes import resolve_recipe
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
-from .reporter import Reporter
+from .run.image import production_base
+from .run.ports import Engine, Images
+from .run.reporter import Reporter
 from .secrets import redact_url, without_credentials
 from .sources import cache_dir, prepare_source, resolve_lookup
 from .spec import parse_archs, resolve_ca_bundle

@@ -12,15 +12,16 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import cgroup, cuda_redist
-from .calibration import load_calibrated
-from .cuda_redist import CudaLayer
 from .errors import CompilerUnavailable
-from .image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
-from .planner import Plan, container_limit, explain_container_limit, plan_build
-from .ports import ImageIds, Images
+from .plan import cgroup
+from .plan.calibration import load_calibrated
+from .plan.planner import Plan, container_limit, explain_container_limit, plan_build
 from .recipes import Recipe
-from .reporter import Reporter
+from .run import cuda_redist
+from .run.cuda_redist import CudaLayer
+from .run.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
+from .run.ports import ImageIds, Images
+from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import Resources
 from .units import format_bytes

@@ -19,12 +19,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import gc, index
 from .errors import ReportUnreadable
-from .image import production_base
-from .ports import GcEngine, ImageIds
+from .index import index
 from .preflight import ImageOptions, cuda12_layer, image_inputs
 from .report import REPORT_NAME, BuildReport, read_report
+from .run import gc
+from .run.image import production_base
+from .run.ports import GcEngine, ImageIds
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
 

@@ -43,7 +43,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
-from .index import MEDIA_HTML_V1, MEDIA_JSON
+from .index.index import MEDIA_HTML_V1, MEDIA_JSON
 from .secrets import Redactor, authorized_request, redact_url, url_secrets
 from .sources import cache_dir
 

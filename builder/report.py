@@ -28,11 +28,11 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from .attempt import AttemptResult
 from .errors import ReportUnreadable
-from .gate import GateResult
-from .planner import Plan
-from .wheels import WheelInfo
+from .plan.planner import Plan
+from .run.attempt import AttemptResult
+from .wheel.gate import GateResult
+from .wheel.wheels import WheelInfo
 
 __all__ = [
     "MAX_REPORT_SIZE",

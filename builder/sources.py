@@ -28,7 +28,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .errors import BadArgument, SourceUnavailable
-from .index import MEDIA_JSON
+from .index.index import MEDIA_JSON
 from .recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
 from .secrets import authorized_request, redact_url
 

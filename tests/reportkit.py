@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wheelbuild.attempt import AttemptResult, OomEvidence
-from wheelbuild.buildlog import MemorySeries
-from wheelbuild.memory_model import GIB, MIB, wbdemo_model
-from wheelbuild.planner import Plan, plan_build
+from wheelbuild.plan.memory_model import GIB, MIB, wbdemo_model
+from wheelbuild.plan.planner import Plan, plan_build
 from wheelbuild.report import attempt_record
+from wheelbuild.run.attempt import AttemptResult, OomEvidence
+from wheelbuild.run.buildlog import MemorySeries
 
 REAL_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-oom-retry.json"
 IDENT = "cp311-manylinux_x86_64"

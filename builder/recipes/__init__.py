@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..bundled import bundled_dir
 from ..errors import BadArgument, UnknownPackage
-from ..memory_model import wbdemo_model
+from ..plan.memory_model import wbdemo_model
 from .base import (
     IndexLookup,
     LocalProject,

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeAlias, assert_never
 
-from ..memory_model import MemoryModel, default_model
+from ..plan.memory_model import MemoryModel, default_model
 
 # How a release still to be looked up on the index is written: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"

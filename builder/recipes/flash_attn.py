@@ -7,7 +7,7 @@ from types import MappingProxyType
 from packaging.version import InvalidVersion, Version
 
 from ..errors import BadArgument
-from ..memory_model import flash_attn_model
+from ..plan.memory_model import flash_attn_model
 from .base import IndexLookup, Recipe, RemoteSdist, Source, UnitRecipe
 
 DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
@@ -79,6 +79,6 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         units=UNITS,
         import_packages=("flash_attn",),
         smoke_test="flash_attn.py",
-        # Fitted to measured units (builder/profiles/flash-attn-2.8.3.tsv).
+        # Fitted to measured units (builder/plan/profiles/flash-attn-2.8.3.tsv).
         memory_model=flash_attn_model(version),
     )

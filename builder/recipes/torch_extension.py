@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..memory_model import MemoryModel, default_model
+from ..plan.memory_model import MemoryModel, default_model
 from .base import Recipe, Source
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from wheelbuild.serve import serve
+from wheelbuild.index.serve import serve
 
 
 def clean_env(tmp_path: Path, *, uv_cache: Path | None = None) -> dict[str, str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from wheelbuild.ownership import process_namespace
-from wheelbuild.wheels import archs_in_wheel
+from wheelbuild.run.ownership import process_namespace
+from wheelbuild.wheel.wheels import archs_in_wheel
 
 from tests.integration.conftest import (
     REPO,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild.calibration import read_measurements
+from wheelbuild.plan.calibration import read_measurements
 
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from wheelbuild.cuda_redist import PINS_FILE, load_layer
-from wheelbuild.image import IMAGES_DIR
+from wheelbuild.run.cuda_redist import PINS_FILE, load_layer
+from wheelbuild.run.image import IMAGES_DIR
 
 from tests.integration.conftest import containers_of_run, wheelbuild
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 from wheelbuild.errors import TorchIndexUnreachable
-from wheelbuild.publish import publish, yank
+from wheelbuild.index.publish import publish, yank
 from wheelbuild.pythons import choose_pythons, files_on_page, python_tags, torch_python_tags
 
 from tests.indexkit import make_wheel

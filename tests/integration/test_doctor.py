@@ -14,7 +14,7 @@ import time
 
 import docker
 import pytest
-from wheelbuild import ownership
+from wheelbuild.run import ownership
 
 from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, Completed, wheelbuild
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from wheelbuild import gc
-from wheelbuild import publish as publishing
-from wheelbuild.engine import DockerEngine
+from wheelbuild.index import publish as publishing
 from wheelbuild.preflight import ImageOptions, cuda12_layer, image_inputs
+from wheelbuild.run import gc
+from wheelbuild.run.engine import DockerEngine
 from wheelbuild.spec import resolve_ca_bundle
 
 from tests.indexkit import make_wheel

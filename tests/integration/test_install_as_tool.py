@@ -25,7 +25,9 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout:
     proc = subprocess.run(
         argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
     )
-    assert proc.returncode == 0, f"{argv} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{argv} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -39,7 +41,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _outside_checkout(python: Path, cwd: Path) -> Path:
     """Where the installed wheelbuild's code and images/ really are (not in this checkout)."""
-    probe = "import wheelbuild, wheelbuild.image as i; print(wheelbuild.__file__); print(i.IMAGES_DIR)"
+    probe = "import wheelbuild, wheelbuild.run.image as i; print(wheelbuild.__file__); print(i.IMAGES_DIR)"
     code, images = _run([str(python), "-c", probe], cwd=cwd).split()
     for path in (Path(code), Path(images)):
         assert REPO not in path.resolve().parents, path
@@ -55,7 +57,9 @@ def test_uv_tool_install_builds_the_bundled_example_from_tmp(
     _run([UV, "tool", "install", str(dists["wheel"])], cwd=work, env=tools)
     wheelbuild = tmp_path / "bin" / "wheelbuild"
     images = _outside_checkout(tmp_path / "tools" / "wheelbuild" / "bin" / "python", work)
-    assert (images / "Dockerfile.cuda131").read_bytes() == (REPO / "images" / "Dockerfile.cuda131").read_bytes()
+    assert (images / "Dockerfile.cuda131").read_bytes() == (
+        REPO / "images" / "Dockerfile.cuda131"
+    ).read_bytes()
 
     # The packaged images/ is the checkout's, byte for byte, so its inputs hash to the same tag.
     base = os.environ["WHEELBUILD_BASE_IMAGE"]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from wheelbuild.stamp import stamp_wheel
 from wheelbuild.variants import parse_variant
+from wheelbuild.wheel.stamp import stamp_wheel
 
 from tests.integration.conftest import FixtureBuild, wheelbuild
 from tests.integration.serving import clean_env, read_log, run_ok, running_server, uv_binary
@@ -34,7 +34,7 @@ UV_CACHE = Path.home() / ".cache" / "wheelbuild-tests" / "uv"
 
 def _relabel_sass(so: bytes, old: int, new: int) -> bytes:
     """The .so with its sm_<old> cubin entry claiming sm_<new>: a wheel built without sm_<old>,
-    as far as the fatbin's entry headers say (layout: builder/wheels.py)."""
+    as far as the fatbin's entry headers say (layout: builder/wheel/wheels.py)."""
     section = ELFFile(io.BytesIO(so)).get_section_by_name(".nv_fatbin")
     assert section is not None
     data, start = bytearray(so), section["sh_offset"]

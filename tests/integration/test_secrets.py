@@ -103,7 +103,7 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
     config, sampled while it runs, holds no trace of it."""
     import secrets as token
 
-    from wheelbuild.engine import DockerEngine
+    from wheelbuild.run.engine import DockerEngine
 
     index = f"https://{INDEX_USER}-{token.token_hex(3)}:{INDEX_PASSWORD}@pypi.org/simple"
     inspected: list[str] = []

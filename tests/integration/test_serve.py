@@ -23,8 +23,8 @@ import aiohttp
 import bcrypt
 import pytest
 from wheelbuild.errors import BadHtpasswd, NoIndex, ServeFailed
-from wheelbuild.publish import publish, yank
-from wheelbuild.serve import (
+from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.serve import (
     MEDIA_HTML,
     MEDIA_HTML_V1,
     MEDIA_JSON,
@@ -367,7 +367,7 @@ def test_an_unexpected_error_is_a_plain_500_logged_on_the_server(
     def broken(accept: str | None) -> str | None:
         raise RuntimeError("the internals of /srv/wheelhouse")
 
-    monkeypatch.setattr("wheelbuild.serve.negotiate", broken)
+    monkeypatch.setattr("wheelbuild.index.serve.negotiate", broken)
     with caplog.at_level(logging.ERROR, logger="wheelbuild.serve"):
         reply = request(url, "/simple/")
     assert reply.status == 500

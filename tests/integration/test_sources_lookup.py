@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 from wheelbuild.errors import BadArgument
-from wheelbuild.publish import publish
+from wheelbuild.index.publish import publish
 from wheelbuild.recipes import RemoteSdist, resolve_recipe
 from wheelbuild.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild.attempt import AttemptConfig, AttemptResult, OomEvidence
+from wheelbuild.run.attempt import AttemptConfig, AttemptResult, OomEvidence
 from wheelbuild.variants import parse_variant
 
 REPO = Path(__file__).resolve().parents[2]

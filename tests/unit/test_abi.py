@@ -1,4 +1,4 @@
-"""wheelbuild.abi: the static import gate, on real shared objects compiled here with gcc/g++ and
+"""wheelbuild.wheel.abi: the static import gate, on real shared objects compiled here with gcc/g++ and
 zipped into real wheels. objdump, where present, is the independent reader the ELF parsing is
 checked against."""
 
@@ -13,7 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.abi import (
+from wheelbuild.errors import AbiMismatch
+from wheelbuild.wheel.abi import (
     ElfAbi,
     Excess,
     SymbolVersion,
@@ -24,7 +25,6 @@ from wheelbuild.abi import (
     symbol_versions,
     tag_limits,
 )
-from wheelbuild.errors import AbiMismatch
 
 from tests import toolchain
 from tests.indexkit import make_wheel

@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild import build, report_html, results
-from wheelbuild.attempt import (
+from wheelbuild import build, report_html
+from wheelbuild.errors import CompileFailed, OutOfMemory
+from wheelbuild.plan.memory_model import GIB, wbdemo_model
+from wheelbuild.plan.planner import Plan
+from wheelbuild.recipes import resolve_recipe
+from wheelbuild.report import GateSkipped, read_report
+from wheelbuild.run import results
+from wheelbuild.run.attempt import (
     AttemptConfig,
     AttemptResult,
     Failed,
@@ -22,17 +28,12 @@ from wheelbuild.attempt import (
     Succeeded,
     classify,
 )
-from wheelbuild.buildlog import BuildLog, MemorySample
-from wheelbuild.cuda_redist import CudaLayer
-from wheelbuild.engine import DockerEngine
-from wheelbuild.errors import CompileFailed, OutOfMemory
-from wheelbuild.image import Image, ImageInputs
-from wheelbuild.memory_model import GIB, wbdemo_model
-from wheelbuild.planner import Plan
-from wheelbuild.ports import Engine, GateJob
-from wheelbuild.recipes import resolve_recipe
-from wheelbuild.report import GateSkipped, read_report
-from wheelbuild.reporter import Reporter
+from wheelbuild.run.buildlog import BuildLog, MemorySample
+from wheelbuild.run.cuda_redist import CudaLayer
+from wheelbuild.run.engine import DockerEngine
+from wheelbuild.run.image import Image, ImageInputs
+from wheelbuild.run.ports import Engine, GateJob
+from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec import BuildSpec, GpuMode, Resources
 from wheelbuild.variants import parse_variant
 

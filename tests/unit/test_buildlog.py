@@ -1,8 +1,8 @@
-"""wheelbuild.buildlog: reading cibuildwheel's streamed log (lines taken from a real build.log)."""
+"""wheelbuild.run.buildlog: reading cibuildwheel's streamed log (lines taken from a real build.log)."""
 
 from __future__ import annotations
 
-from wheelbuild.buildlog import BuildLog, is_kill_line
+from wheelbuild.run.buildlog import BuildLog, is_kill_line
 
 NVCC = (
     "  [{n}/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc -MD -MF "

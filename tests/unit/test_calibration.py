@@ -1,4 +1,4 @@
-"""wheelbuild.calibration: sampling across families, scaling the built-in profile by measurements,
+"""wheelbuild.plan.calibration: sampling across families, scaling the built-in profile by measurements,
 and the files it writes (pure; the compiles themselves are in tests/integration)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild import preflight
-from wheelbuild.calibration import (
+from wheelbuild.plan.calibration import (
     Measurement,
     calibrated_model,
     compare_with,
@@ -18,7 +18,7 @@ from wheelbuild.calibration import (
     read_measurements,
     sample_units,
 )
-from wheelbuild.memory_model import GIB, MIB, flash_attn_model, parse_profile
+from wheelbuild.plan.memory_model import GIB, MIB, flash_attn_model, parse_profile
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.recipes.flash_attn import UNITS
 from wheelbuild.spec import Resources

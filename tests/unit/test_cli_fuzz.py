@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wheelbuild import cli
-from wheelbuild.publish import publish
+from wheelbuild.index.publish import publish
 
 from tests.indexkit import make_wheel, set_compression_method
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.build import compiler_in_image
-from wheelbuild.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
 from wheelbuild.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
-from wheelbuild.image import ImageInputs
+from wheelbuild.run.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
+from wheelbuild.run.image import ImageInputs
 from wheelbuild.variants import parse_variant
 
 

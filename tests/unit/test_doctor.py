@@ -1,4 +1,4 @@
-"""wheelbuild.doctor: every check's ok / warn / fail path from plain facts, and its edges (HTTP reach,
+"""wheelbuild.run.doctor: every check's ok / warn / fail path from plain facts, and its edges (HTTP reach,
 the CA bundle, free disk) against local stand-ins: a server on 127.0.0.1, files in tmp_path."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import certifi
 import pytest
-from wheelbuild import doctor
-from wheelbuild.doctor import CaFacts, Check, DiskFacts, DockerFacts, Reach
+from wheelbuild.run import doctor
+from wheelbuild.run.doctor import CaFacts, Check, DiskFacts, DockerFacts, Reach
 
 GIB = 1024**3
 

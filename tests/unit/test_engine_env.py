@@ -1,4 +1,4 @@
-"""wheelbuild.attempt.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
+"""wheelbuild.run.attempt.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.environment import parse_environment
-from wheelbuild.attempt import (
+from wheelbuild.run.attempt import (
     SITE_PACKAGES_BASEDIRS,
     AttemptConfig,
     cibuildwheel_env,
     redactor_for,
     shared_cache_env,
 )
-from wheelbuild.engine import write_secrets
-from wheelbuild.ownership import owner_token
+from wheelbuild.run.engine import write_secrets
+from wheelbuild.run.ownership import owner_token
 from wheelbuild.variants import parse_variant
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"

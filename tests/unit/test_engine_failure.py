@@ -1,4 +1,4 @@
-"""wheelbuild.attempt.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
+"""wheelbuild.run.attempt.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
 ownership tokens that let a later run sweep an orphaned container."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.util.cmd import format_command_for_display
-from wheelbuild.attempt import (
+from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from wheelbuild.run.attempt import (
     AttemptConfig,
     AttemptResult,
     OomEvidence,
     cibuildwheel_env,
     raise_for_failure,
 )
-from wheelbuild.buildlog import is_kill_line
-from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
-from wheelbuild.ownership import owner_alive as _owner_alive
-from wheelbuild.ownership import owner_token
+from wheelbuild.run.buildlog import is_kill_line
+from wheelbuild.run.ownership import owner_alive as _owner_alive
+from wheelbuild.run.ownership import owner_token
 
 MakeResult = Callable[..., AttemptResult]
 

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wheelbuild.abi import check_wheel_abi
 from wheelbuild.errors import ImportGateFailed, SmokeTestFailed
-from wheelbuild.gate import failure, plan_gate, read_result
+from wheelbuild.wheel.abi import check_wheel_abi
+from wheelbuild.wheel.gate import failure, plan_gate, read_result
 
 from tests.indexkit import make_wheel
 

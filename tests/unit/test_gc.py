@@ -1,4 +1,4 @@
-"""wheelbuild gc's decisions (wheelbuild.gc, pure) and its folder side (wheelbuild.prune) on real
+"""wheelbuild gc's decisions (wheelbuild.run.gc, pure) and its folder side (wheelbuild.prune) on real
 temp folders: what is kept, what goes, and that a published wheel's run is never a candidate."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import gc, names, prune
-from wheelbuild import publish as publishing
+from wheelbuild import names, prune
 from wheelbuild.errors import BadArgument, GcIncomplete
+from wheelbuild.index import publish as publishing
+from wheelbuild.run import gc
 
 from tests.indexkit import make_wheel
 

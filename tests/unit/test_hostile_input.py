@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from wheelbuild import cli as cli_module
-from wheelbuild import index, remote
 from wheelbuild.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
 from wheelbuild.cli import main
 from wheelbuild.errors import (
@@ -27,12 +26,13 @@ from wheelbuild.errors import (
     InvalidWheel,
     NotPublished,
 )
-from wheelbuild.publish import publish, unyank, yank
-from wheelbuild.remote import RsyncTarget, parse_target
-from wheelbuild.stamp import stamp_wheel
+from wheelbuild.index import index, remote
+from wheelbuild.index.publish import publish, unyank, yank
+from wheelbuild.index.remote import RsyncTarget, parse_target
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
-from wheelbuild.wheels import UnsafeMember, inspect_wheel
+from wheelbuild.wheel.stamp import stamp_wheel
+from wheelbuild.wheel.wheels import UnsafeMember, inspect_wheel
 
 from tests.indexkit import make_wheel, set_compression_method
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from wheelbuild.engine import CALIBRATE_MARK, parse_unit_report, script_volume
 from wheelbuild.errors import ImageInputsMissing
-from wheelbuild.image import IMAGES_DIR
+from wheelbuild.run.engine import CALIBRATE_MARK, parse_unit_report, script_volume
+from wheelbuild.run.image import IMAGES_DIR
 
 
 def _sh(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""wheelbuild.index: the static index checked against PEP 503, 592, 658/714, 691 and 700."""
+"""wheelbuild.index.index: the static index checked against PEP 503, 592, 658/714, 691 and 700."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from packaging.version import Version
-from wheelbuild import index
 from wheelbuild.errors import InvalidWheel
+from wheelbuild.index import index
 
 from tests.indexkit import check_tree, make_wheel, parse_page
 

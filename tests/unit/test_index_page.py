@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from wheelbuild import index, index_page
-from wheelbuild.publish import publish, yank
-from wheelbuild.serve import _wants_page
+from wheelbuild.index import index, index_page
+from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.serve import _wants_page
 
 from tests.indexkit import make_wheel
 

@@ -20,6 +20,8 @@ from wheelbuild.errors import (
     PublishedIndexUnreachable,
     PublishTargetMissing,
 )
+from wheelbuild.index.publish import publish
+from wheelbuild.index.remote import RsyncTarget
 from wheelbuild.matrix import Cell, load_matrix, parse_matrix
 from wheelbuild.nightly import (
     CellOutcome,
@@ -38,8 +40,6 @@ from wheelbuild.nightly import (
     report_verdict,
     source_of,
 )
-from wheelbuild.publish import publish
-from wheelbuild.remote import RsyncTarget
 from wheelbuild.variants import CudaCompiler
 
 from tests.indexkit import make_wheel

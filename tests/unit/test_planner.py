@@ -1,4 +1,4 @@
-"""wheelbuild.planner and wheelbuild.memory_model: properties that must hold for every input, and the
+"""wheelbuild.plan.planner and wheelbuild.plan.memory_model: properties that must hold for every input, and the
 flash-attn model against the measurements it was fitted from."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wheelbuild.memory_model import (
+from wheelbuild.plan.memory_model import (
     MIB,
     MemoryModel,
     UnitCost,
@@ -18,7 +18,7 @@ from wheelbuild.memory_model import (
     simulate,
     wbdemo_model,
 )
-from wheelbuild.planner import (
+from wheelbuild.plan.planner import (
     GIB,
     HOST_RESERVE,
     MIN_CONTAINER,
@@ -612,7 +612,7 @@ def test_simulate_admission_never_exceeds_the_budget_under_the_model(
 
 
 def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve() -> None:
-    from wheelbuild.planner import ADMIT_MARGIN, admission_costs, with_admission
+    from wheelbuild.plan.planner import ADMIT_MARGIN, admission_costs, with_admission
 
     model = flash_attn_model()
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
@@ -627,7 +627,7 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
 
 
 def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
-    from wheelbuild.planner import with_admission
+    from wheelbuild.plan.planner import with_admission
 
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=flash_attn_model(), max_jobs=6)
     admitted = with_admission(static, keep_jobs=True)

@@ -1,4 +1,4 @@
-"""wheelbuild.publish: wheels into a tree under a lock; the index stays whole through a full disk, a
+"""wheelbuild.index.publish: wheels into a tree under a lock; the index stays whole through a full disk, a
 SIGKILL at any write, and two publishers at once (real processes, real filesystem)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import index
 from wheelbuild.errors import (
     BadArgument,
     IndexWriteFailed,
@@ -20,7 +19,8 @@ from wheelbuild.errors import (
     PublishLocked,
     WheelConflict,
 )
-from wheelbuild.publish import publish, published_inputs, reindex, unyank, yank
+from wheelbuild.index import index
+from wheelbuild.index.publish import publish, published_inputs, reindex, unyank, yank
 
 from tests.indexkit import check_tree, make_wheel, parse_page
 
@@ -162,7 +162,7 @@ def test_a_held_lock_times_out_with_its_own_error(tmp_path: Path, tree: Path) ->
 PUBLISHER = """
 import sys, time
 from pathlib import Path
-from wheelbuild.publish import publish
+from wheelbuild.index.publish import publish
 root, go, *wheels = sys.argv[1:]
 while not Path(go).exists():
     time.sleep(0.002)
@@ -222,7 +222,7 @@ def test_a_full_disk_at_any_write_leaves_a_valid_index_and_a_retry_finishes(
 KILLED_PUBLISHER = """
 import sys, time
 from pathlib import Path
-from wheelbuild.publish import publish
+from wheelbuild.index.publish import publish
 wheel, root, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 seen = []
 def hook(rel):

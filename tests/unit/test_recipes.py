@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import BadArgument, UnknownPackage
-from wheelbuild.memory_model import GIB
+from wheelbuild.plan.memory_model import GIB
 from wheelbuild.recipes import (
     EXAMPLE_DIR,
     IndexLookup,

@@ -1,4 +1,4 @@
-"""wheelbuild.remote.parse_target: what `publish --to` understands (no network here)."""
+"""wheelbuild.index.remote.parse_target: what `publish --to` understands (no network here)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import BadArgument
-from wheelbuild.remote import RsyncTarget, UploadEndpoint, parse_target
+from wheelbuild.index.remote import RsyncTarget, UploadEndpoint, parse_target
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from wheelbuild import report_html
-from wheelbuild.buildlog import BuildLog, MemorySeries
-from wheelbuild.memory_model import MIB
+from wheelbuild.plan.memory_model import MIB
+from wheelbuild.run.buildlog import BuildLog, MemorySeries
 
 from tests.reportkit import REAL_REPORT, real_report, synthetic_report
 

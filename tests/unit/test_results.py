@@ -1,11 +1,11 @@
-"""wheelbuild.results: finished builds kept by the hash of their inputs."""
+"""wheelbuild.run.results: finished builds kept by the hash of their inputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from wheelbuild.results import code_digest, lookup, result_key, save, source_digest
+from wheelbuild.run.results import code_digest, lookup, result_key, save, source_digest
 
 BASE = {
     "source": "s" * 64,

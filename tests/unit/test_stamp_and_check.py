@@ -1,4 +1,4 @@
-"""wheelbuild.wheels.inspect_wheel, wheelbuild.stamp and wheelbuild.check on wheels holding real CUDA
+"""wheelbuild.wheel.wheels.inspect_wheel, wheelbuild.wheel.stamp and wheelbuild.check on wheels holding real CUDA
 shared objects, compiled here by nvcc (no GPU needed to compile)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from wheelbuild.check import Expectation, check_wheel, first_problem
 from wheelbuild.errors import ArchMissing, InvalidWheel, TorchNotPinned, VersionLabelWrong
-from wheelbuild.stamp import stamp_wheel, stamped_metadata
 from wheelbuild.variants import parse_variant
-from wheelbuild.wheels import inspect_wheel
+from wheelbuild.wheel.stamp import stamp_wheel, stamped_metadata
+from wheelbuild.wheel.wheels import inspect_wheel
 
 from tests import toolchain
 from tests.indexkit import make_wheel

@@ -1,4 +1,4 @@
-"""wheelbuild.wheels against real nvcc output, checked against cuobjdump (tests/toolchain.py finds both)."""
+"""wheelbuild.wheel.wheels against real nvcc output, checked against cuobjdump (tests/toolchain.py finds both)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from wheelbuild.wheels import (
+from wheelbuild.wheel.wheels import (
     CudaArchs,
     FatbinFormatError,
     archs_in_elf,

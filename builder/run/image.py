@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .bundled import bundled_dir
+from ..bundled import bundled_dir
+from ..errors import ImageInputsMissing
+from ..names import IMAGE_REPOSITORY
 from .cuda_redist import CudaLayer
-from .errors import ImageInputsMissing
-from .names import IMAGE_REPOSITORY
 
 IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"

@@ -6,12 +6,12 @@ the other, and the second one's pages list the first one's wheels too.
 
 A wheel that is already there with the same sha256 is left alone; one with the same file name and
 different bytes is refused, all wheels being checked before any is copied. Every file goes in
-through :func:`builder.index.atomic_write`, so a publish killed at any moment (or stopped by a full
+through :func:`wheelbuild.index.index.atomic_write`, so a publish killed at any moment (or stopped by a full
 disk) leaves the previous pages whole, and each page only links files that exist with the hash it
 names; the next publish removes the killed one's temp files and finishes the job.
 
 Only the local tree is written here. A later remote target (S3, rsync, twine) can reuse the same
-pieces: :func:`builder.index.render` turns a listing into pages without touching any disk.
+pieces: :func:`wheelbuild.index.index.render` turns a listing into pages without touching any disk.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from filelock import FileLock, Timeout
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import index, index_page
-from .errors import (
+from ..errors import (
     BadArgument,
     IndexWriteFailed,
     NotPublished,
     PublishLocked,
     WheelConflict,
 )
+from . import index, index_page
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",

@@ -1,4 +1,4 @@
-"""`python -m builder.reaper OWNER RUN_ID`: started by a build in a session of its own; when the
+"""`python -m wheelbuild.run.reaper OWNER RUN_ID`: started by a build in a session of its own; when the
 build's process is gone (even by `kill -9`), removes the run's containers. See DockerEngine.start_reaper."""
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import assert_never
 
+from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
+from ..secrets import without_credentials
+from ..spec import BuildSpec
 from .image import ImageInputs
-from .recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
-from .secrets import without_credentials
-from .spec import BuildSpec
 
 # Bump when a change to the build procedure changes what a wheel contains.
 PROCEDURE = "1"
@@ -116,7 +116,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
         tools={
-            "wheelbuild": f"{_version()}+{code_digest(Path(__file__).resolve().parent)[:16]}",
+            "wheelbuild": f"{_version()}+{code_digest(Path(__file__).resolve().parent.parent)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),
             "postprocess": POSTPROCESS,
         },

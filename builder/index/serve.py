@@ -7,7 +7,7 @@
     /files/<wheel>.inputs    the inputs key of the build that made it (`wheelbuild nightly plan`)
     /coverage.html           the last nightly's coverage table, when the tree has one
     /                        a browser (Accept names text/html) gets the page for people,
-                             index.html (builder/index_page.py); any other client a 302 to /simple/
+                             index.html (builder/index/index_page.py); any other client a 302 to /simple/
 
 Only pages under ``simple/``, ``*.whl`` / ``*.whl.metadata`` / ``*.whl.inputs`` under ``files/`` and
 ``coverage.html`` are served; every
@@ -51,8 +51,8 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
+from ..errors import BadHtpasswd, NoIndex, ServeFailed
 from . import index, index_page
-from .errors import BadHtpasswd, NoIndex, ServeFailed
 from .index import MEDIA_HTML_V1, MEDIA_JSON
 
 __all__ = [

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from .errors import BadArgument, GcIncomplete
-from .names import CACHE_VOLUMES, IMAGE_REPOSITORY, LAYER_REPOSITORY, PREFIX, TORCH_VOLUME_PREFIX
-from .units import format_bytes
+from ..errors import BadArgument, GcIncomplete
+from ..names import CACHE_VOLUMES, IMAGE_REPOSITORY, LAYER_REPOSITORY, PREFIX, TORCH_VOLUME_PREFIX
+from ..units import format_bytes
 
 DEFAULT_KEEP_RUNS = 5
 # A run without build-report.json written to this recently may still be building.

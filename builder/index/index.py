@@ -10,7 +10,7 @@ Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130
     files/<wheel>.yanked         optional marker; its text is the yank reason (PEP 592)
     files/<wheel>.archs          cache: "<sha256> <SASS archs...>" read from its .so files, for
                                  the page for people; trusted only while the sha256 matches
-    index.html                   the page for people (builder/index_page.py)
+    index.html                   the page for people (builder/index/index_page.py)
     simple/index.html|json       every project
     simple/<project>/index.html|json
 
@@ -51,9 +51,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from ..errors import InvalidWheel
+from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
-from .errors import InvalidWheel
-from .wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 
 __all__ = [
     "API_VERSION",

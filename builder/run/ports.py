@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..spec import GpuMode
 from . import gc
 from .attempt import AttemptConfig, AttemptResult
 from .buildlog import BuildLog, MemorySample
 from .cuda_redist import CudaLayer
 from .image import Image, ImageInputs
-from .spec import GpuMode
 
 OnLine = Callable[[str], None]
 

@@ -1,6 +1,6 @@
 """Plan: the container's memory limit and CPUs, MAX_JOBS and NVCC_THREADS, and why. Pure.
 
-The planner reads a MemoryModel (builder/memory_model.py): per-unit peak memory and time by archs
+The planner reads a MemoryModel (builder/plan/memory_model.py): per-unit peak memory and time by archs
 compiled at once. A plan must be safe whichever units ninja happens to run together, so MAX_JOBS
 jobs are checked against the MAX_JOBS heaviest units plus the model's reserve.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from ..units import PAGE, format_bytes
 from .memory_model import GIB, MemoryModel, simulate
-from .units import PAGE, format_bytes
 
 __all__ = [
     "ADMIT_MARGIN",

@@ -12,7 +12,7 @@ a profile the planner prefers over the built-in one. Pure: measurements in, text
   no sample by the worst ratio of all (a guess, and the profile says so); for memory that ratio
   is never below 1, so a cheap sample cannot lower the estimates a plan's safety rests on.
   Units outside every family (host code) keep their cost.
-- The result is a profile in builder/profiles' format, kept in the cache under
+- The result is a profile in builder/plan/profiles' format, kept in the cache under
   <recipe>-<version>-cuda<toolkit>.tsv, with the raw measurements beside it
   (<...>.measured.tsv, the shared/calibration format).
 """
@@ -135,7 +135,7 @@ def calibrated_model(
 
 
 def profile_tsv(model: MemoryModel, header: Iterable[str]) -> str:
-    """A profile in builder/profiles' format (memory_model.parse_profile reads it back)."""
+    """A profile in builder/plan/profiles' format (memory_model.parse_profile reads it back)."""
     lines = [f"# {line}" for line in header]
     lines += [
         f"#@ reserve_mib {model.reserve // MIB}",

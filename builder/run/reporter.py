@@ -22,8 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..units import format_bytes
 from .buildlog import BuildLog, MemorySample
-from .units import format_bytes
 
 PLAIN_STATUS_EVERY_S = 15.0
 

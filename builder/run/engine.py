@@ -44,16 +44,18 @@ import docker.types
 import requests
 import tenacity
 
-from . import cgroup, doctor, gc, secrets
+from .. import secrets
+from ..errors import DockerUnavailable, ImageBuildFailed, ImageInputsMissing, NvidiaRuntimeMissing
+from ..names import IMAGE_REPOSITORY, TORCH_VOLUME_PREFIX, TORCH_WHEELS_VOLUME
+from ..plan import cgroup
+from ..spec import GpuMode
+from . import doctor, gc
 from .attempt import AttemptConfig, AttemptResult, OomEvidence, cibuildwheel_env, redactor_for
 from .buildlog import BuildLog, MemorySample, MemorySeries
 from .cuda_redist import CudaLayer
-from .errors import DockerUnavailable, ImageBuildFailed, ImageInputsMissing, NvidiaRuntimeMissing
 from .image import DOCKERFILE, IMAGES_DIR, LABEL, Image, ImageInputs, production_base
-from .names import IMAGE_REPOSITORY, TORCH_VOLUME_PREFIX, TORCH_WHEELS_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
-from .spec import GpuMode
 
 COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
 CALIBRATE_MARK = "wheelbuild-calibrate:"  # the line images/wheelbuild-calibrate-unit ends with

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..errors import ImportGateFailed, SmokeTestFailed
 from .abi import AbiReport, demangle
-from .errors import ImportGateFailed, SmokeTestFailed
 
 # `flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so`, `_C.abi3.so`: an extension module.
 _EXTENSION = re.compile(r"^([A-Za-z_]\w*)\.(?:cpython-[^./]+|abi3)\.so$")

@@ -87,7 +87,7 @@ MAX_MEMBER_SIZE = 2 * 1024**3
 MAX_COMPRESSION_RATIO = 100.0
 _CHUNK = 1 << 20
 _READABLE = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
-# pyelftools on a corrupt file: bad offsets and counts surface as any of these (as in builder.abi)
+# pyelftools on a corrupt file: bad offsets and counts surface as any of these (as in wheelbuild.wheel.abi)
 _CORRUPT_ELF = (ELFError, ValueError, struct.error, OverflowError, IndexError, KeyError, ZeroDivisionError)
 
 

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import cgroup
+from ..plan import cgroup
+from ..secrets import authorized_request, redact_url, without_credentials
+from ..spec import DEFAULT_CA_BUNDLE
+from ..units import format_bytes
+from ..variants import PYTORCH_INDEX
 from .cuda_redist import REDIST_URL_ENV, redist_url
-from .secrets import authorized_request, redact_url, without_credentials
-from .spec import DEFAULT_CA_BUNDLE
-from .units import format_bytes
-from .variants import PYTORCH_INDEX
 
 Status = Literal["ok", "warn", "fail"]
 

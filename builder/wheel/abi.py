@@ -46,7 +46,7 @@ from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import StringTableSection, SymbolTableSection
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from .errors import AbiMismatch
+from ..errors import AbiMismatch
 from .wheels import MAX_COMPRESSION_RATIO, MAX_MEMBER_SIZE, UnsafeMember, read_member
 
 __all__ = [

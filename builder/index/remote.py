@@ -1,6 +1,6 @@
 """Where `wheelbuild publish --to` puts checked wheels, besides a local wheelhouse tree.
 
-- A directory: the local tree (builder.publish), its static index regenerated under a lock.
+- A directory: the local tree (wheelbuild.index.publish), its static index regenerated under a lock.
 - `[user@]host:path` or `ssh://[user@]host[:port]/path`: a wheelhouse tree on another machine,
   over ssh and rsync (both on each end; ssh keys or agent as usual, WHEELBUILD_SSH_COMMAND to
   add options). Under the remote tree's own lock (flock on <path>/.lock, the lock a local
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..errors import BadArgument, UploadFailed
 from . import index_page
 from . import publish as publishing
-from .errors import BadArgument, UploadFailed
 
 __all__ = [
     "DEFAULT_TO",
