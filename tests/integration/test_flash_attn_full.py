@@ -1,7 +1,7 @@
 """The main job, once, end to end: flash-attn 2.8.3 for torch cu130, one Python, built at the
-default plan and through the import gate. Hours on 2 cores (about 2.3 h for one arch), so it
+default plan and through the import gate. Over an hour on 2 cores (74 min for sm_120 on 2026-11-30), so it
 runs only with `pytest -m hours`; WHEELBUILD_FULL_ARCHS picks the archs (default 120; "100,120"
-for both, about 4 h, which the shared compiler cache lets a second run finish).
+for both, about twice that, which the shared compiler cache lets a second run finish).
 
 It writes the figures the closing note quotes to $WHEELBUILD_FULL_FIGURES (or the run dir):
 wall time, peak memory per step against the plan's prediction, OOM kills, wheel size, the gate."""
