@@ -1,0 +1,156 @@
+"""The index's commands: publish (check, then add to a tree or upload), yank, serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from . import check, prune
+from .cli_options import (
+    GIVEN_PATH,
+    torch_option,
+)
+from .errors import BadArgument, BadHtpasswd
+from .index import publish as publishing
+from .index import remote
+from .index import serve as serving
+from .run.reporter import Reporter
+from .sources import cache_dir
+from .spec import (
+    parse_archs,
+)
+from .variants import parse_variant
+
+
+@click.command("publish")
+@click.argument("wheels", nargs=-1, required=True, type=GIVEN_PATH)
+@click.option(
+    "--to",
+    "target",
+    default=remote.DEFAULT_TO,
+    show_default=True,
+    help="A wheelhouse tree: a directory or [user@]host:path (ssh+rsync), where {variant} stands "
+    "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
+    "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
+)
+@torch_option("Variant the wheels were built for [default: the build report beside them].")
+@click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
+def publish_command(
+    wheels: tuple[Path, ...], target: str, torch_variant: str | None, archs: str | None
+) -> None:
+    """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
+    regenerate its static index (PEP 503/691/658/700, under a lock, atomically)."""
+    remote.parse_target(target)  # a bad --to fails before the wheels are read
+    groups = check.check_wheels(
+        wheels,
+        parse_variant(torch_variant) if torch_variant is not None else None,
+        parse_archs(archs) if archs is not None else None,
+        on_note=lambda note: click.echo(f"note: {note}", err=True),
+    )
+    for tag, (_variant, paths) in groups.items():
+        _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths)
+
+
+def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels: tuple[Path, ...]) -> None:
+    inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
+    if isinstance(where, remote.UploadEndpoint):
+        remote.upload(wheels, where)
+        prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
+        for wheel in wheels:
+            click.echo(f"uploaded {wheel.name} to {where.url}")
+        return
+    if isinstance(where, remote.RsyncTarget):
+        mirror = remote.mirror_dir(where, cache_dir())
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs)
+    else:
+        result = publishing.publish(wheels, where, inputs=inputs)
+    prune.record_published(wheels, str(where))
+    for name in result.added:
+        click.echo(f"added {name}")
+    for name in result.present:
+        click.echo(f"already there, same sha256: {name}")
+    click.echo(f"index: {where}/simple ({len(result.pages)} page(s) written)")
+
+
+@click.command()
+@click.argument("target")
+@click.option(
+    "--wheelhouse",
+    "root",
+    required=True,
+    type=GIVEN_PATH,
+    help="The tree, e.g. wheelhouse/cu130.",
+)
+@click.option("--reason", default="", help="Why (shown by pip and uv).")
+@click.option("--undo", is_flag=True, help="Take a yank back.")
+def yank(target: str, root: Path, reason: str, undo: bool) -> None:
+    """Yank (PEP 592) the wheels TARGET names: a file name, or PROJECT==VERSION. Installers skip
+    a yanked file unless it is pinned exactly; nothing is deleted."""
+    result = publishing.unyank(root, target) if undo else publishing.yank(root, target, reason)
+    for name in result.changed:
+        click.echo(f"{'unyanked' if undo else 'yanked'} {name}")
+    for name in result.unchanged:
+        click.echo(f"unchanged {name}")
+
+
+@click.command()
+@click.argument("directory", required=False, type=GIVEN_PATH)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
+)
+@click.option("--htpasswd", type=GIVEN_PATH, help="Require basic auth (bcrypt or {SHA} entries).")
+@click.option("--access-log", type=GIVEN_PATH, help="Also append the access log here.")
+def serve(
+    directory: Path | None, host: str, port: int, htpasswd: Path | None, access_log: Path | None
+) -> None:
+    """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
+    404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
+    if not host.strip():
+        raise BadArgument(
+            f"--host {host!r} is empty, which would listen on every interface",
+            "give the address to listen on: --host 127.0.0.1, or --host 0.0.0.0 to serve every interface on purpose",
+        )
+    if htpasswd is not None and not _is_file(htpasswd):  # a directory, or /dev/zero read forever
+        raise BadHtpasswd(
+            f"--htpasswd {htpasswd} is not a file",
+            "give a file of user:hash lines (htpasswd -B makes bcrypt ones)",
+        )
+    if access_log is not None:
+        _check_access_log(access_log)
+    root = directory or publishing.only_tree(Path("wheelhouse"))
+    try:  # serve looks for the index with is_file(), which raises (not False) on a name too long
+        (root / "simple" / "index.html").stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # serve says there is no index, and what to do
+    except OSError as error:
+        raise BadArgument(
+            f"{root} cannot be served: {error.strerror or error}",
+            "name a tree, e.g. wheelbuild serve wheelhouse/cu130",
+        ) from None
+    serving.serve(root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system
+        return False
+
+
+def _check_access_log(path: Path) -> None:
+    """Open the access log as the server will (append), so that a directory or an unwritable path
+    is refused before the server starts, not as a traceback from its logging setup."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise BadArgument(
+            f"--access-log {path} cannot be written: {error.strerror or error}",
+            "name a file in a directory you can write, e.g. --access-log serve-access.log",
+        ) from None
+
+
+COMMANDS = (publish_command, yank, serve)

@@ -1,0 +1,328 @@
+"""What the commands share: how an error is shown, the group that renders it, path and text
+types that refuse '', the option groups several commands take, and the build options' files."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from . import config, preflight
+from .errors import WheelbuildError
+from .recipes import known_recipes
+from .spec import (
+    DEFAULT_OUTPUT_DIR,
+    MAX_CPUS,
+    GpuMode,
+    resolve_ca_bundle,
+)
+from .variants import DEFAULT_ARCHS
+
+
+def fail_with(error: WheelbuildError) -> NoReturn:
+    """The one place a WheelbuildError is shown: its details, cause and remedy, then its exit code."""
+    if error.details:
+        click.echo(error.details, err=True)
+    click.echo(f"error: {error.cause}", err=True)
+    click.echo(f"remedy: {error.remedy}", err=True)
+    sys.exit(error.exit_code)
+
+
+class WheelbuildGroup(click.Group):
+    """Renders every WheelbuildError a command raises (here, not only in `run`, so that a command
+    run in process, e.g. by click's CliRunner, says the same). `wheelbuild flash-attn ...` is the
+    short form of `wheelbuild build flash-attn ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] in known_recipes():
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WheelbuildError as error:
+            fail_with(error)
+
+
+class _GivenPath(click.Path):
+    """click.Path that refuses '': Path('') is the current directory, which an empty value (an
+    unset shell variable, most likely) never meant."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path would mean the current directory", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+GIVEN_PATH = _GivenPath(path_type=Path)
+
+
+class _GivenText(click.types.StringParamType):
+    """Text that refuses '': an option given empty would otherwise mean its default."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if not text.strip():
+            self.fail("is empty; leave the option out for its default", param, ctx)
+        return text
+
+
+GIVEN_TEXT = _GivenText()
+
+
+# ---------------------------------------------------------------------------------------------
+# Options that several commands take, each declared once: a group is one decorator; an option
+# whose help differs per command is a factory that takes its help.
+
+_TORCH_INDEX_ENV = "WHEELBUILD_TORCH_INDEX_URL"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _options(*options: Any) -> Any:
+    """Several click options as one decorator, shown in --help in the order listed."""
+
+    def apply(f: Any) -> Any:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def torch_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130)."""
+    return click.option("--torch", "torch_variant", help=help, **kwargs)
+
+
+def torch_index_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
+    return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
+
+
+def track_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """--track latest: the matrix with each package's newest release and each tag's newest torch."""
+    return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
+
+
+@dataclass(frozen=True)
+class ImageFlags:
+    """--base-image, --ca-bundle and --cuda12-image as given, handed to a command as one value."""
+
+    base_image: str | None
+    ca_bundle: Path | None
+    cuda12_image: str | None
+
+    def options(self) -> preflight.ImageOptions:
+        """The image options a build with these flags uses (the CA bundle checked, or the host's)."""
+        return preflight.ImageOptions(
+            base_image=self.base_image,
+            ca_bundle=resolve_ca_bundle(self.ca_bundle),
+            cuda12_image=self.cuda12_image,
+        )
+
+
+_image_flags = _options(
+    click.option(
+        "--base-image",
+        envvar="WHEELBUILD_BASE_IMAGE",
+        type=GIVEN_TEXT,
+        help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
+        "tests use scripts/make-base-image].",
+    ),
+    click.option(
+        "--ca-bundle",
+        envvar="WHEELBUILD_CA_BUNDLE",
+        type=GIVEN_PATH,
+        help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
+    ),
+    click.option(
+        "--cuda12-image",
+        envvar="WHEELBUILD_CUDA12_IMAGE",
+        type=GIVEN_TEXT,
+        help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
+    ),
+)
+
+
+def with_image_flags(f: Any) -> Any:
+    """The image flags (build, plan, doctor, calibrate, gc, image build, matrix), passed to the
+    command as one ImageFlags argument named `image_flags`."""
+
+    @functools.wraps(f)
+    def command(
+        *args: Any, base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None, **kwargs: Any
+    ) -> Any:
+        return f(*args, image_flags=ImageFlags(base_image, ca_bundle, cuda12_image), **kwargs)
+
+    return _image_flags(command)
+
+
+def _build_option(key: str, *decls: str, **kwargs: Any) -> Any:
+    """A build option with the WHEELBUILD_* variable builder/config.py names for its key."""
+    return click.option(*decls, envvar=config.BY_KEY[key].env, show_envvar=True, **kwargs)
+
+
+# Every option of `build`, which `plan` takes too: each also from WHEELBUILD_<KEY> and from
+# [tool.wheelbuild] (builder/config.py lists the same keys; a test keeps the two in step).
+_build_flags = (
+    torch_option(
+        "cu130, cu128, ... or 2.11.0+cu130.",
+        envvar=config.BY_KEY["torch"].env,
+        show_envvar=True,
+        default="cu130",
+        show_default=True,
+    ),
+    torch_index_option(
+        "Index to install torch from [default: PyTorch's index for the variant].",
+        show_envvar=True,
+        type=GIVEN_TEXT,
+    ),
+    _build_option(
+        "archs",
+        "--archs",
+        default=",".join(map(str, DEFAULT_ARCHS)),
+        show_default=True,
+        help="CUDA SM archs.",
+    ),
+    _build_option(
+        "python",
+        "--python",
+        "pythons",
+        multiple=True,
+        help="3.11 or cp311; repeatable (the variable: space-separated) [default: every one in the image].",
+    ),
+    _build_option("version", "--version", "recipe_version", help="Release of a known recipe (flash-attn)."),
+    _build_option(
+        "arch-env",
+        "--arch-env",
+        help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
+    ),
+    _build_option(
+        "memory",
+        "--memory",
+        help="Container memory limit, docker units (12g) [default: host available minus a reserve].",
+    ),
+    _build_option("cpus", "--cpus", type=float, help="Container CPUs [default: all of this process's]."),
+    _build_option(
+        "max-jobs",
+        "--max-jobs",
+        type=click.IntRange(min=1, max=MAX_CPUS),
+        help="MAX_JOBS for ninja [default: from memory and CPUs].",
+    ),
+    _build_option(
+        "nvcc-threads",
+        "--nvcc-threads",
+        type=click.IntRange(min=1, max=MAX_CPUS),
+        help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
+    ),
+    _build_option(
+        "env",
+        "--env",
+        "env_pairs",
+        multiple=True,
+        help="KEY=VALUE for the build's environment; repeatable (the variable: space-separated).",
+    ),
+    _build_option(
+        "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True
+    ),
+    _build_option(
+        "output-dir", "--output-dir", type=GIVEN_PATH, default=DEFAULT_OUTPUT_DIR, show_default=True
+    ),
+    _build_option(
+        "admission",
+        "--admission",
+        is_flag=True,
+        help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted peak fits.",
+    ),
+    _build_option(
+        "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
+    ),
+    _build_option(
+        "gate",
+        "--gate/--no-gate",
+        default=True,
+        show_default=True,
+        help="Install and import each wheel in a fresh container of the base image before calling it done "
+        "(--no-gate: publish then checks it statically only).",
+    ),
+    _build_option(
+        "quiet",
+        "-q",
+        "--quiet",
+        is_flag=True,
+        help="Hide the build log (it is still written to the run's build.log).",
+    ),
+    with_image_flags,
+    click.option(
+        "--config-file",
+        type=GIVEN_PATH,
+        envvar="WHEELBUILD_CONFIG_FILE",
+        show_envvar=True,
+        help="TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
+        "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it.",
+    ),
+)
+
+
+def build_flags(f: Any) -> Any:
+    return click.argument("package", required=False)(_options(*_build_flags)(f))
+
+
+CONFIG_FILES_KEY = "wheelbuild.config"  # ctx.meta key: the FileConfig the command's options were read with
+_ORIGINS: dict[click.core.ParameterSource | None, config.Origin] = {
+    click.core.ParameterSource.COMMANDLINE: config.Origin.COMMAND_LINE,
+    click.core.ParameterSource.ENVIRONMENT: config.Origin.ENVIRONMENT,
+    click.core.ParameterSource.DEFAULT_MAP: config.Origin.FILE,
+}
+
+
+class ConfiguredCommand(click.Command):
+    """A command whose options may come from files: [tool.wheelbuild] becomes click's default_map
+    before the arguments are parsed, so click itself ranks command line > WHEELBUILD_* > file >
+    default and records each value's source. PACKAGE and --config-file are read first, with
+    click's own parser, because they say which files to read."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        except click.UsageError:
+            return super().parse_args(ctx, args)  # click says what is wrong, as without files
+        help_option = self.get_help_option(ctx)
+        asked_help = help_option is not None and opts.get(help_option.name or "") is True
+        if not asked_help and not ctx.resilient_parsing:  # --help works beside a broken file
+            given = next(p for p in self.params if p.name == "config_file")
+            raw, _source = given.consume_value(ctx, opts)  # not given: None, or click 8.3's UNSET
+            config_file = given.type_cast_value(ctx, raw) if isinstance(raw, str) else None
+            package = opts.get("package")
+            files = config.load_config(
+                config.find_project(package if isinstance(package, str) else None, known_recipes()),
+                config_file,
+            )
+            ctx.default_map = {**(ctx.default_map or {}), **files.default_map()}
+            ctx.meta[CONFIG_FILES_KEY] = files
+        return super().parse_args(ctx, args)
+
+
+def provenance() -> list[str]:
+    """Each build option's value and where it came from, by click's record of its source."""
+    ctx = click.get_current_context()
+    files: config.FileConfig = ctx.meta.get(CONFIG_FILES_KEY, config.FileConfig())
+    resolved = [
+        config.Resolved(
+            option,
+            ctx.params[option.param],
+            _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT),
+        )
+        for option in config.OPTIONS
+    ]
+    read = ", ".join(files.files) or "none"
+    return [
+        f"options (command line > WHEELBUILD_* > file > default; files: {read}):",
+        *config.provenance(resolved, files),
+    ]

@@ -1,0 +1,98 @@
+"""builder/'s size limits (issue 13, part 8): no function over 60 lines and no module over 500,
+measured with ast, so a function or module that grows past them fails here rather than in review."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BUILDER = Path(__file__).resolve().parents[2] / "builder"
+
+MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 500
+
+# Known offenders not yet split, each at its size today. This list only shrinks: a split removes
+# its entry, and an entry that no longer offends fails the test so that it is removed.
+KNOWN_LONG_MODULES: dict[str, int] = {
+    "builder/index/index.py": 517,
+    "builder/index/serve.py": 725,
+    "builder/nightly.py": 712,
+    "builder/pythons.py": 502,
+    "builder/run/doctor.py": 572,
+    "builder/run/engine.py": 949,
+    "builder/wheel/abi.py": 584,
+}
+KNOWN_LONG_FUNCTIONS: dict[str, int] = {
+    "builder/calibrate.py:run_calibration": 108,
+    "builder/index/publish.py:publish": 80,
+    "builder/index/serve.py:make_app": 118,
+    "builder/nightly.py:publish_night": 74,
+    "builder/plan/memory_model.py:simulate": 115,
+    "builder/plan/planner.py:plan_build": 64,
+    "builder/pythons.py:choose_pythons": 74,
+    "builder/recipes/__init__.py:resolve_recipe": 61,
+    "builder/report_html.py:_chart": 80,
+    "builder/report_html.py:render": 82,
+    "builder/run/attempt.py:cibuildwheel_env": 109,
+    "builder/wheel/stamp.py:stamp_wheel": 68,
+}
+
+
+def _functions(node: ast.AST, prefix: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """qualname -> def, for every function under node, nested ones and methods included."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{child.name}"
+            if not isinstance(child, ast.ClassDef):
+                found[name] = child
+            found.update(_functions(child, f"{name}."))
+        else:
+            found.update(_functions(child, prefix))
+    return found
+
+
+def _function_lengths() -> dict[str, int]:
+    """'path:qualname' -> lines from `def` to its last line (decorators not counted)."""
+    found: dict[str, int] = {}
+    for path in sorted(BUILDER.rglob("*.py")):
+        where = path.relative_to(BUILDER.parent).as_posix()
+        for name, node in _functions(ast.parse(path.read_text(), filename=str(path)), "").items():
+            assert node.end_lineno is not None
+            found[f"{where}:{name}"] = node.end_lineno - node.lineno + 1
+    return found
+
+
+def _module_lengths() -> dict[str, int]:
+    return {
+        path.relative_to(BUILDER.parent).as_posix(): len(path.read_text().splitlines())
+        for path in sorted(BUILDER.rglob("*.py"))
+    }
+
+
+def _over(lengths: dict[str, int], limit: int, known: dict[str, int]) -> list[str]:
+    return [
+        f"{name}: {lines} lines (limit {limit})"
+        for name, lines in lengths.items()
+        if lines > limit and lines > known.get(name, 0)
+    ]
+
+
+def _stale(lengths: dict[str, int], limit: int, known: dict[str, int]) -> list[str]:
+    return [name for name in known if lengths.get(name, 0) <= limit]
+
+
+def test_no_function_in_builder_is_over_60_lines() -> None:
+    lengths = _function_lengths()
+    assert _over(lengths, MAX_FUNCTION_LINES, KNOWN_LONG_FUNCTIONS) == []
+
+
+def test_no_module_in_builder_is_over_500_lines() -> None:
+    lengths = _module_lengths()
+    assert _over(lengths, MAX_MODULE_LINES, KNOWN_LONG_MODULES) == []
+
+
+def test_the_known_offenders_list_only_holds_offenders() -> None:
+    """A split removes its entry here, so the list shrinks to nothing rather than going stale."""
+    assert _stale(_function_lengths(), MAX_FUNCTION_LINES, KNOWN_LONG_FUNCTIONS) == []
+    assert _stale(_module_lengths(), MAX_MODULE_LINES, KNOWN_LONG_MODULES) == []
