@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -149,7 +148,7 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
     )
 
 
-def describe_gate(wheel: Path) -> dict[str, Any]:
+def describe_gate(wheel: Path) -> dict[str, object]:
     """The import gate as `wheelbuild inspect` shows it: passed, refused, or never run."""
     refused, note = gate_verdict(wheel)
     if refused:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from .errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
 from .secrets import redact_url, url_secrets
@@ -81,7 +80,7 @@ class Option:
     kind: Kind
     example: str  # TOML, for remedies and the README
     unset: str = "-"  # what no value means, for the provenance table
-    check: Callable[[Any], object] | None = None  # the CLI's own parser: a bad value names its file
+    check: Callable[..., object] | None = None  # the CLI's own parser: a bad value names its file
     choices: tuple[str, ...] = ()
 
     @property
@@ -189,7 +188,7 @@ class Resolved:
     origin: Origin
 
 
-def read_toml(path: Path, *, remedy: str, missing: str) -> dict[str, Any]:
+def read_toml(path: Path, *, remedy: str, missing: str) -> dict[str, object]:
     """A small TOML file, refused (BadArgument) when it is a directory, a device, huge, binary,
     nested past the parser's recursion or unreadable: config files are input like any other."""
     try:
@@ -294,7 +293,7 @@ def _refuse_secrets(option: Option, value: object, label: str) -> None:
         raise ConfigValueInvalid(f"{label}: {TABLE} {option.key} looks like a credential", _NO_SECRETS)
 
 
-def _options_table(data: dict[str, Any], label: str, own_file: bool) -> dict[str, Any]:
+def _options_table(data: dict[str, object], label: str, own_file: bool) -> dict[str, object]:
     if own_file:  # wheelbuild's own file: a top-level typo (`[tool.wheelbiuld]`) is refused too
         for key in data:
             if key == "wheelbuild":

@@ -24,7 +24,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
@@ -75,7 +74,7 @@ class Matrix:
 _EXAMPLES = {"versions": "2.8.3", "torch": "cu130", "python": "3.11", "archs": "100,120"}
 
 
-def _strings(table: dict[str, Any], key: str, where: str, default: list[str] | None = None) -> list[str]:
+def _strings(table: dict[str, object], key: str, where: str, default: list[str] | None = None) -> list[str]:
     value = table.get(key, default)
     if isinstance(value, str):
         value = [value]
@@ -87,7 +86,7 @@ def _strings(table: dict[str, Any], key: str, where: str, default: list[str] | N
     return list(value)
 
 
-def parse_matrix(config: dict[str, Any], source: str = "wheelbuild.toml") -> Matrix:
+def parse_matrix(config: dict[str, object], source: str = "wheelbuild.toml") -> Matrix:
     builds = config.get("build")
     if not isinstance(builds, list) or not builds:
         raise BadArgument(f"{source} declares no [[build]] table", "add one: see `wheelbuild matrix --help`")

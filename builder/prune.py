@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from .errors import ReportUnreadable
 from .index import index
@@ -69,7 +68,7 @@ def record_published(wheels: Iterable[Path], target: str) -> None:
             index.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
 
 
-def _read_mark(folder: Path) -> list[dict[str, Any]]:
+def _read_mark(folder: Path) -> list[dict[str, object]]:
     try:
         entries = json.loads((folder / gc.PUBLISHED_MARK).read_text())
     except FileNotFoundError:

@@ -26,7 +26,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 
 from .errors import ReportUnreadable
 from .plan.planner import Plan
@@ -54,7 +54,7 @@ SCHEMA = 1  # the newest this wheelbuild writes and reads; absent in a file mean
 REPORT_NAME = "build-report.json"
 MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this only bounds a hostile one
 
-Json = dict[str, Any]
+Json = dict[str, object]
 _R = TypeVar("_R")
 _OMIT = {"omit_when_none": True}  # a key written only when it holds a value
 _REQUIRED = {"required": True}  # a key without which the record means nothing
@@ -64,7 +64,8 @@ class _Record:
     """A part of the report: to_json() gives its fields in order, as build-report.json holds them."""
 
     def to_json(self) -> Json:
-        data: Json = _plain(self)
+        data = _plain(self)
+        assert isinstance(data, dict)
         return data
 
 
@@ -95,7 +96,7 @@ class TorchRecord(_Record):
 class ImageRecord(_Record):
     tag: str | None
     id: str | None
-    labels: Mapping[str, Any]
+    labels: Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class PlanRecord(_Record):
     archs: int | None
     predicted_peak: int | None
     predicted_seconds: float | None
-    model: Mapping[str, Any]
+    model: Mapping[str, object]
     admission_budget: int | None
     reasons: tuple[str, ...]
 
@@ -238,7 +239,7 @@ class WheelRecord(_Record):
     tags: tuple[str, ...]
     sha256: str | None
     size: int | None
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, object]
     torch_requirement: tuple[str, ...]
     extension_modules: Mapping[str, ModuleRecord]
 
@@ -272,9 +273,9 @@ class GateRecord(_Record):
     install_error: str | None = None
     torch: str | None = None  # as imported: 2.11.0+cu130
     imports: tuple[ImportRecord, ...] = ()
-    unresolved: Mapping[str, Any] = field(default_factory=dict)
-    load_errors: Mapping[str, Any] = field(default_factory=dict)
-    smoke: Mapping[str, Any] | None = None  # {"status": passed|failed|skipped, "reason": ...}
+    unresolved: Mapping[str, object] = field(default_factory=dict)
+    load_errors: Mapping[str, object] = field(default_factory=dict)
+    smoke: Mapping[str, object] | None = None  # {"status": passed|failed|skipped, "reason": ...}
     abi_problems: tuple[str, ...] = ()
 
     @classmethod
@@ -311,7 +312,7 @@ class BuildReport(_Record):
     attempts: tuple[AttemptRecord, ...] = ()
     wheels: tuple[WheelRecord, ...] = ()
     checks: tuple[CheckRecord, ...] = ()
-    abi: tuple[Mapping[str, Any], ...] = ()  # AbiReport.to_json() per wheel, kept as written
+    abi: tuple[Mapping[str, object], ...] = ()  # AbiReport.to_json() per wheel, kept as written
     # The import gate per wheel; GateSkipped for --no-gate; None in a report from before the gate.
     gate: tuple[GateRecord, ...] | GateSkipped | None = None
     reused: Reused | None = field(default=None, metadata=_OMIT)
@@ -325,7 +326,7 @@ class BuildReport(_Record):
 # JSON out and in, by the records' field types
 
 
-def _plain(value: object) -> Any:
+def _plain(value: object) -> object:
     """A record as JSON: a dataclass as its fields in order, a tuple as a list."""
     if is_dataclass(value) and not isinstance(value, type):
         return {
@@ -351,13 +352,15 @@ _SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
     bool: ((bool,), "true or false"),
 }
 
+_EMPTY: dict[object, object] = {str: "", int: 0, float: 0.0, bool: False}  # a scalar read from null
+
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     return get_type_hints(cls)
 
 
-def _read(cls: type[_R], value: object, where: str, **given: Any) -> _R:
+def _read(cls: type[_R], value: object, where: str, **given: object) -> _R:
     """The record *cls* a JSON object holds: a key absent or null is its field's empty value
     (None, (), {}, "", False, 0), a value of the wrong type is refused. *given* fields are taken
     as they are (read by the caller)."""
@@ -367,8 +370,9 @@ def _read(cls: type[_R], value: object, where: str, **given: Any) -> _R:
             if where
             else f"it holds a JSON {type(value).__name__}, not an object"
         )
-    record: Any = cls  # a dataclass: _convert reads only those
-    values = {}
+    record = cls
+    assert is_dataclass(record)  # _convert reads only records
+    values: dict[str, object] = {}
     for f in fields(record):
         if f.name in given:
             values[f.name] = given[f.name]
@@ -380,7 +384,7 @@ def _read(cls: type[_R], value: object, where: str, **given: Any) -> _R:
     return cls(**values)
 
 
-def _convert(kind: Any, value: object, where: str) -> Any:
+def _convert(kind: object, value: object, where: str) -> object:
     """*value* as the type *kind* (a field's annotation), checked."""
     origin, args = get_origin(kind), get_args(kind)
     if origin in (Union, types.UnionType):
@@ -391,13 +395,13 @@ def _convert(kind: Any, value: object, where: str) -> Any:
     if value is None:
         if isinstance(kind, type) and is_dataclass(kind):
             return _read(kind, {}, where)
-        return {str: "", int: 0, float: 0.0, bool: False}.get(kind, () if origin is tuple else {})
+        return _EMPTY.get(kind, () if origin is tuple else {})
     if kind in _SCALARS:
         kinds, what = _SCALARS[kind]
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise _Bad(f"its {where} is not {what}")
         return value
-    if kind is Any:
+    if kind is object:  # a table kept as it was written (a gate's smoke, an AbiReport)
         return value
     if isinstance(kind, type) and is_dataclass(kind):
         return _read(kind, value, where)

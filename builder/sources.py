@@ -12,10 +12,10 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, assert_never
+from typing import assert_never
 from urllib.parse import urljoin
 
 from packaging.utils import (
@@ -81,14 +81,16 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     os.replace(part.name, dest)
 
 
-def _files(base: str, project: str) -> tuple[str, list[dict[str, Any]]]:
-    """(page URL, file entries) of a project on a PEP 691 index."""
+def _files(base: str, project: str) -> tuple[str, list[Mapping[str, object]]]:
+    """(page URL, file entries) of a project on a PEP 691 index; what is not a table is no entry."""
     page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
     request = authorized_request(page, {"Accept": MEDIA_JSON})
     shown = redact_url(page)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return page, list(json.load(response).get("files", []))
+            found = json.load(response)
+        files = found.get("files", []) if isinstance(found, dict) else []
+        return page, [entry for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise BadArgument(
@@ -110,12 +112,13 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
     found = []
     for entry in files:
         try:
-            name, version = parse_sdist_filename(entry.get("filename", ""))
+            name, version = parse_sdist_filename(str(entry.get("filename", "")))
         except (InvalidSdistFilename, InvalidVersion):
             continue
-        sha256 = entry.get("hashes", {}).get("sha256")
+        hashes = entry.get("hashes", {})
+        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
         if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
-            found.append((version, urljoin(page, entry["url"]), str(sha256)))
+            found.append((version, urljoin(page, str(entry["url"])), str(sha256)))
     return page, found
 
 
@@ -127,7 +130,7 @@ def newest_torch(tag: str, index_url: str) -> str | None:
     versions: list[Version] = []
     for entry in files:
         try:
-            _name, version, _build, _tags = parse_wheel_filename(entry.get("filename", ""))
+            _name, version, _build, _tags = parse_wheel_filename(str(entry.get("filename", "")))
         except (InvalidWheelFilename, InvalidVersion):
             continue
         if entry.get("yanked") or version.is_prerelease:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..spec import GpuMode
 from . import gc
@@ -28,7 +28,7 @@ class GateJob:
     run_id: str
     image: str  # the base image: no CUDA toolkit, as on a user's machine
     wheel: Path
-    spec: Mapping[str, Any]  # gate.GateSpec.to_json(...) less the paths the engine fills in
+    spec: Mapping[str, object]  # gate.GateSpec.to_json(...) less the paths the engine fills in
     torch_index_url: str  # may hold credentials: travels as a mounted file, never env or argv
     torch_cache_key: str  # the folder of the torch-wheels volume for this torch and index
     ca_bundle: Path | None
@@ -97,7 +97,7 @@ class Engine(Images, Protocol):
         on_memory: Callable[[MemorySample], None] | None = None,
     ) -> AttemptResult: ...
 
-    def run_gate(self, job: GateJob, on_line: OnLine) -> tuple[dict[str, Any] | None, str]: ...
+    def run_gate(self, job: GateJob, on_line: OnLine) -> tuple[dict[str, object] | None, str]: ...
 
     def interrupt_cleanup(self, run_id: str) -> int: ...
 

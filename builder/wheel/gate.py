@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from ..errors import ImportGateFailed, SmokeTestFailed
 from .abi import AbiReport, demangle
@@ -36,7 +36,7 @@ class GateSpec:
     archs: tuple[int, ...]
     smoke: str | None  # the recipe's smoke test script name (images/smoke/), if any
 
-    def to_json(self, torch_requirement: str) -> dict[str, Any]:
+    def to_json(self, torch_requirement: str) -> dict[str, object]:
         """The container's input; engine.run_gate adds the paths it mounts."""
         return {
             "python": self.python,
@@ -97,7 +97,7 @@ class ImportCheck:
     undefined_symbol: str | None = None  # the first undefined symbol the loader named
     demangled: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "module": self.module,
             "ok": self.ok,
@@ -116,7 +116,7 @@ class GateResult:
     imports: tuple[ImportCheck, ...]
     unresolved: dict[str, tuple[str, ...]]  # .so -> symbols nothing loaded provides (mangled)
     load_errors: dict[str, str]  # .so -> why it would not even load lazily
-    smoke: dict[str, Any] | None  # {"status": passed|failed|skipped, "reason": ...}
+    smoke: Mapping[str, object] | None  # {"status": passed|failed|skipped, "reason": ...}
     abi_problems: tuple[str, ...]  # static: symbol versions over the platform tag's limits
 
     @property
@@ -141,7 +141,7 @@ class GateResult:
         modules = ", ".join(i.module for i in self.imports)
         return f"passed (imported {modules} with torch {self.torch}); GPU smoke test {smoke['status']}: {smoke.get('reason', '')}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "wheel": self.wheel,
             "python": self.python,
@@ -160,7 +160,7 @@ class GateResult:
         }
 
 
-def _import_check(entry: dict[str, Any]) -> ImportCheck:
+def _import_check(entry: Mapping[str, object]) -> ImportCheck:
     error = str(entry.get("error", ""))
     match = _UNDEFINED.search(error)
     symbol = match[1] if match else None
@@ -173,25 +173,31 @@ def _import_check(entry: dict[str, Any]) -> ImportCheck:
     )
 
 
-def read_result(wheel: str, output: dict[str, Any], abi: AbiReport) -> GateResult:
-    torch = output.get("torch")
-    unresolved = {
-        member: tuple(found.get("symbols", [])) for member, found in (output.get("unresolved") or {}).items()
-    }
-    load_errors = {
-        member: str(found["load_error"])
-        for member, found in (output.get("unresolved") or {}).items()
-        if found.get("load_error")
-    }
+def _table(value: object) -> Mapping[str, object]:
+    """A JSON object of the container's answer; anything else (it is not trusted) reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def read_result(wheel: str, output: Mapping[str, object], abi: AbiReport) -> GateResult:
+    """The gate container's JSON answer as a GateResult."""
+    torch = _table(output.get("torch"))
+    found = {member: _table(entry) for member, entry in _table(output.get("unresolved")).items()}
+    install_error, smoke = output.get("install_error"), output.get("smoke")
     return GateResult(
         wheel=wheel,
         python=str(output.get("python", "")),
-        install_error=output.get("install_error"),
+        install_error=None if install_error is None else str(install_error),
         torch=f"{torch['version']} (CUDA {torch['cuda']})" if torch else None,
-        imports=tuple(_import_check(entry) for entry in output.get("imports", [])),
-        unresolved=unresolved,
-        load_errors=load_errors,
-        smoke=output.get("smoke"),
+        imports=tuple(_import_check(_table(entry)) for entry in _list(output.get("imports"))),
+        unresolved={member: tuple(map(str, _list(entry.get("symbols")))) for member, entry in found.items()},
+        load_errors={
+            member: str(entry["load_error"]) for member, entry in found.items() if entry.get("load_error")
+        },
+        smoke=_table(smoke) if smoke is not None else None,
         abi_problems=abi.problems,
     )
 

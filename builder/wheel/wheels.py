@@ -46,7 +46,6 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
@@ -275,7 +274,7 @@ class WheelInfo:
         """The version's local label: 0.1.0+cu130torch2.11 -> cu130torch2.11."""
         return self.version.partition("+")[2] or None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "file": self.path.name,
             "name": self.name,

@@ -91,7 +91,7 @@ def cuda_image(base_image: str) -> str:
 class FixtureBuild:
     result: Completed
     run_dir: Path
-    report: dict  # type: ignore[type-arg]
+    report: dict
     wheel: Path
 
 

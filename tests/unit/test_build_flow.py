@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild import build, report_html
+from wheelbuild import build, preflight, report_html, sources
 from wheelbuild.errors import CompileFailed, OutOfMemory
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
+from wheelbuild.preflight import ImageOptions
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report import GateSkipped, read_report
 from wheelbuild.run import results
@@ -193,7 +194,7 @@ def test_an_attempts_end_is_one_of_three(make_result: Callable[..., AttemptResul
 
 
 @pytest.fixture
-def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, build.ImageOptions, list[Path]]:
+def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, ImageOptions, list[Path]]:
     """The bundled example for cu130 on a local base, torch's index answered without a network;
     every report written is noted."""
     monkeypatch.setattr(build, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp312"}))
@@ -204,21 +205,21 @@ def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, bu
         gpus=GpuMode.NONE, resources=Resources(memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1),
         output_dir=tmp_path / "out",
     )  # fmt: skip
-    return spec, build.ImageOptions(base_image="wheelbuild-base:fake", ca_bundle=None), written
+    return spec, ImageOptions(base_image="wheelbuild-base:fake", ca_bundle=None), written
 
 
 def test_unchanged_inputs_reuse_the_stored_result_and_start_no_attempt(
-    flow: tuple[BuildSpec, build.ImageOptions, list[Path]], tmp_path: Path
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], tmp_path: Path
 ) -> None:
     spec, options, written = flow
     fake = _engine()  # any attempt would fail: the script is empty
-    inputs = build.image_inputs(fake, options.for_variant(spec.variant))
-    key = build.inputs_key(spec, inputs, ("cp311",))
+    inputs = preflight.image_inputs(fake, options.for_variant(spec.variant))
+    key = results.inputs_key(spec, inputs, ("cp311",))
     earlier = tmp_path / "earlier"
     wheel = make_wheel(earlier, "wbdemo", "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_28_x86_64")
     report = earlier / "build-report.json"
     report.write_text(json.dumps({"run_id": "earlier-run", "gate": [{"wheel": wheel.name, "passed": True}]}))
-    results.save(build.cache_dir() / "results", key, (wheel,), report)
+    results.save(sources.cache_dir() / "results", key, (wheel,), report)
 
     result = build.run_build(spec, options, _reporter()[0], fake)
 
@@ -232,7 +233,7 @@ def test_unchanged_inputs_reuse_the_stored_result_and_start_no_attempt(
 
 
 def test_a_build_writes_its_report_once_with_every_attempt(
-    flow: tuple[BuildSpec, build.ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec, options, written = flow
     spec = BuildSpec(**{**spec.__dict__, "gate": False})

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wheelbuild import cli
+from wheelbuild.index import serve as serving
 from wheelbuild.index.publish import publish
 
 from tests.indexkit import make_wheel, set_compression_method
@@ -90,11 +91,11 @@ JOBS = [
 ]
 TORCH = _slot("--torch", ["cu130"], ["", " ", "cu999", "rocm6.2", "nan", "ünï", "9" * 400, "2.11.0+cu999"])
 VERSION = _slot("--version", ["2.8.3"], ["", " "])
-IMAGE = [
+IMAGE = (
     _slot("--base-image", [], ["", "ünï", "-x", "9" * 400]),
     _slot("--cuda12-image", [], ["", "ünï", "-x"]),
     _slot("--ca-bundle", [], ["", "a-dir", "/dev/null", "/dev/zero", "no/such/file"]),
-]
+)
 # uni's METADATA names ünï: inspect shows it (as text), publish refuses it (not the file's name)
 WHEEL_ARGS = _slot("", [GOOD, "uni-1.0-py3-none-any.whl"], [*WHEELS, *PATHS, ""], many=True)
 
@@ -209,7 +210,7 @@ COMMANDS = [
 def _mostly_valid(draw: st.DrawFn, slot: Slot) -> str:
     """A valid value three times in four (where there is one), so that the forced hostile value
     is often the only one, and not always hidden behind an earlier refusal."""
-    if slot.valid and draw(st.integers(0, 3)):
+    if slot.valid and draw(st.integers(0, 3)) != 0:
         return draw(st.sampled_from(slot.valid))
     return draw(st.sampled_from(slot.hostile))
 
@@ -311,7 +312,7 @@ def in_playground(playground: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setenv("WHEELBUILD_SIMPLE_INDEX", "http://127.0.0.1:9/simple/")
     monkeypatch.setenv("WHEELBUILD_TORCH_INDEX_URL", "http://127.0.0.1:9/whl/cu130")
     monkeypatch.setenv("WHEELBUILD_CUDA_REDIST_URL", "http://127.0.0.1:9/redist/")
-    real_serve = cli.serving.serve
+    real_serve = serving.serve
 
     def serve_that_must_not_start(*args: Any, **kwargs: Any) -> None:
         def started(url: str) -> None:
@@ -319,7 +320,7 @@ def in_playground(playground: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
         real_serve(*args, **{**kwargs, "ready": started})
 
-    monkeypatch.setattr(cli.serving, "serve", serve_that_must_not_start)
+    monkeypatch.setattr(serving, "serve", serve_that_must_not_start)
     yield playground
 
 

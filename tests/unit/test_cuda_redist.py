@@ -9,8 +9,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.build import compiler_in_image
 from wheelbuild.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from wheelbuild.preflight import compiler_in_image
 from wheelbuild.run.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
 from wheelbuild.run.image import ImageInputs
 from wheelbuild.variants import parse_variant

@@ -74,7 +74,9 @@ def test_an_undefined_symbol_at_import_is_refused_naming_it_demangled(wheel: Pat
     error = failure(result)
     assert isinstance(error, ImportGateFailed) and error.exit_code == 48
     assert "import demo._C fails with undefined symbol wb::missing(int) (_ZN2wb7missingEi)" in error.cause
-    assert result.to_json()["unresolved"]["demo/_C.cpython-311-x86_64-linux-gnu.so"] == [
+    unresolved = result.to_json()["unresolved"]
+    assert isinstance(unresolved, dict)
+    assert unresolved["demo/_C.cpython-311-x86_64-linux-gnu.so"] == [
         {"symbol": "_ZN2wb7missingEi", "demangled": "wb::missing(int)"}
     ]
 

@@ -347,7 +347,7 @@ def test_runs_of_a_real_output_dir_published_tree_mark_and_removal(tmp_path: Pat
     assert all(d.size > 0 for d in planned.decisions)
 
     options = prune.GcOptions(out, tmp_path / "store", 2, False, gc.Scope(), None)  # type: ignore[arg-type]
-    done = prune.execute(None, planned, options, lambda line: None)
+    done = prune.execute(None, planned, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
     assert [r.status for r in done] == [gc.Status.REMOVED, gc.Status.REMOVED]
     assert sorted(p.name for p in runs.iterdir()) == sorted([ids[0], ids[1], ids[4], ids[5], "not-a-run"])
     assert {p.relative_to(out) for p in (out / "cu130").rglob("*")} == published_tree  # the tree is untouched
@@ -372,7 +372,7 @@ def test_a_run_published_after_gc_looked_is_kept(tmp_path: Path) -> None:
     assert len(planned.removals) == 1
     prune.record_published([wheel], "/srv/late")
     options = prune.GcOptions(tmp_path, tmp_path / "store", 0, False, gc.Scope(), None)  # type: ignore[arg-type]
-    (done,) = prune.execute(None, planned, options, lambda line: None)
+    (done,) = prune.execute(None, planned, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
     assert done.status is gc.Status.KEPT and wheel.is_file()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import tracemalloc
@@ -16,7 +17,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from wheelbuild import cli as cli_module
 from wheelbuild.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
 from wheelbuild.cli import main
 from wheelbuild.errors import (
@@ -27,6 +27,7 @@ from wheelbuild.errors import (
     NotPublished,
 )
 from wheelbuild.index import index, remote
+from wheelbuild.index import serve as serving
 from wheelbuild.index.publish import publish, unyank, yank
 from wheelbuild.index.remote import RsyncTarget, parse_target
 from wheelbuild.units import parse_memory
@@ -46,7 +47,7 @@ def _deflated(directory: Path, members: dict[str, bytes], version: str = "0.1.0+
     path = directory / source.name
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
         for info in old.infolist():
-            new.writestr(info.filename, members.pop(info.filename, None) or old.read(info))
+            new.writestr(info.filename, members.pop(info.filename, b"") or old.read(info))
         for name, data in members.items():
             new.writestr(name, data)
     return path
@@ -331,9 +332,9 @@ def test_rsync_and_ssh_get_double_dash_before_host_arguments(
         calls.append(list(args))
         return subprocess.CompletedProcess(args, 0, "", "")
 
-    monkeypatch.setattr(remote.subprocess, "Popen", Holder)
-    monkeypatch.setattr(remote.subprocess, "run", run)
-    monkeypatch.setattr(remote.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(subprocess, "Popen", Holder)
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
     target = RsyncTarget(host="ci@wheels.example", path="/srv/wheels")
     remote.publish_rsync([make_wheel(tmp_path / "in")], target, tmp_path / "mirror", lambda _line: None)
     ssh, *rsyncs = calls
@@ -368,7 +369,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result
     def never_serve(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the server was started: the arguments should have been refused first")
 
-    monkeypatch.setattr(cli_module.serving, "serve", never_serve)
+    monkeypatch.setattr(serving, "serve", never_serve)
 
     def invoke(*args: str) -> Result:
         return CliRunner().invoke(main, list(args))

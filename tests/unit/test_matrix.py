@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from wheelbuild.errors import BadArgument, BadVariant
+from wheelbuild.errors import BadArgument, BadVariant, WheelbuildError
 from wheelbuild.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,9 @@ def test_github_matrix_is_an_include_list_with_the_build_arguments() -> None:
         ),
     ],
 )
-def test_a_bad_matrix_fails_here_not_on_a_runner_at_night(config: dict, error: type, says: str) -> None:  # type: ignore[type-arg]
+def test_a_bad_matrix_fails_here_not_on_a_runner_at_night(
+    config: dict, error: type[WheelbuildError], says: str
+) -> None:
     with pytest.raises(error) as caught:
         parse_matrix(config)
     assert says in caught.value.cause

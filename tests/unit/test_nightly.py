@@ -3,6 +3,7 @@ and the coverage table. Pure parts directly; the index read over HTTP from a rea
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -40,6 +41,8 @@ from wheelbuild.nightly import (
     report_verdict,
     source_of,
 )
+from wheelbuild.preflight import ImageOptions
+from wheelbuild.run.reporter import Reporter
 from wheelbuild.variants import CudaCompiler
 
 from tests.indexkit import make_wheel
@@ -114,9 +117,9 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nightly, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp313"}))
-    seen: list[tuple[Any, build.ImageOptions]] = []
+    seen: list[tuple[Any, ImageOptions]] = []
 
-    def fake_run_build(spec: Any, options: build.ImageOptions, reporter: Any, engine: Any) -> Any:
+    def fake_run_build(spec: Any, options: ImageOptions, reporter: Any, engine: Any) -> Any:
         seen.append((spec, options))
         raise BuildFailed("cibuildwheel failed", "look at build.log")
 
@@ -146,14 +149,9 @@ def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatc
             Path("/nonexistent"),
             {},
             torch_index_url=None,
-            reporter=_Quiet(),
-            engine=None,  # the production base: Docker is never asked
+            reporter=Reporter(io.StringIO(), quiet=True),
+            engine=None,  # type: ignore[arg-type]  # the production base: Docker is never asked
         )
-
-
-class _Quiet:
-    def info(self, text: str) -> None:
-        pass
 
 
 def test_arguments_are_a_json_list_never_a_shell_string() -> None:
@@ -223,7 +221,13 @@ def _cell_dir(root: Path, cell_id: str, *, gate: bool = True, status: str = "pas
         "gate": [{"wheel": wheel.name, "passed": gate}],
     }
     (run / "build-report.json").write_text(json.dumps(report))
-    record = {"id": cell_id, "torch": "cu130", "status": status, "run": "runs/r1", "wheels": [wheel.name]}
+    record: dict[str, object] = {
+        "id": cell_id,
+        "torch": "cu130",
+        "status": status,
+        "run": "runs/r1",
+        "wheels": [wheel.name],
+    }
     if status == "failed":
         record |= {"exit_code": 40, "error": "nvcc failed"}
     (out / "cell.json").write_text(json.dumps(record))

@@ -24,10 +24,10 @@ from wheelbuild.pythons import (
     files_on_page,
     has_wheel,
     python_tags,
-    redact_url,
     requires_python_of,
     torch_python_tags,
 )
+from wheelbuild.secrets import redact_url
 
 SECRET = "s3cr3t-t0ken"
 
@@ -415,7 +415,7 @@ def test_the_reasons_have_plain_wording_without_context() -> None:
 # --- choose_pythons: every case of a small world, against an oracle ---------------------------
 
 WORLD = ("cp39", "cp310", "cp312", "cp313", "cp313t")
-TORCHES = (
+TORCHES: tuple[frozenset[str] | None, ...] = (
     None,
     frozenset(),
     frozenset({"cp310", "cp313"}),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from wheelbuild.run.results import code_digest, lookup, result_key, save, source_digest
 
-BASE = {
+# result_key's keyword arguments, each test varying one of them
+BASE: dict[str, Any] = {
     "source": "s" * 64,
     "image_inputs": "i" * 64,
     "variant": "2.11.0+cu130",
@@ -20,7 +22,7 @@ BASE = {
 
 
 def test_parallelism_does_not_change_the_key() -> None:
-    other = {**BASE, "env": {**BASE["env"], "MAX_JOBS": "1", "NVCC_THREADS": "1"}}
+    other: dict[str, Any] = {**BASE, "env": {**BASE["env"], "MAX_JOBS": "1", "NVCC_THREADS": "1"}}
     assert result_key(**BASE) == result_key(**other)
 
 

@@ -103,8 +103,9 @@ def test_inspect_reads_name_version_tags_hash_torch_cudart_and_archs(
     (module,) = info.modules
     assert module.member == SO and module.cudart == ("libcudart.so.13",)
     assert (sorted(module.archs.sass), sorted(module.archs.ptx)) == ([100, 120], [])
-    as_json = info.to_json()
-    assert as_json["extension_modules"][SO] == {"sass": [100, 120], "ptx": [], "cudart": ["libcudart.so.13"]}
+    modules = info.to_json()["extension_modules"]
+    assert isinstance(modules, dict)
+    assert modules[SO] == {"sass": [100, 120], "ptx": [], "cudart": ["libcudart.so.13"]}
 
 
 def test_inspect_refuses_what_is_not_a_wheel(tmp_path: Path) -> None:
