@@ -23,37 +23,29 @@ with a plain 500.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import errno
 import hashlib
-import hmac
 import itertools
 import logging
-import math
 import os
 import re
-import secrets
 import stat
 import sys
 import threading
-import time
-from collections import Counter, OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import bcrypt
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.typedefs import Middleware
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from ..errors import BadHtpasswd, NoIndex, ServeFailed
+from ..errors import NoIndex, ServeFailed
 from . import index, index_page
 from .index import MEDIA_HTML_V1, MEDIA_JSON
+from .serve_auth import USER, Htpasswd, LoginLimit, auth_middleware
 
 __all__ = [
     "MEDIA_HTML",
@@ -74,14 +66,9 @@ _ALIASES = {
 _OFFERS = (MEDIA_JSON, MEDIA_HTML_V1, MEDIA_HTML)
 INDEX_CACHE = "max-age=60"
 FILE_CACHE = "public, max-age=31536000, immutable"
-REALM = "wheelbuild"
 ACCESS_LOGGER = "wheelbuild.serve.access"
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?$")
 COVERAGE_PAGE = "coverage.html"  # written by `wheelbuild nightly publish-night`
-_BCRYPT = ("$2y$", "$2b$", "$2a$")
-_BCRYPT_COST = re.compile(r"^\$2[aby]\$(\d\d)\$")
-_BCRYPT_MAX = 72  # bcrypt reads no further, and bcrypt 5 raises on a longer password
-_SHA = "{SHA}"
 _NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
 
 log = logging.getLogger("wheelbuild.serve")
@@ -146,219 +133,10 @@ def negotiate(accept: str | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Basic auth from an htpasswd file
-
-
-@dataclass(frozen=True)
-class Htpasswd:
-    """Users and password hashes of an htpasswd file; only formats we can verify are accepted.
-
-    *dummy* is what an unknown user's password is checked against: a hash of a random password
-    with the scheme and cost most entries have (made once, here), so that a miss costs what a
-    known user's wrong password does and timing does not tell which names exist."""
-
-    users: Mapping[str, str]
-    dummy: str = field(default="", repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.dummy:
-            object.__setattr__(self, "dummy", _dummy_like(self.users.values()))
-
-    @classmethod
-    def load(cls, path: Path) -> Htpasswd:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise BadHtpasswd(
-                f"cannot read the htpasswd file {path}: {error}",
-                "give a readable file of user:hash lines (htpasswd -B makes bcrypt ones)",
-            ) from None
-        users: dict[str, str] = {}
-        for number, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            user, sep, hashed = line.partition(":")
-            if not sep or not user or not hashed:
-                raise BadHtpasswd(
-                    f"{path} line {number} is not user:hash",
-                    "write one user:hash per line (htpasswd -B FILE USER adds one)",
-                )
-            if hashed.startswith(_BCRYPT):
-                try:
-                    if not _BCRYPT_COST.match(hashed):
-                        raise ValueError("no two-digit cost")
-                    bcrypt.checkpw(b"", hashed.encode())
-                except ValueError:
-                    raise BadHtpasswd(
-                        f"{path} line {number} (user {user}): the bcrypt hash is malformed",
-                        "make it again with htpasswd -B",
-                    ) from None
-            elif hashed.startswith(_SHA):
-                try:
-                    if len(base64.b64decode(hashed[len(_SHA) :], validate=True)) != 20:
-                        raise ValueError("not a SHA-1 digest")
-                except (binascii.Error, ValueError):
-                    raise BadHtpasswd(
-                        f"{path} line {number} (user {user}): the {{SHA}} hash is not base64 of a SHA-1 digest",
-                        "make it again with htpasswd -s, or better with htpasswd -B (bcrypt)",
-                    ) from None
-            else:
-                kind = (
-                    hashed.split("$")[1]
-                    if hashed.startswith("$") and hashed.count("$") > 1
-                    else "crypt/plain"
-                )
-                raise BadHtpasswd(
-                    f"{path} line {number} (user {user}): hash format {kind!r} is not supported "
-                    "(only bcrypt $2y$/$2b$/$2a$ and {SHA})",
-                    "make the entry again with htpasswd -B (bcrypt)",
-                )
-            users[user] = hashed
-        if not users:
-            raise BadHtpasswd(f"{path} has no users", "add one with htpasswd -B FILE USER")
-        return cls(users=users)
-
-    def verify(self, user: str, password: str) -> bool:
-        """Constant-time check. An unknown user costs what a known one of the file's usual scheme
-        and cost does. A password over 72 bytes never matches a bcrypt entry (bcrypt would only
-        read its first 72), but costs the same check."""
-        known = self.users.get(user)
-        hashed = self.dummy if known is None else known
-        secret = password.encode()
-        if hashed.startswith(_SHA):
-            digest = base64.b64encode(hashlib.sha1(secret).digest()).decode()
-            matched = hmac.compare_digest(digest, hashed[len(_SHA) :])
-        else:
-            matched = bcrypt.checkpw(secret[:_BCRYPT_MAX], hashed.encode())
-            matched = matched and len(secret) <= _BCRYPT_MAX
-        return matched and known is not None
-
-
-def _scheme(hashed: str) -> tuple[int, str]:
-    """(cost, prefix) of a hash: a bcrypt hash's log2 rounds, 0 for {SHA}."""
-    cost = _BCRYPT_COST.match(hashed)
-    return (int(cost[1]), "$2b$") if cost else (0, _SHA)
-
-
-def _dummy_like(hashes: Iterable[str]) -> str:
-    """A hash of a random password in the scheme and cost most of *hashes* have (on a tie, the
-    dearer one)."""
-    counts = Counter(_scheme(h) for h in hashes)
-    if not counts:
-        counts[(0, _SHA)] = 1
-    (cost, prefix), _n = max(counts.items(), key=lambda item: (item[1], item[0]))
-    password = secrets.token_urlsafe(32).encode()
-    if prefix == _SHA:
-        return _SHA + base64.b64encode(hashlib.sha1(password).digest()).decode()
-    return bcrypt.hashpw(password, bcrypt.gensalt(rounds=cost)).decode()
-
-
-def _credentials(header: str | None) -> tuple[str, str] | None:
-    """(user, password) of a Basic Authorization header; None for anything else."""
-    if not header or header[:6].lower() != "basic ":
-        return None
-    try:
-        decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
-    except ValueError:  # bad base64, non-ASCII header text, or bytes that are not UTF-8
-        return None
-    user, sep, password = decoded.partition(":")
-    return (user, password) if sep else None
-
-
-@dataclass(frozen=True)
-class LoginLimit:
-    """At most *failures* failed logins per client address in *window* seconds; past that the
-    address gets 429 without a password check until its oldest failure leaves the window. At most
-    *clients* addresses are remembered (the longest quiet is forgotten first)."""
-
-    failures: int = 10
-    window: float = 60.0
-    clients: int = 10_000
-
-
-class _Failures:
-    """Failed logins per client address. Checks in flight count as failures until they pass, so
-    a burst of concurrent guesses cannot all get past the limit before the first one fails.
-    Used from the event loop only."""
-
-    def __init__(self, limit: LoginLimit, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit = limit
-        self.clock = clock
-        self.failed: OrderedDict[str, deque[float]] = OrderedDict()
-        self.pending: Counter[str] = Counter()
-
-    def wait(self, client: str) -> float:
-        """0 if *client* may try now (the try is then in flight), else seconds until it may."""
-        now = self.clock()
-        failed = self.failed.get(client, deque())
-        while failed and failed[0] <= now - self.limit.window:
-            failed.popleft()
-        if not failed:
-            self.failed.pop(client, None)
-        if len(failed) + self.pending[client] >= self.limit.failures:
-            return failed[0] + self.limit.window - now if failed else 1.0
-        self.pending[client] += 1
-        return 0.0
-
-    def settle(self, client: str, passed: bool) -> None:
-        self.pending[client] -= 1
-        if self.pending[client] <= 0:
-            del self.pending[client]
-        if passed:
-            return
-        self.failed.setdefault(client, deque()).append(self.clock())
-        self.failed.move_to_end(client)
-        while len(self.failed) > self.limit.clients:
-            self.failed.popitem(last=False)
-
-
-class _Authenticator:
-    """Checks Authorization headers; remembers the digests of credentials that passed, so bcrypt
-    runs once per user and password, not once per request. Password checks run on threads of
-    their own (half the cores): bcrypt is CPU-bound, and on the loop's default executor a flood
-    of them would queue ahead of the file reads of good requests."""
-
-    def __init__(self, htpasswd: Htpasswd, limit: LoginLimit) -> None:
-        self.htpasswd = htpasswd
-        self.failures = _Failures(limit)
-        self.passed: set[bytes] = set()
-        self.pool = ThreadPoolExecutor(
-            max_workers=max(1, (os.cpu_count() or 2) // 2), thread_name_prefix="wheelbuild-auth"
-        )
-
-    async def check(self, client: str, user: str, password: str) -> tuple[int, int]:
-        """(200, 0) passed, (401, 0) refused, or (429, seconds to wait): too many failures from
-        *client*, so the password was not checked."""
-        wait = self.failures.wait(client)
-        if wait:
-            return 429, max(1, math.ceil(wait))
-        # Looked up only after the limit: else a limited client could still test passwords
-        # against the cache of good ones at the speed of a hash.
-        key = hashlib.sha256(f"{user}\0{password}".encode()).digest()
-        passed = key in self.passed
-        try:
-            if not passed:
-                loop = asyncio.get_running_loop()
-                passed = await loop.run_in_executor(self.pool, self.htpasswd.verify, user, password)
-        finally:
-            self.failures.settle(client, passed)
-        if passed:
-            self.passed.add(key)
-            return 200, 0
-        return 401, 0
-
-    async def close(self, _app: web.Application) -> None:
-        """On the app's cleanup: checks still queued are dropped."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-# ---------------------------------------------------------------------------------------------
 # The application
 
 
 _Handler = Callable[[web.Request], Awaitable[StreamResponse]]
-_USER = web.RequestKey("wheelbuild.user", str)  # the user a request claimed, for the access log
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG)
 
 
@@ -443,52 +221,27 @@ async def _no_500_tracebacks(request: web.Request, handler: _Handler) -> StreamR
         return web.Response(status=500, text="500: Internal Server Error\n")
 
 
-def make_app(
-    root: Path, *, htpasswd: Htpasswd | None = None, login_limit: LoginLimit | None = None
-) -> web.Application:
-    """The aiohttp application serving the tree at *root*."""
-    root = root.resolve()
-    # Resolved once, here: files/ or simple/ may be a link the operator made (wheels on another
-    # volume). Below them no link is followed out of its folder.
-    simple = (root / index.SIMPLE).resolve()
-    files = (root / index.FILES).resolve()
-    middlewares: list[Middleware] = [_no_500_tracebacks]
-    auth = _Authenticator(htpasswd, login_limit or LoginLimit()) if htpasswd is not None else None
-    if auth is not None:
+@dataclass(frozen=True)
+class _Tree:
+    """The routes' handlers over one tree. Its folders are resolved once, when the app is made:
+    files/ or simple/ may be a link the operator made (wheels on another volume). Below them no
+    link is followed out of its folder."""
 
-        @web.middleware
-        async def require_auth(request: web.Request, handler: _Handler) -> StreamResponse:
-            credentials = _credentials(request.headers.get("Authorization"))
-            if credentials is not None:
-                request[_USER] = credentials[0]
-                status, retry = await auth.check(request.remote or "-", *credentials)
-                if status == 200:
-                    return await handler(request)
-                if status == 429:
-                    return web.Response(
-                        status=429,
-                        text="429: Too Many Failed Logins\n",
-                        headers={"Retry-After": str(retry)},
-                    )
-            return web.Response(
-                status=401,
-                text="401: Unauthorized\n",
-                headers={"WWW-Authenticate": f'Basic realm="{REALM}"'},
-            )
+    root: Path
+    simple: Path
+    files: Path
 
-        middlewares.append(require_auth)
+    @classmethod
+    def at(cls, root: Path) -> _Tree:
+        root = root.resolve()
+        return cls(root, (root / index.SIMPLE).resolve(), (root / index.FILES).resolve())
 
-    def redirect(request: web.Request, path: str) -> web.HTTPMovedPermanently:
-        # A relative Location: the Host header a client sent is never echoed back.
-        query = request.query_string
-        return web.HTTPMovedPermanently(path + (f"?{query}" if query else ""))
-
-    async def home(request: web.Request) -> StreamResponse:
+    async def home(self, request: web.Request) -> StreamResponse:
         vary = {"Vary": "Accept"}  # the answer depends on it: a cache must not mix them up
         if not _wants_page(request.headers.get("Accept")):
             raise web.HTTPFound("/simple/", headers=vary)
         try:
-            body = _read_below(root, index_page.PAGE)
+            body = _read_below(self.root, index_page.PAGE)
         except web.HTTPNotFound:
             raise web.HTTPFound("/simple/", headers=vary) from None  # a tree from before the page
         etag = f'"{hashlib.sha256(body).hexdigest()[:32]}"'
@@ -504,35 +257,35 @@ def make_app(
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, headers={**headers, "Content-Type": "text/html; charset=utf-8"})
 
-    async def simple_bare(request: web.Request) -> StreamResponse:
-        raise redirect(request, "/simple/")
+    async def simple_bare(self, request: web.Request) -> StreamResponse:
+        raise _redirect(request, "/simple/")
 
-    async def root_page(request: web.Request) -> StreamResponse:
-        return _page(request, simple)
+    async def root_page(self, request: web.Request) -> StreamResponse:
+        return _page(request, self.simple)
 
-    async def project_bare(request: web.Request) -> StreamResponse:
+    async def project_bare(self, request: web.Request) -> StreamResponse:
         normalized = _project(request.match_info["project"])
         if normalized is None:
             raise _not_found()
-        raise redirect(request, f"/simple/{normalized}/")
+        raise _redirect(request, f"/simple/{normalized}/")
 
-    async def project_page(request: web.Request) -> StreamResponse:
+    async def project_page(self, request: web.Request) -> StreamResponse:
         project = request.match_info["project"]
         normalized = _project(project)
         if normalized is None:
             raise _not_found()
         if project != normalized:
-            raise redirect(request, f"/simple/{normalized}/")
-        return _page(request, simple, normalized)
+            raise _redirect(request, f"/simple/{normalized}/")
+        return _page(request, self.simple, normalized)
 
-    async def file(request: web.Request) -> StreamResponse:
+    async def file(self, request: web.Request) -> StreamResponse:
         name = request.match_info["name"]
         if len(name) > _NAME_MAX or not _FILE_NAME.match(name):
             raise _not_found()
         try:
             # A link inside files/ may point at a file beside it, never out of the folder.
-            path = (files / name).resolve(strict=True)
-            inside = path.parent == files and path.is_file()
+            path = (self.files / name).resolve(strict=True)
+            inside = path.parent == self.files and path.is_file()
         except (OSError, RuntimeError):
             inside = False
         if not inside:
@@ -544,22 +297,39 @@ def make_app(
         )
         return web.FileResponse(path, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind})
 
-    async def coverage(request: web.Request) -> StreamResponse:
-        page = root / COVERAGE_PAGE
+    async def coverage(self, request: web.Request) -> StreamResponse:
+        page = self.root / COVERAGE_PAGE
         if page.is_symlink() or not page.is_file():
             raise _not_found()
         return web.FileResponse(page, headers={"Cache-Control": INDEX_CACHE, "Content-Type": "text/html"})
 
+
+def _redirect(request: web.Request, path: str) -> web.HTTPMovedPermanently:
+    # A relative Location: the Host header a client sent is never echoed back.
+    query = request.query_string
+    return web.HTTPMovedPermanently(path + (f"?{query}" if query else ""))
+
+
+def make_app(
+    root: Path, *, htpasswd: Htpasswd | None = None, login_limit: LoginLimit | None = None
+) -> web.Application:
+    """The aiohttp application serving the tree at *root*."""
+    tree = _Tree.at(root)
+    middlewares: list[Middleware] = [_no_500_tracebacks]
+    auth = None
+    if htpasswd is not None:
+        require_auth, auth = auth_middleware(htpasswd, login_limit or LoginLimit())
+        middlewares.append(require_auth)
     app = web.Application(middlewares=middlewares)
     if auth is not None:
         app.on_cleanup.append(auth.close)
-    app.router.add_get("/", home)
-    app.router.add_get("/simple", simple_bare)
-    app.router.add_get("/simple/", root_page)
-    app.router.add_get("/simple/{project}", project_bare)
-    app.router.add_get("/simple/{project}/", project_page)
-    app.router.add_get("/files/{name}", file)
-    app.router.add_get(f"/{COVERAGE_PAGE}", coverage)
+    app.router.add_get("/", tree.home)
+    app.router.add_get("/simple", tree.simple_bare)
+    app.router.add_get("/simple/", tree.root_page)
+    app.router.add_get("/simple/{project}", tree.project_bare)
+    app.router.add_get("/simple/{project}/", tree.project_page)
+    app.router.add_get("/files/{name}", tree.file)
+    app.router.add_get(f"/{COVERAGE_PAGE}", tree.coverage)
     return app
 
 
@@ -614,7 +384,7 @@ class _AccessLog(AbstractAccessLogger):
         self.logger.info(
             "%s %s %s %s %s %s %.1fms%s%s",
             _escape(request.remote or "-"),
-            _escape(request.get(_USER) or "-"),
+            _escape(request.get(USER) or "-"),
             _escape(request.method),
             _escape(request.raw_path),
             response.status,

@@ -31,10 +31,10 @@ from wheelbuild.index.serve import (
     Htpasswd,
     LoginLimit,
     _escape,
-    _Failures,
     negotiate,
     serve,
 )
+from wheelbuild.index.serve_auth import _Failures
 
 from tests.indexkit import make_wheel, parse_page
 from tests.integration.serving import (
