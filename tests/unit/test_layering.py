@@ -27,6 +27,7 @@ TOP = {
     # the pipeline: orchestration and what it alone uses
     "build": "pipeline",
     "nightly": "pipeline",
+    "nightly_publish": "pipeline",
     "calibrate": "pipeline",
     "preflight": "pipeline",
     "prune": "pipeline",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from wheelbuild import build, check, nightly
+from wheelbuild import build, check, nightly, nightly_publish
 from wheelbuild.cli import main
 from wheelbuild.errors import (
     BadArgument,
@@ -363,7 +363,7 @@ def test_the_coverage_page_goes_beside_a_remote_trees_index(
     monkeypatch.delenv("WHEELBUILD_SSH_COMMAND", raising=False)
     page = tmp_path / "coverage.html"
     page.write_text("<html></html>")
-    nightly._push_page(page, RsyncTarget(host="ci@wheels.example", path="/srv/wheels/cu130/"), print)
+    nightly_publish._push_page(page, RsyncTarget(host="ci@wheels.example", path="/srv/wheels/cu130/"), print)
     assert log.read_text().splitlines() == [
         "-a",
         "-e",

@@ -17,7 +17,8 @@ ANY_ALLOWED = {"run/engine.py"}
 # each, so the count only goes down. Remove an entry when its module is done.
 ANY_LEFT = {
     "cli_options.py": 22,
-    "nightly.py": 7,
+    "nightly.py": 4,
+    "nightly_publish.py": 5,
     "pythons.py": 2,
     "report_html.py": 9,
     "wheel/abi.py": 9,

@@ -1,0 +1,332 @@
+"""The nightly's last step, :func:`publish_night`: only the wheels whose report says every check
+and the gate passed are checked again and published (each variant's into its tree); a failed cell
+is reported and the others still publish; then the coverage table (published / failed / skipped
+per cell), as Markdown and as an HTML page beside each tree. Where the nightly publishes
+(:func:`publish_target`) and the files a cell leaves (cell.json, plan.json) are named here, as
+the plan and build steps in wheelbuild.nightly write them."""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import check, prune
+from .errors import (
+    NightIncomplete,
+    PublishTargetMissing,
+    ReportUnreadable,
+    WheelbuildError,
+)
+from .index import index as index_files
+from .index import publish as publishing
+from .index import remote
+from .matrix import Matrix
+from .report import REPORT_NAME, BuildReport, read_report, report_from_json
+from .sources import cache_dir
+from .variants import parse_variant
+
+PUBLISH_TO_ENV = "NIGHTLY_PUBLISH_TO"
+CELL_RECORD = "cell.json"
+PLAN_FILE = "plan.json"
+COVERAGE_PAGE = "coverage.html"
+
+
+def publish_target(matrix: Matrix, given: str | None, environ: Mapping[str, str]) -> str:
+    """--to, else NIGHTLY_PUBLISH_TO, else the config's [publish] to; never a default folder."""
+    to = given or environ.get(PUBLISH_TO_ENV) or matrix.declared_to
+    if not to:
+        raise PublishTargetMissing(
+            "the nightly has no publish target: [publish] to is not set, and neither --to nor "
+            f"{PUBLISH_TO_ENV} is given (a folder of the checkout would be gone by the next run)",
+            f"set the repository variable {PUBLISH_TO_ENV} (e.g. ci@wheels.example:/srv/wheels/{{variant}}), "
+            "or pass --to",
+        )
+    return to
+
+
+# ---------------------------------------------------------------------------------------------
+# Publishing what passed
+
+
+def report_verdict(report: BuildReport | Mapping[str, Any], wheels: Sequence[str]) -> str | None:
+    """None when the build report says every check passed and the import gate passed each
+    wheel; else why not (pure)."""
+    if not isinstance(report, BuildReport):
+        report = report_from_json(report)
+    if not wheels:
+        return "the cell left no wheel"
+    if report.checks:
+        return f"its checks failed: {report.checks[0].cause or 'see the report'}"
+    if not isinstance(report.gate, tuple):
+        return "the import gate did not run"
+    passed = {g.wheel for g in report.gate if g.passed}
+    refused = [w for w in wheels if w not in passed]
+    if refused:
+        return f"the import gate did not pass {', '.join(refused)}"
+    return None
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    id: str
+    torch: str
+    wheels: tuple[Path, ...]  # those that passed (empty when the cell failed)
+    failure: str | None
+
+
+def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[str, Any] | None]:
+    """Each cell record under *dirs* judged by its report, and the night's plan if one is there."""
+    outcomes: dict[str, CellOutcome] = {}
+    plan = None
+    for top in dirs:
+        for path in sorted(top.rglob(PLAN_FILE)):
+            plan = json.loads(path.read_text())
+        for path in sorted(top.rglob(CELL_RECORD)):
+            record = json.loads(path.read_text())
+            cell_id, torch = str(record["id"]), str(record["torch"])
+            if record.get("status") != "passed":
+                why = f"exit {record.get('exit_code', '?')}: {record.get('error', 'no reason recorded')}"
+                outcomes[cell_id] = CellOutcome(cell_id, torch, (), why)
+                continue
+            run = path.parent / str(record["run"])
+            names = [str(n) for n in record.get("wheels", [])]
+            report_path = run / REPORT_NAME
+            missing = [n for n in names if not (run / n).is_file()]
+            if not report_path.is_file() or missing:
+                why = f"its report or wheels are missing ({', '.join(missing) or REPORT_NAME})"
+                outcomes[cell_id] = CellOutcome(cell_id, torch, (), why)
+                continue
+            try:
+                verdict = report_verdict(read_report(report_path), names)
+            except ReportUnreadable as unreadable:
+                verdict = unreadable.cause
+            wheels = () if verdict else tuple(run / n for n in names)
+            outcomes[cell_id] = CellOutcome(cell_id, torch, wheels, verdict)
+    return tuple(outcomes.values()), plan
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    variant: str  # cu130
+    status: str  # published | failed | skipped
+    detail: str
+
+
+def coverage_rows(
+    plan: Mapping[str, Any] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
+) -> tuple[Row, ...]:
+    """One row per cell of the night (pure). *published_now*: cell id -> what was published
+    (a failed publish makes the cell a failure with that reason in *outcomes*)."""
+    rows: dict[str, Row] = {}
+
+    def tag(torch: str) -> str:
+        return parse_variant(torch).tag
+
+    for entry in (plan or {}).get("published", []):
+        rows[entry["id"]] = Row(
+            entry["id"], tag(entry["torch"]), "published", "earlier: its inputs are unchanged"
+        )
+    for entry in (plan or {}).get("build", []):
+        rows[entry["id"]] = Row(
+            entry["id"], tag(entry["torch"]), "failed", "no record: its build did not finish"
+        )
+    for outcome in outcomes:
+        if outcome.failure is not None:
+            rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "failed", outcome.failure)
+        elif outcome.id in published_now:
+            rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "published", published_now[outcome.id])
+    for entry in (plan or {}).get("skipped", []):
+        rows[entry["id"]] = Row(entry["id"], tag(entry["torch"]), "skipped", entry["why"])
+    order = {"published": 0, "failed": 1, "skipped": 2}
+    return tuple(sorted(rows.values(), key=lambda r: (order[r.status], r.id)))
+
+
+def _counts(rows: Sequence[Row]) -> str:
+    return ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in ("published", "failed", "skipped"))
+
+
+def coverage_markdown(rows: Sequence[Row]) -> str:
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|")
+
+    lines = [f"## wheelbuild nightly: {_counts(rows)}", "", "| cell | status | detail |", "|---|---|---|"]
+    lines += [f"| {cell(r.id)} | {r.status} | {cell(r.detail)} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def coverage_html(rows: Sequence[Row], title: str = "wheelbuild nightly") -> str:
+    body = "".join(
+        f'<tr class="{r.status}"><td>{html.escape(r.id)}</td><td>{r.status}</td><td>{html.escape(r.detail)}</td></tr>\n'
+        for r in rows
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
+        "<style>td{padding:2px 8px}.published{background:#dfd}.failed{background:#fdd}.skipped{color:#777}</style>"
+        f"</head>\n<body><h1>{html.escape(title)}: {_counts(rows)}</h1>\n"
+        f"<table><tr><th>cell</th><th>status</th><th>detail</th></tr>\n{body}</table></body></html>\n"
+    )
+
+
+@dataclass(frozen=True)
+class NightResult:
+    rows: tuple[Row, ...]
+    pages: tuple[str, ...]  # where the coverage page went
+
+
+def _publish(
+    wheels: tuple[Path, ...],
+    where: Path | remote.UploadEndpoint | remote.RsyncTarget,
+    say: Callable[[str], None],
+) -> Path | None:
+    """Publish into one target; returns the tree whose coverage page to write (local or mirror)."""
+    inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
+    if isinstance(where, remote.UploadEndpoint):
+        if wheels:
+            remote.upload(wheels, where)
+            prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
+        return None
+    if isinstance(where, remote.RsyncTarget):
+        mirror = remote.mirror_dir(where, cache_dir())
+        if wheels:
+            remote.publish_rsync(wheels, where, mirror, say, inputs)
+            prune.record_published(wheels, str(where))
+        return mirror
+    if wheels:
+        publishing.publish(wheels, where, inputs=inputs)
+        prune.record_published(wheels, str(where))
+    return where
+
+
+def _push_page(page: Path, where: remote.RsyncTarget, say: Callable[[str], None]) -> None:
+    """The coverage page beside the remote tree's simple/ (rsync renames it into place)."""
+    args = [
+        "rsync",
+        "-a",
+        "-e",
+        shlex.join(where.ssh()),
+        str(page),
+        f"{where.host}:{where.path.rstrip('/')}/",
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        say(f"warning: the coverage page did not reach {where}: {done.stderr.strip()[-300:]}")
+
+
+def publish_night(
+    dirs: Sequence[Path],
+    matrix: Matrix,
+    environ: Mapping[str, str],
+    *,
+    to: str | None,
+    say: Callable[[str], None],
+) -> NightResult:
+    """Publish every cell that passed (each variant's wheels into its tree), write the coverage
+    table, and raise NightIncomplete when a cell failed (after the others are published)."""
+    target = publish_target(matrix, to, environ)
+    outcomes, plan = read_outcomes(dirs)
+    by_tag = _passing_by_variant(outcomes, plan, say)
+    several = len(by_tag) > 1
+    published = _Published()
+    for tag, passing in sorted(by_tag.items()):
+        where = remote.target_for(target, tag, several=several)
+        published.trees[tag] = where
+        _publish_variant(tag, passing, where, published, say)
+    judged = tuple(
+        replace(o, wheels=(), failure=published.failed[o.id]) if o.id in published.failed else o
+        for o in outcomes
+    )
+    rows = coverage_rows(plan, judged, published.now)
+    pages = _write_pages(rows, published, say)
+    if summary := environ.get("GITHUB_STEP_SUMMARY"):
+        with open(summary, "a", encoding="utf-8") as file:
+            file.write(coverage_markdown(rows))
+    result = NightResult(rows=rows, pages=tuple(pages))
+    bad = [r for r in rows if r.status == "failed"]
+    if bad:
+        raise NightIncomplete(
+            f"{len(bad)} cell(s) failed: {', '.join(r.id for r in bad)}; the others were published",
+            "see each failed cell's build report and log (the coverage table says why); "
+            "the next night builds them again",
+            details=coverage_markdown(rows),
+        )
+    return result
+
+
+def _passing_by_variant(
+    outcomes: Sequence[CellOutcome], plan: Mapping[str, Any] | None, say: Callable[[str], None]
+) -> dict[str, list[CellOutcome]]:
+    """CUDA tag -> the cells that passed; every tag of the night is a key (a tree whose cells all
+    failed still gets its coverage page)."""
+    by_tag: dict[str, list[CellOutcome]] = {}
+    for outcome in outcomes:
+        by_tag.setdefault(parse_variant(outcome.torch).tag, [])
+        if outcome.failure is None:
+            by_tag[parse_variant(outcome.torch).tag].append(outcome)
+        else:
+            say(f"{outcome.id}: not published: {outcome.failure}")
+    for entry in [e for part in ("build", "published", "skipped") for e in (plan or {}).get(part, [])]:
+        by_tag.setdefault(parse_variant(entry["torch"]).tag, [])
+    return by_tag
+
+
+@dataclass
+class _Published:
+    """What publishing the night's variants did, filled one variant at a time."""
+
+    now: dict[str, str] = field(default_factory=dict)  # cell id -> what was published
+    failed: dict[str, str] = field(default_factory=dict)  # cell id -> why it was not
+    trees: dict[str, Path | remote.RsyncTarget | remote.UploadEndpoint] = field(default_factory=dict)
+    pages_at: dict[str, Path] = field(default_factory=dict)  # tag -> tree to write its page in
+
+
+def _publish_variant(
+    tag: str,
+    passing: Sequence[CellOutcome],
+    where: Path | remote.UploadEndpoint | remote.RsyncTarget,
+    published: _Published,
+    say: Callable[[str], None],
+) -> None:
+    good: list[CellOutcome] = []
+    for outcome in passing:  # checked cell by cell: one bad cell does not stop the others
+        try:
+            check.check_wheels(outcome.wheels, None, None, on_note=say)
+        except WheelbuildError as error:
+            published.failed[outcome.id] = f"refused at publish (exit {error.exit_code}): {error.cause}"
+            continue
+        good.append(outcome)
+    wheels = tuple(w for o in good for w in o.wheels)
+    try:
+        tree = _publish(wheels, where, say)
+    except WheelbuildError as error:
+        for outcome in good:
+            published.failed[outcome.id] = (
+                f"publish to {where} failed (exit {error.exit_code}): {error.cause}"
+            )
+        return
+    for outcome in good:
+        published.now[outcome.id] = "tonight: " + ", ".join(w.name for w in outcome.wheels)
+        say(f"{outcome.id}: published {len(outcome.wheels)} wheel(s) to {where}")
+    if tree is not None:
+        published.pages_at[tag] = tree
+
+
+def _write_pages(rows: Sequence[Row], published: _Published, say: Callable[[str], None]) -> list[str]:
+    """Each tree's coverage page (its variant's rows), pushed beside a remote tree's simple/."""
+    pages = []
+    for tag, tree in sorted(published.pages_at.items()):
+        page = tree / COVERAGE_PAGE
+        tree.mkdir(parents=True, exist_ok=True)
+        mine = [r for r in rows if r.variant == tag]
+        index_files.atomic_write(page, coverage_html(mine, f"wheelbuild nightly, {tag}").encode())
+        where = published.trees[tag]
+        if isinstance(where, remote.RsyncTarget):
+            _push_page(page, where, say)
+        pages.append(f"{where}/{COVERAGE_PAGE}")
+    return pages
