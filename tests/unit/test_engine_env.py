@@ -19,7 +19,7 @@ from wheelbuild.run.attempt import (
     redactor_for,
     shared_cache_env,
 )
-from wheelbuild.run.engine import write_secrets
+from wheelbuild.run.attempt_run import write_secrets
 from wheelbuild.run.ownership import owner_token
 from wheelbuild.variants import parse_variant
 

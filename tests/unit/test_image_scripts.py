@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import ImageInputsMissing
-from wheelbuild.run.engine import CALIBRATE_MARK, parse_unit_report, script_volume
+from wheelbuild.run.containers import script_volume
 from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.run.unit_compile import CALIBRATE_MARK, parse_unit_report
 
 
 def _sh(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

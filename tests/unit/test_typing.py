@@ -11,8 +11,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BUILDER = REPO / "builder"
 
-# The docker SDK is untyped: its client and container objects may stay `Any` where they are held.
-ANY_ALLOWED = {"run/engine.py"}
+# The docker SDK is untyped: its client and container objects may stay `Any` where they are held
+# (the engine and the parts of it that start or watch containers).
+ANY_ALLOWED = {
+    "run/engine.py",
+    "run/containers.py",
+    "run/gate_container.py",
+    "run/unit_compile.py",
+    "run/watcher.py",
+}
 # Left for later, in modules being split at the same time (issue 13, part 8): at most this many
 # each, so the count only goes down. Remove an entry when its module is done.
 ANY_LEFT = {
