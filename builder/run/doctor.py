@@ -1,7 +1,7 @@
 """`wheelbuild doctor`: is this machine ready to build? One check per line, ok / warn / fail.
 
 Two halves. The checks (`check_*`) are pure: plain facts in, a `Check` out, so every status
-path is tested without Docker or a network. The edges below them gather what is not Docker's
+path is tested without Docker or a network. doctor_facts.py gathers what is not Docker's
 (HTTP reach, free disk, the CA bundle, nvidia-smi); engine.docker_facts gathers Docker's into a
 `DockerFacts`. Nothing here imports docker.
 
@@ -11,36 +11,37 @@ time or a feature (a pull on the first build, no GPU smoke test, no CUDA 12 laye
 
 from __future__ import annotations
 
-import http.client
-import shutil
-import ssl
-import subprocess
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..plan import cgroup
-from ..secrets import authorized_request, redact_url, without_credentials
+from ..secrets import redact_url
 from ..spec import DEFAULT_CA_BUNDLE
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
 from .cuda_redist import REDIST_URL_ENV, redist_url
+from .doctor_facts import (
+    REACH_DEADLINE_S,
+    CaFacts,
+    DiskFacts,
+    Reach,
+    ca_facts,
+    cgroup_hierarchy,
+    disk_facts,
+    docker_root_disk,
+    host_gpus,
+    reach_all,
+)
 
 Status = Literal["ok", "warn", "fail"]
 
 PROBE_MEMORY = 64 * 1024**2  # the probe container's --memory and --memory-swap
 DISK_WARN = 40 * 1024**3  # a flash-attn build image plus torch wheels need tens of GB
 DISK_FAIL = 10 * 1024**3
-REACH_TIMEOUT_S = 5.0  # per request; all of them run at once
-REACH_DEADLINE_S = 8.0  # what the slowest (DNS that hangs, a trickling answer) may take in all
 PYPI_URL = "https://pypi.org/simple/pip/"
 DEFAULT_TORCH_INDEX = PYTORCH_INDEX.format(tag="cu130")
-_READ_LIMIT = 64 * 1024  # an answer is proof enough of reach; the page itself is not needed
 
 
 @dataclass(frozen=True)
@@ -83,30 +84,6 @@ class DockerFacts:
     @property
     def answered(self) -> bool:
         return not self.error
-
-
-@dataclass(frozen=True)
-class Reach:
-    """One HTTP request's outcome: an HTTP status, or the error that came instead."""
-
-    url: str  # as shown: credentials already hidden
-    status: int | None = None
-    error: str = ""  # set when no HTTP answer came (DNS, TLS, refused, timeout)
-
-
-@dataclass(frozen=True)
-class CaFacts:
-    path: Path | None  # None: no bundle given and no host bundle at the default path
-    given: bool  # named by --ca-bundle / WHEELBUILD_CA_BUNDLE (not the default)
-    exists: bool = False
-    certificates: int = 0
-    error: str = ""  # ssl could not load it
-
-
-@dataclass(frozen=True)
-class DiskFacts:
-    path: str
-    free: int | None  # None: the path is not on this machine (a remote daemon's root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,55 +391,6 @@ def failed(checks: Iterable[Check]) -> list[Check]:
     return [c for c in checks if c.status == "fail"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The edges: HTTP, the file system, nvidia-smi (never Docker)
-
-
-def reach(url: str, timeout: float = REACH_TIMEOUT_S) -> Reach:
-    """GET url (credentials moved into a header, never shown) and read a little of the answer."""
-    shown = redact_url(url)
-    request = authorized_request(url, {"User-Agent": "wheelbuild-doctor"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read(_READ_LIMIT)
-            return Reach(shown, status=int(response.status))
-    except urllib.error.HTTPError as exc:
-        return Reach(shown, status=exc.code)
-    except urllib.error.URLError as exc:
-        return Reach(shown, error=_scrub(str(exc.reason), url))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return Reach(shown, error=_scrub(str(exc) or type(exc).__name__, url))
-
-
-def _scrub(text: str, url: str) -> str:
-    bare, _ = without_credentials(url)
-    return redact_url(text.replace(url, redact_url(url)).replace(bare, redact_url(bare)))
-
-
-def reach_all(urls: Mapping[str, str], deadline_s: float = REACH_DEADLINE_S) -> dict[str, Reach]:
-    """Every URL at once, each in a thread of its own; whatever has not answered by the deadline
-    counts as unreachable (its thread is left to die with the process)."""
-    found: dict[str, Reach] = {}
-    lock = threading.Lock()
-
-    def one(key: str, url: str) -> None:
-        result = reach(url)
-        with lock:
-            found[key] = result
-
-    threads = [threading.Thread(target=one, args=item, daemon=True) for item in urls.items()]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + deadline_s
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    with lock:
-        return {
-            key: found.get(key, Reach(redact_url(url), error=f"no answer within {deadline_s:g} s"))
-            for key, url in urls.items()
-        }
-
-
 def reach_targets(environ: Mapping[str, str], torch_index_url: str | None) -> dict[str, str]:
     """What `doctor` asks for: torch's page on the torch index, pip's on PyPI, and NVIDIA's
     redist tree (or its mirror)."""
@@ -472,60 +400,6 @@ def reach_targets(environ: Mapping[str, str], torch_index_url: str | None) -> di
         "pypi": PYPI_URL,
         "cuda-downloads": f"{redist_url(environ)}/",
     }
-
-
-def disk_facts(path: Path) -> DiskFacts:
-    """Free bytes on the file system that holds `path` (or its nearest existing parent: the
-    cache need not exist yet); free None when it cannot be read."""
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return DiskFacts(str(path), shutil.disk_usage(probe).free)
-    except OSError:
-        return DiskFacts(str(path), None)
-
-
-def docker_root_disk(root_dir: str) -> DiskFacts:
-    """DockerRootDir's free space when it is on this machine; a remote daemon's is not."""
-    path = Path(root_dir)
-    return DiskFacts(root_dir, shutil.disk_usage(path).free if root_dir and path.is_dir() else None)
-
-
-def ca_facts(given: Path | None) -> CaFacts:
-    path = given if given is not None else (DEFAULT_CA_BUNDLE if DEFAULT_CA_BUNDLE.is_file() else None)
-    if path is None:
-        return CaFacts(None, given=False)
-    if not path.is_file():
-        return CaFacts(path, given=given is not None)
-    try:
-        context = ssl.create_default_context(cafile=str(path))
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        return CaFacts(path, given=given is not None, exists=True, error=str(exc) or type(exc).__name__)
-    return CaFacts(path, given=given is not None, exists=True, certificates=len(context.get_ca_certs()))
-
-
-def host_gpus() -> tuple[str, ...] | None:
-    """nvidia-smi -L's lines on this host; None when there is no nvidia-smi, () when it lists none
-    (or fails: no driver loaded)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    if out.returncode != 0:
-        return ()
-    return tuple(line.strip() for line in out.stdout.splitlines() if line.strip().startswith("GPU "))
-
-
-def cgroup_hierarchy() -> str:
-    """This host's cgroup layout (v1, v2, hybrid, none), for the memory line."""
-    try:
-        return cgroup.read_limits().version
-    except (OSError, ValueError):
-        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------

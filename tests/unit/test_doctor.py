@@ -13,8 +13,9 @@ from pathlib import Path
 
 import certifi
 import pytest
-from wheelbuild.run import doctor
-from wheelbuild.run.doctor import CaFacts, Check, DiskFacts, DockerFacts, Reach
+from wheelbuild.run import doctor, doctor_facts
+from wheelbuild.run.doctor import Check, DockerFacts
+from wheelbuild.run.doctor_facts import CaFacts, DiskFacts, Reach
 
 GIB = 1024**3
 
@@ -153,28 +154,28 @@ def test_disk_of_a_remote_daemon_is_a_warn() -> None:
 
 
 def test_disk_facts_of_a_cache_not_made_yet_reads_its_nearest_parent(tmp_path: Path) -> None:
-    facts = doctor.disk_facts(tmp_path / "not" / "yet")
+    facts = doctor_facts.disk_facts(tmp_path / "not" / "yet")
     assert facts.path == str(tmp_path / "not" / "yet")
     assert facts.free is not None and facts.free > 0
 
 
 def test_docker_root_not_on_this_machine_has_no_free_figure(tmp_path: Path) -> None:
-    assert doctor.docker_root_disk(str(tmp_path / "elsewhere")).free is None
-    assert doctor.docker_root_disk(str(tmp_path)).free is not None
+    assert doctor_facts.docker_root_disk(str(tmp_path / "elsewhere")).free is None
+    assert doctor_facts.docker_root_disk(str(tmp_path)).free is not None
 
 
 # --- CA bundle ----------------------------------------------------------------------------------
 
 
 def test_a_real_pem_bundle_is_ok_with_its_certificate_count() -> None:
-    facts = doctor.ca_facts(Path(certifi.where()))
+    facts = doctor_facts.ca_facts(Path(certifi.where()))
     assert facts.exists and facts.given and facts.certificates > 50
     check = _remedied(doctor.check_ca_bundle(facts))
     assert check.status == "ok" and "WHEELBUILD_CA_BUNDLE" in check.found
 
 
 def test_a_missing_bundle_that_was_given_is_a_fail(tmp_path: Path) -> None:
-    check = _remedied(doctor.check_ca_bundle(doctor.ca_facts(tmp_path / "nope.pem")))
+    check = _remedied(doctor.check_ca_bundle(doctor_facts.ca_facts(tmp_path / "nope.pem")))
     assert check.status == "fail" and "does not exist" in check.found
 
 
@@ -182,7 +183,7 @@ def test_a_missing_bundle_that_was_given_is_a_fail(tmp_path: Path) -> None:
 def test_a_file_that_is_no_pem_bundle_is_a_fail(tmp_path: Path, content: str) -> None:
     bundle = tmp_path / "bundle.pem"
     bundle.write_text(content)
-    facts = doctor.ca_facts(bundle)
+    facts = doctor_facts.ca_facts(bundle)
     check = _remedied(doctor.check_ca_bundle(facts))
     assert check.status == "fail" and "not a usable PEM bundle" in check.found
 
@@ -262,18 +263,18 @@ def server() -> Iterator[str]:
 
 
 def test_reach_sends_credentials_as_a_header_and_never_shows_them(server: str) -> None:
-    found = doctor.reach(f"http://doc:s3cr3t-token@{server}/ok/torch/")
+    found = doctor_facts.reach(f"http://doc:s3cr3t-token@{server}/ok/torch/")
     assert found == Reach(f"http://***@{server}/ok/torch/", status=200)
     path, authorization = _Recorder.seen[-1]
     assert path == "/ok/torch/" and authorization is not None and authorization.startswith("Basic ")
-    assert doctor.reach(f"http://{server}/missing/").status == 404
+    assert doctor_facts.reach(f"http://{server}/missing/").status == 404
 
 
 def test_reach_of_a_closed_port_is_an_error_not_an_exception() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    found = doctor.reach(f"http://127.0.0.1:{port}/")
+    found = doctor_facts.reach(f"http://127.0.0.1:{port}/")
     assert found.status is None and found.error
 
 
@@ -283,7 +284,7 @@ def test_reach_all_gives_up_at_its_deadline_on_a_server_that_never_answers(serve
     silent.listen(8)  # accepts connections (the kernel does), never answers
     try:
         started = time.monotonic()
-        found = doctor.reach_all(
+        found = doctor_facts.reach_all(
             {"a": f"http://127.0.0.1:{silent.getsockname()[1]}/", "b": f"http://{server}/ok/"}, deadline_s=1.0
         )
         assert time.monotonic() - started < 2.5
