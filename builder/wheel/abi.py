@@ -20,33 +20,32 @@ checked here from the ELF files alone:
 A wheel is read as untrusted input: no member is read whose declared size or compression ratio
 is over a cap, and a member is never read past its declared size.
 
-Pure: reads bytes and files, returns values. ``demangle`` uses libstdc++ through ctypes, no
-subprocess.
+Pure: reads bytes and files, returns values. The ELF reading is elf_abi.py's.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.resources
-import io
 import json
-import os
 import re
-import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
-from elftools.elf.sections import StringTableSection, SymbolTableSection
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..errors import AbiMismatch
+from .elf_abi import (
+    FAMILIES,
+    ElfAbi,
+    SymbolVersion,
+    UndefinedSymbol,
+    demangle,
+    family_of,
+    symbol_versions,
+)
 from .wheels import MAX_COMPRESSION_RATIO, MAX_MEMBER_SIZE, UnsafeMember, read_member
 
 __all__ = [
@@ -65,205 +64,10 @@ __all__ = [
     "tag_limits",
 ]
 
-FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI")  # libc, libstdc++, the C++ ABI (also libstdc++)
-
-_NUMBERED = re.compile(r"(GLIBC|GLIBCXX|CXXABI)_(\d+(?:\.\d+)*)")
 _SHARED_OBJECT = re.compile(r"\.so(?:\.\d+)*\Z")  # _C.cpython-311-x86_64-linux-gnu.so, libfoo-1a2b.so.12
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 _POLICY_NAME = re.compile(r"manylinux_(\d+)_(\d+)")
 _LEGACY_MANYLINUX = re.compile(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)")
-_EXPORTED_BINDINGS = frozenset({"STB_GLOBAL", "STB_WEAK", "STB_LOOS"})  # STB_LOOS = STB_GNU_UNIQUE
-_EXPORTED_VISIBILITY = frozenset({"STV_DEFAULT", "STV_PROTECTED"})
-
-
-@dataclass(frozen=True, order=True)
-class SymbolVersion:
-    """A numbered symbol version, e.g. GLIBCXX_3.4.29 = ("GLIBCXX", (3, 4, 29)); orders numerically."""
-
-    family: str
-    number: tuple[int, ...]
-
-    @classmethod
-    def parse(cls, name: str) -> SymbolVersion | None:
-        """``GLIBC_2.34`` -> SymbolVersion; None for other families and for named versions
-        (``GLIBC_PRIVATE``, ``CXXABI_TM_1``, ``GLIBC_ABI_DT_RELR``)."""
-        match = _NUMBERED.fullmatch(name)
-        if match is None:
-            return None
-        return cls(match[1], tuple(int(part) for part in match[2].split(".")))
-
-    def __str__(self) -> str:
-        return f"{self.family}_{'.'.join(map(str, self.number))}"
-
-
-def _family(version_name: str) -> str:
-    return version_name.partition("_")[0]
-
-
-@dataclass(frozen=True)
-class UndefinedSymbol:
-    """A dynamic symbol a shared object uses but does not define."""
-
-    name: str  # as in the ELF file (mangled for C++): _ZN2wb7missingEi
-    version: str | None  # the version it is bound to, e.g. GLIBC_2.34; None when unversioned
-    weak: bool  # a weak reference: the loader leaves it null when nothing defines it
-
-    def __str__(self) -> str:
-        return f"{self.name}@{self.version}" if self.version else self.name
-
-
-@dataclass(frozen=True)
-class ElfAbi:
-    """What one ELF shared object needs from, and offers to, the dynamic loader."""
-
-    needed: tuple[str, ...]  # DT_NEEDED sonames, in order: libc.so.6, libstdc++.so.6, ...
-    versions: frozenset[str]  # every version .gnu.version_r requires: GLIBC_2.34, GLIBCXX_3.4.21, ...
-    undefined: tuple[UndefinedSymbol, ...]  # in .dynsym order
-    defined: frozenset[str]  # exported dynamic symbols (global, weak or unique; default/protected)
-
-    def highest(self, family: str) -> SymbolVersion | None:
-        """The newest numbered version of *family* (GLIBC, GLIBCXX, CXXABI) required; None if none."""
-        found = [v for v in map(SymbolVersion.parse, self.versions) if v is not None and v.family == family]
-        return max(found, default=None)
-
-    @property
-    def glibc(self) -> SymbolVersion | None:
-        return self.highest("GLIBC")
-
-    @property
-    def glibcxx(self) -> SymbolVersion | None:
-        return self.highest("GLIBCXX")
-
-    @property
-    def cxxabi(self) -> SymbolVersion | None:
-        return self.highest("CXXABI")
-
-
-def symbol_versions(elf: bytes | str | os.PathLike[str]) -> ElfAbi:
-    """Read the dynamic-linking view of one ELF shared object: the contents (bytes) or a path.
-
-    Raises ``ValueError`` if it is not a readable ELF file.
-    """
-    if isinstance(elf, bytes):
-        return _read_elf(io.BytesIO(elf))
-    with open(elf, "rb") as stream:
-        return _read_elf(stream)
-
-
-def _read_elf(stream: IO[bytes]) -> ElfAbi:
-    file_size = stream.seek(0, io.SEEK_END)
-    stream.seek(0)
-    try:
-        return _abi_of(ELFFile(stream), stream, file_size)
-    except (
-        ELFError,
-        ValueError,
-        struct.error,
-        OverflowError,
-        IndexError,
-        KeyError,
-        ZeroDivisionError,
-    ) as exc:
-        # pyelftools on a corrupt file: bad offsets and counts surface as any of these
-        raise ValueError(f"not a readable ELF file: {exc}") from exc
-
-
-def _check_bounds(section: Any, file_size: int) -> None:
-    """Refuse a section that claims to run past the end of the file (its count would be a lie)."""
-    if int(section["sh_offset"]) + int(section["sh_size"]) > file_size:
-        raise ValueError(f"section {section.name} extends past the end of the file")
-
-
-def _section_bytes(stream: IO[bytes], section: Any, file_size: int) -> bytes:
-    """A section's bytes as stored (never decompressed)."""
-    _check_bounds(section, file_size)
-    stream.seek(int(section["sh_offset"]))
-    return stream.read(int(section["sh_size"]))
-
-
-def _version_needs(data: bytes, little_endian: bool, strings: Any) -> dict[int, str]:
-    """``.gnu.version_r``: version index (vna_other) -> version name, e.g. 3 -> GLIBC_2.34.
-
-    Walked by hand, not with pyelftools' iter_versions: that trusts the entry count in sh_info
-    and loops billions of times over one entry when a corrupt file says so. Here the chain ends
-    at a zero ``next`` or the end of the section, and no more entries are read than fit in it.
-    """
-    order = "<" if little_endian else ">"
-    verneed = struct.Struct(order + "HHIII")  # vn_version, vn_cnt, vn_file, vn_aux, vn_next (ELF32 = ELF64)
-    vernaux = struct.Struct(order + "IHHII")  # vna_hash, vna_flags, vna_other, vna_name, vna_next
-    found: dict[int, str] = {}
-    budget = len(data) // vernaux.size
-    at = 0
-    while budget > 0 and at + verneed.size <= len(data):
-        budget -= 1
-        _version, count, _file, aux, next_need = verneed.unpack_from(data, at)
-        pos = at + aux
-        for _ in range(count):
-            if budget <= 0 or pos + vernaux.size > len(data):
-                break
-            budget -= 1
-            _hash, _flags, index, name, next_aux = vernaux.unpack_from(data, pos)
-            found[index] = str(strings.get_string(name))
-            if next_aux == 0:
-                break
-            pos += next_aux
-        if next_need == 0:
-            break
-        at += next_need
-    return found
-
-
-def _abi_of(elf: Any, stream: IO[bytes], file_size: int) -> ElfAbi:
-    # A corrupt header can claim 2**64 sections (e_shnum 0 defers to section 0's sh_size).
-    if elf.num_sections() * elf.structs.Elf_Shdr.sizeof() > file_size:
-        raise ValueError(f"{elf.num_sections()} section headers do not fit in {file_size} bytes")
-    required: dict[int, str] = {}  # .gnu.version index -> version name (vna_other -> vna_name)
-    needed: list[str] = []
-    dynsym: Any = None
-    versym = b""
-    for section in elf.iter_sections():
-        if isinstance(section, GNUVerNeedSection):
-            strings = elf.get_section(section["sh_link"])
-            if not isinstance(strings, StringTableSection):
-                raise ValueError(f"{section.name} does not link a string table")
-            data = _section_bytes(stream, section, file_size)
-            required.update(_version_needs(data, elf.little_endian, strings))
-        elif isinstance(section, GNUVerSymSection):
-            versym = _section_bytes(stream, section, file_size)
-        elif isinstance(section, DynamicSection):
-            _check_bounds(section, file_size)
-            needed += [str(getattr(tag, "needed")) for tag in section.iter_tags("DT_NEEDED")]  # noqa: B009
-        elif isinstance(section, SymbolTableSection) and section["sh_type"] == "SHT_DYNSYM":
-            _check_bounds(section, file_size)
-            if section["sh_entsize"] != elf.structs.Elf_Sym.sizeof():
-                raise ValueError(f"{section.name} has entries of {section['sh_entsize']} bytes")
-            dynsym = section
-    # .gnu.version holds one u16 per .dynsym entry; bit 15 marks a hidden version.
-    fmt = "<H" if elf.little_endian else ">H"
-    indices = [value & 0x7FFF for (value,) in struct.iter_unpack(fmt, versym[: len(versym) // 2 * 2])]
-    undefined: list[UndefinedSymbol] = []
-    defined: set[str] = set()
-    if dynsym is not None:
-        for i, symbol in enumerate(dynsym.iter_symbols()):
-            name = str(symbol.name)
-            if not name:
-                continue
-            info, bind = symbol["st_info"], symbol["st_info"]["bind"]
-            if symbol["st_shndx"] == "SHN_UNDEF":
-                version = required.get(indices[i]) if i < len(indices) else None
-                undefined.append(UndefinedSymbol(name=name, version=version, weak=bind == "STB_WEAK"))
-            elif (
-                bind in _EXPORTED_BINDINGS
-                and symbol["st_other"]["visibility"] in _EXPORTED_VISIBILITY
-                and info["type"] not in ("STT_SECTION", "STT_FILE")
-            ):
-                defined.add(name)
-    return ElfAbi(
-        needed=tuple(needed),
-        versions=frozenset(required.values()),
-        undefined=tuple(undefined),
-        defined=frozenset(defined),
-    )
 
 
 # -- platform tags -------------------------------------------------------------------------------
@@ -338,7 +142,7 @@ class TagLimits:
             if need is not None and (limit is None or need > limit):
                 found.append(Excess(needed=str(need), allowed=str(limit) if limit else None))
         for name in sorted(abi.versions):
-            if _family(name) in FAMILIES and SymbolVersion.parse(name) is None and name not in self.allowed:
+            if family_of(name) in FAMILIES and SymbolVersion.parse(name) is None and name not in self.allowed:
                 found.append(Excess(needed=name, allowed=None))
         return tuple(found)
 
@@ -536,49 +340,3 @@ def check_wheel_abi(
 
 
 # -- C++ names -----------------------------------------------------------------------------------
-
-
-@functools.cache
-def _demangler() -> tuple[Any, Any] | None:
-    """libstdc++'s ``__cxa_demangle`` and libc's ``free``; None when libstdc++ cannot be loaded."""
-    try:
-        libstdcxx = ctypes.CDLL("libstdc++.so.6")
-        cxa_demangle = libstdcxx.__cxa_demangle
-        free = ctypes.CDLL(None).free
-    except (OSError, AttributeError):
-        return None
-    # char* __cxa_demangle(const char* mangled, char* buffer, size_t* length, int* status)
-    cxa_demangle.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_char_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_int),
-    ]
-    cxa_demangle.restype = ctypes.c_void_p  # keep the pointer: it must be freed
-    free.argtypes = [ctypes.c_void_p]
-    free.restype = None
-    return cxa_demangle, free
-
-
-def demangle(name: str) -> str:
-    """``_ZN2wb7missingEi`` -> ``wb::missing(int)``; any other name (or no libstdc++) unchanged."""
-    if not name.startswith("_Z"):  # __cxa_demangle also reads bare type codes: "i" -> "int"
-        return name
-    functions = _demangler()
-    if functions is None:
-        return name
-    cxa_demangle, free = functions
-    try:
-        mangled = name.encode("ascii")
-    except UnicodeEncodeError:
-        return name
-    status = ctypes.c_int(-1)
-    pointer = cxa_demangle(mangled, None, None, ctypes.byref(status))
-    if not pointer:
-        return name
-    try:
-        if status.value != 0:
-            return name
-        return ctypes.string_at(pointer).decode("utf-8", errors="replace")
-    finally:
-        free(pointer)
