@@ -32,7 +32,7 @@ from .preflight import (
     new_run_id,
     plan_for,
 )
-from .pythons import PythonChoice, choose_pythons, requires_python_of, torch_python_tags
+from .pythons import PythonChoice, choose_pythons, torch_python_tags
 from .recipes import source_location, source_pin
 from .report import (
     REPORT_NAME,
@@ -51,6 +51,7 @@ from .report import (
     read_report,
     write_report,
 )
+from .requires_python import requires_python_of
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
 from .run.image import IMAGES_DIR, Image, ImageInputs, production_base

@@ -59,10 +59,10 @@ from .pythons import (
     anchors,
     choose_pythons,
     files_on_page,
-    requires_python_of,
     torch_python_tags,
 )
 from .recipes import resolve_recipe
+from .requires_python import requires_python_of
 from .run.image import production_base
 from .run.ports import Engine, Images
 from .run.reporter import Reporter

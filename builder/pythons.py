@@ -6,7 +6,8 @@ Three parts, so each can be tested on its own:
 - :func:`torch_python_tags` reads the torch project page of an index once (PEP 691 JSON, else
   PEP 503 HTML) and says which Pythons have a wheel of that torch version; the answer is cached
   for a day. The only part with network.
-- :func:`requires_python_of` reads a source's Requires-Python (sdist PKG-INFO, pyproject.toml).
+- :func:`requires_python_of` (requires_python.py) reads a source's Requires-Python (sdist
+  PKG-INFO, pyproject.toml).
 - :func:`choose_pythons` is pure: image, torch tags, Requires-Python, the Pythons asked for in,
   the Pythons to build (and why each other one is left out) out.
 
@@ -17,41 +18,32 @@ A tag set says what the index has: ``cp311`` (a CPython 3.11 wheel), ``cp313t`` 
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import http.client
 import json
 import os
 import re
-import tarfile
 import tempfile
 import time
-import tomllib
 import urllib.error
 import urllib.request
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from email.parser import HeaderParser
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
+from .errors import BadArgument, TorchIndexUnreachable
 from .index.index import MEDIA_HTML_V1, MEDIA_JSON
 from .secrets import Redactor, authorized_request, redact_url, url_secrets
 from .sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
 PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is not an index page
-PKG_INFO_LIMIT = 1 << 20  # bytes of PKG-INFO read: its headers come first, the long description last
-SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist before giving up on finding PKG-INFO
-SDIST_MEMBERS = 100_000
 # PEP 691 negotiation: JSON preferred, HTML (PEP 503) from an index that only has that (PyTorch's).
 ACCEPT = f"{MEDIA_JSON}, {MEDIA_HTML_V1};q=0.2, text/html;q=0.1"
 
@@ -301,95 +293,6 @@ def _listed(tags: Iterable[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Requires-Python of the source
-
-
-def _from_pkg_info(data: bytes) -> str | None:
-    headers, blank, _body = data.partition(b"\n\n")
-    if not blank and len(data) >= PKG_INFO_LIMIT:
-        return None  # headers cut off by the cap: do not trust a half-read value
-    value = HeaderParser().parsestr(headers.decode("utf-8", errors="replace")).get("Requires-Python")
-    if value is None:
-        return None
-    return str(value).strip() or None
-
-
-class _Capped:
-    """A read-only stream that fails once more than *limit* bytes were read through it."""
-
-    def __init__(self, stream: gzip.GzipFile, limit: int) -> None:
-        self._stream = stream
-        self._left = limit
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._stream.read(size if size >= 0 else self._left + 1)
-        self._left -= len(data)
-        if self._left < 0:
-            raise tarfile.ReadError(f"more than {SDIST_LIMIT >> 30} GiB decompressed")
-        return data
-
-
-def _from_sdist(path: Path) -> str | None:
-    """Requires-Python from the PKG-INFO at the top of an sdist (``<name>-<version>/PKG-INFO``).
-    The archive may be hostile: read as a stream, capped in what it decompresses, in members
-    looked at and in the bytes of PKG-INFO read; nothing is extracted to disk."""
-    try:
-        with path.open("rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-            capped: Any = _Capped(unzipped, SDIST_LIMIT)
-            with tarfile.open(fileobj=capped, mode="r|") as archive:
-                for count, member in enumerate(archive):
-                    if count >= SDIST_MEMBERS:
-                        return None
-                    parts = member.name.removeprefix("./").split("/")
-                    if len(parts) == 2 and parts[1] == "PKG-INFO" and member.isfile():
-                        stream = archive.extractfile(member)
-                        return _from_pkg_info(stream.read(PKG_INFO_LIMIT)) if stream else None
-    except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
-        raise SourceUnavailable(
-            f"cannot read the sdist {path}: {exc}", "check the file: it is not a readable .tar.gz"
-        ) from None
-    return None
-
-
-def _from_pyproject(path: Path) -> str | None:
-    try:
-        with path.open("rb") as f:
-            document = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SourceUnavailable(f"cannot read {path}: {exc}", "fix the file's TOML") from None
-    project = document.get("project")
-    value = project.get("requires-python") if isinstance(project, dict) else None
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise SourceUnavailable(
-            f"{path}: [project] requires-python is not a string", 'write it as requires-python = ">=3.10"'
-        )
-    return value.strip() or None
-
-
-def requires_python_of(project: Path) -> str | None:
-    """The Requires-Python of a source: an sdist (``.tar.gz``: its top-level PKG-INFO) or a project
-    directory (``pyproject.toml``'s ``[project] requires-python``, else its PKG-INFO). None when it
-    says none (a setup.py-only project cannot be read without running it). Raises
-    SourceUnavailable for an sdist or pyproject.toml that cannot be read."""
-    if project.is_dir():
-        if (pyproject := project / "pyproject.toml").is_file() and (found := _from_pyproject(pyproject)):
-            return found
-        pkg_info = project / "PKG-INFO"
-        if pkg_info.is_file():
-            try:
-                with pkg_info.open("rb") as f:
-                    return _from_pkg_info(f.read(PKG_INFO_LIMIT))
-            except OSError as exc:
-                raise SourceUnavailable(f"cannot read {pkg_info}: {exc}", "check the file") from None
-        return None
-    if project.is_file() and project.name.endswith(".tar.gz"):
-        return _from_sdist(project)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
 # The choice (pure)
 
 
@@ -448,40 +351,19 @@ def choose_pythons(
                 f"{package}'s Requires-Python {requires_python!r} is not a version specifier",
                 "fix the package's requires-python, or name the Pythons with --python",
             ) from None
-    torch = f"torch {torch_version}" if torch_version else "torch"
-    where = redact_url(index_url) if index_url else "its index"
     in_image = tuple(dict.fromkeys(image))
-
-    def why_not(python: str) -> str:
-        reasons = []
-        if python not in in_image:
-            reasons.append(f"the image has no {python} interpreter")
-        if not _CPYTHON.fullmatch(python):
-            reasons.append("not a CPython tag such as cp311")
-        elif torch_tags is not None and not has_wheel(torch_tags, python):
-            reasons.append(f"{torch} has no {python} wheel on {where}")
-        if (
-            requires_python is not None
-            and _CPYTHON.fullmatch(python)
-            and not _admits(requires_python, python)
-        ):
-            reasons.append(f"{package} requires Python {requires_python}")
-        return ", and ".join(reasons)
-
-    usable = tuple(p for p in in_image if not why_not(p))
-    left_out = tuple(LeftOut(p, why) for p in in_image if (why := why_not(p)))
+    reasons = _Reasons(
+        in_image,
+        torch_tags,
+        requires_python,
+        package,
+        torch=f"torch {torch_version}" if torch_version else "torch",
+        where=redact_url(index_url) if index_url else "its index",
+    )
+    usable = tuple(p for p in in_image if not reasons.why_not(p))
+    left_out = tuple(LeftOut(p, why) for p in in_image if (why := reasons.why_not(p)))
     if asked:
-        wanted = tuple(dict.fromkeys(asked))
-        refused = [LeftOut(p, why) for p in wanted if (why := why_not(p))]
-        if refused:
-            raise BadArgument(
-                f"--python {', '.join(r.python for r in refused)} cannot be built: "
-                + "; ".join(str(r) for r in refused),
-                f"pick --python from {', '.join(usable)}"
-                if usable
-                else "no Python in the image can be built: " + _no_python_remedy(torch_tags is not None),
-            )
-        return PythonChoice(pythons=wanted)
+        return _as_asked(asked, reasons, usable)
     if not in_image:
         raise BadArgument(
             "the image has no CPython interpreter to build with",
@@ -493,6 +375,50 @@ def choose_pythons(
             _no_python_remedy(torch_tags is not None),
         )
     return PythonChoice(pythons=usable, left_out=left_out)
+
+
+@dataclass(frozen=True)
+class _Reasons:
+    """Why a Python cannot be built here ("" when it can); the words name the package, the
+    torch release and its index (redacted)."""
+
+    in_image: tuple[str, ...]
+    torch_tags: frozenset[str] | None
+    requires_python: str | None
+    package: str
+    torch: str
+    where: str
+
+    def why_not(self, python: str) -> str:
+        reasons = []
+        if python not in self.in_image:
+            reasons.append(f"the image has no {python} interpreter")
+        if not _CPYTHON.fullmatch(python):
+            reasons.append("not a CPython tag such as cp311")
+        elif self.torch_tags is not None and not has_wheel(self.torch_tags, python):
+            reasons.append(f"{self.torch} has no {python} wheel on {self.where}")
+        if (
+            self.requires_python is not None
+            and _CPYTHON.fullmatch(python)
+            and not _admits(self.requires_python, python)
+        ):
+            reasons.append(f"{self.package} requires Python {self.requires_python}")
+        return ", and ".join(reasons)
+
+
+def _as_asked(asked: Sequence[str], reasons: _Reasons, usable: tuple[str, ...]) -> PythonChoice:
+    """The Pythons --python names, each of which must be buildable."""
+    wanted = tuple(dict.fromkeys(asked))
+    refused = [LeftOut(p, why) for p in wanted if (why := reasons.why_not(p))]
+    if refused:
+        raise BadArgument(
+            f"--python {', '.join(r.python for r in refused)} cannot be built: "
+            + "; ".join(str(r) for r in refused),
+            f"pick --python from {', '.join(usable)}"
+            if usable
+            else "no Python in the image can be built: " + _no_python_remedy(reasons.torch_tags is not None),
+        )
+    return PythonChoice(pythons=wanted)
 
 
 def _no_python_remedy(torch_checked: bool) -> str:

@@ -35,6 +35,7 @@ TOP = {
     "matrix_runs": "pipeline",
     "sources": "pipeline",
     "pythons": "pipeline",
+    "requires_python": "pipeline",
     "report": "pipeline",
     "report_html": "pipeline",
     "check": "pipeline",

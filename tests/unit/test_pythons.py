@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import pythons
+from wheelbuild import pythons, requires_python
 from wheelbuild.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
 from wheelbuild.pythons import (
     IndexFile,
@@ -24,9 +24,9 @@ from wheelbuild.pythons import (
     files_on_page,
     has_wheel,
     python_tags,
-    requires_python_of,
     torch_python_tags,
 )
+from wheelbuild.requires_python import requires_python_of
 from wheelbuild.secrets import redact_url
 
 SECRET = "s3cr3t-t0ken"
@@ -255,7 +255,7 @@ def test_a_pkg_info_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
 def test_an_sdist_that_decompresses_past_the_cap_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pythons, "SDIST_LIMIT", 64 << 10)
+    monkeypatch.setattr(requires_python, "SDIST_LIMIT", 64 << 10)
     sdist = _sdist(
         tmp_path / "f-1.tar.gz", [("f-1/data.bin", b"\0" * (1 << 20)), ("f-1/PKG-INFO", _pkg_info(">=3.9"))]
     )

@@ -26,8 +26,8 @@ ANY_LEFT = {
     "cli_options.py": 22,
     "nightly.py": 4,
     "nightly_publish.py": 5,
-    "pythons.py": 2,
     "report_html.py": 9,
+    "requires_python.py": 2,
     "wheel/abi.py": 2,
     "wheel/elf_abi.py": 8,
 }
