@@ -15,9 +15,9 @@ Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130
     simple/<project>/index.html|json
 
 Every page is rendered from the full listing of ``files/`` (never appended to), so two publishers
-that each regenerate under the lock cannot lose each other's wheels. :func:`render` is pure (records
-in, page bytes out), so a remote target can list its bucket into :class:`Distribution` records and
-upload the same pages. :func:`write_plan` puts each file in place atomically (temp file in the same
+that each regenerate under the lock cannot lose each other's wheels. :func:`render` (pages.py) is
+pure (records in, page bytes out), so a remote target can list its bucket into
+:class:`Distribution` records and upload the same pages. :func:`write_plan` puts each file in place atomically (temp file in the same
 directory, fsync, rename): a crash at any moment leaves every page either old or new, each valid and
 each linking only to files that exist.
 
@@ -28,20 +28,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import html
-import json
 import os
 import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.parser import BytesParser
 from email.policy import compat32
 from pathlib import Path
-from urllib.parse import quote
 
 from packaging.utils import (
     InvalidWheelFilename,
@@ -54,11 +51,14 @@ from packaging.version import InvalidVersion, Version
 from ..errors import InvalidWheel
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
+from .pages import API_VERSION, FILES, SIMPLE, Distribution, render
 
 __all__ = [
     "API_VERSION",
+    "FILES",
     "MEDIA_HTML_V1",
     "MEDIA_JSON",
+    "SIMPLE",
     "Distribution",
     "IndexEntry",
     "IndexPlan",
@@ -75,12 +75,9 @@ __all__ = [
     "write_plan",
 ]
 
-API_VERSION = "1.1"
 # The PEP 691 media types a client asks for and this index answers with (serve.py).
 MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
 MEDIA_HTML_V1 = "application/vnd.pypi.simple.v1+html"
-FILES = "files"
-SIMPLE = "simple"
 METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
@@ -117,22 +114,6 @@ class IndexEntry:
     version: Version
     metadata: bytes  # the wheel's .dist-info/METADATA, byte for byte
     requires_python: str | None
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """One wheel as the index lists it."""
-
-    filename: str
-    project: NormalizedName
-    version: Version
-    sha256: str
-    size: int
-    upload_time: datetime  # aware, UTC
-    metadata_sha256: str | None
-    requires_python: str | None
-    yanked: str | None  # None: not yanked; "" yanked without a reason
-    archs: tuple[int, ...] | None = None  # SASS in its .so files (() none); None: not known
 
 
 @dataclass(frozen=True)
@@ -309,95 +290,6 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             )
         )
     return tuple(found), sidecars
-
-
-def _upload_time(moment: datetime) -> str:
-    """PEP 700: yyyy-mm-ddThh:mm:ss.ffffffZ, in UTC."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _file_url(filename: str) -> str:
-    # Relative to simple/<project>/; quoted, so a local version's "+" reaches the server as "%2B".
-    return f"../../{FILES}/{quote(filename)}"
-
-
-def _json(document: object) -> bytes:
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
-
-
-def _html(title: str, body: Iterable[str]) -> bytes:
-    lines = [
-        "<!DOCTYPE html>",
-        "<html>",
-        "  <head>",
-        f'    <meta name="pypi:repository-version" content="{API_VERSION}">',
-        f"    <title>{html.escape(title)}</title>",
-        "  </head>",
-        "  <body>",
-        f"    <h1>{html.escape(title)}</h1>",
-        *(f"    {line}" for line in body),
-        "  </body>",
-        "</html>",
-    ]
-    return ("\n".join(lines) + "\n").encode()
-
-
-def _anchor(dist: Distribution) -> str:
-    attrs = [f'href="{html.escape(_file_url(dist.filename))}#sha256={dist.sha256}"']
-    if dist.requires_python:
-        attrs.append(f'data-requires-python="{html.escape(dist.requires_python)}"')
-    if dist.metadata_sha256:
-        attrs.append(f'data-dist-info-metadata="sha256={dist.metadata_sha256}"')
-        attrs.append(f'data-core-metadata="sha256={dist.metadata_sha256}"')
-    if dist.yanked is not None:
-        attrs.append(f'data-yanked="{html.escape(dist.yanked)}"')
-    return f"<a {' '.join(attrs)}>{html.escape(dist.filename)}</a><br>"
-
-
-def _file_json(dist: Distribution) -> dict[str, object]:
-    metadata: dict[str, str] | bool = {"sha256": dist.metadata_sha256} if dist.metadata_sha256 else False
-    entry: dict[str, object] = {
-        "filename": dist.filename,
-        "url": _file_url(dist.filename),
-        "hashes": {"sha256": dist.sha256},
-    }
-    if dist.requires_python:
-        entry["requires-python"] = dist.requires_python
-    entry["core-metadata"] = metadata
-    entry["dist-info-metadata"] = metadata
-    entry["size"] = dist.size
-    entry["upload-time"] = _upload_time(dist.upload_time)
-    # PEP 691: false, or the reason; a yank without a reason is plain true.
-    entry["yanked"] = False if dist.yanked is None else (dist.yanked or True)
-    return entry
-
-
-def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
-    """Every page of the index for these wheels: relative path -> bytes, project pages first and
-    the root list last (so a reader of the root never finds a project without its page)."""
-    projects: dict[NormalizedName, list[Distribution]] = {}
-    for dist in distributions:
-        projects.setdefault(dist.project, []).append(dist)
-    meta = {"api-version": API_VERSION}
-    pages: dict[str, bytes] = {}
-    for project in sorted(projects):
-        dists = sorted(projects[project], key=lambda d: (d.version, d.filename))
-        versions = sorted({d.version for d in dists})
-        pages[f"{SIMPLE}/{project}/index.html"] = _html(f"Links for {project}", map(_anchor, dists))
-        pages[f"{SIMPLE}/{project}/index.json"] = _json(
-            {
-                "meta": meta,
-                "name": project,
-                "versions": [str(v) for v in versions],
-                "files": [_file_json(d) for d in dists],
-            }
-        )
-    names = sorted(projects)
-    pages[f"{SIMPLE}/index.html"] = _html(
-        "Simple index", (f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in names)
-    )
-    pages[f"{SIMPLE}/index.json"] = _json({"meta": meta, "projects": [{"name": p} for p in names]})
-    return pages
 
 
 def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
