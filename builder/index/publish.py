@@ -163,50 +163,10 @@ def publish(
     files = root / index.FILES
     with _locked(root, lock_timeout):
         _remove_temp_files(root)
-        added: list[tuple[Path, index.IndexEntry, str]] = []
-        present: list[str] = []
-        seen: set[str] = set()
-        for path, info, sha256 in checked:
-            if info.filename in seen:
-                continue
-            seen.add(info.filename)
-            existing = files / info.filename
-            if not existing.exists():
-                added.append((path, info, sha256))
-                continue
-            published = index.file_sha256(existing)
-            if published != sha256:
-                raise WheelConflict(
-                    f"{info.filename} is already published with different contents (sha256 "
-                    f"{published[:16]}..., this one {sha256[:16]}...); nothing was copied",
-                    "give the new build another version or local label (e.g. +cu130torch2.11.post1), "
-                    "or yank the old one; a published file is never replaced",
-                )
-            present.append(info.filename)
+        added, present = _new_and_present(checked, files)
         try:
             for path, info, sha256 in added:
-                target = files / info.filename
-                rel = f"{index.FILES}/{info.filename}"
-                index.atomic_write(
-                    target.with_name(target.name + index.METADATA_SUFFIX),
-                    info.metadata,
-                    hook=hook,
-                    rel=rel + index.METADATA_SUFFIX,
-                )
-                if inputs and info.filename in inputs:
-                    index.atomic_write(
-                        target.with_name(target.name + index.INPUTS_SUFFIX),
-                        inputs[info.filename].encode() + b"\n",
-                        hook=hook,
-                        rel=rel + index.INPUTS_SUFFIX,
-                    )
-                index.atomic_write(target, path, hook=hook, rel=rel)
-                index.atomic_write(
-                    target.with_name(target.name + index.SHA256_SUFFIX),
-                    index.sha256_record(sha256, target.stat()),
-                    hook=hook,
-                    rel=rel + index.SHA256_SUFFIX,
-                )
+                _add_wheel(files, path, info, sha256, (inputs or {}).get(info.filename), hook)
             written = _regenerate(root, hook)
         except OSError as error:
             raise _write_failed(root, error) from error
@@ -215,6 +175,69 @@ def publish(
         added=tuple(info.filename for _p, info, _s in added),
         present=tuple(present),
         written=written,
+    )
+
+
+_Checked = tuple[Path, index.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256
+
+
+def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Checked], list[str]]:
+    """The wheels to add, and the names already published with the same bytes; WheelConflict
+    (before anything is copied) for a name published with other bytes."""
+    added: list[_Checked] = []
+    present: list[str] = []
+    seen: set[str] = set()
+    for path, info, sha256 in checked:
+        if info.filename in seen:
+            continue
+        seen.add(info.filename)
+        existing = files / info.filename
+        if not existing.exists():
+            added.append((path, info, sha256))
+            continue
+        published = index.file_sha256(existing)
+        if published != sha256:
+            raise WheelConflict(
+                f"{info.filename} is already published with different contents (sha256 "
+                f"{published[:16]}..., this one {sha256[:16]}...); nothing was copied",
+                "give the new build another version or local label (e.g. +cu130torch2.11.post1), "
+                "or yank the old one; a published file is never replaced",
+            )
+        present.append(info.filename)
+    return added, present
+
+
+def _add_wheel(
+    files: Path,
+    path: Path,
+    info: index.IndexEntry,
+    sha256: str,
+    inputs_key: str | None,
+    hook: index.WriteHook | None,
+) -> None:
+    """One wheel into files/: its METADATA and inputs key first, then the wheel, then its sha256
+    cache (each atomically), so no page can link a wheel whose metadata is missing."""
+    target = files / info.filename
+    rel = f"{index.FILES}/{info.filename}"
+    index.atomic_write(
+        target.with_name(target.name + index.METADATA_SUFFIX),
+        info.metadata,
+        hook=hook,
+        rel=rel + index.METADATA_SUFFIX,
+    )
+    if inputs_key is not None:
+        index.atomic_write(
+            target.with_name(target.name + index.INPUTS_SUFFIX),
+            inputs_key.encode() + b"\n",
+            hook=hook,
+            rel=rel + index.INPUTS_SUFFIX,
+        )
+    index.atomic_write(target, path, hook=hook, rel=rel)
+    index.atomic_write(
+        target.with_name(target.name + index.SHA256_SUFFIX),
+        index.sha256_record(sha256, target.stat()),
+        hook=hook,
+        rel=rel + index.SHA256_SUFFIX,
     )
 
 

@@ -212,19 +212,8 @@ def plan_build(
         jobs, over = max_jobs, False
         reasons.append(f"MAX_JOBS={jobs}: given")
 
-    if nvcc_threads is None:
-        threads, line = (
-            (1, "NVCC_THREADS=1: the smallest job there is, as even one job does not fit")
-            if over
-            else _threads(model, budget, cpus, archs, jobs)
-        )
-        reasons.append(line)
-    else:
-        threads = nvcc_threads
-        given = f"NVCC_THREADS={threads}: given"
-        if threads > archs:
-            given += f" (nvcc compiles at most archs={archs} at once; more threads only idle)"
-        reasons.append(given)
+    threads, line = _nvcc_threads(model, budget, cpus, archs, jobs, nvcc_threads, over)
+    reasons.append(line)
 
     peak = model.peak_of_jobs(jobs, threads, archs)
     seconds = _predict(model, jobs, threads, archs, cpus)
@@ -245,6 +234,21 @@ def plan_build(
         model=model,
         predicted_seconds=seconds,
     )
+
+
+def _nvcc_threads(
+    model: MemoryModel, budget: int, cpus: float, archs: int, jobs: int, given: int | None, over: bool
+) -> tuple[int, str]:
+    """NVCC_THREADS and the reason: as given, else 1 when even one job does not fit, else what
+    fits beside *jobs*."""
+    if given is not None:
+        line = f"NVCC_THREADS={given}: given"
+        if given > archs:
+            line += f" (nvcc compiles at most archs={archs} at once; more threads only idle)"
+        return given, line
+    if over:
+        return 1, "NVCC_THREADS=1: the smallest job there is, as even one job does not fit"
+    return _threads(model, budget, cpus, archs, jobs)
 
 
 def _jobs(model: MemoryModel, budget: int, cpus: float, archs: int, threads: int) -> tuple[int, str]:

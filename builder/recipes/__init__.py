@@ -87,18 +87,28 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
             "drop --version; a local path or sdist builds the version it contains",
         )
     if "://" in package:
-        location, _, fragment = package.partition("#")
-        digest = fragment.removeprefix("sha256=")
-        if not fragment.startswith("sha256=") or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise BadArgument(
-                f"sdist URL {location} carries no #sha256= pin",
-                f"append the file's hash: {location}#sha256=<64 hex digits>",
-            )
-        return torch_extension_recipe(
-            name=Path(location).name,
-            source=RemoteSdist(url=location, sha256=digest),
-            arch_env=arch_env,
+        return _remote_sdist_recipe(package, arch_env)
+    return _local_recipe(package, arch_env)
+
+
+def _remote_sdist_recipe(package: str, arch_env: str | None) -> Recipe:
+    """An sdist URL, which must carry its #sha256= pin."""
+    location, _, fragment = package.partition("#")
+    digest = fragment.removeprefix("sha256=")
+    if not fragment.startswith("sha256=") or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise BadArgument(
+            f"sdist URL {location} carries no #sha256= pin",
+            f"append the file's hash: {location}#sha256=<64 hex digits>",
         )
+    return torch_extension_recipe(
+        name=Path(location).name,
+        source=RemoteSdist(url=location, sha256=digest),
+        arch_env=arch_env,
+    )
+
+
+def _local_recipe(package: str, arch_env: str | None) -> Recipe:
+    """A project directory or an sdist file (optionally #sha256= pinned) on this machine."""
     path_text, _, fragment = package.partition("#")
     path = Path(path_text).expanduser()
     try:

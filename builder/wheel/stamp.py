@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import io
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -108,29 +110,9 @@ def stamp_wheel(path: Path, variant: TorchVariant) -> Path:
         if dist_info != f"{old_prefix}.dist-info":
             raise ValueError(f"{path.name}: its .dist-info is {dist_info!r}, not {old_prefix}.dist-info")
 
-        def renamed(member: str) -> str:
-            top, slash, rest = member.partition("/")
-            if top in (f"{old_prefix}.dist-info", f"{old_prefix}.data"):
-                return top.replace(old_prefix, new_prefix, 1) + slash + rest
-            return member
-
+        renamed = functools.partial(_renamed, old_prefix, new_prefix)
         record_member = f"{old_prefix}.dist-info/RECORD"
-        record_bytes = read_member(source, source.getinfo(record_member), MAX_RECORD_SIZE, max_ratio=None)
-        rows = list(csv.reader(io.StringIO(record_bytes.decode("utf-8"))))
-        new_record_member = renamed(record_member)
-        record = io.StringIO()
-        writer = csv.writer(record, lineterminator="\n")
-        for row in rows:
-            if not row:
-                continue
-            member = row[0]
-            if member == record_member:
-                writer.writerow([new_record_member, "", ""])
-            elif member == metadata_member:
-                writer.writerow([renamed(member), _record_hash(new_metadata), str(len(new_metadata))])
-            else:
-                writer.writerow([renamed(member), *row[1:]])
-        new_record = record.getvalue().encode("utf-8")
+        new_record = _stamped_record(source, record_member, metadata_member, new_metadata, renamed)
 
         # Write beside the original, then rename: a crash leaves the original whole.
         fd, temp = tempfile.mkstemp(prefix=f".{new_name}.", suffix=".tmp", dir=path.parent)
@@ -156,3 +138,36 @@ def stamp_wheel(path: Path, variant: TorchVariant) -> Path:
     if new_name != path.name:
         path.unlink()
     return path.parent / new_name
+
+
+def _renamed(old_prefix: str, new_prefix: str, member: str) -> str:
+    """*member*'s name in the stamped wheel: its .dist-info and .data folders follow the version."""
+    top, slash, rest = member.partition("/")
+    if top in (f"{old_prefix}.dist-info", f"{old_prefix}.data"):
+        return top.replace(old_prefix, new_prefix, 1) + slash + rest
+    return member
+
+
+def _stamped_record(
+    source: zipfile.ZipFile,
+    record_member: str,
+    metadata_member: str,
+    new_metadata: bytes,
+    renamed: Callable[[str], str],
+) -> bytes:
+    """RECORD for the stamped wheel: every member renamed, METADATA's hash and size new."""
+    record_bytes = read_member(source, source.getinfo(record_member), MAX_RECORD_SIZE, max_ratio=None)
+    rows = list(csv.reader(io.StringIO(record_bytes.decode("utf-8"))))
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for row in rows:
+        if not row:
+            continue
+        member = row[0]
+        if member == record_member:
+            writer.writerow([renamed(record_member), "", ""])
+        elif member == metadata_member:
+            writer.writerow([renamed(member), _record_hash(new_metadata), str(len(new_metadata))])
+        else:
+            writer.writerow([renamed(member), *row[1:]])
+    return record.getvalue().encode("utf-8")

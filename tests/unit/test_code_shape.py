@@ -17,14 +17,10 @@ KNOWN_LONG_MODULES: dict[str, int] = {
 }
 KNOWN_LONG_FUNCTIONS: dict[str, int] = {
     "builder/calibrate.py:run_calibration": 108,
-    "builder/index/publish.py:publish": 80,
     "builder/plan/memory_model.py:simulate": 115,
-    "builder/plan/planner.py:plan_build": 64,
-    "builder/recipes/__init__.py:resolve_recipe": 61,
     "builder/report_html.py:_chart": 80,
     "builder/report_html.py:render": 82,
     "builder/run/attempt.py:cibuildwheel_env": 109,
-    "builder/wheel/stamp.py:stamp_wheel": 68,
 }
 
 
