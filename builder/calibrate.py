@@ -12,7 +12,7 @@ import shutil
 import tarfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import preflight
@@ -27,8 +27,9 @@ from .plan.calibration import (
     read_measurements,
     sample_units,
 )
-from .plan.memory_model import MemoryModel
+from .plan.memory_model import MemoryModel, UnitCost
 from .recipes import IndexLookup, Recipe, RemoteSdist
+from .recipes.base import UnitRecipe
 from .run.ports import CalibrationEngine, UnitCompile
 from .run.reporter import Reporter
 from .sources import cache_dir, prepare_source, resolve_lookup
@@ -93,16 +94,7 @@ def run_calibration(
     source_dir = _unpacked(source.project_dir / source.package)
 
     most_archs = max(len(a) for a in archs_options)
-    if unit_names:
-        by_file = {u.name.rsplit("/", 1)[-1]: u for u in recipe.memory_model.units}
-        unknown = [n for n in unit_names if n.rsplit("/", 1)[-1] not in by_file]
-        if unknown:
-            raise BadArgument(
-                f"{recipe.name} has no unit {', '.join(unknown)}", "name units as its profile does"
-            )
-        chosen = [by_file[n.rsplit("/", 1)[-1]] for n in unit_names]
-    else:
-        chosen = sample_units(recipe.memory_model, units_spec.families, sample, most_archs)
+    chosen = _chosen_units(recipe, unit_names, sample, most_archs)
     plan = preflight.plan_for(recipe, archs_options[0], Resources(memory=memory))
     jobs = [(u, a, t) for u in chosen for a in archs_options for t in threads_options if t <= len(a)]
     reporter.step(
@@ -112,19 +104,52 @@ def run_calibration(
     )
     image = preflight.ensure_image(engine, inputs, reporter)
     volume = engine.ensure_torch_headers(image.tag, variant.requirement, variant.index_url, reporter.info)
+    job = UnitCompile(
+        run_id=run_id, image=image.tag, source_dir=source_dir, torch_volume=volume, unit="",
+        flags=units_spec.nvcc_flags, include_dirs=units_spec.include_dirs, archs=(),
+        threads=1, memory=plan.memory, cpus=plan.cpus, cuda_home=compiler.home,
+    )  # fmt: skip
+    measured = _measure(engine, job, jobs, reporter)
+    profile, measured_path, model = _save_profile(recipe, units_spec, compiler.version, image.tag, measured)
+    comparisons: tuple[str, ...] = ()
+    if reference is not None and reference.is_file():
+        comparisons = tuple(compare_with(measured, reference.read_text(), reference.name))
+    return CalibrationResult(
+        measurements=tuple(measured),
+        profile=profile,
+        measured=measured_path,
+        model=model,
+        comparisons=comparisons,
+    )
+
+
+def _chosen_units(recipe: Recipe, unit_names: Sequence[str], sample: int, most_archs: int) -> list[UnitCost]:
+    """The units named (by file name, as the profile lists them), else a sample of each family."""
+    assert recipe.units is not None
+    if not unit_names:
+        return list(sample_units(recipe.memory_model, recipe.units.families, sample, most_archs))
+    by_file = {u.name.rsplit("/", 1)[-1]: u for u in recipe.memory_model.units}
+    unknown = [n for n in unit_names if n.rsplit("/", 1)[-1] not in by_file]
+    if unknown:
+        raise BadArgument(f"{recipe.name} has no unit {', '.join(unknown)}", "name units as its profile does")
+    return [by_file[n.rsplit("/", 1)[-1]] for n in unit_names]
+
+
+def _measure(
+    engine: CalibrationEngine,
+    job: UnitCompile,
+    jobs: Sequence[tuple[UnitCost, tuple[int, ...], int]],
+    reporter: Reporter,
+) -> list[Measurement]:
+    """Each (unit, archs, threads) compiled alone, one after another, in *job*'s container; on
+    Ctrl-C the run's containers are removed and nothing is saved."""
     measured: list[Measurement] = []
     try:
         for number, (unit, archs, threads) in enumerate(jobs, 1):
             label = f"{unit.name} archs {','.join(map(str, archs))} threads {threads}"
             reporter.step(f"[{number}/{len(jobs)}] {label}")
             started = time.monotonic()
-            result = engine.compile_unit_alone(
-                UnitCompile(
-                    run_id=run_id, image=image.tag, source_dir=source_dir, torch_volume=volume, unit=unit.name,
-                    flags=units_spec.nvcc_flags, include_dirs=units_spec.include_dirs, archs=archs,
-                    threads=threads, memory=plan.memory, cpus=plan.cpus, cuda_home=compiler.home,
-                ),
-            )  # fmt: skip
+            result = engine.compile_unit_alone(replace(job, unit=unit.name, archs=archs, threads=threads))
             if result.returncode != 0 and not result.oom:
                 raise CompileFailed(
                     f"{label} failed to compile (exit {result.returncode})",
@@ -139,33 +164,31 @@ def run_calibration(
                 f"{result.wall_s:.1f} s compiling ({time.monotonic() - started:.0f} s with the container)"
             )
     except KeyboardInterrupt:
-        removed = engine.interrupt_cleanup(run_id)
+        removed = engine.interrupt_cleanup(job.run_id)
         raise Interrupted(
-            f"interrupted; removed {removed} container(s) of calibration run {run_id}",
+            f"interrupted; removed {removed} container(s) of calibration run {job.run_id}",
             "rerun to measure again; measurements of this run were not saved",
         ) from None
+    return measured
 
-    profile = profile_path(cache_dir(), recipe.name, recipe.version, compiler.version)
+
+def _save_profile(
+    recipe: Recipe, units_spec: UnitRecipe, cuda: str, image: str, measured: Sequence[Measurement]
+) -> tuple[Path, Path, MemoryModel]:
+    """This run's measurements merged over earlier ones (a re-measured compile replaces its old
+    line), and the profile scaled from them, both written to the cache."""
+    profile = profile_path(cache_dir(), recipe.name, recipe.version, cuda)
     measured_path = profile.with_suffix(".measured.tsv")
     earlier = read_measurements(measured_path.read_text()) if measured_path.is_file() else []
     keys = {(m.unit, m.archs, m.threads) for m in measured}
-    every = [m for m in earlier if (m.unit, m.archs, m.threads) not in keys] + measured
+    every = [m for m in earlier if (m.unit, m.archs, m.threads) not in keys] + list(measured)
     header = [
         f"{recipe.name} {recipe.version}: single units compiled alone by wheelbuild calibrate, each in its own",
-        f"container (cgroup), nvcc from CUDA {compiler.version} in image {image.tag}; peak = the cgroup's peak",
+        f"container (cgroup), nvcc from CUDA {cuda} in image {image}; peak = the cgroup's peak",
         "(page cache included), wall = nvcc's own time. Flags: the recipe's (builder/recipes).",
     ]
-    model = calibrated_model(recipe.memory_model, every, units_spec.families, compiler.version)
+    model = calibrated_model(recipe.memory_model, every, units_spec.families, cuda)
     profile.parent.mkdir(parents=True, exist_ok=True)
     measured_path.write_text(measurements_tsv(every, header))
     profile.write_text(profile_tsv(model, [*header, f"Scaled from {recipe.memory_model.describe()}."]))
-    comparisons: tuple[str, ...] = ()
-    if reference is not None and reference.is_file():
-        comparisons = tuple(compare_with(measured, reference.read_text(), reference.name))
-    return CalibrationResult(
-        measurements=tuple(measured),
-        profile=profile,
-        measured=measured_path,
-        model=model,
-        comparisons=comparisons,
-    )
+    return profile, measured_path, model

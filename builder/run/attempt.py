@@ -162,6 +162,35 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
     index URL, a shared cache's credentials) are never among them: cibuildwheel prints its
     options and runs commands as `env K=V ...`, so they reach the container as files in
     `secrets_dir`, mounted read-only (secrets.MOUNT), and only the commands that need them read them."""
+    create_args = _create_args(config, secrets_dir)
+    container_env = _container_env(config)
+    before_build, repair = _before_build_and_repair(config)
+    return {
+        "CIBW_PLATFORM": "linux",
+        "CIBW_ARCHS_LINUX": "x86_64",
+        "CIBW_BUILD": " ".join(config.identifiers),
+        "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
+        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
+        "CIBW_BUILD_VERBOSITY": "1",
+        "CIBW_BEFORE_ALL_LINUX": _CHECK_MEMORY,
+        "CIBW_BEFORE_BUILD_LINUX": before_build,
+        # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
+        "CIBW_ENVIRONMENT_LINUX": " ".join(
+            [
+                _env_assignments(container_env),
+                *([SITE_PACKAGES_BASEDIRS] if config.compiler_cache else []),
+                f'PATH="$PATH:{config.cuda_home}/bin"',
+            ]
+        ),
+        "CIBW_ENVIRONMENT_PASS_LINUX": "",
+        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
+        "CIBW_TEST_COMMAND": "",
+    }
+
+
+def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
+    """docker create's arguments: the plan's limits, the labels cleanup finds, the caches."""
     create_args = [
         f"--memory={config.memory}",
         f"--memory-swap={config.memory}",  # equal: no swap, so the limit is real
@@ -177,6 +206,12 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
         create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
     if config.gpus:
         create_args.append("--gpus=all")
+    return create_args
+
+
+def _container_env(config: AttemptConfig) -> dict[str, str]:
+    """The build's environment inside the container: the recipe's, CUDA, the memory limit, and
+    the compiler wrappers (sccache, the admission wrapper) when they are on."""
     container_env = {
         **config.build_env,
         "CUDA_HOME": config.cuda_home,
@@ -204,15 +239,23 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
                 "WHEELBUILD_ADMIT_COSTS_JSON": costs,
             }
         )
-    # The container must enforce the limit it was promised: rootless or v1-rootless Docker can
-    # silently ignore --memory, and then the plan's MAX_JOBS means nothing.
-    check_memory = (
-        "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
-        f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
-        f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
-        'runs without the requested limit" >&2; exit 86; }'
-    )
+    return container_env
+
+
+# The container must enforce the limit it was promised: rootless or v1-rootless Docker can
+# silently ignore --memory, and then the plan's MAX_JOBS means nothing.
+_CHECK_MEMORY = (
+    "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
+    f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
+    f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
+    'runs without the requested limit" >&2; exit 86; }'
+)
+
+
+def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
+    """CIBW_BEFORE_BUILD_LINUX (torch installed from the mounted index URL and checked against the
+    variant; the admission costs and the sccache server when they are on) and the repair command."""
     # A wheel built against the wrong torch breaks at import, so check what the index served.
     check_torch = (
         'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
@@ -244,28 +287,7 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
             "sccache --zero-stats >/dev/null"
         )
         repair = f"sccache --show-stats; {repair}"
-    return {
-        "CIBW_PLATFORM": "linux",
-        "CIBW_ARCHS_LINUX": "x86_64",
-        "CIBW_BUILD": " ".join(config.identifiers),
-        "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
-        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
-        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
-        "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_BEFORE_ALL_LINUX": check_memory,
-        "CIBW_BEFORE_BUILD_LINUX": before_build,
-        # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
-        "CIBW_ENVIRONMENT_LINUX": " ".join(
-            [
-                _env_assignments(container_env),
-                *([SITE_PACKAGES_BASEDIRS] if config.compiler_cache else []),
-                f'PATH="$PATH:{config.cuda_home}/bin"',
-            ]
-        ),
-        "CIBW_ENVIRONMENT_PASS_LINUX": "",
-        "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
-        "CIBW_TEST_COMMAND": "",
-    }
+    return before_build, repair
 
 
 def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:

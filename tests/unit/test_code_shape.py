@@ -16,11 +16,9 @@ MAX_MODULE_LINES = 500
 KNOWN_LONG_MODULES: dict[str, int] = {
 }
 KNOWN_LONG_FUNCTIONS: dict[str, int] = {
-    "builder/calibrate.py:run_calibration": 108,
     "builder/plan/memory_model.py:simulate": 115,
     "builder/report_html.py:_chart": 80,
     "builder/report_html.py:render": 82,
-    "builder/run/attempt.py:cibuildwheel_env": 109,
 }
 
 
