@@ -15,30 +15,19 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .report import read_report_json
+from .report_chart import chart, number_of, seconds_text, size_text
 
 __all__ = ["HTML_NAME", "load_report", "render", "write_beside"]
 
 HTML_NAME = "build-report.html"
 MAX_POINTS = 5000  # drawn per attempt; a report holds at most ~600, a hostile one may hold more
 MAX_ROWS = 5000  # unit rows in the table
-
-# The chart's geometry, in SVG user units (it scales to the page's width).
-WIDTH, HEIGHT = 860, 300
-LEFT, RIGHT, TOP, BOTTOM = 64, 150, 16, 40
-
-
-def _num(value: object) -> float | None:
-    """A finite JSON number, or None (bool is not a number here; NaN and inf are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _text(value: object) -> str:
@@ -47,7 +36,7 @@ def _text(value: object) -> str:
 
 def _plain(value: object) -> str:
     """A number as written (1, not 1.0), anything else as text."""
-    n = _num(value)
+    n = number_of(value)
     return _fmt_num(int(n) if n is not None and n.is_integer() else n) if n is not None else _text(value)
 
 
@@ -67,29 +56,8 @@ def _fmt_num(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _size(value: object) -> str:
-    n = _num(value)
-    if n is None:
-        return "—"
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def _secs(value: object) -> str:
-    n = _num(value)
-    if n is None:
-        return "—"
-    if n >= 3600:
-        return f"{int(n // 3600)} h {int(n % 3600 // 60)} min"
-    if n >= 120:
-        return f"{int(n // 60)} min {int(n % 60)} s"
-    return f"{n:.1f} s"
-
-
 @dataclass(frozen=True)
-class _Attempt:
+class ChartedAttempt:
     """What the chart of one attempt needs, read and checked."""
 
     number: str
@@ -117,134 +85,42 @@ class _Attempt:
         return "failed" if self.returncode is None else f"failed (exit {self.returncode:g})"
 
 
-def _attempt(record: Mapping[str, Any], plan: Mapping[str, Any], last: bool) -> _Attempt:
+def _attempt(record: Mapping[str, Any], plan: Mapping[str, Any], last: bool) -> ChartedAttempt:
     series = _dict(record.get("memory_series"))
     points = []
     for point in _list(series.get("points"))[:MAX_POINTS]:
         pair = _list(point)
-        if len(pair) == 2 and (t := _num(pair[0])) is not None and (v := _num(pair[1])) is not None:
+        if len(pair) == 2 and (t := number_of(pair[0])) is not None and (v := number_of(pair[1])) is not None:
             points.append((max(0.0, t), max(0.0, v)))
     points.sort()
     units = [_dict(u) for u in _list(record.get("units"))[:MAX_ROWS]]
     # Reports from before attempts carried their own prediction: the plan's is the last attempt's.
-    predicted = _num(record.get("predicted_peak"))
+    predicted = number_of(record.get("predicted_peak"))
     if predicted is None and last:
-        predicted = _num(plan.get("predicted_peak"))
-    return _Attempt(
+        predicted = number_of(plan.get("predicted_peak"))
+    return ChartedAttempt(
         number=_plain(record.get("attempt")),
-        limit=_num(record.get("memory_limit_seen")) or _num(record.get("memory")),
+        limit=number_of(record.get("memory_limit_seen")) or number_of(record.get("memory")),
         predicted=predicted,
-        peak=_num(record.get("peak_memory")),
-        duration=_num(record.get("duration_s")),
+        peak=number_of(record.get("peak_memory")),
+        duration=number_of(record.get("duration_s")),
         points=tuple(points),
-        oom_at=tuple(t for t in map(_num, _list(record.get("oom_at_s"))[:100]) if t is not None),
+        oom_at=tuple(t for t in map(number_of, _list(record.get("oom_at_s"))[:100]) if t is not None),
         oom_evidence=tuple(_text(e) for e in _list(record.get("oom_evidence"))[:20]),
-        unit_times=tuple(t for t in (_num(u.get("finished_s")) for u in units) if t is not None),
-        units_finished=_num(record.get("units_finished")),
-        returncode=_num(record.get("returncode")),
+        unit_times=tuple(t for t in (number_of(u.get("finished_s")) for u in units) if t is not None),
+        units_finished=number_of(record.get("units_finished")),
+        returncode=number_of(record.get("returncode")),
     )
 
 
-def _ticks(top: float) -> list[float]:
-    """Gridlines for 0..top bytes: a round step in GiB or MiB, about five of them."""
-    step = 1024**2
-    for candidate in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
-        step = candidate * 1024**2
-        if top / step <= 6:
-            break
-    return [i * step for i in range(int(top // step) + 1)]
-
-
-def _chart(a: _Attempt) -> str:
-    """One attempt's SVG: memory over time, its limit and prediction, OOM kills, units."""
-    end = max([a.duration or 0.0, *(t for t, _ in a.points), *a.oom_at, *a.unit_times, 1.0])
-    top = (
-        max([a.limit or 0.0, a.predicted or 0.0, a.peak or 0.0, *(v for _, v in a.points), 1024.0**3]) * 1.08
-    )
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-
-    def x(t: float) -> float:
-        return round(LEFT + plot_w * min(t, end) / end, 1)
-
-    def y(v: float) -> float:
-        return round(TOP + plot_h * (1 - min(v, top) / top), 1)
-
-    parts = [
-        f'<svg class="memory-chart" data-attempt="{html.escape(a.number)}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
-        f'aria-label="memory of attempt {html.escape(a.number)} over time">',
-        f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>',
-    ]
-    for tick in _ticks(top):
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick)}" y2="{y(tick)}"/>')
-        parts.append(
-            f'<text class="axis" x="{LEFT - 6}" y="{y(tick) + 4}" text-anchor="end">{_size(tick)}</text>'
-        )
-    for i in range(6):
-        t = end * i / 5
-        parts.append(
-            f'<text class="axis" x="{x(t)}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{_secs(t)}</text>'
-        )
-    parts.append(
-        f'<text class="axis" x="{LEFT + plot_w / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
-        "time since the attempt began</text>"
-    )
-    if a.points:
-        path = " ".join(f"{'M' if i == 0 else 'L'}{x(t)},{y(v)}" for i, (t, v) in enumerate(a.points))
-        parts.append(f'<path class="series memory" d="{path}"><title>working set</title></path>')
-    elif a.peak is not None:
-        parts.append(
-            f'<line class="peak-only" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.peak)}" y2="{y(a.peak)}"/>'
-        )
-        parts.append(
-            f'<text class="label peak-only-label" x="{LEFT + plot_w + 6}" y="{y(a.peak) + 4}">peak {_size(a.peak)}</text>'
-        )
-    labels: list[tuple[float, str, str]] = []
-    if a.limit is not None:
-        parts.append(
-            f'<line class="limit" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.limit)}" y2="{y(a.limit)}"/>'
-        )
-        labels.append((y(a.limit), "limit-label", f"limit {_size(a.limit)}"))
-    if a.predicted is not None:
-        parts.append(
-            f'<line class="predicted" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(a.predicted)}" y2="{y(a.predicted)}"/>'
-        )
-        labels.append((y(a.predicted), "predicted-label", f"predicted {_size(a.predicted)}"))
-    # Labels right of the plot, pushed apart when the lines are close.
-    placed: list[float] = []
-    for at, cls, text in sorted(labels):
-        at = max([at + 4, *(p + 14 for p in placed)])
-        placed.append(at)
-        parts.append(f'<text class="label {cls}" x="{LEFT + plot_w + 6}" y="{at}">{html.escape(text)}</text>')
-    for t in a.unit_times:
-        parts.append(
-            f'<line class="unit-tick" x1="{x(t)}" x2="{x(t)}" y1="{TOP + plot_h}" y2="{TOP + plot_h - 8}"/>'
-        )
-    if a.points:
-        t, v = max(a.points, key=lambda p: p[1])
-        parts.append(
-            f'<circle class="peak-dot" cx="{x(t)}" cy="{y(v)}" r="4"><title>peak {_size(v)}</title></circle>'
-        )
-    # A report from before kill times were recorded: the kill is marked where the attempt ended.
-    kills = list(a.oom_at) or ([a.points[-1][0] if a.points else end] if a.killed else [])
-    what = "OOM kill" if a.oom_at else "OOM kill (time not recorded)"
-    for t in kills:
-        parts.append(f'<line class="oom" x1="{x(t)}" x2="{x(t)}" y1="{TOP}" y2="{TOP + plot_h}"/>')
-        parts.append(
-            f'<text class="label oom-label" x="{x(t) - 4}" y="{TOP + 14}" text-anchor="end">{what}</text>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _attempt_section(a: _Attempt, record: Mapping[str, Any]) -> str:
+def _attempt_section(a: ChartedAttempt, record: Mapping[str, Any]) -> str:
     facts = [
         f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
         f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
-        f"peak {_size(a.peak)} of {_size(a.limit)}",
-        f"predicted {_size(a.predicted)}",
+        f"peak {size_text(a.peak)} of {size_text(a.limit)}",
+        f"predicted {size_text(a.predicted)}",
         f"units finished {_e(a.units_finished) if a.units_finished is not None else '—'}",
-        f"{_secs(a.duration)}",
+        f"{seconds_text(a.duration)}",
     ]
     why = ""
     if a.killed:
@@ -262,7 +138,7 @@ def _attempt_section(a: _Attempt, record: Mapping[str, Any]) -> str:
     return (
         f'<section class="attempt" id="attempt-{html.escape(a.number)}">\n'
         f"<h3>Attempt {html.escape(a.number)}</h3>\n"
-        f'<p class="facts">{" · ".join(facts)}</p>\n{why}{note}\n{_chart(a)}\n</section>'
+        f'<p class="facts">{" · ".join(facts)}</p>\n{why}{note}\n{chart(a)}\n</section>'
     )
 
 
@@ -289,15 +165,17 @@ def _unit_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
                     html.escape(name),
                     html.escape(python.removesuffix("-manylinux_x86_64")),
                     _e(record.get("attempt")),
-                    _secs(u.get("finished_s")),
-                    _size(u.get("predicted_peak")),
-                    _secs(u.get("predicted_s")),
+                    seconds_text(u.get("finished_s")),
+                    size_text(u.get("predicted_peak")),
+                    seconds_text(u.get("predicted_s")),
                 ]
             )
     return rows[:MAX_ROWS]
 
 
-def _attempt_rows(attempts: Sequence[_Attempt], records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+def _attempt_rows(
+    attempts: Sequence[ChartedAttempt], records: Sequence[Mapping[str, Any]]
+) -> list[list[str]]:
     rows = []
     for a, r in zip(attempts, records, strict=True):
         rows.append(
@@ -306,14 +184,14 @@ def _attempt_rows(attempts: Sequence[_Attempt], records: Sequence[Mapping[str, A
                 html.escape(a.outcome),
                 _e(r.get("max_jobs")),
                 _e(r.get("nvcc_threads")),
-                _size(a.limit),
-                _size(a.peak),
-                _size(r.get("peak_memory_compile")),
-                _size(a.predicted),
+                size_text(a.limit),
+                size_text(a.peak),
+                size_text(r.get("peak_memory_compile")),
+                size_text(a.predicted),
                 _e(a.units_finished) if a.units_finished is not None else "—",
                 f"{_e(r.get('cache_hits'))} / {_e(r.get('cache_misses'))}",
-                _secs(a.duration),
-                _secs(r.get("build_s")),
+                seconds_text(a.duration),
+                seconds_text(r.get("build_s")),
                 "; ".join(html.escape(e) for e in a.oom_evidence) or "—",
             ]
         )
@@ -329,13 +207,13 @@ def _wheel_rows(report: Mapping[str, Any]) -> list[list[str]]:
                 int(a)
                 for module in _dict(w.get("extension_modules")).values()
                 for a in _list(_dict(module).get("sass"))
-                if _num(a) is not None
+                if number_of(a) is not None
             }
         )
         rows.append(
             [
                 html.escape(_text(w.get("file"))),
-                _size(w.get("size")),
+                size_text(w.get("size")),
                 html.escape(", ".join(f"sm_{a}" for a in sass) or "none"),
                 f"<code>{html.escape(_text(w.get('sha256'))[:16])}…</code>",
             ]
@@ -389,29 +267,7 @@ def render(report: object) -> str:
     title = f"{name} {version}".strip() + (
         f" for torch {_text(torch.get('variant'))}" if torch.get("variant") else ""
     )
-    archs = ", ".join(f"sm_{_fmt_num(a)}" for a in map(_num, _list(r.get("archs"))) if a is not None)
-    pythons = ", ".join(_text(p) for p in _list(r.get("pythons")))
-    killed = sum(a.killed for a in attempts)
-    summary = f"{len(attempts)} attempt(s), {killed} OOM-killed; " + (
-        f"the last {attempts[-1].outcome}" if attempts else "no attempt recorded"
-    )
-    reused = _dict(r.get("reused"))
-    reasons = "".join(f"<li>{html.escape(_text(x))}</li>" for x in _list(plan.get("reasons"))[:50])
-    body = [
-        f"<h1>{html.escape(title)}</h1>",
-        f'<p class="meta">run {_e(r.get("run_id"))} · archs {html.escape(archs or "—")} · '
-        f"Pythons {html.escape(pythons or '—')} · plan: {_size(plan.get('memory'))} memory, "
-        f"{_e(plan.get('cpus'))} CPUs, MAX_JOBS={_e(plan.get('max_jobs'))}, "
-        f"NVCC_THREADS={_e(plan.get('nvcc_threads'))}, predicted peak {_size(plan.get('predicted_peak'))}</p>",
-        f'<p class="summary">{html.escape(summary)}</p>',
-    ]
-    if reused:
-        body.append(
-            f'<p class="note">Wheels reused from run {_e(reused.get("from_run"))}: '
-            "the attempts below are that run's.</p>"
-        )
-    if reasons:
-        body.append(f"<details><summary>why this plan</summary><ul>{reasons}</ul></details>")
+    body = _heading(r, plan, attempts, title)
     body.append("<h2>Memory over time, per attempt</h2>")
     body.append(_LEGEND)
     body += [_attempt_section(a, rec) for a, rec in zip(attempts, records, strict=True)]
@@ -428,26 +284,7 @@ def render(report: object) -> str:
     )
     body.append("<h2>Attempts</h2>")
     body.append(
-        _table(
-            [
-                "#",
-                "result",
-                "MAX_JOBS",
-                "NVCC_THREADS",
-                "limit",
-                "peak",
-                "peak (compile)",
-                "predicted",
-                "units finished",
-                "cache hits / misses",
-                "duration",
-                "compile",
-                "OOM evidence",
-            ],
-            _attempt_rows(attempts, records),
-            "attempts",
-            "No attempts recorded.",
-        )
+        _table(_ATTEMPT_COLUMNS, _attempt_rows(attempts, records), "attempts", "No attempts recorded.")
     )
     body.append("<h2>Wheels</h2>")
     body.append(_table(["file", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
@@ -460,6 +297,53 @@ def render(report: object) -> str:
         + "\n".join(body)
         + "\n</body>\n</html>\n"
     )
+
+
+_ATTEMPT_COLUMNS = [
+    "#",
+    "result",
+    "MAX_JOBS",
+    "NVCC_THREADS",
+    "limit",
+    "peak",
+    "peak (compile)",
+    "predicted",
+    "units finished",
+    "cache hits / misses",
+    "duration",
+    "compile",
+    "OOM evidence",
+]
+
+
+def _heading(
+    r: Mapping[str, object], plan: Mapping[str, object], attempts: Sequence[ChartedAttempt], title: str
+) -> list[str]:
+    """The title, the run's one-line facts and plan, the summary, and why this plan (folded)."""
+    archs = ", ".join(f"sm_{_fmt_num(a)}" for a in map(number_of, _list(r.get("archs"))) if a is not None)
+    pythons = ", ".join(_text(p) for p in _list(r.get("pythons")))
+    killed = sum(a.killed for a in attempts)
+    summary = f"{len(attempts)} attempt(s), {killed} OOM-killed; " + (
+        f"the last {attempts[-1].outcome}" if attempts else "no attempt recorded"
+    )
+    reused = _dict(r.get("reused"))
+    reasons = "".join(f"<li>{html.escape(_text(x))}</li>" for x in _list(plan.get("reasons"))[:50])
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="meta">run {_e(r.get("run_id"))} · archs {html.escape(archs or "—")} · '
+        f"Pythons {html.escape(pythons or '—')} · plan: {size_text(plan.get('memory'))} memory, "
+        f"{_e(plan.get('cpus'))} CPUs, MAX_JOBS={_e(plan.get('max_jobs'))}, "
+        f"NVCC_THREADS={_e(plan.get('nvcc_threads'))}, predicted peak {size_text(plan.get('predicted_peak'))}</p>",
+        f'<p class="summary">{html.escape(summary)}</p>',
+    ]
+    if reused:
+        body.append(
+            f'<p class="note">Wheels reused from run {_e(reused.get("from_run"))}: '
+            "the attempts below are that run's.</p>"
+        )
+    if reasons:
+        body.append(f"<details><summary>why this plan</summary><ul>{reasons}</ul></details>")
+    return body
 
 
 def load_report(path: Path) -> object:

@@ -17,8 +17,6 @@ KNOWN_LONG_MODULES: dict[str, int] = {
 }
 KNOWN_LONG_FUNCTIONS: dict[str, int] = {
     "builder/plan/memory_model.py:simulate": 115,
-    "builder/report_html.py:_chart": 80,
-    "builder/report_html.py:render": 82,
 }
 
 

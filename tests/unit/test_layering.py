@@ -38,6 +38,7 @@ TOP = {
     "requires_python": "pipeline",
     "report": "pipeline",
     "report_html": "pipeline",
+    "report_chart": "pipeline",
     "check": "pipeline",
     "cli": "cli",
     "cli_options": "cli",
