@@ -196,84 +196,126 @@ def simulate(
     OOM-kill when the costs are too low. Launched units still waiting when a kill fails the
     attempt are admitted and compiled in turn, as ninja waits for every command it started.
     """
-    jobs = max(1, jobs)
-    pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
-    running: dict[int, float] = {}  # unit index -> progress in [0, 1]
-    waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
-    cost = {i: (hit if (hit is not None and i in cached) else u) for i, u in enumerate(units)}
-    walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in cost.items()}
-    demand = {
-        i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / walls[i]) for i, c in cost.items()
-    }
-    if admit_costs is not None and len(admit_costs) != len(units):
-        raise ValueError(f"admit_costs has {len(admit_costs)} entries for {len(units)} units")
-    predicted = [
-        admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
-    ]
-    now, killed, failed, peak_seen, admitted_peak = 0.0, 0, False, base, 0
-    finished: set[int] = set()
+    return _Ninja(
+        units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
+        hit=hit, onset=onset, admit_budget=admit_budget, admit_costs=admit_costs,
+        admit_fairness_s=admit_fairness_s,
+    ).run()  # fmt: skip
 
-    def in_use(i: int) -> int:
-        c = cost[i]
-        return c.peak(threads, archs) if running[i] >= onset else c.fixed
 
-    def admit() -> None:
-        """The wrapper's rule (images/wheelbuild-admit, _admissible), over waiters in launch order."""
-        nonlocal admitted_peak
-        assert admit_budget is not None
-        total, count = sum(predicted[i] for i in running), len(running)
-        for i in sorted(waiting, key=lambda i: (waiting[i], i)):
-            if total + predicted[i] <= admit_budget or count == 0:
-                del waiting[i]
-                running[i] = 0.0
-                total += predicted[i]
-                count += 1
-            elif now - waiting[i] > admit_fairness_s:
-                break  # waited too long: nobody newer passes it
-        admitted_peak = max(admitted_peak, total)
+class _Ninja:
+    """One simulated attempt (see simulate): its units' state, advanced event by event."""
 
-    while True:
-        while not failed and pending and len(running) + len(waiting) < jobs:
-            if admit_budget is None:
-                running[pending.pop()] = 0.0
+    def __init__(
+        self,
+        units: Sequence[UnitCost],
+        *,
+        jobs: int,
+        threads: int,
+        archs: int,
+        cpus: float,
+        limit: int | None,
+        base: int,
+        cached: Collection[int],
+        hit: UnitCost | None,
+        onset: float,
+        admit_budget: int | None,
+        admit_costs: Sequence[int] | None,
+        admit_fairness_s: float,
+    ) -> None:
+        self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
+        self.limit, self.base, self.onset = limit, base, onset
+        self.admit_budget, self.admit_fairness_s = admit_budget, admit_fairness_s
+        self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
+        self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
+        self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
+        self.cost = {i: (hit if (hit is not None and i in cached) else u) for i, u in enumerate(units)}
+        self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
+        self.demand = {
+            i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
+            for i, c in self.cost.items()
+        }
+        if admit_costs is not None and len(admit_costs) != len(units):
+            raise ValueError(f"admit_costs has {len(admit_costs)} entries for {len(units)} units")
+        self.predicted = [
+            admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
+        ]
+        self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
+        self.finished: set[int] = set()
+
+    def run(self) -> SimResult:
+        while True:
+            self._launch()
+            if self.waiting:
+                self._admit()
+            self._enforce_limit()
+            if not self.running:
+                if self.waiting:
+                    continue  # the kills left room: admit the next waiters
+                break
+            self._advance()
+        return SimResult(
+            seconds=self.now,
+            finished=frozenset(self.finished),
+            killed=self.killed,
+            peak=self.peak_seen,
+            ok=len(self.finished) == len(self.units),
+            admitted_peak=self.admitted_peak,
+        )
+
+    def _in_use(self, i: int) -> int:
+        c = self.cost[i]
+        return c.peak(self.threads, self.archs) if self.running[i] >= self.onset else c.fixed
+
+    def _launch(self) -> None:
+        """ninja starts the next units while a slot is free (none once the attempt has failed)."""
+        while not self.failed and self.pending and len(self.running) + len(self.waiting) < self.jobs:
+            if self.admit_budget is None:
+                self.running[self.pending.pop()] = 0.0
             else:
-                waiting[pending.pop()] = now
-        if waiting:
-            admit()
-        if limit is not None:
-            used = base + sum(in_use(i) for i in running)
-            while running and used > limit:
-                victim = max(running, key=in_use)
-                used -= in_use(victim)
-                del running[victim]
-                killed += 1
-                failed = True
-            peak_seen = max(peak_seen, used)
-        else:
-            peak_seen = max(peak_seen, base + sum(in_use(i) for i in running))
-        if not running:
-            if waiting:
-                continue  # the kills left room: admit the next waiters
-            break
-        speed = min(1.0, max(cpus, 1e-9) / sum(demand[i] for i in running))
-        # Next event: a unit reaching its peak onset or its end.
+                self.waiting[self.pending.pop()] = self.now
+
+    def _admit(self) -> None:
+        """The wrapper's rule (images/wheelbuild-admit, _admissible), over waiters in launch order."""
+        assert self.admit_budget is not None
+        total, count = sum(self.predicted[i] for i in self.running), len(self.running)
+        for i in sorted(self.waiting, key=lambda i: (self.waiting[i], i)):
+            if total + self.predicted[i] <= self.admit_budget or count == 0:
+                del self.waiting[i]
+                self.running[i] = 0.0
+                total += self.predicted[i]
+                count += 1
+            elif self.now - self.waiting[i] > self.admit_fairness_s:
+                break  # waited too long: nobody newer passes it
+        self.admitted_peak = max(self.admitted_peak, total)
+
+    def _enforce_limit(self) -> None:
+        """Over the limit, the OOM killer takes the largest compilers until it fits."""
+        if self.limit is None:
+            self.peak_seen = max(self.peak_seen, self.base + sum(self._in_use(i) for i in self.running))
+            return
+        used = self.base + sum(self._in_use(i) for i in self.running)
+        while self.running and used > self.limit:
+            victim = max(self.running, key=self._in_use)
+            used -= self._in_use(victim)
+            del self.running[victim]
+            self.killed += 1
+            self.failed = True
+        self.peak_seen = max(self.peak_seen, used)
+
+    def _advance(self) -> None:
+        """To the next event: a unit reaching its peak onset or its end."""
+        running, walls, onset = self.running, self.walls, self.onset
+        speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] for i in running))
         step = min(((onset - p) if p < onset else (1.0 - p)) * walls[i] / speed for i, p in running.items())
-        now += step
+        self.now += step
         for i in list(running):
             running[i] += step * speed / walls[i]
             if running[i] >= 1.0 - 1e-12:
                 del running[i]
-                finished.add(i)
+                self.finished.add(i)
             elif abs(running[i] - onset) < 1e-12:
                 running[i] = onset
-    return SimResult(
-        seconds=now,
-        finished=frozenset(finished),
-        killed=killed,
-        peak=peak_seen,
-        ok=len(finished) == len(units),
-        admitted_peak=admitted_peak,
-    )
 
 
 # --- profiles: the models wheelbuild ships --------------------------------------------------------
