@@ -4,11 +4,12 @@ types that refuse '', the option groups several commands take, and the build opt
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypedDict, TypeVar, Unpack
 
 import click
 
@@ -43,7 +44,7 @@ class WheelbuildGroup(click.Group):
             args = ["build", *args]
         return super().parse_args(ctx, args)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except WheelbuildError as error:
@@ -54,7 +55,9 @@ class _GivenPath(click.Path):
     """click.Path that refuses '': Path('') is the current directory, which an empty value (an
     unset shell variable, most likely) never meant."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(
+        self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | bytes | os.PathLike[str]:
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path would mean the current directory", param, ctx)
         return super().convert(value, param, ctx)
@@ -66,7 +69,7 @@ GIVEN_PATH = _GivenPath(path_type=Path)
 class _GivenText(click.types.StringParamType):
     """Text that refuses '': an option given empty would otherwise mean its default."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = super().convert(value, param, ctx)
         if not text.strip():
             self.fail("is empty; leave the option out for its default", param, ctx)
@@ -81,13 +84,27 @@ GIVEN_TEXT = _GivenText()
 # whose help differs per command is a factory that takes its help.
 
 _TORCH_INDEX_ENV = "WHEELBUILD_TORCH_INDEX_URL"
-_F = TypeVar("_F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., object])
+CommandFunction = Callable[..., object]
+Decorator = Callable[[CommandFunction], CommandFunction]
 
 
-def _options(*options: Any) -> Any:
+class OptionSettings(TypedDict, total=False):
+    """What a shared option's command may set besides its help (click.option's own keywords)."""
+
+    default: object
+    envvar: str
+    show_default: bool | str
+    show_envvar: bool
+    is_flag: bool
+    multiple: bool
+    type: click.ParamType[object] | type[object]
+
+
+def _options(*options: Decorator) -> Decorator:
     """Several click options as one decorator, shown in --help in the order listed."""
 
-    def apply(f: Any) -> Any:
+    def apply(f: CommandFunction) -> CommandFunction:
         for option in reversed(options):
             f = option(f)
         return f
@@ -95,17 +112,17 @@ def _options(*options: Any) -> Any:
     return apply
 
 
-def torch_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+def torch_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130)."""
     return click.option("--torch", "torch_variant", help=help, **kwargs)
 
 
-def torch_index_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
     return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
 
 
-def track_option(help: str, **kwargs: Any) -> Callable[[_F], _F]:
+def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--track latest: the matrix with each package's newest release and each tag's newest torch."""
     return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
 
@@ -150,22 +167,28 @@ _image_flags = _options(
 )
 
 
-def with_image_flags(f: Any) -> Any:
+def with_image_flags(f: CommandFunction) -> CommandFunction:
     """The image flags (build, plan, doctor, calibrate, gc, image build, matrix), passed to the
     command as one ImageFlags argument named `image_flags`."""
 
     @functools.wraps(f)
     def command(
-        *args: Any, base_image: str | None, ca_bundle: Path | None, cuda12_image: str | None, **kwargs: Any
-    ) -> Any:
+        *args: object,
+        base_image: str | None,
+        ca_bundle: Path | None,
+        cuda12_image: str | None,
+        **kwargs: object,
+    ) -> object:
         return f(*args, image_flags=ImageFlags(base_image, ca_bundle, cuda12_image), **kwargs)
 
     return _image_flags(command)
 
 
-def _build_option(key: str, *decls: str, **kwargs: Any) -> Any:
+def _build_option(
+    key: str, *decls: str, help: str | None = None, **kwargs: Unpack[OptionSettings]
+) -> Decorator:
     """A build option with the WHEELBUILD_* variable builder/config.py names for its key."""
-    return click.option(*decls, envvar=config.BY_KEY[key].env, show_envvar=True, **kwargs)
+    return click.option(*decls, envvar=config.BY_KEY[key].env, show_envvar=True, help=help, **kwargs)
 
 
 # Every option of `build`, which `plan` takes too: each also from WHEELBUILD_<KEY> and from
@@ -270,7 +293,7 @@ _build_flags = (
 )
 
 
-def build_flags(f: Any) -> Any:
+def build_flags(f: CommandFunction) -> CommandFunction:
     return click.argument("package", required=False)(_options(*_build_flags)(f))
 
 

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from . import build, matrix_runs, preflight
@@ -282,7 +281,7 @@ class NightPlan:
     skipped: tuple[Skipped, ...]  # cannot be built
     keys: Mapping[str, str]  # cell id -> inputs key (build and published cells)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "build": [
                 {"id": c.id, "args": c.build_args(), "torch": c.torch, "key": self.keys[c.id]}
@@ -403,7 +402,7 @@ def build_cell(
             "pick one that `wheelbuild nightly plan` prints: " + ", ".join(c.id for c in good),
         )
     spec = matrix_runs.cell_spec(cell, torch_index_url, out)
-    record: dict[str, Any] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
+    record: dict[str, object] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:
         result = build.run_build(spec, context.options, reporter, engine)
@@ -426,7 +425,7 @@ def build_cell(
     return result
 
 
-def _write_json(path: Path, value: Any) -> None:
+def _write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 

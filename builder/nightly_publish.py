@@ -14,7 +14,6 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from . import check, prune
 from .errors import (
@@ -54,7 +53,7 @@ def publish_target(matrix: Matrix, given: str | None, environ: Mapping[str, str]
 # Publishing what passed
 
 
-def report_verdict(report: BuildReport | Mapping[str, Any], wheels: Sequence[str]) -> str | None:
+def report_verdict(report: BuildReport | Mapping[str, object], wheels: Sequence[str]) -> str | None:
     """None when the build report says every check passed and the import gate passed each
     wheel; else why not (pure)."""
     if not isinstance(report, BuildReport):
@@ -80,7 +79,7 @@ class CellOutcome:
     failure: str | None
 
 
-def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[str, Any] | None]:
+def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[str, object] | None]:
     """Each cell record under *dirs* judged by its report, and the night's plan if one is there."""
     outcomes: dict[str, CellOutcome] = {}
     plan = None
@@ -119,8 +118,14 @@ class Row:
     detail: str
 
 
+def _entries(plan: Mapping[str, object] | None, part: str) -> list[Mapping[str, str]]:
+    """The cells of one part of the night's plan (build, published, skipped), as `nightly plan` wrote them."""
+    found = (plan or {}).get(part, [])
+    return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
+
+
 def coverage_rows(
-    plan: Mapping[str, Any] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
+    plan: Mapping[str, object] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
 ) -> tuple[Row, ...]:
     """One row per cell of the night (pure). *published_now*: cell id -> what was published
     (a failed publish makes the cell a failure with that reason in *outcomes*)."""
@@ -129,11 +134,11 @@ def coverage_rows(
     def tag(torch: str) -> str:
         return parse_variant(torch).tag
 
-    for entry in (plan or {}).get("published", []):
+    for entry in _entries(plan, "published"):
         rows[entry["id"]] = Row(
             entry["id"], tag(entry["torch"]), "published", "earlier: its inputs are unchanged"
         )
-    for entry in (plan or {}).get("build", []):
+    for entry in _entries(plan, "build"):
         rows[entry["id"]] = Row(
             entry["id"], tag(entry["torch"]), "failed", "no record: its build did not finish"
         )
@@ -142,7 +147,7 @@ def coverage_rows(
             rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "failed", outcome.failure)
         elif outcome.id in published_now:
             rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "published", published_now[outcome.id])
-    for entry in (plan or {}).get("skipped", []):
+    for entry in _entries(plan, "skipped"):
         rows[entry["id"]] = Row(entry["id"], tag(entry["torch"]), "skipped", entry["why"])
     order = {"published": 0, "failed": 1, "skipped": 2}
     return tuple(sorted(rows.values(), key=lambda r: (order[r.status], r.id)))
@@ -260,7 +265,7 @@ def publish_night(
 
 
 def _passing_by_variant(
-    outcomes: Sequence[CellOutcome], plan: Mapping[str, Any] | None, say: Callable[[str], None]
+    outcomes: Sequence[CellOutcome], plan: Mapping[str, object] | None, say: Callable[[str], None]
 ) -> dict[str, list[CellOutcome]]:
     """CUDA tag -> the cells that passed; every tag of the night is a key (a tree whose cells all
     failed still gets its coverage page)."""
@@ -271,7 +276,7 @@ def _passing_by_variant(
             by_tag[parse_variant(outcome.torch).tag].append(outcome)
         else:
             say(f"{outcome.id}: not published: {outcome.failure}")
-    for entry in [e for part in ("build", "published", "skipped") for e in (plan or {}).get(part, [])]:
+    for entry in [e for part in ("build", "published", "skipped") for e in _entries(plan, part)]:
         by_tag.setdefault(parse_variant(entry["torch"]).tag, [])
     return by_tag
 

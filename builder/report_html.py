@@ -18,7 +18,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .report import read_report_json
 from .report_chart import chart, number_of, seconds_text, size_text
@@ -40,11 +39,11 @@ def _plain(value: object) -> str:
     return _fmt_num(int(n) if n is not None and n.is_integer() else n) if n is not None else _text(value)
 
 
-def _dict(value: object) -> Mapping[str, Any]:
+def _dict(value: object) -> Mapping[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: object) -> Sequence[Any]:
+def _list(value: object) -> Sequence[object]:
     return value if isinstance(value, list) else []
 
 
@@ -85,7 +84,7 @@ class ChartedAttempt:
         return "failed" if self.returncode is None else f"failed (exit {self.returncode:g})"
 
 
-def _attempt(record: Mapping[str, Any], plan: Mapping[str, Any], last: bool) -> ChartedAttempt:
+def _attempt(record: Mapping[str, object], plan: Mapping[str, object], last: bool) -> ChartedAttempt:
     series = _dict(record.get("memory_series"))
     points = []
     for point in _list(series.get("points"))[:MAX_POINTS]:
@@ -113,7 +112,7 @@ def _attempt(record: Mapping[str, Any], plan: Mapping[str, Any], last: bool) -> 
     )
 
 
-def _attempt_section(a: ChartedAttempt, record: Mapping[str, Any]) -> str:
+def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
     facts = [
         f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
         f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
@@ -154,7 +153,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str, empty
     )
 
 
-def _unit_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+def _unit_rows(records: Sequence[Mapping[str, object]]) -> list[list[str]]:
     rows = []
     for record in records:
         for unit in _list(record.get("units"))[:MAX_ROWS]:
@@ -174,7 +173,7 @@ def _unit_rows(records: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 def _attempt_rows(
-    attempts: Sequence[ChartedAttempt], records: Sequence[Mapping[str, Any]]
+    attempts: Sequence[ChartedAttempt], records: Sequence[Mapping[str, object]]
 ) -> list[list[str]]:
     rows = []
     for a, r in zip(attempts, records, strict=True):
@@ -198,7 +197,7 @@ def _attempt_rows(
     return rows
 
 
-def _wheel_rows(report: Mapping[str, Any]) -> list[list[str]]:
+def _wheel_rows(report: Mapping[str, object]) -> list[list[str]]:
     rows = []
     for wheel in _list(report.get("wheels"))[:MAX_ROWS]:
         w = _dict(wheel)
@@ -207,7 +206,7 @@ def _wheel_rows(report: Mapping[str, Any]) -> list[list[str]]:
                 int(a)
                 for module in _dict(w.get("extension_modules")).values()
                 for a in _list(_dict(module).get("sass"))
-                if number_of(a) is not None
+                if isinstance(a, int | float) and number_of(a) is not None
             }
         )
         rows.append(

@@ -6,12 +6,12 @@ Pythons that admits is pythons.py's to decide."""
 from __future__ import annotations
 
 import gzip
+import io
 import tarfile
 import tomllib
 import zlib
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any
 
 from .errors import SourceUnavailable
 
@@ -30,15 +30,15 @@ def _from_pkg_info(data: bytes) -> str | None:
     return str(value).strip() or None
 
 
-class _Capped:
+class _Capped(io.BufferedIOBase):
     """A read-only stream that fails once more than *limit* bytes were read through it."""
 
     def __init__(self, stream: gzip.GzipFile, limit: int) -> None:
         self._stream = stream
         self._left = limit
 
-    def read(self, size: int = -1) -> bytes:
-        data = self._stream.read(size if size >= 0 else self._left + 1)
+    def read(self, size: int | None = -1) -> bytes:
+        data = self._stream.read(size if size is not None and size >= 0 else self._left + 1)
         self._left -= len(data)
         if self._left < 0:
             raise tarfile.ReadError(f"more than {SDIST_LIMIT >> 30} GiB decompressed")
@@ -51,7 +51,7 @@ def _from_sdist(path: Path) -> str | None:
     looked at and in the bytes of PKG-INFO read; nothing is extracted to disk."""
     try:
         with path.open("rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-            capped: Any = _Capped(unzipped, SDIST_LIMIT)
+            capped = _Capped(unzipped, SDIST_LIMIT)
             with tarfile.open(fileobj=capped, mode="r|") as archive:
                 for count, member in enumerate(archive):
                     if count >= SDIST_MEMBERS:

@@ -347,7 +347,7 @@ class DockerEngine:
     # -----------------------------------------------------------------------------------------
     # The import gate: a wheel installed and imported in a fresh container (gate_container.py)
 
-    def run_gate(self, job: GateJob, on_line: OnLine) -> tuple[dict[str, Any] | None, str]:
+    def run_gate(self, job: GateJob, on_line: OnLine) -> tuple[dict[str, object] | None, str]:
         """Run the gate for one wheel; its JSON answer (None when the container died first) and
         the log's tail. The container is gone afterwards, whatever happens."""
         return gate_container.run_gate(self._run, job, on_line)

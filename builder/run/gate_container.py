@@ -25,7 +25,7 @@ SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests
 _GATE_WORK = "/run/wheelbuild"
 
 
-def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict[str, Any] | None, str]:
+def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict[str, object] | None, str]:
     """Run the gate for one wheel; its JSON answer (None when the container died first) and
     the log's tail. The container is gone afterwards, whatever happens."""
     with tempfile.TemporaryDirectory(prefix="wheelbuild-gate-", ignore_cleanup_errors=True) as work:
@@ -78,7 +78,7 @@ def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict
         return found, "\n".join(tail)
 
 
-def _gate_spec(job: GateJob) -> dict[str, Any]:
+def _gate_spec(job: GateJob) -> dict[str, object]:
     """The gate's input, with the paths its container sees."""
     smoke = job.spec.get("smoke")
     return {

@@ -32,7 +32,6 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -261,7 +260,7 @@ class AbiReport:
             for line in self.problems
         ]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "wheel": self.wheel,
             "platform_tag": self.limits.tag,

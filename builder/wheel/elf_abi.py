@@ -16,14 +16,15 @@ import io
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
-from elftools.elf.sections import StringTableSection, SymbolTableSection
+from elftools.elf.sections import Section, StringTableSection, SymbolTableSection
 
 FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI")  # libc, libstdc++, the C++ ABI (also libstdc++)
 
@@ -124,20 +125,20 @@ def _read_elf(stream: IO[bytes]) -> ElfAbi:
         raise ValueError(f"not a readable ELF file: {exc}") from exc
 
 
-def _check_bounds(section: Any, file_size: int) -> None:
+def _check_bounds(section: Section, file_size: int) -> None:
     """Refuse a section that claims to run past the end of the file (its count would be a lie)."""
     if int(section["sh_offset"]) + int(section["sh_size"]) > file_size:
         raise ValueError(f"section {section.name} extends past the end of the file")
 
 
-def _section_bytes(stream: IO[bytes], section: Any, file_size: int) -> bytes:
+def _section_bytes(stream: IO[bytes], section: Section, file_size: int) -> bytes:
     """A section's bytes as stored (never decompressed)."""
     _check_bounds(section, file_size)
     stream.seek(int(section["sh_offset"]))
     return stream.read(int(section["sh_size"]))
 
 
-def _version_needs(data: bytes, little_endian: bool, strings: Any) -> dict[int, str]:
+def _version_needs(data: bytes, little_endian: bool, strings: StringTableSection) -> dict[int, str]:
     """``.gnu.version_r``: version index (vna_other) -> version name, e.g. 3 -> GLIBC_2.34.
 
     Walked by hand, not with pyelftools' iter_versions: that trusts the entry count in sh_info
@@ -169,13 +170,13 @@ def _version_needs(data: bytes, little_endian: bool, strings: Any) -> dict[int, 
     return found
 
 
-def _abi_of(elf: Any, stream: IO[bytes], file_size: int) -> ElfAbi:
+def _abi_of(elf: ELFFile, stream: IO[bytes], file_size: int) -> ElfAbi:
     # A corrupt header can claim 2**64 sections (e_shnum 0 defers to section 0's sh_size).
     if elf.num_sections() * elf.structs.Elf_Shdr.sizeof() > file_size:
         raise ValueError(f"{elf.num_sections()} section headers do not fit in {file_size} bytes")
     required: dict[int, str] = {}  # .gnu.version index -> version name (vna_other -> vna_name)
     needed: list[str] = []
-    dynsym: Any = None
+    dynsym: SymbolTableSection | None = None
     versym = b""
     for section in elf.iter_sections():
         if isinstance(section, GNUVerNeedSection):
@@ -223,7 +224,7 @@ def _abi_of(elf: Any, stream: IO[bytes], file_size: int) -> ElfAbi:
 
 
 @functools.cache
-def _demangler() -> tuple[Any, Any] | None:
+def _demangler() -> tuple[Callable[..., int | None], Callable[[int], None]] | None:
     """libstdc++'s ``__cxa_demangle`` and libc's ``free``; None when libstdc++ cannot be loaded."""
     try:
         libstdcxx = ctypes.CDLL("libstdc++.so.6")
