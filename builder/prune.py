@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -54,12 +55,9 @@ def record_published(wheels: Iterable[Path], target: str) -> None:
         if not (folder / REPORT_NAME).is_file():
             continue
         mark = folder / gc.PUBLISHED_MARK
-        try:
-            entries = json.loads(mark.read_text()) if mark.is_file() else []
-            if not isinstance(entries, list):
-                entries = []
-        except (OSError, ValueError):
-            entries = []
+        entries = _mark_entries(mark)
+        if entries is None:
+            continue  # damaged or oversized: left as it is, and gc keeps such a run anyway
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         entries += [
             {"wheel": w.name, "sha256": index.hash_file(w), "target": target, "time": stamp} for w in mine
@@ -68,16 +66,34 @@ def record_published(wheels: Iterable[Path], target: str) -> None:
             index.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
 
 
-def _read_mark(folder: Path) -> list[dict[str, object]]:
+MAX_MARK = 4 * 1024**2  # a mark lists one run's wheels; a bigger file is not one
+
+
+def _mark_entries(mark: Path) -> list[object] | None:
+    """The mark's entries: [] when there is none, None when it is unreadable, not a regular file,
+    over MAX_MARK (read no further) or not a JSON list."""
     try:
-        entries = json.loads((folder / gc.PUBLISHED_MARK).read_text())
+        descriptor = os.open(mark, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError):
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        data = file.read(MAX_MARK + 1)
+    try:
+        entries = json.loads(data) if len(data) <= MAX_MARK else None
+    except ValueError:
+        return None
+    return entries if isinstance(entries, list) else None
+
+
+def _read_mark(folder: Path) -> list[dict[str, object]]:
+    entries = _mark_entries(folder / gc.PUBLISHED_MARK)
+    if entries is None:
         # Unreadable or damaged: someone meant to say it was published. Keep the run.
         return [{"target": f"(unreadable {gc.PUBLISHED_MARK})"}]
-    if not isinstance(entries, list):
-        return [{"target": f"(damaged {gc.PUBLISHED_MARK})"}]
     return [e for e in entries if isinstance(e, dict)]
 
 

@@ -385,3 +385,29 @@ def test_result_store_entries_are_scanned_and_staging_entries_left_alone(tmp_pat
     (store / "README").write_text("not ours")
     (found,) = prune.scan_results(store)
     assert found.key == key and found.wheel_sha256 == (_sha(wheel),) and found.size > 0
+
+
+@pytest.mark.parametrize("shape", ["oversized", "fifo", "not a list"])
+def test_a_hostile_published_mark_is_read_no_further_kept_and_never_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    monkeypatch.setattr(prune, "MAX_MARK", 1024)
+    runs = tmp_path / "runs"
+    wheel = make_run(runs, "20261101-120000-000001", "marked")
+    mark = runs / "20261101-120000-000001" / gc.PUBLISHED_MARK
+    if shape == "oversized":
+        mark.write_text(json.dumps([{"target": "/srv/x" * 400}]))  # valid JSON, over the cap
+    elif shape == "fifo":
+        os.mkfifo(mark)  # a read would block forever
+    else:
+        mark.write_text('{"target": "/srv/x"}')
+    before = mark.stat()
+    (scanned,) = prune.scan_runs(runs)
+    assert scanned.published_to, "a mark gc cannot read still says the run was published"
+    prune.record_published([wheel], "/srv/again")  # must not block, nor replace what it could not read
+    after = mark.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
