@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from .bounded import FileRefused, read_bounded
 from .errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
 from .secrets import redact_url, url_secrets
 from .spec import MAX_CPUS, check_cpus, parse_archs, parse_env, parse_python
@@ -192,13 +193,10 @@ def read_toml(path: Path, *, remedy: str, missing: str) -> dict[str, object]:
     """A small TOML file, refused (BadArgument) when it is a directory, a device, huge, binary,
     nested past the parser's recursion or unreadable: config files are input like any other."""
     try:
-        if path.exists() and not path.is_file():
-            raise BadArgument(f"{path} is not a regular file", remedy)
-        with path.open("rb") as file:
-            data = file.read(MAX_CONFIG + 1)
-        if len(data) > MAX_CONFIG:
-            raise BadArgument(f"{path} is over {MAX_CONFIG} bytes: not a config file", remedy)
-        return tomllib.loads(data.decode())
+        return tomllib.loads(read_bounded(path, MAX_CONFIG).decode())
+    except FileRefused as refused:
+        why = f"is over {MAX_CONFIG} bytes: not a config file" if refused.too_big else "is not a regular file"
+        raise BadArgument(f"{path} {why}", remedy) from None
     except FileNotFoundError:
         raise BadArgument(f"{path} does not exist", missing) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:

@@ -13,12 +13,12 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .bounded import read_bounded
 from .errors import ReportUnreadable
 from .index import index
 from .preflight import ImageOptions, cuda12_layer, image_inputs
@@ -73,18 +73,10 @@ def _mark_entries(mark: Path) -> list[object] | None:
     """The mark's entries: [] when there is none, None when it is unreadable, not a regular file,
     over MAX_MARK (read no further) or not a JSON list."""
     try:
-        descriptor = os.open(mark, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        entries = json.loads(read_bounded(mark, MAX_MARK, follow_links=False))
     except FileNotFoundError:
         return []
-    except OSError:
-        return None
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
-        data = file.read(MAX_MARK + 1)
-    try:
-        entries = json.loads(data) if len(data) <= MAX_MARK else None
-    except ValueError:
+    except (OSError, ValueError, RecursionError):  # FileRefused and bad JSON are ValueErrors
         return None
     return entries if isinstance(entries, list) else None
 

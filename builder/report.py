@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 
+from .bounded import FileRefused, read_bounded
 from .errors import ReportUnreadable
 from .plan.planner import Plan
 from .run.attempt import AttemptResult
@@ -463,12 +463,14 @@ def read_report_json(path: Path) -> Json:
     which draws any report; everything else reads the typed record (read_report)."""
     target = path / REPORT_NAME if path.is_dir() else path
     try:
-        with target.open("rb") as file:
-            # The size first (a hostile file is not read at all), the read bounded all the same.
-            too_big = os.fstat(file.fileno()).st_size > MAX_REPORT_SIZE
-            data = b"" if too_big else file.read(MAX_REPORT_SIZE + 1)
-        if too_big or len(data) > MAX_REPORT_SIZE:
-            raise _Bad(f"it is over {MAX_REPORT_SIZE // 1024**2} MiB")
+        try:
+            data = read_bounded(target, MAX_REPORT_SIZE)
+        except FileRefused as refused:
+            raise _Bad(
+                f"it is over {MAX_REPORT_SIZE // 1024**2} MiB"
+                if refused.too_big
+                else "it is not a regular file"
+            ) from None
         # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
         found = json.loads(data)
         if not isinstance(found, dict):

@@ -21,6 +21,7 @@ TOP = {
     "secrets": "shared",
     "variants": "shared",
     "bundled": "shared",
+    "bounded": "shared",
     # what to build: BuildSpec, Resources, GpuMode and the configuration that fills them
     "spec": "spec",
     "config": "spec",
