@@ -463,19 +463,16 @@ def read_report_json(path: Path) -> Json:
     which draws any report; everything else reads the typed record (read_report)."""
     target = path / REPORT_NAME if path.is_dir() else path
     try:
-        try:
-            data = read_bounded(target, MAX_REPORT_SIZE)
-        except FileRefused as refused:
-            raise _Bad(
-                f"it is over {MAX_REPORT_SIZE // 1024**2} MiB"
-                if refused.too_big
-                else "it is not a regular file"
-            ) from None
         # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
-        found = json.loads(data)
+        found = json.loads(read_bounded(target, MAX_REPORT_SIZE))
         if not isinstance(found, dict):
             raise _Bad(f"it holds a JSON {type(found).__name__}, not an object")
         _schema(found)
+    except FileRefused as refused:  # a ValueError too: caught before the JSON errors
+        why = (
+            f"it is over {MAX_REPORT_SIZE // 1024**2} MiB" if refused.too_big else "it is not a regular file"
+        )
+        raise _unreadable(target, why) from None
     except _Bad as bad:
         raise _unreadable(target, str(bad)) from None
     except OSError as error:
