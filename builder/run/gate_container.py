@@ -15,6 +15,7 @@ import docker.errors
 import docker.types
 
 from .. import secrets
+from ..bounded import read_bounded
 from ..names import TORCH_WHEELS_VOLUME
 from .containers import StartContainer, remove_all, script_volume
 from .ports import GateJob, OnLine
@@ -73,9 +74,21 @@ def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict
             container.wait()
         finally:
             remove_all([container])
-        answer = workdir / "out" / "gate.json"
-        found = json.loads(answer.read_text()) if answer.is_file() else None
-        return found, "\n".join(tail)
+        return gate_answer(workdir / "out" / "gate.json"), "\n".join(tail)
+
+
+# The answer is a few KiB; it is written beside the wheel under test, whose code ran there.
+MAX_GATE_ANSWER = 16 * 1024**2
+
+
+def gate_answer(path: Path) -> dict[str, object] | None:
+    """The gate's JSON answer, or None when there is none or it is not one (not a regular file,
+    over MAX_GATE_ANSWER, not a JSON object): the gate then fails as for a container that died."""
+    try:
+        found = json.loads(read_bounded(path, MAX_GATE_ANSWER, follow_links=False))
+    except (OSError, ValueError, RecursionError):  # FileRefused and bad JSON are ValueErrors
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _gate_spec(job: GateJob) -> dict[str, object]:

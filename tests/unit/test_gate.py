@@ -4,11 +4,13 @@ first undefined symbol demangled). The container itself is tested in tests/integ
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from wheelbuild.errors import ImportGateFailed, SmokeTestFailed
+from wheelbuild.run.gate_container import gate_answer
 from wheelbuild.wheel.abi import check_wheel_abi
 from wheelbuild.wheel.gate import failure, plan_gate, read_result
 
@@ -114,3 +116,29 @@ def test_a_passing_answer_passes_and_a_skipped_smoke_test_is_not_a_failure(wheel
 
 def test_an_answer_with_no_import_at_all_does_not_pass(wheel: Path) -> None:
     assert not read_result(wheel.name, {"imports": []}, check_wheel_abi(wheel)).passed
+
+
+@pytest.mark.parametrize("shape", ["missing", "fifo", "link", "oversized", "a list", "broken JSON"])
+def test_a_gate_answer_that_is_not_one_reads_as_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    # The answer is written where the wheel's own code ran: it gets no more trust than the wheel.
+    monkeypatch.setattr("wheelbuild.run.gate_container.MAX_GATE_ANSWER", 1024)
+    answer = tmp_path / "gate.json"
+    if shape == "fifo":
+        os.mkfifo(answer)  # a blocking read would hang the build
+    elif shape == "link":
+        (tmp_path / "elsewhere.json").write_text('{"passed": true}')
+        answer.symlink_to(tmp_path / "elsewhere.json")
+    elif shape == "oversized":
+        answer.write_text('{"passed": true, "pad": "' + "x" * 2048 + '"}')
+    elif shape == "a list":
+        answer.write_text('[{"passed": true}]')
+    elif shape == "broken JSON":
+        answer.write_text('{"passed": tr')
+    assert gate_answer(answer) is None
+
+
+def test_a_gate_answer_within_bounds_is_read_as_written(tmp_path: Path) -> None:
+    (tmp_path / "gate.json").write_text('{"passed": true, "imports": []}')
+    assert gate_answer(tmp_path / "gate.json") == {"passed": True, "imports": []}
