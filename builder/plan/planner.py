@@ -4,17 +4,16 @@ The planner reads a MemoryModel (builder/plan/memory_model.py): per-unit peak me
 compiled at once. A plan must be safe whichever units ninja happens to run together, so MAX_JOBS
 jobs are checked against the MAX_JOBS heaviest units plus the model's reserve.
 
-Choosing:
-1. MAX_JOBS first: the most jobs that fit the budget at one nvcc thread each, capped by whole
-   CPUs and by the number of units. It depends on memory only through that fit, so more memory
-   never gives fewer jobs.
-2. Then NVCC_THREADS (at most the number of archs; nvcc has nothing more to run in parallel):
-   among the values that still fit the budget at that MAX_JOBS, and that keep jobs x threads
-   within 1.25 x the CPUs, the one with the shortest predicted build (a list-scheduling
-   simulation of the model's units, as ninja runs them); a tie goes to fewer threads.
-   More threads shorten each unit but cost memory per job, so they win only where memory and
-   CPUs are left over once MAX_JOBS is set (few units on many cores).
-3. After an OOM kill, `Plan.halved()` halves MAX_JOBS, then lowers NVCC_THREADS.
+Choosing MAX_JOBS and NVCC_THREADS together: every pair that fits the budget (jobs x the
+heaviest units at that many nvcc threads, plus the reserve), with MAX_JOBS at most the whole
+CPUs and the units, NVCC_THREADS at most the archs (nvcc has nothing more to run in parallel),
+and jobs x threads within 1.25 x the CPUs, is scored by its predicted build time (a
+list-scheduling simulation of the model's units, as ninja runs them); the shortest wins, a tie
+going to fewer threads, then fewer jobs. More memory only adds pairs, so more memory never
+gives a slower predicted build. Where memory binds, fewer jobs of two threads can beat more
+jobs of one: the planner trades them. A given MAX_JOBS gets the fastest threads that fit beside
+it; a given NVCC_THREADS the most jobs that fit. After an OOM kill, `Plan.halved()` halves
+MAX_JOBS, then lowers NVCC_THREADS.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ __all__ = [
     "explain_container_limit",
     "format_plan",
     "plan_build",
+    "predicted_build_seconds",
     "with_admission",
 ]
 
@@ -203,17 +203,20 @@ def plan_build(
     )
     reasons.append(_worst_line(model, archs))
 
-    if max_jobs is None:
-        threads_for_jobs = nvcc_threads if nvcc_threads is not None else 1
-        jobs, line = _jobs(model, budget, cpus, archs, threads_for_jobs)
-        reasons.append(line)
-        over = jobs == 1 and model.peak_of_jobs(1, threads_for_jobs, archs) > budget
+    if max_jobs is None and nvcc_threads is None and model.peak_of_jobs(1, 1, archs) <= budget:
+        jobs, threads, lines = _jobs_and_threads(model, budget, cpus, archs)
+        reasons += lines
     else:
-        jobs, over = max_jobs, False
-        reasons.append(f"MAX_JOBS={jobs}: given")
-
-    threads, line = _nvcc_threads(model, budget, cpus, archs, jobs, nvcc_threads, over)
-    reasons.append(line)
+        if max_jobs is None:
+            threads_for_jobs = nvcc_threads if nvcc_threads is not None else 1
+            jobs, line = _jobs(model, budget, cpus, archs, threads_for_jobs)
+            reasons.append(line)
+            over = jobs == 1 and model.peak_of_jobs(1, threads_for_jobs, archs) > budget
+        else:
+            jobs, over = max_jobs, False
+            reasons.append(f"MAX_JOBS={jobs}: given")
+        threads, line = _nvcc_threads(model, budget, cpus, archs, jobs, nvcc_threads, over)
+        reasons.append(line)
 
     peak = model.peak_of_jobs(jobs, threads, archs)
     seconds = _predict(model, jobs, threads, archs, cpus)
@@ -275,6 +278,44 @@ def _jobs(model: MemoryModel, budget: int, cpus: float, archs: int, threads: int
     return jobs, f"MAX_JOBS={jobs}: the least of: {detail}"
 
 
+def _jobs_and_threads(model: MemoryModel, budget: int, cpus: float, archs: int) -> tuple[int, int, list[str]]:
+    """The pair with the shortest predicted build of all that fit (see the module doc), and
+    the reasons: the MAX_JOBS line as at those threads, then the best pair at each threads."""
+    slots = max(1, int(cpus))
+    room = math.floor(OVERSUBSCRIBE * cpus)
+    best_at: dict[int, tuple[float, int]] = {}  # threads -> (seconds, jobs) of its best jobs
+    for threads in range(1, archs + 1):
+        top = min(model.max_jobs_within(budget, threads, archs), slots, model.unit_count or slots)
+        if threads > 1:
+            top = min(top, room // threads)
+        scored = [
+            (predicted_build_seconds(model, jobs, threads, archs, cpus), jobs) for jobs in range(1, top + 1)
+        ]
+        if scored:
+            best_at[threads] = min(scored)  # ties: fewer jobs
+    seconds, threads, jobs = min((s, t, j) for t, (s, j) in best_at.items())
+    most, jobs_line = _jobs(model, budget, cpus, archs, threads)
+    if jobs < most:
+        jobs_line = (
+            f"MAX_JOBS={jobs}: fewer than the {most} that fit, as no more is predicted faster ({jobs_line})"
+        )
+    if archs == 1:
+        return jobs, threads, [jobs_line, "NVCC_THREADS=1: one arch, nothing for nvcc to run in parallel"]
+    others = [
+        f"{t} thread{'s' if t > 1 else ''}: {j} jobs, {s:.0f} s"
+        for t, (s, j) in best_at.items()
+        if t != threads
+    ]
+    unfit = [t for t in range(1, archs + 1) if t not in best_at]
+    line = f"NVCC_THREADS={threads}: of at most archs={archs}, the shortest predicted build ({seconds:.0f} s"
+    line += f"; best at {', '.join(others)})" if others else ")"
+    if unfit:
+        line += (
+            f"; {', '.join(map(str, unfit))} thread(s) fit no job within {format_bytes(budget)} or the CPUs"
+        )
+    return jobs, threads, [jobs_line, line]
+
+
 def _threads(model: MemoryModel, budget: int, cpus: float, archs: int, jobs: int) -> tuple[int, str]:
     if archs == 1:
         return 1, "NVCC_THREADS=1: one arch, nothing for nvcc to run in parallel"
@@ -291,7 +332,7 @@ def _threads(model: MemoryModel, budget: int, cpus: float, archs: int, jobs: int
                 f"{threads} would run {jobs * threads} threads on {cpus:g} CPUs (at most {OVERSUBSCRIBE:g}x)"
             )
             continue
-        scored.append((_score(model, jobs, threads, archs, cpus), threads))
+        scored.append((predicted_build_seconds(model, jobs, threads, archs, cpus), threads))
     best_score, best = min(scored)  # ties: fewer threads (tuples compare the count second)
     others = [f"{t}: {s:.0f} s" for s, t in scored if t != best]
     line = f"NVCC_THREADS={best}: of at most archs={archs}"
@@ -309,16 +350,17 @@ def _predict(model: MemoryModel, jobs: int, threads: int, archs: int, cpus: floa
     return simulate(model.units, jobs=jobs, threads=threads, archs=archs, cpus=cpus).seconds
 
 
-def _score(model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float) -> float:
-    """Predicted build seconds; without a unit list, the seconds one wave of `jobs` units takes
-    (the build is some unknown number of such waves)."""
+def predicted_build_seconds(model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float) -> float:
+    """Predicted build seconds. Without a unit list (the build is some unknown number of units
+    like the model's worst): the seconds per unit at the throughput of waves of `jobs` units,
+    which compares settings the same way whatever the count."""
     seconds = _predict(model, jobs, threads, archs, cpus)
     if seconds is not None:
         return seconds
     unit = max(model.units, key=lambda u: u.cpu_seconds(archs))
     wall = unit.wall(threads, archs)
     busy = jobs * unit.cpu_seconds(archs) / wall
-    return wall * max(1.0, busy / max(cpus, 1e-9))
+    return wall * max(1.0, busy / max(cpus, 1e-9)) / jobs
 
 
 def _worst_line(model: MemoryModel, archs: int) -> str:

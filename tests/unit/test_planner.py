@@ -28,6 +28,7 @@ from wheelbuild.plan.planner import (
     explain_container_limit,
     format_plan,
     plan_build,
+    predicted_build_seconds,
 )
 
 FLASH_ATTN = flash_attn_model()
@@ -117,14 +118,48 @@ def test_plan_with_given_threads_never_exceeds_the_budget(
     cpus=cpus,
     archs=archs,
     model=models,
-    threads=st.one_of(st.none(), counts),
 )
-def test_more_memory_never_gives_fewer_jobs(
-    budget: int, extra: int, cpus: float, archs: int, model: MemoryModel, threads: int | None
+def test_more_memory_never_gives_a_slower_predicted_build(
+    budget: int, extra: int, cpus: float, archs: int, model: MemoryModel
+) -> None:
+    less = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
+    more = plan_build(budget=budget + extra, cpus=cpus, archs=archs, model=model)
+    slower = predicted_build_seconds(model, less.max_jobs, less.nvcc_threads, archs, cpus)
+    faster = predicted_build_seconds(model, more.max_jobs, more.nvcc_threads, archs, cpus)
+    assert faster <= slower
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget=budgets,
+    extra=st.integers(min_value=0, max_value=512 * GIB),
+    cpus=cpus,
+    archs=archs,
+    model=models,
+    threads=counts,
+)
+def test_with_given_threads_more_memory_never_gives_fewer_jobs(
+    budget: int, extra: int, cpus: float, archs: int, model: MemoryModel, threads: int
 ) -> None:
     less = plan_build(budget=budget, cpus=cpus, archs=archs, model=model, nvcc_threads=threads)
     more = plan_build(budget=budget + extra, cpus=cpus, archs=archs, model=model, nvcc_threads=threads)
     assert more.max_jobs >= less.max_jobs
+
+
+@settings(max_examples=100, deadline=None)
+@given(budget=budgets, cpus=st.floats(min_value=1, max_value=64), archs=archs, model=models)
+def test_the_chosen_pair_is_predicted_no_slower_than_any_pair_that_fits(
+    budget: int, cpus: float, archs: int, model: MemoryModel
+) -> None:
+    plan = plan_build(budget=budget, cpus=cpus, archs=archs, model=model)
+    if not _fits_one_job(model, budget, 1, archs):
+        return
+    chosen = predicted_build_seconds(model, plan.max_jobs, plan.nvcc_threads, archs, cpus)
+    for threads in range(1, archs + 1):
+        for jobs in range(1, max(1, int(cpus)) + 1):
+            fits = model.peak_of_jobs(jobs, threads, archs) <= budget
+            if fits and (threads == 1 or jobs * threads <= math.floor(OVERSUBSCRIBE * cpus)):
+                assert chosen <= predicted_build_seconds(model, jobs, threads, archs, cpus)
 
 
 @settings(max_examples=300, deadline=None)
@@ -230,7 +265,8 @@ def test_flash_attn_at_64_gib_and_128_cpus_is_eight_jobs_of_one_thread() -> None
         "less 2.0 GiB kept for the host"
     )
     assert any(r.startswith("MAX_JOBS=8: the least of: 8 fit 62.0 GiB") for r in plan.reasons)
-    assert any(r.startswith("NVCC_THREADS=1") and "2 would need" in r for r in plan.reasons)
+    # At two threads only 4 jobs fit, and they are predicted slower.
+    assert any(r.startswith("NVCC_THREADS=1") and "best at 2 threads: 4 jobs" in r for r in plan.reasons)
     text = format_plan(plan)
     assert "MAX_JOBS        8" in text
     assert "NVCC_THREADS    1" in text
@@ -250,6 +286,18 @@ def test_spare_cpus_and_memory_buy_nvcc_threads() -> None:
     assert (one.max_jobs, one.nvcc_threads) == (73, 1)
     assert plan.predicted_seconds is not None and one.predicted_seconds is not None
     assert plan.predicted_seconds < one.predicted_seconds
+
+
+def test_where_memory_binds_fewer_jobs_of_two_threads_beat_more_of_one() -> None:
+    # 30 GiB on 16 CPUs: 3 jobs fit at one thread, 2 at two; the two-thread pair finishes first.
+    plan = plan_build(budget=30 * GIB, cpus=16, archs=2, model=FLASH_ATTN)
+    one = plan_build(budget=30 * GIB, cpus=16, archs=2, model=FLASH_ATTN, nvcc_threads=1)
+    assert (plan.max_jobs, plan.nvcc_threads) == (2, 2)
+    assert (one.max_jobs, one.nvcc_threads) == (3, 1)
+    assert plan.predicted_seconds is not None and one.predicted_seconds is not None
+    assert plan.predicted_seconds < 0.85 * one.predicted_seconds
+    assert plan.predicted_peak <= 30 * GIB
+    assert any(r.startswith("NVCC_THREADS=2") and "best at 1 thread: 3 jobs" in r for r in plan.reasons)
 
 
 def test_plan_below_one_job_of_memory_still_runs_one_job() -> None:
