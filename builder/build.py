@@ -8,7 +8,6 @@ report's format is report.py's; the nightly's matrix against what is published i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from .preflight import (
     image_inputs,
     new_run_id,
     plan_for,
+    remember_build,
 )
 from .pythons import PythonChoice, choose_pythons, torch_python_tags
 from .recipes import source_location, source_pin
@@ -47,10 +47,10 @@ from .report import (
     SourceRecord,
     TorchRecord,
     WheelRecord,
-    attempt_record,
     read_report,
     write_report,
 )
+from .report_attempts import attempt_record
 from .requires_python import requires_python_of
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
@@ -191,6 +191,10 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     plan = _plan(run.spec, ready.compiler, reporter)
     run.dir.mkdir(parents=True, exist_ok=True)
     attempts = _run_attempts(run, ready, plan, reporter, engine)
+    if learned := remember_build(
+        run.spec.recipe, ready.compiler.version, run.spec.archs, attempts[-1], run.id
+    ):
+        reporter.info(f"model for the next plan: {learned}")
     checked = _check_and_gate(run, attempts[-1][1].wheels, reporter, engine)
     report = run.dir / REPORT_NAME
     write_report(report, _report(run, ready, attempts, checked))
@@ -405,7 +409,6 @@ def import_gate(
     base = options.base_image or production_base()
     reporter.step(f"import gate: each wheel installed and imported in a fresh {base} container")
     index = spec.variant.index_url
-    cache_key = hashlib.sha256(f"{redact_url(index)} {spec.variant.requirement}".encode()).hexdigest()[:16]
     found = []
     for wheel in wheels:
         abi = abi_reports[wheel.path.name]
@@ -416,7 +419,7 @@ def import_gate(
             wheel=wheel.path,
             spec=plan.to_json(spec.variant.requirement),
             torch_index_url=index,
-            torch_cache_key=cache_key,
+            torch_cache_key=spec.variant.cache_key,
             ca_bundle=options.ca_bundle,
             gpus=gpus,
             memory=GATE_MEMORY,

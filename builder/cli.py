@@ -149,13 +149,15 @@ def plan(
     cpus: float | None,
     max_jobs: int | None,
     nvcc_threads: int | None,
+    env_pairs: tuple[str, ...],
     **_build_only: object,  # the other build options: checked by click, shown below, used by build
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
     building, then every build option and where its value came from (command line,
     WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
     variant = parse_variant(torch_variant, torch_index_url)
-    recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env)
+    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
+    recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(parse_env(env_pairs))
     planned = preflight.plan_for(
         recipe,
         parse_archs(archs),

@@ -25,7 +25,9 @@ PIP_CACHE_VOLUME = f"{PREFIX}-pip-cache"
 # sccache's local store, shared by every attempt, Python and night on this machine: a retry after
 # an OOM kill finds every unit that finished before it in the cache, so nothing is recompiled.
 SCCACHE_VOLUME = f"{PREFIX}-sccache"
-TORCH_WHEELS_VOLUME = f"{PREFIX}-torch-wheels"  # the import gate's torch downloads
+# The machine's wheel cache: torch and its CUDA wheels, content-addressed and locked per
+# torch, index and Python (images/wheelbuild-wheel-cache), for every build and import gate.
+TORCH_WHEELS_VOLUME = f"{PREFIX}-torch-wheels"
 # Caches the next build refills: kept by gc unless --caches.
 CACHE_VOLUMES = (SCCACHE_VOLUME, PIP_CACHE_VOLUME, TORCH_WHEELS_VOLUME)
 # calibrate's torch headers: this prefix and 16 hex digits of the requirement and index's hash.

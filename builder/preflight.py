@@ -15,9 +15,12 @@ from pathlib import Path
 from .errors import CompilerUnavailable
 from .plan import cgroup
 from .plan.calibration import load_calibrated
+from .plan.learned import BuildMeasurement, learn, learned_path, load_learned, save_learned
+from .plan.memory_model import MemoryModel
 from .plan.planner import Plan, container_limit, explain_container_limit, plan_build
 from .recipes import Recipe
 from .run import cuda_redist
+from .run.attempt import AttemptResult
 from .run.cuda_redist import CudaLayer
 from .run.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from .run.ports import ImageIds, Images
@@ -34,8 +37,10 @@ __all__ = [
     "ensure_cuda12_layer",
     "ensure_image",
     "image_inputs",
+    "model_for",
     "new_run_id",
     "plan_for",
+    "remember_build",
     "toolkit_for",
 ]
 
@@ -149,12 +154,56 @@ def plan_for(
         budget, why = memory, f"memory limit {format_bytes(memory)}: given"
     if cpus is None:
         cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
-    return plan_build(
+    model, learned_line = model_for(recipe, toolkit)
+    plan = plan_build(
         budget=budget,
         cpus=cpus,
         archs=len(archs),
-        model=load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model,
+        model=model,
         max_jobs=resources.max_jobs,
         nvcc_threads=resources.nvcc_threads,
         budget_reason=why,
     )
+    return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
+
+
+def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:
+    """The model to plan with: the one learned from the last build of this release on this
+    toolkit (and the line saying how far off it and its predecessor were), else the profile
+    `wheelbuild calibrate` measured, else the recipe's own."""
+    path = learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env)
+    if learned := load_learned(
+        path, recipe.name if recipe.version is None else f"{recipe.name}-{recipe.version}"
+    ):
+        model, record = learned
+        return model, record.describe()
+    return load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model, None
+
+
+def remember_build(
+    recipe: Recipe, toolkit: str, archs: tuple[int, ...], attempt: tuple[Plan, AttemptResult], run_id: str
+) -> str | None:
+    """Learn from a finished attempt (plan/learned.py) and keep the model for the next plan of
+    this release and toolkit; the line to show, or None when there was nothing to learn."""
+    plan, result = attempt
+    if result.returncode != 0 or not result.peak_memory_compile or not result.unit_memory:
+        return None
+    families = recipe.units.families if recipe.units else None
+    measured = BuildMeasurement(
+        run_id=run_id,
+        units=result.unit_memory,
+        overhead=result.overhead_at_peak,
+        measured_peak=result.peak_memory_compile,
+        predicted_peak=plan.predicted_peak,
+        max_jobs=plan.max_jobs,
+        nvcc_threads=plan.nvcc_threads,
+        archs=archs,
+    )
+    learned = learn(plan.model, measured, families, toolkit)
+    if learned is None:
+        return None
+    model, record = learned
+    save_learned(
+        learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env), model, record
+    )
+    return record.describe()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TypeVar, Union, get_args, get_origin, get_type_hints
@@ -30,7 +30,6 @@ from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 from .bounded import FileRefused, read_bounded
 from .errors import ReportUnreadable
 from .plan.planner import Plan
-from .run.attempt import AttemptResult
 from .wheel.gate import GateResult
 from .wheel.wheels import WheelInfo
 
@@ -43,7 +42,6 @@ __all__ = [
     "GateRecord",
     "GateSkipped",
     "Reused",
-    "attempt_record",
     "read_report",
     "read_report_json",
     "report_from_json",
@@ -125,6 +123,10 @@ class UnitRecord(_Record):
     finished_s: float | None
     predicted_peak: int | None  # None where the model does not know the unit
     predicted_s: float | None
+    # Its processes' memory at its worst sample, and how long it was seen compiling (the
+    # watcher samples once a second); None where no sample caught it.
+    measured_peak: int | None = field(default=None, metadata=_OMIT)
+    measured_s: float | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True)
@@ -165,61 +167,11 @@ class AttemptRecord(_Record):
     # compiled again here (sccache misses beyond the units no earlier attempt finished; goal 0).
     units_finished_before: int | None = field(default=None, metadata=_OMIT)
     units_recompiled: int | None = field(default=None, metadata=_OMIT)
-
-
-def attempt_record(
-    plan: Plan, result: AttemptResult, before: Sequence[tuple[Plan, AttemptResult]]
-) -> AttemptRecord:
-    """An attempt as the report keeps it: the plan it ran with, what the engine measured, and
-    each unit that finished against the model's prediction."""
-    retried = bool(before) and result.returncode == 0
-    finished_before: set[str] = set().union(*(r.finished_units for _, r in before)) if retried else set()
-    return AttemptRecord(
-        attempt=result.attempt,
-        max_jobs=plan.max_jobs,
-        nvcc_threads=plan.nvcc_threads,
-        memory=plan.memory,
-        returncode=result.returncode,
-        duration_s=round(result.duration_s, 1),
-        build_s=round(result.build_seconds, 1),
-        build_s_by_python={identifier: round(s, 1) for identifier, s in result.build_seconds_by_identifier},
-        memory_limit_seen=result.memory_limit_seen,
-        peak_memory=result.peak_memory,
-        peak_memory_compile=result.peak_memory_compile,
-        predicted_peak=plan.predicted_peak,
-        oom_evidence=tuple(result.oom.fired),
-        oom_at_s=tuple(result.oom_at_s),
-        memory_series=MemorySeriesRecord(result.memory_step_s, tuple(result.memory_series)),
-        units_finished=len(result.finished_units),
-        units=_unit_records(plan, result),
-        cache_hits=result.cache_hits,
-        cache_misses=result.cache_misses,
-        cache_by_python={i: CacheStats(hits, misses) for i, hits, misses in result.cache_by_identifier},
-        units_finished_before=len(finished_before) if retried else None,
-        units_recompiled=max(0, result.cache_misses - (result.units_total - len(finished_before)))
-        if retried
-        else None,
-    )
-
-
-def _unit_records(plan: Plan, result: AttemptResult) -> tuple[UnitRecord, ...]:
-    """Each unit that finished, when, and what the model predicted for it (matched by the
-    output's stem, reduce.o <- csrc/reduce.cu; None where the model does not know the unit)."""
-    known = {u.name.rsplit("/", 1)[-1].split(".")[0]: u for u in plan.model.units}
-    records = []
-    for unit, finished_s in result.unit_finished_s:
-        cost = known.get(unit.rsplit(":", 1)[-1].split(".")[0])
-        records.append(
-            UnitRecord(
-                unit=unit,
-                finished_s=finished_s,
-                predicted_peak=None
-                if cost is None
-                else plan.model.unit_peak(cost, plan.nvcc_threads, plan.archs),
-                predicted_s=None if cost is None else round(cost.wall(plan.nvcc_threads, plan.archs), 1),
-            )
-        )
-    return tuple(records)
+    # The model against this attempt: predicted / measured - 1, for the compile's peak and, on
+    # average (absolute), for each unit measured; what the build held outside the units at its peak.
+    peak_error: float | None = field(default=None, metadata=_OMIT)
+    unit_error: float | None = field(default=None, metadata=_OMIT)
+    overhead_at_peak: int | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True)

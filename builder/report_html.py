@@ -112,12 +112,23 @@ def _attempt(record: Mapping[str, object], plan: Mapping[str, object], last: boo
     )
 
 
+def _model_error(record: Mapping[str, object]) -> list[str]:
+    """The model against the attempt, where the report has it: the peak's error and the units'."""
+    found = []
+    if (peak := number_of(record.get("peak_error"))) is not None:
+        found.append(f"model off by {peak:+.0%} on the peak")
+    if (units := number_of(record.get("unit_error"))) is not None:
+        found.append(f"{units:.0%} per unit on average")
+    return found
+
+
 def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
     facts = [
         f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
         f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
         f"peak {size_text(a.peak)} of {size_text(a.limit)}",
         f"predicted {size_text(a.predicted)}",
+        *_model_error(record),
         f"units finished {_e(a.units_finished) if a.units_finished is not None else '—'}",
         f"{seconds_text(a.duration)}",
     ]
@@ -166,7 +177,9 @@ def _unit_rows(records: Sequence[Mapping[str, object]]) -> list[list[str]]:
                     _e(record.get("attempt")),
                     seconds_text(u.get("finished_s")),
                     size_text(u.get("predicted_peak")),
+                    size_text(u.get("measured_peak")),
                     seconds_text(u.get("predicted_s")),
+                    seconds_text(u.get("measured_s")),
                 ]
             )
     return rows[:MAX_ROWS]
@@ -275,7 +288,16 @@ def render(report: object) -> str:
     body.append("<h2>Units</h2>")
     body.append(
         _table(
-            ["unit", "Python", "attempt", "finished at", "predicted peak", "predicted time"],
+            [
+                "unit",
+                "Python",
+                "attempt",
+                "finished at",
+                "predicted peak",
+                "measured peak",
+                "predicted time",
+                "measured time",
+            ],
             _unit_rows(records),
             "units",
             "No per-unit times in this report (only counts, in the attempts table).",

@@ -8,11 +8,13 @@ image's optional CUDA 12.x compiler layer (see images/Dockerfile.cuda131).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import BadVariant
+from .secrets import without_credentials
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # The SASS archs built when none are asked for (and checked when no build report says).
@@ -74,6 +76,13 @@ class TorchVariant:
     def requirement(self) -> str:
         # `torch==2.11.0` also matches the index's local versions (2.11.0+cu130), per PEP 440.
         return f"torch=={self.torch_version}"
+
+    @property
+    def cache_key(self) -> str:
+        """Names this torch and its index in the machine's wheel cache (credentials left out:
+        a rotated token keeps the cache)."""
+        index = without_credentials(self.index_url)[0]
+        return hashlib.sha256(f"{index} {self.requirement}".encode()).hexdigest()[:16]
 
     @property
     def label(self) -> str:

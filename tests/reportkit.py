@@ -1,7 +1,7 @@
 """Build reports for the build-report.html tests: the real one of a real OOM-and-retry run
 (tests/fixtures/reports/wbdemo-oom-retry.json, written by `wheelbuild build` of the fixture in
 3 GiB before reports carried a memory series), and synthetic ones whose attempts are made by the
-real code path (report.attempt_record over an attempt.AttemptResult, the series through
+real code path (report_attempts.attempt_record over an attempt.AttemptResult, the series through
 buildlog.MemorySeries), so the page is tested against what the engine really records.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from wheelbuild.plan.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.plan.planner import Plan, plan_build
-from wheelbuild.report import attempt_record
+from wheelbuild.report_attempts import attempt_record
 from wheelbuild.run.attempt import AttemptResult, OomEvidence
 from wheelbuild.run.buildlog import MemorySeries
 

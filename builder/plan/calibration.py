@@ -79,12 +79,12 @@ def sample_units(model: MemoryModel, families: Mapping[str, str], count: int, ar
     return picked
 
 
-def calibrated_model(
-    model: MemoryModel, measurements: Sequence[Measurement], families: Mapping[str, str], toolkit: str
-) -> MemoryModel:
-    """The built-in model corrected by what was measured (see the module doc)."""
+def _own_ratios(
+    model: MemoryModel, measurements: Sequence[Measurement], families: Mapping[str, str]
+) -> dict[str, tuple[float, float]]:
+    """unit -> the worst (peak, wall) ratio of its own rows to the model's estimate."""
     by_name = {u.name: u for u in model.units}
-    own: dict[str, tuple[float, float]] = {}  # unit -> worst (peak, wall) ratio of its own rows
+    own: dict[str, tuple[float, float]] = {}
     for m in measurements:
         unit = by_name.get(m.unit)
         if unit is None or family_of(m.unit, families) is None or m.oom:
@@ -93,6 +93,22 @@ def calibrated_model(
         peak, wall = m.peak / unit.peak(m.threads, archs), m.wall_s / unit.wall(m.threads, archs)
         old_peak, old_wall = own.get(m.unit, (0.0, 0.0))
         own[m.unit] = (max(old_peak, peak), max(old_wall, wall))
+    return own
+
+
+def calibrated_model(
+    model: MemoryModel,
+    measurements: Sequence[Measurement],
+    families: Mapping[str, str],
+    toolkit: str,
+    *,
+    keep_unsampled: bool = False,
+) -> MemoryModel:
+    """The built-in model corrected by what was measured (see the module doc). With
+    `keep_unsampled`, a family nothing was measured in keeps its costs instead of taking the
+    worst ratio: a real build leaves a unit unmeasured because the cache answered it or it was
+    too short to sample, not because it was left out of a sample."""
+    own = _own_ratios(model, measurements, families)
     if not own:
         raise ValueError("no measurement of a unit the model knows: nothing to calibrate with")
     family_ratio: dict[str, tuple[float, float]] = {}
@@ -105,6 +121,9 @@ def calibrated_model(
     for unit in model.units:
         family = family_of(unit.name, families)
         if family is None:
+            units.append(unit)
+            continue
+        if keep_unsampled and unit.name not in own and family not in family_ratio:
             units.append(unit)
             continue
         if unit.name in own:

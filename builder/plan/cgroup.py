@@ -180,6 +180,12 @@ def read_working_set(cgroup_dir: Path, version: HierarchyVersion) -> int | None:
     return max(0, current - (stats or {}).get(inactive_key, 0))
 
 
+def names_container(cgroup_dir: Path, container_id: str) -> bool:
+    """Whether a cgroup directory is a container's own: Docker names it after the full id
+    (cgroupfs: .../docker/<id>; systemd: .../docker-<id>.scope)."""
+    return len(container_id) >= 12 and any(container_id in part for part in cgroup_dir.parts)
+
+
 def parse_cpuset(text: str) -> int:
     """How many CPUs a cpuset list such as "0-3,8,10-11" names (each counted once)."""
     cpus: set[int] = set()

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from .. import secrets
 from ..errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
-from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME
+from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
+from ..plan.unit_memory import UnitMemory
 from ..variants import TorchVariant
-from .buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from .buildlog import MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"
@@ -86,6 +88,7 @@ class AttemptConfig:
     # Host env vars handed to the build by name (values never on a command line): a shared
     # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
     pass_env: tuple[str, ...] = ()
+    images_dir: Path = IMAGES_DIR  # where the in-container scripts are bind-mounted from
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -124,6 +127,10 @@ class AttemptResult:
     memory_step_s: float = 0.0
     oom_at_s: tuple[float, ...] = ()
     unit_finished_s: tuple[tuple[str, float], ...] = ()
+    # Each unit's own memory and time while compiling, and what the build held outside the
+    # units when its working set peaked (plan/unit_memory.py): what the next plan learns from.
+    unit_memory: tuple[UnitMemory, ...] = ()
+    overhead_at_peak: int | None = None
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
@@ -146,15 +153,22 @@ def shared_cache_env(environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(name for name in SHARED_CACHE_ENV if environ.get(name))
 
 
-# Each Python's torch headers are the same, but live in that Python's own site-packages, a path
-# the preprocessed text sccache hashes names. sccache strips SCCACHE_BASEDIRS from it, so the
-# second Python reuses the first one's kernels (a unit that includes Python.h still differs in
-# content and recompiles). The path is asked of the build's python, resolved too: manylinux's
-# /opt/python/<tag> is a link to /opt/_internal/cpython-<version>.
-SITE_PACKAGES_BASEDIRS = (
-    "SCCACHE_BASEDIRS=\"$(python -c \"import os, sysconfig; p = sysconfig.get_path('purelib'); "
-    "print(p + ':' + os.path.realpath(p))\")\""
-)
+# The in-container steps are images/ scripts, bind-mounted read-only next to wheelbuild-admit
+# and run with `sh`/`python` (package data may lose its exec bit). Each is tested alone.
+CHECK_MEMORY_SCRIPT = "wheelbuild-check-memory"  # before_all: the container got its limit
+BEFORE_BUILD_SCRIPT = "wheelbuild-before-build"  # per Python: torch, its check, sccache's server
+CHECK_TORCH_SCRIPT = "wheelbuild-check-torch"  # run by before-build
+WHEEL_CACHE_SCRIPT = "wheelbuild-wheel-cache"  # run by before-build: torch installed from the cache
+SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated per Python
+ATTEMPT_SCRIPTS = (
+    CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
+)  # fmt: skip
+# Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
+WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
+
+# The second Python reuses the first one's kernels when sccache strips its site-packages
+# (images/wheelbuild-site-packages says why).
+SITE_PACKAGES_BASEDIRS = f'SCCACHE_BASEDIRS="$(sh {SCRIPTS_INSIDE}/{SITE_PACKAGES_SCRIPT})"'
 
 
 def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> dict[str, str]:
@@ -173,7 +187,7 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
         "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
         "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
         "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_BEFORE_ALL_LINUX": _CHECK_MEMORY,
+        "CIBW_BEFORE_ALL_LINUX": f"sh {SCRIPTS_INSIDE}/{CHECK_MEMORY_SCRIPT}",
         "CIBW_BEFORE_BUILD_LINUX": before_build,
         # PATH keeps cibuildwheel's python first (it checks) and puts the variant's nvcc next.
         "CIBW_ENVIRONMENT_LINUX": " ".join(
@@ -199,6 +213,7 @@ def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
         f"--label={ATTEMPT_LABEL}={config.attempt_id}",
         f"--label={OWNER_LABEL}={owner_token()}",
         f"--volume={PIP_CACHE_VOLUME}:/root/.cache/pip",
+        f"--volume={TORCH_WHEELS_VOLUME}:{WHEEL_CACHE_DIR}",
     ]
     if config.compiler_cache:
         create_args.append(f"--volume={SCCACHE_VOLUME}:{SCCACHE_DIR}")
@@ -206,7 +221,10 @@ def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
         create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
     if config.gpus:
         create_args.append("--gpus=all")
-    return create_args
+    for name in ATTEMPT_SCRIPTS:
+        create_args.append(f"--volume={image_script(name, config.images_dir)}:{SCRIPTS_INSIDE}/{name}:ro")
+    # cibuildwheel splits create_args as a shell would.
+    return [shlex.quote(arg) for arg in create_args]
 
 
 def _container_env(config: AttemptConfig) -> dict[str, str]:
@@ -242,50 +260,23 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     return container_env
 
 
-# The container must enforce the limit it was promised: rootless or v1-rootless Docker can
-# silently ignore --memory, and then the plan's MAX_JOBS means nothing.
-_CHECK_MEMORY = (
-    "lim=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || echo none); "
-    f'echo "{MEMORY_MARK} $lim (asked $WHEELBUILD_MEMORY_LIMIT)"; '
-    f'[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ] || {{ echo "{MEMORY_MISSING_MARK}: the container '
-    'runs without the requested limit" >&2; exit 86; }'
-)
-
-
 def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
-    """CIBW_BEFORE_BUILD_LINUX (torch installed from the mounted index URL and checked against the
-    variant; the admission costs and the sccache server when they are on) and the repair command."""
-    # A wheel built against the wrong torch breaks at import, so check what the index served.
-    check_torch = (
-        'import sys, torch; v = torch.__version__; c = torch.version.cuda or "none"; '
-        f'ok = v.startswith("{config.torch.torch_minor}.") and c.split(".")[0] == "{config.torch.cuda_major}"; '
-        f'print("wheelbuild: torch", v, "CUDA", c) if ok else print("{TORCH_MISMATCH_MARK}:", v, '
-        f'"with CUDA", c, "was installed; the variant needs torch {config.torch.torch_minor}.* with CUDA '
-        f'{config.torch.cuda_major}.x"); sys.exit(0 if ok else 87)'
+    """CIBW_BEFORE_BUILD_LINUX (images/wheelbuild-before-build: torch from the mounted index URL,
+    checked against the variant; the admission costs and the sccache server when they are on)
+    and the repair command (sccache's counts first, read back from the log, when it is on)."""
+    before_build = " ".join(
+        [
+            "sh",
+            f"{SCRIPTS_INSIDE}/{BEFORE_BUILD_SCRIPT}",
+            shlex.quote(config.torch.requirement),
+            shlex.quote(config.torch.torch_minor),
+            str(config.torch.cuda_major),
+            config.torch.cache_key,
+        ]
     )
     excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
-    before_build = (
-        "python -m pip install 'setuptools>=70' wheel && "
-        f'PIP_INDEX_URL="$(cat {secrets.MOUNT}/{secrets.TORCH_INDEX_FILE})" '
-        f"python -m pip install {shlex.quote(config.torch.requirement)} && "
-        f"python -c {shlex.quote(check_torch)}"
-    )
     repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
-    if config.admission:
-        # The wrapper reads its costs from a file; the env carries the text into the container.
-        before_build = f'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > {ADMIT_COSTS_PATH} && ' + before_build
     if config.compiler_cache:
-        # Counted per build: zeroed before it, printed after it (read back from the log). A fresh
-        # server per build, since the server keeps the SCCACHE_BASEDIRS of the build that
-        # started it, and builds run one after another.
-        # The server is the one process that needs a shared cache's credentials: it alone is
-        # started with them (sourced from the mounted file), and the compilers only talk to it.
-        before_build += (
-            " && { sccache --stop-server >/dev/null 2>&1 || true; } && "
-            f"( set -a && . {secrets.MOUNT}/{secrets.SCCACHE_ENV_FILE} && exec sccache --start-server >/dev/null ) && "
-            "sccache --zero-stats >/dev/null"
-        )
         repair = f"sccache --show-stats; {repair}"
     return before_build, repair
 

@@ -19,11 +19,9 @@ from pathlib import Path
 
 from .. import secrets
 from .attempt import AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
-from .buildlog import BuildLog
+from .buildlog import COMPILE_STEP, BuildLog
 from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
-
-COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
 
 
 def run_attempt(
@@ -79,7 +77,7 @@ def _run_attempt(
                 log.write(line + "\n")
                 tail.append(line)
                 progress.feed(line, time.monotonic())
-                watcher.phase = progress.step
+                watcher.phase, watcher.identifier = progress.step, progress.identifier
                 on_line(line, progress)
             returncode = proc.wait()
         finally:
@@ -136,6 +134,7 @@ def _attempt_result(
 ) -> AttemptResult:
     """What was seen of one attempt: its log's reading and the watcher's evidence, as values."""
     wheels = tuple(sorted(config.output_dir.glob("*.whl")))
+    unit_memory, overhead = watcher.units.snapshot()
     return AttemptResult(
         attempt=config.attempt,
         returncode=returncode,
@@ -167,4 +166,6 @@ def _attempt_result(
             for unit in (f"{identifier}:{name}" for name in units)
             if unit in progress.finished_at
         ),
+        unit_memory=unit_memory,
+        overhead_at_peak=overhead,
     )

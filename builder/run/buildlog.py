@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 MEMORY_MARK = "wheelbuild: container memory limit:"
 MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
 TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
+COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
 
 # cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
 _BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")

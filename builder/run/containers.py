@@ -14,10 +14,7 @@ import docker.types
 import requests
 import tenacity
 
-from ..errors import ImageInputsMissing
-from .image import IMAGES_DIR
-
-_SCRIPTS = "/usr/local/bin"  # where images/ scripts are bind-mounted in a container
+from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 
 
 class StartContainer(Protocol):
@@ -49,15 +46,8 @@ transient_retry = tenacity.retry(
 def script_volume(name: str, images_dir: Path = IMAGES_DIR) -> tuple[str, dict[str, dict[str, str]]]:
     """One of images/ scripts, bind-mounted read-only: (its path in the container, the volumes
     entry that mounts it there). A wheelbuild without it is exit 31, with its remedy."""
-    path = images_dir / name
-    if not path.is_file():
-        raise ImageInputsMissing(
-            f"{path} is missing: this wheelbuild has no complete images/ folder",
-            "reinstall wheelbuild from its wheel or sdist (pip install --force-reinstall wheelbuild), "
-            "or run it from a full checkout",
-        )
-    inside = f"{_SCRIPTS}/{name}"
-    return inside, {str(path.resolve()): {"bind": inside, "mode": "ro"}}
+    inside = f"{SCRIPTS_INSIDE}/{name}"
+    return inside, {str(image_script(name, images_dir)): {"bind": inside, "mode": "ro"}}
 
 
 def remove_all(containers: Iterable[Any]) -> int:

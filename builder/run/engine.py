@@ -12,7 +12,8 @@ Every container carries labels naming the run, the attempt and the owning proces
 whatever happens (Ctrl-C, SIGTERM, a crash, kill -9) the container and every compiler in it can
 be found and removed, now or by the next run's sweep. In-container scripts are real files in
 images/, bind-mounted read-only (wheelbuild-memory-limit, -calibrate-unit, -gate-python,
--torch-headers) or, for the admission wrapper, copied into the image.
+-torch-headers; the build's -check-memory, -before-build, -check-torch, -site-packages through
+cibuildwheel's create_args) or, for the admission wrapper, copied into the image.
 
 The engine's parts, a module each, take its client or its labelled `containers.run`: containers.py
 (what they share), attempt_run.py and watcher.py (one attempt, watched), gate_container.py (the

@@ -17,7 +17,9 @@ import docker.types
 from .. import secrets
 from ..bounded import read_bounded
 from ..names import TORCH_WHEELS_VOLUME
+from .attempt import WHEEL_CACHE_SCRIPT
 from .containers import StartContainer, remove_all, script_volume
+from .image import SCRIPTS_INSIDE
 from .ports import GateJob, OnLine
 
 GATE_SCRIPT = "wheelbuild-gate"
@@ -38,11 +40,13 @@ def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict
         (workdir / "spec.json").write_text(json.dumps(_gate_spec(job)))
         finder, finder_mount = script_volume("wheelbuild-gate-python", job.images_dir)
         gate, gate_mount = script_volume(GATE_SCRIPT, job.images_dir)
+        _, cache_mount = script_volume(WHEEL_CACHE_SCRIPT, job.images_dir)
         volumes = {
             str(job.wheel.parent.resolve()): {"bind": "/wheels", "mode": "ro"},
             str(workdir): {"bind": _GATE_WORK, "mode": "rw"},
             **gate_mount,
             **finder_mount,
+            **cache_mount,
             str((job.images_dir / SMOKE_DIR).resolve()): {"bind": "/opt/wheelbuild-smoke", "mode": "ro"},
             TORCH_WHEELS_VOLUME: {"bind": "/cache", "mode": "rw"},
         }
@@ -98,7 +102,9 @@ def _gate_spec(job: GateJob) -> dict[str, object]:
         **job.spec,
         "wheel": f"/wheels/{job.wheel.name}",
         "torch_index_file": f"{_GATE_WORK}/torch-index-url",
-        "torch_cache": f"/cache/{job.torch_cache_key}",
+        "wheel_cache": "/cache",
+        "wheel_cache_script": f"{SCRIPTS_INSIDE}/{WHEEL_CACHE_SCRIPT}",
+        "torch_cache_key": job.torch_cache_key,
         "smoke": f"/opt/wheelbuild-smoke/{smoke}" if smoke else None,
     }
 

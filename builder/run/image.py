@@ -28,6 +28,22 @@ NO_CUDA12 = "wheelbuild-no-cuda12"  # the Dockerfile's empty stand-in stage
 LABEL = "org.wheelbuild.inputs.sha256"
 
 
+# Where images/ scripts are bind-mounted, read-only, in the containers that run them.
+SCRIPTS_INSIDE = "/usr/local/bin"
+
+
+def image_script(name: str, images_dir: Path = IMAGES_DIR) -> Path:
+    """One of images/ scripts, resolved. A wheelbuild without it is exit 31, with its remedy."""
+    path = images_dir / name
+    if not path.is_file():
+        raise ImageInputsMissing(
+            f"{path} is missing: this wheelbuild has no complete images/ folder",
+            "reinstall wheelbuild from its wheel or sdist (pip install --force-reinstall wheelbuild), "
+            "or run it from a full checkout",
+        )
+    return path.resolve()
+
+
 def production_base() -> str:
     """manylinux_2_28 x86_64 pinned by digest: the pin the installed cibuildwheel ships."""
     pins = resources.files("cibuildwheel") / "resources" / "pinned_docker_images.cfg"

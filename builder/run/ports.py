@@ -30,7 +30,9 @@ class GateJob:
     wheel: Path
     spec: Mapping[str, object]  # gate.GateSpec.to_json(...) less the paths the engine fills in
     torch_index_url: str  # may hold credentials: travels as a mounted file, never env or argv
-    torch_cache_key: str  # the folder of the torch-wheels volume for this torch and index
+    torch_cache_key: (
+        str  # names this torch and its index in the machine's wheel cache (TorchVariant.cache_key)
+    )
     ca_bundle: Path | None
     gpus: bool
     memory: int

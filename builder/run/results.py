@@ -22,7 +22,8 @@ from typing import assert_never
 from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
 from ..secrets import without_credentials
 from ..spec import BuildSpec
-from .image import ImageInputs
+from .attempt import ATTEMPT_SCRIPTS
+from .image import IMAGES_DIR, ImageInputs
 
 # Bump when a change to the build procedure changes what a wheel contains.
 PROCEDURE = "1"
@@ -30,6 +31,8 @@ PROCEDURE = "1"
 # and gate), so that results stored by an earlier wheelbuild are not reused as if they had been
 # through it.
 POSTPROCESS = "stamp+check+gate-1"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_SCRIPTS = tuple(IMAGES_DIR / name for name in ATTEMPT_SCRIPTS)
 _SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".eggs", ".tox", ".venv"}
 
 
@@ -63,11 +66,15 @@ def source_key(source: Source) -> str:
 
 
 @cache
-def code_digest(package_dir: Path) -> str:
-    """sha256 of wheelbuild's own Python code (relative path and content of every .py), so a
-    change to the build logic is a new key even where the version string stays "0.1.0". The
-    bundled images/ and example are keyed already, as image inputs and as a source."""
+def code_digest(package_dir: Path, scripts: tuple[Path, ...] = ()) -> str:
+    """sha256 of wheelbuild's own Python code (relative path and content of every .py) and of
+    the images/ scripts the build container runs, so a change to the build logic is a new key
+    even where the version string stays "0.1.0". The rest of images/ and the example are keyed
+    already, as image inputs and as a source."""
     digest = hashlib.sha256()
+    for script in scripts:
+        digest.update(f"{script.name}\0".encode())
+        digest.update(hashlib.sha256(script.read_bytes()).digest())
     for file in sorted(package_dir.rglob("*.py")):
         relative = file.relative_to(package_dir)
         if relative.parts[0] in {"_images", "_example"} or "__pycache__" in relative.parts:
@@ -116,7 +123,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
         tools={
-            "wheelbuild": f"{_version()}+{code_digest(Path(__file__).resolve().parent.parent)[:16]}",
+            "wheelbuild": f"{_version()}+{code_digest(_PACKAGE_DIR, _SCRIPTS)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),
             "postprocess": POSTPROCESS,
         },

@@ -15,8 +15,9 @@ import docker.errors
 import docker.types
 
 from ..plan import cgroup
+from ..plan.unit_memory import UnitTracker, read_processes
 from .attempt import OomEvidence
-from .buildlog import MemorySample, MemorySeries
+from .buildlog import COMPILE_STEP, MemorySample, MemorySeries
 from .ownership import ATTEMPT_LABEL
 
 
@@ -39,7 +40,10 @@ class AttemptWatcher:
         # cibuildwheel's current step, set by the reader of the log: peaks are kept per step, so
         # the compile's peak is not confused with the page cache of torch's install.
         self.phase = "starting"
+        self.identifier: str | None = None  # the Python cibuildwheel builds now, from the log too
         self.peaks: dict[str, int] = {}
+        # While compiling: each unit's memory and time, for the report and the model that learns.
+        self.units = UnitTracker()
         # For build-report.html: memory over time and when the OOM killer struck, in seconds
         # since the watch began.
         self.started = time.monotonic()
@@ -106,13 +110,18 @@ class AttemptWatcher:
                 self.state_oom_killed = True
             pid = int(state.get("Pid") or 0)
             if pid:
-                self._read_cgroup(pid)
+                self._read_cgroup(pid, str(container.id))
 
-    def _read_cgroup(self, pid: int) -> None:
+    def _read_cgroup(self, pid: int, container_id: str) -> None:
         try:
             found = cgroup.read_limits(pid=str(pid))
             where = found.memory_cgroup
-            used = cgroup.read_working_set(where.path, where.version) if where else None
+            # The pid is from the last inspect: by now the container may have exited and the
+            # number gone to another process, whose cgroup is not ours to count (a reading of
+            # a host cgroup once put the "peak" above the container's limit).
+            if where is None or not cgroup.names_container(where.path, container_id):
+                return
+            used = cgroup.read_working_set(where.path, where.version)
         except (OSError, ValueError):
             return
         # The container's cgroup is new with the attempt, so its counter started at 0.
@@ -126,7 +135,10 @@ class AttemptWatcher:
             self.peak_memory = max(self.peak_memory or 0, used)
             phase = self.phase
             self.peaks[phase] = max(self.peaks.get(phase, 0), used)
+            now = time.monotonic() - self.started
             with self._lock:
-                self.series.add(time.monotonic() - self.started, used)
+                self.series.add(now, used)
+            if phase.startswith(COMPILE_STEP):
+                self.units.observe(now, self.identifier, read_processes(where.path), used)
             if self._on_memory is not None:
                 self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))

@@ -13,6 +13,7 @@ from wheelbuild.plan.cgroup import (
     CgroupLimits,
     host_memory_available,
     memory_budget,
+    names_container,
     parse_cpuset,
     read_limits,
     read_oom_kills,
@@ -602,3 +603,28 @@ def test_working_set_v2_and_missing_stat(tmp_path: Path) -> None:
     assert read_working_set(tmp_path, "v2") == 500
     (tmp_path / "memory.current").unlink()
     assert read_working_set(tmp_path, "v2") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Whose cgroup a reading came from (the engine's watcher counts only its container's)
+
+CONTAINER_ID = "4f1c0a5e9b7d" + "0" * 52
+
+
+@pytest.mark.parametrize(
+    ("path", "ours"),
+    [
+        (f"/sys/fs/cgroup/memory/docker/{CONTAINER_ID}", True),  # cgroupfs driver, v1
+        (f"/sys/fs/cgroup/system.slice/docker-{CONTAINER_ID}.scope", True),  # systemd driver, v2
+        ("/sys/fs/cgroup/memory/process_api/dc99b61d678ab802", False),  # a host process's
+        ("/sys/fs/cgroup/system.slice/containerd.service", False),
+        ("/sys/fs/cgroup", False),
+        (f"/sys/fs/cgroup/docker/{'9' * 64}", False),  # another container's
+    ],
+)
+def test_a_cgroup_names_the_container_only_when_it_is_the_containers_own(path: str, ours: bool) -> None:
+    assert names_container(Path(path), CONTAINER_ID) is ours
+
+
+def test_a_short_or_empty_id_names_no_cgroup() -> None:
+    assert not names_container(Path("/sys/fs/cgroup/docker/anything"), "")

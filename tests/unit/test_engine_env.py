@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cibuildwheel.environment import parse_environment
 from wheelbuild.run.attempt import (
+    ATTEMPT_SCRIPTS,
     SITE_PACKAGES_BASEDIRS,
     AttemptConfig,
     cibuildwheel_env,
@@ -20,6 +21,7 @@ from wheelbuild.run.attempt import (
     shared_cache_env,
 )
 from wheelbuild.run.attempt_run import write_secrets
+from wheelbuild.run.image import IMAGES_DIR
 from wheelbuild.run.ownership import owner_token
 from wheelbuild.variants import parse_variant
 
@@ -53,7 +55,9 @@ def test_create_args_are_exactly_limits_labels_and_pip_cache(
         "--label=wheelbuild.attempt=run-1.3",
         f"--label=wheelbuild.owner={owner_token()}",
         "--volume=wheelbuild-pip-cache:/root/.cache/pip",
+        "--volume=wheelbuild-torch-wheels:/root/.cache/wheelbuild-wheels",
         "--volume=wheelbuild-sccache:/root/.cache/sccache",
+        *(f"--volume={(IMAGES_DIR / name).resolve()}:/usr/local/bin/{name}:ro" for name in ATTEMPT_SCRIPTS),
     ]
 
 
@@ -110,8 +114,9 @@ def test_the_torch_index_url_is_in_no_cibuildwheel_setting_only_in_a_mounted_fil
     assert [k for k, v in env.items() if "user:secret" in v or "example.invalid" in v] == []
     assert env["CIBW_ENVIRONMENT_PASS_LINUX"] == ""
     assert f"--volume={tmp_path}:/run/wheelbuild-secrets:ro" in env["CIBW_CONTAINER_ENGINE"]
-    # pip reads the index from the file, into its own environment, by name.
-    assert 'PIP_INDEX_URL="$(cat /run/wheelbuild-secrets/torch-index-url)"' in env["CIBW_BEFORE_BUILD_LINUX"]
+    # pip reads the index from the file, into its own environment, by name: the script does
+    # (test_attempt_scripts runs it); the file is what write_secrets puts in the mounted folder.
+    assert env["CIBW_BEFORE_BUILD_LINUX"].startswith("sh /usr/local/bin/wheelbuild-before-build ")
     write_secrets(config, {}, tmp_path)
     assert (tmp_path / "torch-index-url").read_text() == SECRET_INDEX
     assert (tmp_path / "torch-index-url").stat().st_mode & 0o077 == 0
@@ -120,20 +125,29 @@ def test_the_torch_index_url_is_in_no_cibuildwheel_setting_only_in_a_mounted_fil
 def test_before_build_installs_the_variants_torch_and_checks_it(
     make_config: Callable[..., AttemptConfig],
 ) -> None:
-    before = cibuildwheel_env(make_config(torch=parse_variant("2.11.0+cu130")))["CIBW_BEFORE_BUILD_LINUX"]
-    assert "python -m pip install torch==2.11.0 && " in before
-    assert 'v.startswith("2.11.")' in before
-    assert 'c.split(".")[0] == "13"' in before
-    assert "wheelbuild: torch mismatch:" in before
+    variant = parse_variant("2.11.0+cu130", SECRET_INDEX)
+    before = cibuildwheel_env(make_config(torch=variant))["CIBW_BEFORE_BUILD_LINUX"]
+    # The script installs the requirement (from the machine's wheel cache, under the variant's
+    # key) and checks the minor and CUDA major (test_attempt_scripts).
+    assert before == f"sh /usr/local/bin/wheelbuild-before-build torch==2.11.0 2.11 13 {variant.cache_key}"
+    # The key names the index without its credentials: a rotated token keeps the cache.
+    assert variant.cache_key == parse_variant("2.11.0+cu130", "https://example.invalid/simple").cache_key
+    assert variant.cache_key != parse_variant("2.10.0+cu130", SECRET_INDEX).cache_key
+    assert variant.cache_key != parse_variant("2.11.0+cu130", "https://mirror.invalid/simple").cache_key
 
 
 def test_before_all_checks_the_memory_limit_the_container_got(
     make_config: Callable[..., AttemptConfig],
 ) -> None:
-    before_all = cibuildwheel_env(make_config())["CIBW_BEFORE_ALL_LINUX"]
-    assert "/sys/fs/cgroup/memory.max" in before_all
-    assert '[ "$lim" = "$WHEELBUILD_MEMORY_LIMIT" ]' in before_all
-    assert "exit 86" in before_all
+    # The script compares the cgroup's limit with WHEELBUILD_MEMORY_LIMIT (test_attempt_scripts),
+    # which the container's environment carries.
+    config = make_config(memory=6 * GIB)
+    env = cibuildwheel_env(config)
+    assert env["CIBW_BEFORE_ALL_LINUX"] == "sh /usr/local/bin/wheelbuild-check-memory"
+    raw = env["CIBW_ENVIRONMENT_LINUX"].replace(SITE_PACKAGES_BASEDIRS + " ", "")
+    assert parse_environment(raw).as_dictionary({"PATH": "/usr/bin"})["WHEELBUILD_MEMORY_LIMIT"] == str(
+        6 * GIB
+    )
 
 
 def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..., AttemptConfig]) -> None:
@@ -192,6 +206,8 @@ def test_sccache_basedirs_are_the_build_pythons_site_packages_plain_and_resolved
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(linked_prefix / "bin" / base_python.name)
     raw = cibuildwheel_env(make_config())["CIBW_ENVIRONMENT_LINUX"]
+    # The script runs from where the container mounts it; here, from images/ itself.
+    raw = raw.replace("/usr/local/bin/wheelbuild-site-packages", str(IMAGES_DIR / "wheelbuild-site-packages"))
     evaluated = parse_environment(raw).as_dictionary({"PATH": f"{bin_dir}:/usr/bin"})
     plain, resolved = evaluated["SCCACHE_BASEDIRS"].split(":")
     assert Path(resolved) == Path(expected).resolve()
@@ -221,10 +237,8 @@ def test_admission_routes_compiles_through_the_wrapper_with_budget_and_costs(
     assert evaluated["WHEELBUILD_ADMIT_BUDGET"] == str(2 * GIB)
     assert evaluated["WHEELBUILD_ADMIT_COSTS"] == "/tmp/wheelbuild-admit-costs.json"
     assert evaluated["WHEELBUILD_ADMIT_COSTS_JSON"] == costs
-    # before_build writes the costs file first, from the env (never on the command line).
-    assert env["CIBW_BEFORE_BUILD_LINUX"].startswith(
-        'printf %s "$WHEELBUILD_ADMIT_COSTS_JSON" > /tmp/wheelbuild-admit-costs.json && '
-    )
+    # before_build writes the costs file from the env (never a command line): test_attempt_scripts.
+    assert costs not in env["CIBW_BEFORE_BUILD_LINUX"]
 
 
 def test_without_admission_no_wrapper_env(make_config: Callable[..., AttemptConfig]) -> None:
@@ -251,10 +265,8 @@ def test_a_shared_compiler_cache_reaches_only_the_sccache_server_through_a_file(
     config = make_config(pass_env=names)
     env = cibuildwheel_env(config, tmp_path)
     assert all("s3cret" not in value and "ci-cache" not in value for value in env.values())
-    assert (
-        ". /run/wheelbuild-secrets/sccache.env && exec sccache --start-server"
-        in env["CIBW_BEFORE_BUILD_LINUX"]
-    )
+    # before_build starts the server with the mounted file sourced: test_attempt_scripts.
+    assert f"--volume={tmp_path}:/run/wheelbuild-secrets:ro" in env["CIBW_CONTAINER_ENGINE"]
     write_secrets(config, host, tmp_path)
     sourced = subprocess.run(
         ["sh", "-c", f". {tmp_path}/sccache.env && printf '%s|%s' \"$SCCACHE_BUCKET\" \"$AWS_SECRET_ACCESS_KEY\""],

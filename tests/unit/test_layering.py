@@ -38,6 +38,7 @@ TOP = {
     "pythons": "pipeline",
     "requires_python": "pipeline",
     "report": "pipeline",
+    "report_attempts": "pipeline",
     "report_html": "pipeline",
     "report_chart": "pipeline",
     "check": "pipeline",

@@ -67,6 +67,19 @@ def test_code_digest_follows_wheelbuilds_own_code(tmp_path: Path) -> None:
     assert code_digest(package) != before
 
 
+def test_code_digest_follows_the_scripts_the_build_container_runs(tmp_path: Path) -> None:
+    package = tmp_path / "wheelbuild"
+    package.mkdir()
+    (package / "build.py").write_text("STEP = 1\n")
+    script = tmp_path / "wheelbuild-before-build"
+    script.write_text("pip install torch\n")
+    before = code_digest(package, (script,))
+    assert before != code_digest(package)
+    script.write_text("pip install --no-deps torch\n")
+    code_digest.cache_clear()
+    assert code_digest(package, (script,)) != before
+
+
 def _project(root: Path) -> Path:
     (root / "csrc").mkdir(parents=True)
     (root / "setup.py").write_text("setup()\n")

@@ -1,0 +1,167 @@
+"""Each compile unit's own memory and time, measured in a real build. Pure: process snapshots
+in, per-unit figures out; the engine's watcher takes the snapshots (run/watcher.py).
+
+Once a second the watcher lists the container's processes (pid, parent, resident memory,
+command line). A process belongs to the unit its command line names (unit_of), else to the unit
+of its sccache work folder (sccache splits nvcc into its steps and runs them itself), else to its
+nearest ancestor's (nvcc's own steps run under it). A unit's memory at a moment is the sum over
+its processes.
+
+The container's working set also holds what is no unit's: pip and setup.py, ninja, page
+cache. So the build's overhead is learned where it matters, at the moment the working set
+peaked: the working set then less the units' memory then. The model that learns from a build
+(plan/learned.py) takes each unit's peak and that overhead as its reserve, so that for the
+same MAX_JOBS it predicts that build's peak.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ProcessInfo", "UnitMemory", "UnitTracker", "attribute", "read_processes", "unit_of"]
+
+_SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+# nvcc's intermediates: /tmp/tmpxft_0000abcd_00000000-6_flash_fwd_hdim64_fp16_sm80.cpp1.ii
+_NVCC_TEMP = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_([^./]+)\.")
+# sccache runs nvcc's steps itself, each unit's in a folder of its own: /tmp/sccache_nvccAbC123/x_0.ptx
+_SCCACHE_FOLDER = re.compile(r"/sccache_nvcc[^/\s]+/")
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    ppid: int
+    rss: int  # bytes resident
+    argv: tuple[str, ...]
+
+
+def unit_of(argv: Iterable[str]) -> str | None:
+    """The unit (its source's stem: flash_fwd_hdim64_fp16_sm80) a command line works on: a
+    compiler's `-c` source; nvcc's steps name it too (cicc and cudafe++ by --orig_src_path_name,
+    the preprocessor by the .cu it reads, cc1plus by -dumpbase, the host compile by its -o .o
+    output, the rest by their tmpxft_..._<unit>.* intermediates)."""
+    words = list(argv)
+    for flag, value in itertools.pairwise(words):
+        if flag == "-c" and value.endswith(_SOURCES):
+            return _stem(value)
+        if flag in ("--orig_src_path_name", "--orig_src_file_name", "-dumpbase") or (
+            flag == "-o" and value.endswith(".o")
+        ):
+            return _stem(value)
+    for word in words:
+        if word.endswith(".cu"):
+            return _stem(word)
+        if found := _NVCC_TEMP.search(word):
+            return found[1]
+    return None
+
+
+def _stem(path: str) -> str:
+    if found := _NVCC_TEMP.search(path):
+        return found[1]
+    return path.rsplit("/", 1)[-1].split(".")[0]
+
+
+def attribute(processes: Iterable[ProcessInfo]) -> dict[str, int]:
+    """Resident bytes per unit. A process counts for the unit its command line names; else for
+    its sccache work folder's (sccache runs nvcc's steps itself, in one /tmp/sccache_nvcc*
+    folder per unit, and ptxas names only files there); else for its nearest ancestor's."""
+    by_pid = {p.pid: p for p in processes}
+    own = {p.pid: unit_of(p.argv) for p in by_pid.values()}
+    folders = {p.pid: _sccache_folder(p.argv) for p in by_pid.values()}
+    folder_unit = {folders[pid]: unit for pid, unit in own.items() if unit and folders[pid]}
+    for pid, unit in own.items():
+        if unit is None and folders[pid]:
+            own[pid] = folder_unit.get(folders[pid])
+    totals: dict[str, int] = {}
+    for process in by_pid.values():
+        unit, seen, current = own[process.pid], {process.pid}, process
+        while unit is None and current.ppid in by_pid and current.ppid not in seen:
+            current = by_pid[current.ppid]
+            seen.add(current.pid)
+            unit = own[current.pid]
+        if unit is not None:
+            totals[unit] = totals.get(unit, 0) + process.rss
+    return totals
+
+
+def _sccache_folder(argv: Iterable[str]) -> str | None:
+    for word in argv:
+        if found := _SCCACHE_FOLDER.search(word):
+            return found[0]
+    return None
+
+
+@dataclass(frozen=True)
+class UnitMemory:
+    unit: str  # "identifier:stem": cp311-manylinux_x86_64:flash_fwd_hdim64_fp16_sm80
+    peak: int  # the most its processes held together at one sample
+    first_s: float  # first and last sample it was seen at, in the watch's seconds
+    last_s: float
+
+    @property
+    def seen_s(self) -> float:
+        """How long it was seen compiling: one sample period short of its wall time at most."""
+        return self.last_s - self.first_s
+
+
+@dataclass
+class UnitTracker:
+    """Per-unit peaks and times over a build's samples, and the overhead at the working set's peak."""
+
+    units: dict[str, UnitMemory] = field(default_factory=dict)
+    peak_working_set: int = 0
+    overhead_at_peak: int | None = None  # the working set at its peak less the units' memory then
+
+    def observe(
+        self, at_s: float, identifier: str | None, processes: Iterable[ProcessInfo], working_set: int | None
+    ) -> None:
+        """One sample: the container's processes while `identifier` (a Python's build) runs."""
+        per_unit = attribute(processes)
+        for stem, rss in per_unit.items():
+            unit = f"{identifier or '?'}:{stem}"
+            old = self.units.get(unit)
+            self.units[unit] = (
+                UnitMemory(unit, rss, at_s, at_s)
+                if old is None
+                else UnitMemory(unit, max(old.peak, rss), old.first_s, at_s)
+            )
+        if working_set is not None and working_set > self.peak_working_set:
+            self.peak_working_set = working_set
+            self.overhead_at_peak = max(0, working_set - sum(per_unit.values()))
+
+    def snapshot(self) -> tuple[tuple[UnitMemory, ...], int | None]:
+        return tuple(sorted(self.units.values(), key=lambda u: u.first_s)), self.overhead_at_peak
+
+
+MAX_CMDLINE = 256 * 1024  # nvcc's command lines run to a few KiB; a bigger one is cut, not read whole
+
+
+def read_processes(cgroup_dir: Path, root: Path = Path("/")) -> list[ProcessInfo]:
+    """The processes of a cgroup (its cgroup.procs), each with its parent, resident memory and
+    command line from `root`/proc. A process that exits while being read is left out."""
+    found = []
+    try:
+        pids = (cgroup_dir / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid in pids:
+        proc = root / "proc" / pid
+        try:
+            stat = (proc / "stat").read_text()
+            resident = int((proc / "statm").read_text().split()[1]) * page
+            with (proc / "cmdline").open("rb") as file:
+                argv = file.read(MAX_CMDLINE).split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        # stat: "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        words = tuple(word.decode(errors="replace") for word in argv if word)
+        found.append(ProcessInfo(int(pid), ppid, resident, words))
+    return found

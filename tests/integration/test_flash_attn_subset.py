@@ -1,0 +1,165 @@
+"""Admission against the static plan on a real ninja build of real flash-attn units (issue 14,
+part 1): the pinned 2.8.3 sdist with its source list trimmed to 4 fwd and 2 bwd kernels plus the
+binding, built for sm_120 under a memory limit where the static plan must serialize (two bwd
+units do not fit together) but two fwd units fit. Both builds run in one test, one after the
+other, each on sources salted apart so neither finds the other's units in the compiler cache.
+
+The wheel would not import (flash_api.cpp calls kernels that were cut), so the gate is off: this
+measures the build. Twenty-odd minutes on 2 cores, so it runs only with `pytest -m hours`. It
+writes its figures to $WHEELBUILD_SUBSET_FIGURES (or the test's folder) and prints them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from wheelbuild import build as build_pipeline
+from wheelbuild.plan.memory_model import MemoryModel, flash_attn_model
+from wheelbuild.preflight import ImageOptions
+from wheelbuild.recipes.base import LocalSdist
+from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
+from wheelbuild.run.engine import DockerEngine
+from wheelbuild.run.reporter import Reporter
+from wheelbuild.sources import prepare_source
+from wheelbuild.spec import BuildSpec, Resources
+from wheelbuild.units import parse_memory
+from wheelbuild.variants import parse_variant
+
+from .conftest import TORCH_INDEX
+
+KEPT = (
+    "flash_fwd_hdim64_fp16_sm80.cu",
+    "flash_fwd_hdim128_fp16_sm80.cu",
+    "flash_fwd_hdim64_bf16_sm80.cu",
+    "flash_fwd_hdim128_bf16_sm80.cu",
+    "flash_bwd_hdim64_fp16_sm80.cu",
+    "flash_bwd_hdim128_fp16_sm80.cu",
+)
+MEMORY = os.environ.get("WHEELBUILD_SUBSET_MEMORY", "11.5g")
+MAX_MEMBER = 64 * 1024**2  # the sdist is the pinned one; its files are small
+
+
+def trimmed_sdist(original: Path, dest: Path, salt: str) -> Path:
+    """The sdist with setup.py's kernel list cut to KEPT, and each kept kernel salted (a comment
+    the preprocessor keeps out, but sccache hashes the source text it reads first: a `#line`
+    would do the same) so the compiler cache has never seen it."""
+    out = dest / original.name
+    with tarfile.open(original) as source, tarfile.open(out, "w:gz") as target:
+        for member in source.getmembers():
+            if not member.isfile():
+                target.addfile(member)
+                continue
+            assert member.size < MAX_MEMBER, member.name
+            data = source.extractfile(member).read()  # type: ignore[union-attr]
+            name = member.name.rsplit("/", 1)[-1]
+            if member.name.endswith("/setup.py") and member.name.count("/") == 1:
+                data = _trim_setup(data.decode()).encode()
+            elif name in KEPT:
+                data = f'static const char wheelbuild_subset_salt[] = "{salt}";\n'.encode() + data
+            target.addfile(replace_size(member, len(data)), io.BytesIO(data))
+    return out
+
+
+def replace_size(member: tarfile.TarInfo, size: int) -> tarfile.TarInfo:
+    member.size = size
+    return member
+
+
+def _trim_setup(text: str) -> str:
+    """Every `"csrc/flash_attn/src/<kernel>.cu",` line of setup.py but the kept ones."""
+    kept = re.sub(
+        r'^\s*"csrc/flash_attn/src/(flash_[a-z0-9_]+\.cu)",\n',
+        lambda m: m[0] if m[1] in KEPT else "",
+        text,
+        flags=re.MULTILINE,
+    )
+    listed = re.findall(r'^\s*"csrc/flash_attn/src/(flash_[a-z0-9_]+\.cu)",$', kept, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(KEPT), f"setup.py changed shape: {listed}"
+    return kept
+
+
+def subset_model() -> MemoryModel:
+    """flash-attn's profile cut to the same units, in the same order."""
+    model = flash_attn_model()
+    units = tuple(u for u in model.units if u.name.rsplit("/", 1)[-1] in (*KEPT, "flash_api.cpp"))
+    assert len(units) == len(KEPT) + 1
+    return replace(model, units=units, name="flash-attn-subset")
+
+
+def _build(sdist: Path, out: Path, admission: bool) -> dict[str, object]:
+    recipe = replace(
+        flash_attn_recipe("2.8.3"),
+        source=LocalSdist(sdist, None),
+        memory_model=subset_model(),
+    )
+    spec = BuildSpec(
+        recipe=recipe,
+        variant=parse_variant("cu130", TORCH_INDEX),
+        archs=(120,),
+        pythons=("cp311",),
+        resources=Resources(memory=parse_memory(MEMORY), cpus=2.0),
+        output_dir=out,
+        rebuild=True,
+        admission=admission,
+        gate=False,
+    )
+    options = ImageOptions(base_image=os.environ.get("WHEELBUILD_BASE_IMAGE"), ca_bundle=None)
+    started = time.monotonic()
+    with DockerEngine(sweep=False) as engine:
+        result = build_pipeline.run_build(spec, options, Reporter(quiet=True), engine)
+    wall = time.monotonic() - started
+    report = json.loads(result.report.read_text())
+    attempts = report["attempts"]
+    return {
+        "admission": admission,
+        "wall_s": round(wall),
+        "compile_s": sum(a["build_s"] or 0 for a in attempts),
+        "attempts": len(attempts),
+        "max_jobs": report["plan"]["max_jobs"],
+        "nvcc_threads": report["plan"]["nvcc_threads"],
+        "admission_budget": report["plan"]["admission_budget"],
+        "predicted_peak": report["plan"]["predicted_peak"],
+        "peak_compile": max(a["peak_memory_compile"] or 0 for a in attempts),
+        "oom_kills": sum(bool(a["oom_evidence"]) for a in attempts),
+        "units": {
+            u["unit"]: (u.get("predicted_peak"), u.get("measured_peak")) for u in attempts[-1]["units"]
+        },
+    }
+
+
+@pytest.mark.hours
+def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
+    cuda_image: str, tmp_path: Path
+) -> None:
+    original = prepare_source(SDISTS["2.8.3"], print)
+    pinned = original.project_dir / original.package
+    figures = []
+    for admission in (False, True):
+        work = tmp_path / ("admission" if admission else "static")
+        work.mkdir()
+        sdist = trimmed_sdist(pinned, work, uuid.uuid4().hex)
+        figures.append(_build(sdist, work / "out", admission))
+    static, admitted = figures
+    summary = {
+        "memory": MEMORY,
+        "static": static,
+        "admission": admitted,
+        "compile_ratio": round(admitted["compile_s"] / static["compile_s"], 3),  # type: ignore[operator]
+        "wall_ratio": round(admitted["wall_s"] / static["wall_s"], 3),  # type: ignore[operator]
+    }
+    path = Path(os.environ.get("WHEELBUILD_SUBSET_FIGURES", tmp_path / "subset.json"))
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    assert static["max_jobs"] == 1, "the limit must make the static plan serialize"
+    assert admitted["admission_budget"] is not None and admitted["max_jobs"] == 2
+    assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0, summary
+    assert admitted["compile_s"] < static["compile_s"], summary  # type: ignore[operator]

@@ -1,0 +1,201 @@
+"""The scripts one attempt's container runs (images/wheelbuild-check-memory, -before-build,
+-check-torch, -site-packages), each run alone on this host with a stub environment: a cgroup
+fixture tree, a stub pip and sccache that record what they were given, a stand-in torch
+module. The marks they print are the ones the engine reads back (run.buildlog)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig, cibuildwheel_env
+from wheelbuild.run.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from wheelbuild.run.image import IMAGES_DIR
+
+SECRET_INDEX = "https://user:secret@example.invalid/simple"
+
+
+def _run(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _script(name: str) -> str:
+    return str(IMAGES_DIR / name)
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild-check-memory (before_all)
+
+
+@pytest.mark.parametrize("layout", ["v2", "v1"])
+def test_check_memory_passes_and_prints_the_limit_the_cgroup_enforces(tmp_path: Path, layout: str) -> None:
+    limit_file = tmp_path / ("memory.max" if layout == "v2" else "memory/memory.limit_in_bytes")
+    limit_file.parent.mkdir(parents=True, exist_ok=True)
+    limit_file.write_text("6442450944\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "WHEELBUILD_CGROUP_ROOT": str(tmp_path),
+        "WHEELBUILD_MEMORY_LIMIT": "6442450944",
+    }
+    done = _run("sh", _script("wheelbuild-check-memory"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{MEMORY_MARK} 6442450944 (asked 6442450944)\n"
+
+
+@pytest.mark.parametrize("enforced", ["max", None], ids=["unlimited", "no-memory-cgroup"])
+def test_check_memory_exits_86_with_the_mark_when_the_limit_is_not_applied(
+    tmp_path: Path, enforced: str | None
+) -> None:
+    if enforced is not None:
+        (tmp_path / "memory.max").write_text(enforced + "\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "WHEELBUILD_CGROUP_ROOT": str(tmp_path),
+        "WHEELBUILD_MEMORY_LIMIT": "6442450944",
+    }
+    done = _run("sh", _script("wheelbuild-check-memory"), env=env)
+    assert done.returncode == 86
+    assert done.stdout.startswith(f"{MEMORY_MARK} {enforced or 'none'} (asked 6442450944)")
+    assert done.stderr.startswith(MEMORY_MISSING_MARK)
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild-check-torch
+
+
+def _fake_torch(root: Path, version: str, cuda: str | None) -> Path:
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text(
+        f"import types\n__version__ = {version!r}\nversion = types.SimpleNamespace(cuda={cuda!r})\n"
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "ok"),
+    [
+        ("2.11.0+cu130", "13.0", True),
+        ("2.11.1", "13.1", True),
+        ("2.10.0+cu130", "13.0", False),  # wrong minor
+        ("2.110.0", "13.0", False),  # 2.11 is not a prefix of 2.110
+        ("2.11.0+cu128", "12.8", False),  # wrong CUDA
+        ("2.11.0+cpu", None, False),  # a CPU torch
+    ],
+)
+def test_check_torch_accepts_only_the_variants_minor_and_cuda_major(
+    tmp_path: Path, version: str, cuda: str | None, ok: bool
+) -> None:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(_fake_torch(tmp_path, version, cuda))}
+    done = _run(sys.executable, _script("wheelbuild-check-torch"), "2.11", "13", env=env)
+    if ok:
+        assert (done.returncode, done.stdout) == (0, f"wheelbuild: torch {version} CUDA {cuda}\n")
+    else:
+        assert done.returncode == 87
+        assert done.stdout.startswith(
+            f"{TORCH_MISMATCH_MARK}: {version} with CUDA {cuda or 'none'} was installed"
+        )
+        assert "the variant needs torch 2.11.* with CUDA 13.x" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild-before-build
+
+
+def _before_build_env(
+    tmp_path: Path, torch_version: str = "2.11.0+cu130"
+) -> tuple[dict[str, str], Path, str]:
+    """before-build beside the real check-torch and a stand-in wheelbuild-wheel-cache (tested
+    on its own against a real index below) that records its argv and whether an index URL was
+    in its env; an `sccache` on PATH that records the same; a stand-in torch; a secrets folder."""
+    record = tmp_path / "record"
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("wheelbuild-before-build", "wheelbuild-check-torch"):
+        shutil.copy(IMAGES_DIR / name, scripts / name)
+    (scripts / "wheelbuild-wheel-cache").write_text(
+        "import os, sys\n"
+        f"with open({str(record)!r}, 'a') as out:\n"
+        "    print('cache', os.environ.get('PIP_INDEX_URL', ''), *sys.argv[1:], sep='|', file=out)\n"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    sccache = bin_dir / "sccache"
+    sccache.write_text(f'#!/bin/sh\necho "sccache|${{SCCACHE_BUCKET:-}}|$*" >> {record}\n')
+    sccache.chmod(0o755)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "torch-index-url").write_text(SECRET_INDEX)
+    (secrets / "sccache.env").write_text("SCCACHE_BUCKET='ci-cache'\n")
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(_fake_torch(tmp_path / "site", torch_version, "13.0")),
+        "WHEELBUILD_SECRETS": str(secrets),
+        "WHEELBUILD_WHEEL_CACHE": str(tmp_path / "wheels"),
+    }
+    return env, record, str(scripts / "wheelbuild-before-build")
+
+
+def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_path: Path) -> None:
+    env, record, script = _before_build_env(tmp_path)
+    done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
+    assert done.returncode == 0, done.stderr
+    wheels, secrets = tmp_path / "wheels", tmp_path / "secrets"
+    assert record.read_text().splitlines() == [
+        f"cache||{wheels}|build-tools|setuptools>=70|wheel",
+        # The index travels as the secret file's path; the cache reads it into pip's env.
+        f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|torch==2.11.0",
+    ]
+    assert SECRET_INDEX not in record.read_text()
+    assert done.stdout.endswith("wheelbuild: torch 2.11.0+cu130 CUDA 13.0\n")
+
+
+def test_before_build_stops_at_a_torch_mismatch_with_the_checks_exit(tmp_path: Path) -> None:
+    env, record, script = _before_build_env(tmp_path, torch_version="2.10.0+cu130")
+    env["SCCACHE_DIR"] = str(tmp_path / "cache")
+    done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
+    assert done.returncode == 87
+    assert TORCH_MISMATCH_MARK in done.stdout
+    assert "sccache" not in record.read_text()  # nothing after the failed check ran
+
+
+def test_before_build_writes_admission_costs_and_starts_a_fresh_sccache_with_the_shared_env(
+    tmp_path: Path,
+) -> None:
+    env, record, script = _before_build_env(tmp_path)
+    costs = tmp_path / "costs.json"
+    env |= {
+        "WHEELBUILD_ADMIT_COSTS_JSON": '{"default":100}',
+        "WHEELBUILD_ADMIT_COSTS": str(costs),
+        "SCCACHE_DIR": str(tmp_path / "cache"),
+    }
+    done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
+    assert done.returncode == 0, done.stderr
+    assert costs.read_text() == '{"default":100}'
+    sccache = [line for line in record.read_text().splitlines() if line.startswith("sccache|")]
+    # Only the server's start sees the shared storage's settings.
+    assert sccache == ["sccache||--stop-server", "sccache|ci-cache|--start-server", "sccache||--zero-stats"]
+
+
+# wheelbuild-site-packages is evaluated by cibuildwheel's own parser in test_engine_env.
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the attempt's container gets them
+
+
+def test_every_attempt_script_is_bind_mounted_read_only_by_cibuildwheels_create_args(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    env = cibuildwheel_env(make_config())
+    for name in ATTEMPT_SCRIPTS:
+        assert (
+            f"--volume={(IMAGES_DIR / name).resolve()}:/usr/local/bin/{name}:ro"
+            in env["CIBW_CONTAINER_ENGINE"]
+        )
+    assert env["CIBW_BEFORE_ALL_LINUX"] == "sh /usr/local/bin/wheelbuild-check-memory"
