@@ -259,9 +259,11 @@ _build_flags = (
     ),
     _build_option(
         "admission",
-        "--admission",
-        is_flag=True,
-        help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted peak fits.",
+        "--admission/--no-admission",
+        default=True,
+        show_default=True,
+        help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted "
+        "peak fits. --no-admission: the static plan alone.",
     ),
     _build_option(
         "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."

@@ -141,7 +141,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("gpus", "gpus", Kind.TEXT, '"auto"', choices=("auto", "all", "none")),
     Option("output-dir", "output_dir", Kind.PATH, '"wheelhouse"'),
-    Option("admission", "admission", Kind.BOOL, "true"),
+    Option("admission", "admission", Kind.BOOL, "false"),
     Option("rebuild", "rebuild", Kind.BOOL, "true"),
     Option("gate", "gate", Kind.BOOL, "false"),
     Option("quiet", "quiet", Kind.BOOL, "true"),

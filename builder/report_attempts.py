@@ -73,6 +73,7 @@ def _unit_records(plan: Plan, result: AttemptResult) -> tuple[UnitRecord, ...]:
         stem = output.split(".")[0]
         cost = known.get(stem)
         seen = measured.get(f"{identifier}:{stem}")
+        seen = seen if seen is not None and seen.compiled else None  # a cache hit compiled nothing
         records.append(
             UnitRecord(
                 unit=unit,

@@ -96,5 +96,7 @@ class BuildSpec:
     resources: Resources = Resources()  # what is not given, the planner derives from the host
     output_dir: Path = DEFAULT_OUTPUT_DIR
     rebuild: bool = False  # build even when a finished build has the same inputs
-    admission: bool = False  # admit compiles by memory (images/wheelbuild-admit)
+    # Admit compiles by memory (images/wheelbuild-admit): on by default since it cut a real
+    # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
+    admission: bool = True
     gate: bool = True  # install and import each wheel in a fresh base container before it is done

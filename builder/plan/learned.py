@@ -148,7 +148,7 @@ def _measurements(
     worst: dict[str, tuple[int, float]] = {}
     for seen in units:
         name = by_stem.get(seen.unit.rsplit(":", 1)[-1])
-        if name is None or seen.seen_s < (MIN_SAMPLES - 1) * SAMPLE_S:
+        if name is None or not seen.compiled or seen.seen_s < (MIN_SAMPLES - 1) * SAMPLE_S:
             continue
         peak, wall = worst.get(name, (0, 0.0))
         worst[name] = (max(peak, seen.peak), max(wall, seen.seen_s + SAMPLE_S))

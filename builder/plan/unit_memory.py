@@ -19,16 +19,26 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ProcessInfo", "UnitMemory", "UnitTracker", "attribute", "read_processes", "unit_of"]
+__all__ = [
+    "ProcessInfo",
+    "UnitMemory",
+    "UnitTracker",
+    "attribute",
+    "charged",
+    "generates_code",
+    "read_processes",
+    "unit_of",
+]
 
 _SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 # nvcc's intermediates: /tmp/tmpxft_0000abcd_00000000-6_flash_fwd_hdim64_fp16_sm80.cpp1.ii
 _NVCC_TEMP = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_([^./]+)\.")
 # sccache runs nvcc's steps itself, each unit's in a folder of its own: /tmp/sccache_nvccAbC123/x_0.ptx
+_GENERATORS = {"cicc", "ptxas", "nvlink", "fatbinary"}
 _SCCACHE_FOLDER = re.compile(r"/sccache_nvcc[^/\s]+/")
 
 
@@ -68,9 +78,18 @@ def _stem(path: str) -> str:
 
 
 def attribute(processes: Iterable[ProcessInfo]) -> dict[str, int]:
-    """Resident bytes per unit. A process counts for the unit its command line names; else for
-    its sccache work folder's (sccache runs nvcc's steps itself, in one /tmp/sccache_nvcc*
-    folder per unit, and ptxas names only files there); else for its nearest ancestor's."""
+    """Resident bytes per unit (see charged)."""
+    totals: dict[str, int] = {}
+    for unit, process in charged(processes):
+        totals[unit] = totals.get(unit, 0) + process.rss
+    return totals
+
+
+def charged(processes: Iterable[ProcessInfo]) -> list[tuple[str, ProcessInfo]]:
+    """Each process that works for a unit, with that unit. A process counts for the unit its
+    command line names; else for its sccache work folder's (sccache runs nvcc's steps itself, in
+    one /tmp/sccache_nvcc* folder per unit, and ptxas names only files there); else for its
+    nearest ancestor's."""
     by_pid = {p.pid: p for p in processes}
     own = {p.pid: unit_of(p.argv) for p in by_pid.values()}
     folders = {p.pid: _sccache_folder(p.argv) for p in by_pid.values()}
@@ -78,7 +97,7 @@ def attribute(processes: Iterable[ProcessInfo]) -> dict[str, int]:
     for pid, unit in own.items():
         if unit is None and folders[pid]:
             own[pid] = folder_unit.get(folders[pid])
-    totals: dict[str, int] = {}
+    found = []
     for process in by_pid.values():
         unit, seen, current = own[process.pid], {process.pid}, process
         while unit is None and current.ppid in by_pid and current.ppid not in seen:
@@ -86,8 +105,18 @@ def attribute(processes: Iterable[ProcessInfo]) -> dict[str, int]:
             seen.add(current.pid)
             unit = own[current.pid]
         if unit is not None:
-            totals[unit] = totals.get(unit, 0) + process.rss
-    return totals
+            found.append((unit, process))
+    return found
+
+
+def generates_code(argv: Sequence[str]) -> bool:
+    """Whether a process compiles (cicc, ptxas, nvlink, fatbinary; cc1plus other than the
+    preprocessor). On a cache hit sccache still preprocesses, to hash, but none of these run:
+    only a unit that was really compiled has its cost measured."""
+    if not argv:
+        return False
+    program = argv[0].rsplit("/", 1)[-1]
+    return program in _GENERATORS or (program in ("cc1plus", "cc1") and "-E" not in argv)
 
 
 def _sccache_folder(argv: Iterable[str]) -> str | None:
@@ -103,6 +132,9 @@ class UnitMemory:
     peak: int  # the most its processes held together at one sample
     first_s: float  # first and last sample it was seen at, in the watch's seconds
     last_s: float
+    # A code generator (cicc, ptxas, cc1plus compiling) was seen working for it. False: only
+    # sccache and the preprocessor were, a cache hit whose memory says nothing of the compile.
+    compiled: bool = False
 
     @property
     def seen_s(self) -> float:
@@ -122,14 +154,22 @@ class UnitTracker:
         self, at_s: float, identifier: str | None, processes: Iterable[ProcessInfo], working_set: int | None
     ) -> None:
         """One sample: the container's processes while `identifier` (a Python's build) runs."""
-        per_unit = attribute(processes)
+        found = charged(processes)
+        per_unit: dict[str, int] = {}
+        compiling: set[str] = set()
+        for stem, process in found:
+            per_unit[stem] = per_unit.get(stem, 0) + process.rss
+            if generates_code(process.argv):
+                compiling.add(stem)
         for stem, rss in per_unit.items():
             unit = f"{identifier or '?'}:{stem}"
             old = self.units.get(unit)
             self.units[unit] = (
-                UnitMemory(unit, rss, at_s, at_s)
+                UnitMemory(unit, rss, at_s, at_s, stem in compiling)
                 if old is None
-                else UnitMemory(unit, max(old.peak, rss), old.first_s, at_s)
+                else UnitMemory(
+                    unit, max(old.peak, rss), old.first_s, at_s, old.compiled or stem in compiling
+                )
             )
         if working_set is not None and working_set > self.peak_working_set:
             self.peak_working_set = working_set

@@ -30,7 +30,7 @@ from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.sources import prepare_source
-from wheelbuild.spec import BuildSpec, Resources
+from wheelbuild.spec import BuildSpec, Resources, resolve_ca_bundle
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
 
@@ -112,7 +112,10 @@ def _build(sdist: Path, out: Path, admission: bool) -> dict[str, object]:
         admission=admission,
         gate=False,
     )
-    options = ImageOptions(base_image=os.environ.get("WHEELBUILD_BASE_IMAGE"), ca_bundle=None)
+    # As the CLI makes them: the host's CA bundle goes into the image (this network's TLS proxy).
+    options = ImageOptions(
+        base_image=os.environ.get("WHEELBUILD_BASE_IMAGE"), ca_bundle=resolve_ca_bundle(None)
+    )
     started = time.monotonic()
     with DockerEngine(sweep=False) as engine:
         result = build_pipeline.run_build(spec, options, Reporter(quiet=True), engine)

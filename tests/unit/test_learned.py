@@ -28,6 +28,7 @@ from wheelbuild.plan.unit_memory import (
     UnitMemory,
     UnitTracker,
     attribute,
+    generates_code,
     read_processes,
     unit_of,
 )
@@ -109,17 +110,34 @@ def test_sccaches_steps_of_one_unit_share_its_work_folder() -> None:
     assert attribute(processes) == {"scale": 900 * MIB}
 
 
+@pytest.mark.parametrize(
+    ("argv", "generates"),
+    [
+        (("/usr/local/cuda/nvvm/bin/cicc", "--orig_src_path_name", "x.cu"), True),
+        (("ptxas", "-arch=sm_100", "x.ptx"), True),
+        (("/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "-quiet", "x.cudafe1.cpp", "-o", "x.s"), True),
+        (("/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "-E", "-quiet", "x.cu"), False),  # sccache hashing
+        (("sccache", "nvcc", "-c", "x.cu"), False),
+        (("gcc", "-E", "x.cu"), False),
+        ((), False),
+    ],
+)
+def test_only_code_generators_mark_a_unit_compiled(argv: tuple[str, ...], generates: bool) -> None:
+    assert generates_code(argv) is generates
+
+
 def test_tracker_keeps_each_units_peak_per_python_and_the_overhead_at_the_peak() -> None:
     tracker = UnitTracker()
-    saxpy = [ProcessInfo(10, 1, 300 * MIB, NVCC)]
+    saxpy = [ProcessInfo(10, 1, 300 * MIB, NVCC)]  # nvcc alone: sccache may yet answer it
     tracker.observe(1.0, "cp311", saxpy, working_set=1000 * MIB)
+    tracker.observe(1.5, "cp311", [*saxpy, ProcessInfo(11, 10, 0, ("/nvvm/bin/cicc", "-arch"))], None)
     tracker.observe(2.0, "cp311", [ProcessInfo(10, 1, 500 * MIB, NVCC)], working_set=1400 * MIB)
     tracker.observe(3.0, "cp311", [ProcessInfo(10, 1, 200 * MIB, NVCC)], working_set=1100 * MIB)
     tracker.observe(9.0, "cp313", saxpy, working_set=900 * MIB)
     units, overhead = tracker.snapshot()
     assert units == (
-        UnitMemory("cp311:saxpy", 500 * MIB, 1.0, 3.0),
-        UnitMemory("cp313:saxpy", 300 * MIB, 9.0, 9.0),
+        UnitMemory("cp311:saxpy", 500 * MIB, 1.0, 3.0, compiled=True),  # cicc worked for it once
+        UnitMemory("cp313:saxpy", 300 * MIB, 9.0, 9.0, compiled=False),
     )
     assert overhead == 900 * MIB  # 1400 MiB at the peak, 500 of them saxpy's
 
@@ -138,7 +156,7 @@ def test_read_processes_sees_a_real_compile_like_process_with_its_parent_and_mem
             time.sleep(0.1)
         assert set(found) == {os.getpid(), child.pid}
         assert found[child.pid].ppid == os.getpid()
-        assert found[child.pid].rss > MIB
+        assert found[child.pid].rss > 0
         assert attribute(found.values()) == {"kernel": found[child.pid].rss}
     finally:
         child.kill()
@@ -155,9 +173,11 @@ def _build(**changes: object) -> BuildMeasurement:
         # saxpy measured at 6x the built-in estimate (the fixture's heavy blob), seen 9 s;
         # relu only once: too short to trust.
         "units": (
-            UnitMemory("cp311-manylinux_x86_64:saxpy", 1800 * MIB, 10.0, 19.0),
-            UnitMemory("cp313-manylinux_x86_64:saxpy", 1500 * MIB, 40.0, 48.0),
-            UnitMemory("cp311-manylinux_x86_64:relu", 100 * MIB, 30.0, 30.0),
+            UnitMemory("cp311-manylinux_x86_64:saxpy", 1800 * MIB, 10.0, 19.0, compiled=True),
+            UnitMemory("cp313-manylinux_x86_64:saxpy", 1500 * MIB, 40.0, 48.0, compiled=True),
+            UnitMemory("cp311-manylinux_x86_64:relu", 100 * MIB, 30.0, 30.0, compiled=True),
+            # scale: a cache hit, seen for 20 s but never compiled: its 20 MiB say nothing.
+            UnitMemory("cp311-manylinux_x86_64:scale", 20 * MIB, 50.0, 70.0, compiled=False),
         ),
         "overhead": 700 * MIB,
         "measured_peak": 4200 * MIB,
@@ -193,7 +213,7 @@ def test_measured_units_take_their_cost_the_others_scale_never_below_their_old_c
 
 
 def test_nothing_is_learned_without_a_measured_unit_or_a_unit_list() -> None:
-    short = _build(units=(UnitMemory("cp311:saxpy", 900 * MIB, 3.0, 3.5),))
+    short = _build(units=(UnitMemory("cp311:saxpy", 900 * MIB, 3.0, 3.5, compiled=True),))
     assert learn(wbdemo_model(), short, None, "13.1") is None
     assert learn(default_model(), _build(), None, "13.1") is None
 
@@ -254,14 +274,17 @@ def test_the_report_puts_each_units_measurement_beside_its_prediction(tmp_path: 
         attempt=1, returncode=0, duration_s=60.0, wheels=(), memory_limit_seen=6 * GIB,
         log_path=tmp_path / "build.log", peak_memory=1500 * MIB, peak_memory_compile=1200 * MIB,
         unit_finished_s=((f"{ident}:saxpy.o", 20.0), (f"{ident}:relu.o", 30.0)),
-        unit_memory=(UnitMemory(f"{ident}:saxpy", 300 * MIB, 10.0, 19.0),),
+        unit_memory=(
+            UnitMemory(f"{ident}:saxpy", 300 * MIB, 10.0, 19.0, compiled=True),
+            UnitMemory(f"{ident}:relu", 20 * MIB, 25.0, 29.0, compiled=False),  # a cache hit
+        ),
         overhead_at_peak=800 * MIB,
     )  # fmt: skip
     record = attempt_record(plan, result, [])
     saxpy, relu = record.units
     predicted = plan.model.unit_peak(next(u for u in plan.model.units if "saxpy" in u.name), 1, 2)
     assert (saxpy.predicted_peak, saxpy.measured_peak, saxpy.measured_s) == (predicted, 300 * MIB, 10.0)
-    assert (relu.measured_peak, relu.measured_s) == (None, None)  # no sample caught it
+    assert (relu.measured_peak, relu.measured_s) == (None, None)  # a cache hit compiles nothing
     assert record.unit_error == round(abs(predicted / (300 * MIB) - 1), 3)
     assert record.peak_error == round(plan.predicted_peak / (1200 * MIB) - 1, 3)
     assert record.overhead_at_peak == 800 * MIB
