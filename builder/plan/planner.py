@@ -120,8 +120,9 @@ class Plan:
 
 
 # Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
-# up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner:
-# true peaks 10% over the profile gave first-attempt OOMs on 6 of 9 machines without it).
+# up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner,
+# against the measured rows: with every true peak 10% over, 0 of 180 first attempts OOM-killed
+# with it, 129 of 180 without; it costs about 9% of median build time).
 ADMIT_MARGIN = 0.10
 
 
