@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -119,6 +120,13 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def containers_of_run(client: docker.DockerClient, run_id: str) -> list[str]:
     return [c.name for c in client.containers.list(all=True, filters={"label": f"wheelbuild.run={run_id}"})]
+
+
+def default_sigint() -> None:
+    """preexec_fn for a build a test will stop with SIGINT, as a user's Ctrl-C: a shell without
+    job control starts background commands with SIGINT ignored, and a CI runner may start the
+    suite so; the child must get the signal whatever this process inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def compiler_processes() -> list[str]:

@@ -24,6 +24,7 @@ from tests.integration.conftest import (
     FixtureBuild,
     compiler_processes,
     containers_of_run,
+    default_sigint,
     wheelbuild,
 )
 
@@ -148,6 +149,7 @@ def _build_until_a_compiler_runs(tmp_path: Path) -> subprocess.Popen[str]:
          "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path), "--no-gate",
          "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=default_sigint,  # its Ctrl-C must arrive however this suite was started
     )  # fmt: skip
     deadline = time.monotonic() + 900
     seen: list[str] = []

@@ -187,7 +187,7 @@ def test_default_pythons_leave_out_what_torch_lacks_and_say_why(cuda_image: str,
     import signal
     import subprocess
 
-    from tests.integration.conftest import REPO, WHEELBUILD, containers_of_run
+    from tests.integration.conftest import REPO, WHEELBUILD, containers_of_run, default_sigint
 
     with running_server(_cp311_only_torch(tmp_path)) as url:
         proc = subprocess.Popen(
@@ -195,6 +195,7 @@ def test_default_pythons_leave_out_what_torch_lacks_and_say_why(cuda_image: str,
              "--output-dir", str(tmp_path / "out")],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**__import__("os").environ, "WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},
+            preexec_fn=default_sigint,
         )  # fmt: skip
         assert proc.stdout is not None
         seen: list[str] = []

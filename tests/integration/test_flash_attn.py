@@ -19,7 +19,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes, containers_of_run
+from tests.integration.conftest import (
+    REPO,
+    TORCH_INDEX,
+    WHEELBUILD,
+    compiler_processes,
+    containers_of_run,
+    default_sigint,
+)
 
 NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
@@ -53,7 +60,7 @@ def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(
     proc = subprocess.Popen(
         [WHEELBUILD, "flash-attn", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
          "--output-dir", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
     lines: queue.Queue[str | None] = queue.Queue()
 
