@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import docker
+from wheelbuild.names import TORCH_WHEELS_VOLUME
+from wheelbuild.variants import parse_variant
 
 from tests.integration.conftest import REPO, WHEELBUILD, wheelbuild
 
@@ -44,6 +46,16 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     env = {**os.environ, **CANARIES, "WHEELBUILD_TORCH_INDEX_URL": INDEX}
+    # Torch comes from the machine's wheel cache once another build has filled it for this
+    # index (its key leaves credentials out); this build must fill it through the credentialed
+    # URL, so its lock for cp311 goes first (the files stay: they are content-addressed).
+    lock = f"/cache/locks/{parse_variant('cu130', INDEX).cache_key}-cp311.txt"
+    docker_client.containers.run(
+        cuda_image,
+        ["rm", "-f", lock],
+        volumes={TORCH_WHEELS_VOLUME: {"bind": "/cache", "mode": "rw"}},
+        remove=True,
+    )
     proc = subprocess.Popen(
         [WHEELBUILD, "build", "--torch", "cu130", "--python", "3.11", "--memory", "4g",
          "--output-dir", str(tmp_path), "--rebuild"],
@@ -71,6 +83,7 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
     build_log = (run_dir / "build.log").read_text()
     # pip names the index it used, masked by pip and then by wheelbuild: the URL had credentials.
     assert "Looking in indexes: https://***@pypi.org/simple" in build_log
+    assert "wheelbuild: wheel cache: downloading torch==2.11.0 once for this machine" in build_log
 
     publish = subprocess.run(
         [WHEELBUILD, "publish", *map(str, run_dir.glob("*.whl")), "--to", str(tmp_path / "tree")],
