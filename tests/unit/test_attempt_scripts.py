@@ -149,7 +149,7 @@ def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_p
     assert record.read_text().splitlines() == [
         f"cache||{wheels}|build-tools|setuptools>=70|wheel",
         # The index travels as the secret file's path; the cache reads it into pip's env.
-        f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|torch==2.11.0",
+        f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|--tree|torch==2.11.0",
     ]
     assert SECRET_INDEX not in record.read_text()
     assert done.stdout.endswith("wheelbuild: torch 2.11.0+cu130 CUDA 13.0\n")

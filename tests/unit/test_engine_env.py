@@ -15,6 +15,7 @@ from cibuildwheel.environment import parse_environment
 from wheelbuild.run.attempt import (
     ATTEMPT_SCRIPTS,
     SITE_PACKAGES_BASEDIRS,
+    WHEEL_CACHE_DIR,
     AttemptConfig,
     cibuildwheel_env,
     redactor_for,
@@ -209,9 +210,11 @@ def test_sccache_basedirs_are_the_build_pythons_site_packages_plain_and_resolved
     # The script runs from where the container mounts it; here, from images/ itself.
     raw = raw.replace("/usr/local/bin/wheelbuild-site-packages", str(IMAGES_DIR / "wheelbuild-site-packages"))
     evaluated = parse_environment(raw).as_dictionary({"PATH": f"{bin_dir}:/usr/bin"})
-    plain, resolved = evaluated["SCCACHE_BASEDIRS"].split(":")
+    plain, resolved, trees = evaluated["SCCACHE_BASEDIRS"].split(":")
     assert Path(resolved) == Path(expected).resolve()
     assert Path(plain).resolve() == Path(resolved)
+    # Where wheelbuild-wheel-cache --tree links this Python's torch (test_wheel_cache makes one).
+    assert trees == f"{WHEEL_CACHE_DIR}/trees/cp3{sys.version_info.minor}"
 
 
 def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[..., AttemptConfig]) -> None:

@@ -95,11 +95,11 @@ def _venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def _cache(python: Path, cache: Path, index_file: Path) -> subprocess.CompletedProcess[str]:
+def _cache(python: Path, cache: Path, index_file: Path, *tree: str) -> subprocess.CompletedProcess[str]:
     # Nothing but PATH and HOME: the index reaches pip only through the file.
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "PIP_NO_CACHE_DIR": "1"}
     return subprocess.run(
-        [str(python), SCRIPT, str(cache), "demo-key", "--index-file", str(index_file), "wbcachedemo"],
+        [str(python), SCRIPT, str(cache), "demo-key", "--index-file", str(index_file), *tree, "wbcachedemo"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
@@ -109,6 +109,12 @@ def _imports(python: Path) -> str:
     return subprocess.run(
         [str(python), "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def _imported_from(python: Path) -> Path:
+    code = "import wbcachedemo; print(wbcachedemo.__file__)"
+    found = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
 
 
 def test_first_run_downloads_and_locks_then_installs_with_the_index_gone(
@@ -151,4 +157,48 @@ def test_a_damaged_cached_file_is_downloaded_again(tmp_path: Path, index: _Index
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no longer matches its hash; downloading again" in done.stdout
     assert "wbcachedep-2.0-py3-none-any.whl" in index.downloads
+    assert _imports(python) == "1.0 2.0"
+
+
+def test_tree_is_installed_once_and_each_python_then_gets_a_pth_file(tmp_path: Path, index: _Index) -> None:
+    """--tree: the first Python's run installs the locked files into CACHE/trees/TAG/KEY.DIGEST
+    and links CACHE/trees/TAG/KEY to it; every Python then imports from the link through a .pth
+    file, with nothing installed into its own site-packages, and the index gone."""
+    cache = tmp_path / "cache"
+    index_file = tmp_path / "torch-index-url"
+    index_file.write_text(index.url)
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    link = cache / "trees" / tag / "demo-key"
+    first = _venv(tmp_path / "venv1")
+    done = _cache(first, cache, index_file, "--tree")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "into the machine's installed tree, once" in done.stdout
+    assert link.is_symlink() and link.resolve().name.startswith("demo-key.")
+    assert _imports(first) == "1.0 2.0"
+    # Imported through the link's path, the one wheelbuild-site-packages gives sccache.
+    assert _imported_from(first) == link / "wbcachedemo" / "__init__.py"
+    assert not list((tmp_path / "venv1").glob("lib/python3*/site-packages/wbcachedemo"))
+
+    index.stop()
+    second = _venv(tmp_path / "venv2")
+    done = _cache(second, cache, index_file, "--tree")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "installing" not in done.stdout  # the tree is there: nothing unpacked, no pip run
+    assert f"using the machine's installed tree {link}" in done.stdout
+    assert _imports(second) == "1.0 2.0"
+
+
+def test_a_damaged_tree_is_installed_again(tmp_path: Path, index: _Index) -> None:
+    cache = tmp_path / "cache"
+    index_file = tmp_path / "torch-index-url"
+    index_file.write_text(index.url)
+    assert _cache(_venv(tmp_path / "venv1"), cache, index_file, "--tree").returncode == 0
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    module = cache / "trees" / tag / "demo-key" / "wbcachedep" / "__init__.py"
+    module.write_text("VERSION = 'damaged: longer than the RECORD says'\n")
+    index.stop()  # reinstalled from the cached files, not downloaded
+    python = _venv(tmp_path / "venv2")
+    done = _cache(python, cache, index_file, "--tree")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "differs from its RECORD; installing it again" in done.stdout
     assert _imports(python) == "1.0 2.0"
