@@ -185,7 +185,10 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
         "CIBW_BUILD": " ".join(config.identifiers),
         "CIBW_MANYLINUX_X86_64_IMAGE": config.image,
         "CIBW_CONTAINER_ENGINE": "docker; create_args: " + " ".join(create_args),
-        "CIBW_BUILD_FRONTEND": "pip; args: --no-build-isolation",
+        # pypa/build calls the backend's build_wheel alone: pip first runs setup.py for the
+        # metadata, one more torch import per Python. No isolation, so torch is seen; no
+        # dependency check, which would run setup.py again.
+        "CIBW_BUILD_FRONTEND": "build; args: --no-isolation --skip-dependency-check",
         "CIBW_BUILD_VERBOSITY": "1",
         "CIBW_BEFORE_ALL_LINUX": f"sh {SCRIPTS_INSIDE}/{CHECK_MEMORY_SCRIPT}",
         "CIBW_BEFORE_BUILD_LINUX": before_build,

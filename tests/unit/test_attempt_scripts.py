@@ -5,6 +5,7 @@ module. The marks they print are the ones the engine reads back (run.buildlog)."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -102,6 +103,29 @@ def test_check_torch_accepts_only_the_variants_minor_and_cuda_major(
         assert "the variant needs torch 2.11.* with CUDA 13.x" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("version", "cuda", "ok"), [("2.11.0+cu130", "13.0", True), ("2.11.0+cpu", None, False)]
+)
+def test_check_torch_reads_version_py_without_importing_torch(
+    tmp_path: Path, version: str, cuda: str | None, ok: bool
+) -> None:
+    """A real torch has torch/version.py: the check reads it and never imports torch (1.5 s
+    per Python). The stand-in's __init__ fails, so an import would show."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('the check imported torch')\n")
+    (tmp_path / "torch" / "version.py").write_text(
+        f"from typing import Optional\n__version__ = {version!r}\ncuda: Optional[str] = {cuda!r}\n"
+    )
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    done = _run(sys.executable, _script("wheelbuild-check-torch"), "2.11", "13", env=env)
+    assert done.returncode == (0 if ok else 87), done.stderr
+    assert done.stdout.startswith(
+        f"wheelbuild: torch {version} CUDA {cuda}"
+        if ok
+        else f"{TORCH_MISMATCH_MARK}: {version} with CUDA none"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # wheelbuild-before-build
 
@@ -146,8 +170,9 @@ def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_p
     done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
     assert done.returncode == 0, done.stderr
     wheels, secrets = tmp_path / "wheels", tmp_path / "secrets"
+    tools_key = hashlib.sha256(b"setuptools>=70 wheel build").hexdigest()[:12]
     assert record.read_text().splitlines() == [
-        f"cache||{wheels}|build-tools|setuptools>=70|wheel",
+        f"cache||{wheels}|build-tools-{tools_key}|setuptools>=70|wheel|build",
         # The index travels as the secret file's path; the cache reads it into pip's env.
         f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|--tree|torch==2.11.0",
     ]

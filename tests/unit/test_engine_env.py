@@ -93,7 +93,10 @@ def test_gpus_are_passed_only_when_asked(make_config: Callable[..., AttemptConfi
 
 
 def test_build_frontend_is_pip_without_build_isolation(make_config: Callable[..., AttemptConfig]) -> None:
-    assert cibuildwheel_env(make_config())["CIBW_BUILD_FRONTEND"] == "pip; args: --no-build-isolation"
+    assert (
+        cibuildwheel_env(make_config())["CIBW_BUILD_FRONTEND"]
+        == "build; args: --no-isolation --skip-dependency-check"
+    )
 
 
 def test_platform_image_and_identifiers(make_config: Callable[..., AttemptConfig]) -> None:
