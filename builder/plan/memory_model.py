@@ -193,7 +193,9 @@ def simulate(
     unit i is `admit_costs[i]` (the wrapper's costs file: the model's peak, margin included),
     by default its own peak; sccache hits are admitted at that cost too (the wrapper runs
     before sccache). Memory in use is still the units' true peaks, so the limit can still
-    OOM-kill when the costs are too low. Launched units still waiting when a kill fails the
+    OOM-kill when the costs are too low. With `limit` too, the budget shrinks by the overrun,
+    as the wrapper's does: memory in use above the reserve (limit - budget) and the admitted
+    units' costs. Launched units still waiting when a kill fails the
     attempt are admitted and compiled in turn, as ninja waits for every command it started.
     """
     return _Ninja(
@@ -279,8 +281,12 @@ class _Ninja:
         """The wrapper's rule (images/wheelbuild-admit, _admissible), over waiters in launch order."""
         assert self.admit_budget is not None
         total, count = sum(self.predicted[i] for i in self.running), len(self.running)
+        budget = self.admit_budget
+        if self.limit is not None:  # the wrapper's overrun, from the memory in use now
+            in_use = self.base + sum(self._in_use(i) for i in self.running)
+            budget -= max(0, in_use - (self.limit - self.admit_budget) - total)
         for i in sorted(self.waiting, key=lambda i: (self.waiting[i], i)):
-            if total + self.predicted[i] <= self.admit_budget or count == 0:
+            if total + self.predicted[i] <= budget or count == 0:
                 del self.waiting[i]
                 self.running[i] = 0.0
                 total += self.predicted[i]

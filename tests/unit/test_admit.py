@@ -203,6 +203,54 @@ def test_a_unit_larger_than_the_budget_runs_alone(bench: Bench) -> None:
         assert end <= big_start or start >= big_end, f"{name} ran alongside big.cu"
 
 
+# --- (b2) the model underestimates: the budget shrinks by the overrun -----------------------------
+
+
+@pytest.mark.parametrize(("layout", "key"), [("memory.stat", "anon"), ("memory/memory.stat", "total_rss")])
+def test_compiles_holding_more_than_predicted_shrink_the_budget(bench: Bench, layout: str, key: str) -> None:
+    """Limit 12, budget 10 (reserve 2), every unit predicted at 4. a.cu runs and the cgroup (a
+    fixture tree: cgroup v2's anon, v1's total_rss) shows 9 of anonymous memory, 3 more than
+    reserve + prediction: b.cu, which fits the full budget (8 of 10), waits while that lasts
+    and runs once the overrun is gone."""
+    gib = 1024**3
+    stat = bench.root / "cgroup" / layout
+    stat.parent.mkdir(parents=True, exist_ok=True)
+    bench.configure(budget=10 * gib, default=4 * gib)
+    bench.env |= {
+        "WHEELBUILD_MEMORY_LIMIT": str(12 * gib),
+        "WHEELBUILD_CGROUP_ROOT": str(bench.root / "cgroup"),
+    }
+
+    def measured(anon_gib: int) -> None:
+        stat.with_suffix(".tmp").write_text(f"cache 100\n{key} {anon_gib * gib}\ninactive_file 5\n")
+        stat.with_suffix(".tmp").replace(stat)
+
+    measured(2 + 4)  # as predicted
+    first = bench.start("a.cu", "--hold")
+    bench.wait_for(lambda: bench.started("a.cu"), what="a.cu to start")
+    measured(2 + 4 + 3)  # a.cu holds 3 more than its prediction
+    second = bench.queue("b.cu")
+    time.sleep(1.0)  # several polls
+    assert bench.started("b.cu") is None, "b.cu was admitted although a.cu overran its prediction"
+    measured(2 + 4)  # the overrun is gone
+    bench.wait_for(lambda: bench.started("b.cu"), what="b.cu to start once the overrun is gone")
+    bench.go("ALL")
+    assert bench.finish(first) == 0
+    out, err = second.communicate(timeout=15)
+    assert second.returncode == 0 and out == ""
+    assert err.startswith("wheelbuild-admit: b.cu waited ")
+    assert err.endswith(
+        "s: running compiles held 3.0 GiB more than predicted, so the budget shrank to 7.0 GiB\n"
+    )
+
+
+def test_the_overrun_is_what_exceeds_the_reserve_and_the_predictions() -> None:
+    admit = load_admit()
+    assert admit.overrun(measured=9, limit=12, budget=10, admitted=4) == 3
+    assert admit.overrun(measured=5, limit=12, budget=10, admitted=4) == 0  # compiles not at peak yet
+    assert admit.overrun(measured=6, limit=12, budget=10, admitted=0) == 4  # the rest outgrew the reserve
+
+
 # --- (c) exit codes -----------------------------------------------------------------------------------
 
 

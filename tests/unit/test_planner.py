@@ -539,6 +539,33 @@ def test_simulate_admission_holds_units_until_they_fit() -> None:
     assert passed.admitted_peak == passed.peak == 1200 * MIB
 
 
+def test_simulate_admission_shrinks_the_budget_when_a_unit_overruns_its_cost() -> None:
+    """u0 is predicted at 2 GiB but holds 6 from 20% of its 100 s on; u1 (2, 30 s) runs beside it;
+    u2 (6) comes when u1 ends at 30 s. Limit 12, budget 10, 2 GiB held outside the compiles.
+    The full budget would admit u2 (2 + 6 = 8) and the OOM killer would meet 2 + 6 + 6; the
+    overrun (4) shrinks the budget to 6, so u2 waits for u0 and nothing is killed."""
+    gib = 1024**3
+
+    def unit(name: str, fixed: int, per_arch: int, seconds: float) -> UnitCost:
+        return UnitCost(
+            name=name, fixed=fixed * gib, per_arch=per_arch * gib, front_s=seconds, per_arch_s=0.0
+        )
+
+    units = [unit("u0", 0, 6, 100), unit("u1", 2, 0, 30), unit("u2", 6, 0, 10)]
+    result = simulate(
+        units, jobs=2, threads=1, archs=1, cpus=8, limit=12 * gib, base=2 * gib,
+        admit_budget=10 * gib, admit_costs=[2 * gib, 2 * gib, 6 * gib],
+    )  # fmt: skip
+    assert result.ok and result.killed == 0
+    assert result.seconds == pytest.approx(100 + 10)  # u2 ran after u0
+    # Without the limit the wrapper has no overrun to see: u2 runs at 30 s, beside u0.
+    blind = simulate(
+        units, jobs=2, threads=1, archs=1, cpus=8, base=2 * gib,
+        admit_budget=10 * gib, admit_costs=[2 * gib, 2 * gib, 6 * gib],
+    )  # fmt: skip
+    assert blind.seconds == pytest.approx(100) and blind.peak == 14 * gib  # 2 GiB over the limit
+
+
 def test_simulate_admission_runs_a_unit_larger_than_the_budget_alone() -> None:
     result = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=500 * MIB)
     assert result.ok and result.seconds == pytest.approx(6 + 6 + 3)
