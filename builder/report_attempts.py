@@ -43,15 +43,21 @@ def attempt_record(
         cache_misses=result.cache_misses,
         cache_by_python={i: CacheStats(hits, misses) for i, hits, misses in result.cache_by_identifier},
         units_finished_before=len(finished_before) if retried else None,
-        units_recompiled=max(0, result.cache_misses - (result.units_total - len(finished_before)))
-        if retried
-        else None,
+        units_recompiled=_units_recompiled(result, finished_before) if retried else None,
         peak_error=round(plan.predicted_peak / result.peak_memory_compile - 1, 3)
         if result.peak_memory_compile
         else None,
         unit_error=_unit_error(units),
         overhead_at_peak=result.overhead_at_peak,
     )
+
+
+def _units_recompiled(result: AttemptResult, finished_before: set[str]) -> int | None:
+    """Units that had finished in an earlier attempt and were compiled again here, unit by unit
+    from sccache's compile log (wheelbuild-cache-log); None where that log is missing."""
+    if not result.unit_cache:
+        return None
+    return sum(1 for unit, compiled in result.unit_cache if compiled and unit in finished_before)
 
 
 def _unit_error(units: Sequence[UnitRecord]) -> float | None:

@@ -121,6 +121,9 @@ class AttemptResult:
     build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
     build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
     cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
+    # ("identifier:unit.o", compiled) per unit sccache saw, from wheelbuild-cache-log's lines;
+    # empty without the compiler cache or for a Python that never reached its repair step.
+    unit_cache: tuple[tuple[str, bool], ...] = ()
     # For build-report.html, in seconds since the attempt began: the working set (each point the
     # highest sample of its interval, memory_step_s long), the OOM kills, each unit's finish.
     memory_series: tuple[tuple[float, int], ...] = ()
@@ -160,8 +163,10 @@ BEFORE_BUILD_SCRIPT = "wheelbuild-before-build"  # per Python: torch, its check,
 CHECK_TORCH_SCRIPT = "wheelbuild-check-torch"  # run by before-build
 WHEEL_CACHE_SCRIPT = "wheelbuild-wheel-cache"  # run by before-build: torch installed from the cache
 SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated per Python
+CACHE_LOG_SCRIPT = "wheelbuild-cache-log"  # per Python, before the repair: which units compiled
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
+    CACHE_LOG_SCRIPT,
 )  # fmt: skip
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
@@ -266,7 +271,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
 def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
     """CIBW_BEFORE_BUILD_LINUX (images/wheelbuild-before-build: torch from the mounted index URL,
     checked against the variant; the admission costs and the sccache server when they are on)
-    and the repair command (sccache's counts first, read back from the log, when it is on)."""
+    and the repair command (sccache's counts and each unit's hit or compile first, read back
+    from the log, when it is on)."""
     before_build = " ".join(
         [
             "sh",
@@ -280,7 +286,7 @@ def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
     excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
     repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
     if config.compiler_cache:
-        repair = f"sccache --show-stats; {repair}"
+        repair = f"sccache --show-stats; python {SCRIPTS_INSIDE}/{CACHE_LOG_SCRIPT}; {repair}"
     return before_build, repair
 
 

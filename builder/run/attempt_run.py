@@ -157,6 +157,11 @@ def _attempt_result(
         cache_by_identifier=tuple(
             (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
         ),
+        unit_cache=tuple(
+            (f"{identifier}:{unit}", compiled)
+            for identifier, units in progress.unit_cache.items()
+            for unit, compiled in units.items()
+        ),
         memory_series=tuple(watcher.series.points),
         memory_step_s=watcher.series.step_s,
         oom_at_s=tuple(watcher.oom_at),

@@ -24,6 +24,8 @@ _FAILED = re.compile(r"^\s*FAILED:\s+(?:\[code=-?\d+\]\s+)?(\S+)")
 # sccache splits an nvcc compile into CUDA, device, PTX and CUBIN requests; the units are the
 # top-level "(C/C++)" and "(CUDA)" lines.
 _SCCACHE = re.compile(r"^\s*Cache (hits|misses) \((C/C\+\+|CUDA|CUDA \(Device code\))\)\s+(\d+)\s*$")
+# images/wheelbuild-cache-log: one line per unit, compiled or answered from sccache's cache.
+_UNIT_CACHE = re.compile(r"^wheelbuild: unit (compiled|from cache): (\S+)$")
 # A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
 # "Killed signal terminated program cc1plus".
 _KILLED = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
@@ -83,6 +85,8 @@ class BuildLog:
     # identifier -> sccache's per-kind counts ("C/C++", "CUDA", "CUDA (Device code)") -> [hits,
     # misses], from the stats printed after each build that reached the repair step
     cache_counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # identifier -> unit output (relu.o) -> compiled (True) or a cache hit (False)
+    unit_cache: dict[str, dict[str, bool]] = field(default_factory=dict)
     memory_limit_seen: int | None = None
     killed_lines: list[str] = field(default_factory=list)
     # Seconds spent in cibuildwheel's "Building wheel..." steps (the compile, without setup,
@@ -119,6 +123,8 @@ class BuildLog:
         elif counted := _SCCACHE.match(line):
             kinds = self.cache_counts.setdefault(self.identifier or "?", {})
             kinds.setdefault(counted[2], [0, 0])[0 if counted[1] == "hits" else 1] += int(counted[3])
+        elif unit := _UNIT_CACHE.match(line.strip()):
+            self.unit_cache.setdefault(self.identifier or "?", {})[unit[2]] = unit[1] == "compiled"
         elif line.startswith(MEMORY_MARK):
             value = line[len(MEMORY_MARK) :].split()[0]
             self.memory_limit_seen = int(value) if value.isdigit() else None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig, cibuildwheel_env
-from wheelbuild.run.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from wheelbuild.run.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog
 from wheelbuild.run.image import IMAGES_DIR
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
@@ -150,7 +150,9 @@ def _before_build_env(
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     sccache = bin_dir / "sccache"
-    sccache.write_text(f'#!/bin/sh\necho "sccache|${{SCCACHE_BUCKET:-}}|$*" >> {record}\n')
+    sccache.write_text(
+        f'#!/bin/sh\necho "sccache|${{SCCACHE_BUCKET:-}}|${{SCCACHE_LOG:-}}|${{SCCACHE_ERROR_LOG:-}}|$*" >> {record}\n'
+    )
     sccache.chmod(0o755)
     secrets = tmp_path / "secrets"
     secrets.mkdir()
@@ -161,6 +163,7 @@ def _before_build_env(
         "PYTHONPATH": str(_fake_torch(tmp_path / "site", torch_version, "13.0")),
         "WHEELBUILD_SECRETS": str(secrets),
         "WHEELBUILD_WHEEL_CACHE": str(tmp_path / "wheels"),
+        "WHEELBUILD_SCCACHE_LOG": str(tmp_path / "sccache.log"),
     }
     return env, record, str(scripts / "wheelbuild-before-build")
 
@@ -203,11 +206,71 @@ def test_before_build_writes_admission_costs_and_starts_a_fresh_sccache_with_the
     assert done.returncode == 0, done.stderr
     assert costs.read_text() == '{"default":100}'
     sccache = [line for line in record.read_text().splitlines() if line.startswith("sccache|")]
-    # Only the server's start sees the shared storage's settings.
-    assert sccache == ["sccache||--stop-server", "sccache|ci-cache|--start-server", "sccache||--zero-stats"]
+    # Only the server's start sees the shared storage's settings, and it alone logs each compile,
+    # into a log emptied for this Python (wheelbuild-cache-log reads it).
+    log = tmp_path / "sccache.log"
+    assert sccache == [
+        "sccache||||--stop-server",
+        f"sccache|ci-cache|sccache::compiler::compiler=debug|{log}|--start-server",
+        "sccache||||--zero-stats",
+    ]
+    assert log.read_text() == ""
 
 
 # wheelbuild-site-packages is evaluated by cibuildwheel's own parser in test_engine_env.
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild-cache-log
+
+# Lines of sccache 0.16's server log at sccache::compiler::compiler=debug, from the build image:
+# relu.cu compiled (its device steps ran), scale.cu a hit, saxpy.cu a top-level miss whose
+# steps all hit (a comment changed nothing the compiler sees), binding.cpp compiled.
+SCCACHE_LOG = """\
+[2026-11-30T16:37:27Z DEBUG sccache::compiler::compiler] [relu.o]: get_cached_or_compile: ["-c", "relu.cu"]
+[2026-11-30T16:37:27Z DEBUG sccache::compiler::compiler] [relu.o]: Cache miss in 0.000 s
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.module_id]: get_cached_or_compile: ["--c++17"]
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.module_id]: Compiled in 0.148 s, storing in cache
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [scale.o]: get_cached_or_compile: ["-c", "scale.cu"]
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.compute_120.ptx]: get_cached_or_compile: ["-arch"]
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.compute_120.ptx]: Compiled in 0.162 s, storing in cache
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [scale.o]: Cache hit in 0.000 s
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.compute_120.cubin]: Compiled in 0.015 s, storing in cache
+[2026-11-30T16:37:28Z DEBUG sccache::compiler::compiler] [relu.o]: Compiled in 0.147 s, storing in cache
+[2026-11-30T16:37:29Z DEBUG sccache::compiler::compiler] [saxpy.o]: get_cached_or_compile: ["-c", "saxpy.cu"]
+[2026-11-30T16:37:29Z DEBUG sccache::compiler::compiler] [saxpy.o]: Cache miss in 0.000 s
+[2026-11-30T16:37:29Z DEBUG sccache::compiler::compiler] [saxpy.compute_120.ptx]: get_cached_or_compile: ["-arch"]
+[2026-11-30T16:37:29Z DEBUG sccache::compiler::compiler] [saxpy.compute_120.ptx]: Cache hit in 0.000 s
+[2026-11-30T16:37:29Z DEBUG sccache::compiler::compiler] [saxpy.o]: Compiled in 0.249 s, but not cacheable
+[2026-11-30T16:37:30Z DEBUG sccache::compiler::compiler] [binding.o]: get_cached_or_compile: ["-c", "binding.cpp"]
+[2026-11-30T16:37:30Z DEBUG sccache::compiler::compiler] [binding.o]: Compiled in 2.040 s, storing in cache
+"""
+
+
+def test_cache_log_names_each_unit_compiled_or_from_cache(tmp_path: Path) -> None:
+    log = tmp_path / "sccache.log"
+    log.write_text(SCCACHE_LOG)
+    done = _run(sys.executable, _script("wheelbuild-cache-log"), str(log), env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "wheelbuild: unit compiled: relu.o",
+        "wheelbuild: unit from cache: scale.o",
+        "wheelbuild: unit from cache: saxpy.o",  # its device code came from the cache
+        "wheelbuild: unit compiled: binding.o",
+    ]
+    # The engine's reader takes exactly these lines.
+    progress = BuildLog()
+    for line in ["Building cp311-manylinux_x86_64 wheel", *done.stdout.splitlines()]:
+        progress.feed(line)
+    assert progress.unit_cache == {
+        "cp311-manylinux_x86_64": {"relu.o": True, "scale.o": False, "saxpy.o": False, "binding.o": True}
+    }
+
+
+def test_cache_log_without_a_log_says_so_and_does_not_fail_the_build(tmp_path: Path) -> None:
+    done = _run(sys.executable, _script("wheelbuild-cache-log"), str(tmp_path / "absent.log"), env={})
+    assert done.returncode == 0
+    assert done.stdout.startswith("wheelbuild: no compile log to read")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ class FakeEngine:
             log_path=config.log_path,
             log_tail=("Killed",) if end == "oom" else (COMPILE_ERROR,) if end == "error" else ("done",),
             oom=OOM if end == "oom" else OomEvidence(),
+            unit_cache=(("cp311-manylinux_x86_64:binding.o", False),) if end == "ok" else (),
         )
 
     def run_gate(self, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:

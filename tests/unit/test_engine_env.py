@@ -223,11 +223,11 @@ def test_sccache_basedirs_are_the_build_pythons_site_packages_plain_and_resolved
 def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[..., AttemptConfig]) -> None:
     command = cibuildwheel_env(make_config())["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
     assert command == (
-        "sccache --show-stats; "
+        "sccache --show-stats; python /usr/local/bin/wheelbuild-cache-log; "
         "auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
         "--exclude 'libcuda.so*' --exclude libshm.so -w {dest_dir} {wheel}"
     )
-    words = shlex.split(command.split("; ", 1)[1])
+    words = shlex.split(command.rsplit("; ", 1)[1])
     excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
     assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)
 

@@ -291,3 +291,32 @@ def test_the_report_puts_each_units_measurement_beside_its_prediction(tmp_path: 
     written = record.to_json()
     assert written["units"][1] == {"unit": f"{ident}:relu.o", "finished_s": 30.0,  # type: ignore[index]
                                    "predicted_peak": relu.predicted_peak, "predicted_s": relu.predicted_s}  # fmt: skip
+
+
+def test_a_retry_counts_its_recompiled_units_one_by_one_from_the_compile_log(tmp_path: Path) -> None:
+    """Attempt 1 finished saxpy.o and relu.o before its OOM kill. In attempt 2 sccache answered
+    saxpy.o and compiled relu.o again (its cache entry was lost), and compiled scale.o and
+    reduce.o for the first time: one unit recompiled. The old count from totals (misses 3 -
+    (total 4 - finished before 2) = 1) agrees here by chance; it reads 0 when a hit of an
+    unfinished unit hides the recompile, which the next case checks."""
+    plan = plan_build(budget=6 * GIB, cpus=2.0, archs=2, model=wbdemo_model(), max_jobs=2, nvcc_threads=1)
+    ident = "cp311-manylinux_x86_64"
+
+    def result(attempt: int, finished: tuple[str, ...], cache: tuple[tuple[str, bool], ...]) -> AttemptResult:
+        return AttemptResult(
+            attempt=attempt, returncode=0 if attempt == 2 else 1, duration_s=60.0, wheels=(),
+            memory_limit_seen=6 * GIB, log_path=tmp_path / "build.log", units_total=4,
+            finished_units=tuple(f"{ident}:{u}" for u in finished), unit_cache=cache,
+            cache_misses=sum(compiled for _, compiled in cache),
+        )  # fmt: skip
+
+    first = result(1, ("saxpy.o", "relu.o"), ())
+    cache = ((f"{ident}:saxpy.o", False), (f"{ident}:relu.o", True), (f"{ident}:scale.o", True))
+    second = result(2, ("saxpy.o", "relu.o", "scale.o", "reduce.o"), (*cache, (f"{ident}:reduce.o", True)))
+    assert attempt_record(plan, second, [(plan, first)]).units_recompiled == 1
+    # reduce.o a hit (another build had compiled it): misses 2 - (4 - 2) = 0 by the totals.
+    hidden = result(2, ("saxpy.o", "relu.o", "scale.o", "reduce.o"), (*cache, (f"{ident}:reduce.o", False)))
+    assert attempt_record(plan, hidden, [(plan, first)]).units_recompiled == 1
+    # Without the compile log there is no count, rather than a guess.
+    blind = result(2, ("saxpy.o", "relu.o", "scale.o", "reduce.o"), ())
+    assert attempt_record(plan, blind, [(plan, first)]).units_recompiled is None
