@@ -14,7 +14,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, cli_index, cli_nightly, config, preflight, prune, report_html
+from . import check, cli_dist, cli_index, cli_nightly, config, preflight, prune, report_html
 from .cli_options import (
     CONFIG_FILES_KEY,
     GIVEN_PATH,
@@ -408,8 +408,8 @@ def report_command(run: Path) -> None:
 
 
 # The command groups kept in their own modules: the index's (publish, yank, serve) and the
-# nightly's (matrix, nightly plan/build-cell/publish-night).
-for _command in (*cli_index.COMMANDS, *cli_nightly.COMMANDS):
+# nightly's (matrix, nightly plan/build-cell/publish-night) and the sccache-dist fleet's.
+for _command in (*cli_index.COMMANDS, *cli_nightly.COMMANDS, *cli_dist.COMMANDS):
     main.add_command(_command)
 
 

@@ -46,6 +46,7 @@ TOP = {
     "cli_options": "cli",
     "cli_index": "cli",
     "cli_nightly": "cli",
+    "cli_dist": "cli",
 }
 
 _BELOW_PIPELINE = {"shared", "plan", "wheel", "recipes", "spec", "run", "index"}
