@@ -5,8 +5,9 @@ run/dist_fleet.py, and prints what it started and how to reach it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -21,10 +22,14 @@ from .units import format_bytes, parse_memory
 TOKEN_FILE_ENV = "WHEELBUILD_DIST_TOKEN_FILE"
 DEFAULT_NETWORK = "wbdist"
 DEFAULT_SCHEDULER = "wbdist-scheduler"
+if TYPE_CHECKING:
+    import docker
+
 PORT = click.IntRange(1, 65535)
+F = TypeVar("F", bound=Callable[..., object])
 
 
-def _network_option(function: Any) -> Any:
+def _network_option(function: F) -> F:
     return click.option(
         "--network",
         default=DEFAULT_NETWORK,
@@ -34,7 +39,7 @@ def _network_option(function: Any) -> Any:
     )(function)
 
 
-def _start_options(function: Any) -> Any:
+def _start_options(function: F) -> F:
     """What both starts take: the token, the image, its base."""
     for option in (
         click.option(
@@ -62,7 +67,7 @@ def _start_options(function: Any) -> Any:
     return function
 
 
-def _image(client: Any, image: str | None, base_image: str | None) -> str:
+def _image(client: docker.DockerClient, image: str | None, base_image: str | None) -> str:
     if image:
         return image
     return dist_fleet.dist_image(client, progress=Reporter().log, base_image=base_image)

@@ -39,10 +39,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
+import docker.models.containers
+import docker.models.networks
 
 from ..errors import BadArgument, BadMemory, DockerUnavailable, ImageBuildFailed
 from ..plan.fleet import Fleet, RemoteJob
@@ -51,7 +52,6 @@ from ..units import format_bytes
 from .engine import DockerEngine
 from .image import ImageInputs, image_script, production_base
 
-Container = Any  # docker.models.containers.Container (the SDK is untyped here)
 OnLine = Callable[[str], None]
 
 DIST_REPOSITORY = "wbdist-sccache"  # the tag scripts/dist-smoke gives the same inputs
@@ -109,7 +109,7 @@ def server_sizing(*, memory: int, cores: float, job_memory: int | None = None) -
     if cpus == 0:
         raise BadMemory(
             f"--memory {format_bytes(memory)} holds {in_memory} job(s) of {format_bytes(job.memory)} "
-            f"beside sccache-dist's {format_bytes(SERVER_RESERVE)}; the scheduler sends any server up to 2",
+            f"beside sccache-dist's {format_bytes(SERVER_RESERVE)}; the scheduler may send any server 2 at once",
             f"give the server --memory {format_bytes(2 * job.memory + SERVER_RESERVE)} or more"
             + (", or a smaller --job-memory if its jobs are lighter" if job_memory is None else ""),
         )
@@ -197,7 +197,7 @@ def labels(role: str, network: str) -> dict[str, str]:
 # --- the Docker edge ---------------------------------------------------------------------------
 
 
-def open_client(timeout: int = 600) -> Any:
+def open_client(timeout: int = 600) -> docker.DockerClient:
     """A docker client that has answered a ping, made as DockerEngine makes its own."""
     try:
         client = docker.from_env(timeout=timeout)
@@ -211,7 +211,11 @@ def open_client(timeout: int = 600) -> Any:
 
 
 def dist_image(
-    client: Any, *, progress: OnLine, base_image: str | None = None, ca_bundle: Path | None = None
+    client: docker.DockerClient,
+    *,
+    progress: OnLine,
+    base_image: str | None = None,
+    ca_bundle: Path | None = None,
 ) -> str:
     """The fleet image's tag: images/Dockerfile.sccache-dist FROM the build image. The build
     image is made first as `wheelbuild build` makes it (the same inputs, so the same tag: reused
@@ -236,7 +240,9 @@ def dist_image(
     return tag
 
 
-def _build(client: Any, dockerfile: bytes, tag: str, buildargs: dict[str, str], progress: OnLine) -> None:
+def _build(
+    client: docker.DockerClient, dockerfile: bytes, tag: str, buildargs: dict[str, str], progress: OnLine
+) -> None:
     """Build from the Dockerfile alone: no context, so no file of the machine can go in."""
     remedy = (
         "read the build log above; the build needs the network to reach the distribution's and PyPI's mirrors"
@@ -256,7 +262,7 @@ def _build(client: Any, dockerfile: bytes, tag: str, buildargs: dict[str, str], 
         raise ImageBuildFailed(f"{tag} failed to build: {exc.explanation or exc}", remedy) from exc
 
 
-def ensure_network(client: Any, name: str) -> None:
+def ensure_network(client: docker.DockerClient, name: str) -> None:
     """A user-defined bridge network by that name, made when missing. Not --internal: a build
     container on it still reaches PyPI for its first downloads."""
     check_name(name, "network")
@@ -273,7 +279,7 @@ def ensure_network(client: Any, name: str) -> None:
 
 
 def start_scheduler(
-    client: Any,
+    client: docker.DockerClient,
     *,
     name: str,
     network: str,
@@ -281,7 +287,7 @@ def start_scheduler(
     image: str,
     port: int = SCHEDULER_PORT,
     publish: str | None = None,
-) -> Container:
+) -> docker.models.containers.Container:
     """The scheduler, on `network` at http://NAME:PORT (and on the host's `publish` address,
     same port, when given). No capability at all: it runs as the token file's owner, who can
     read it."""
@@ -304,7 +310,7 @@ def start_scheduler(
 
 
 def start_server(
-    client: Any,
+    client: docker.DockerClient,
     *,
     name: str,
     network: str,
@@ -316,7 +322,7 @@ def start_server(
     job_memory: int | None = None,
     port: int = SERVER_PORT,
     public_addr: str | None = None,
-) -> Container:
+) -> docker.models.containers.Container:
     """A build server under `memory` (swap included) with the CPU count server_sizing() gives
     for `cpus` cores, so the scheduler's job count fits its memory; the least privilege
     bubblewrap works with (SERVER_CAPS, the seccomp profile, unmasked /proc); its toolchains
@@ -353,17 +359,17 @@ def start_server(
 
 
 def _start(
-    client: Any,
+    client: docker.DockerClient,
     *,
     name: str,
     network: str,
     image: str,
     role: str,
-    host_config: dict[str, Any],
+    host_config: dict[str, object],
     config: str,
     user: str | None,
     ports: list[int],
-) -> Container:
+) -> docker.models.containers.Container:
     """Create and start one fleet container on `network` (made when missing)."""
     ensure_network(client, network)
     try:
@@ -401,7 +407,7 @@ _PROBE = (
 )
 
 
-def probe_sandbox(container: Container) -> None:
+def probe_sandbox(container: docker.models.containers.Container) -> None:
     """Run the sandbox once in the server; a server that cannot is removed and refused."""
     code, output = container.exec_run(["bash", "-c", _PROBE])
     text = (output or b"").decode(errors="replace").strip()
@@ -414,7 +420,9 @@ def probe_sandbox(container: Container) -> None:
         )
 
 
-def fleet_containers(client: Any, *, name: str | None = None, network: str | None = None) -> list[Container]:
+def fleet_containers(
+    client: docker.DockerClient, *, name: str | None = None, network: str | None = None
+) -> list[docker.models.containers.Container]:
     """The fleet's containers, running or not: all, those on one network, or one by name."""
     found = client.containers.list(all=True, filters={"label": ROLE_LABEL})
     return [
@@ -424,7 +432,9 @@ def fleet_containers(client: Any, *, name: str | None = None, network: str | Non
     ]
 
 
-def stop_fleet(client: Any, *, name: str | None = None, network: str | None = None) -> list[str]:
+def stop_fleet(
+    client: docker.DockerClient, *, name: str | None = None, network: str | None = None
+) -> list[str]:
     """Remove the fleet's containers (all, on one network, or one by name), the servers' build
     volumes, and a network of the fleet's left empty. The names removed, containers first."""
     removed = []
@@ -444,7 +454,7 @@ def stop_fleet(client: Any, *, name: str | None = None, network: str | None = No
     return removed
 
 
-def _remove_volume(client: Any, volume: str) -> list[str]:
+def _remove_volume(client: docker.DockerClient, volume: str) -> list[str]:
     try:
         client.volumes.get(volume).remove(force=False)
     except docker.errors.NotFound:
@@ -452,7 +462,7 @@ def _remove_volume(client: Any, volume: str) -> list[str]:
     return [volume]
 
 
-def _remove_network(net: Any) -> list[str]:
+def _remove_network(net: docker.models.networks.Network) -> list[str]:
     try:
         net.reload()
         if net.attrs.get("Containers"):

@@ -181,3 +181,31 @@ def test_dist_scheduler_takes_the_token_file_from_the_environment(
         "dist-scheduler", "--image", "i", env={"WHEELBUILD_DIST_TOKEN_FILE": str(tmp_path / "e")}
     )
     assert code == BadArgument.exit_code and "cannot be read" in out
+
+
+COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "sccache-dist" / "compose.yaml"
+
+
+def _compose_lines() -> set[str]:
+    return {line.strip() for line in COMPOSE.read_text().splitlines()}
+
+
+def test_the_compose_file_starts_what_dist_fleet_starts() -> None:
+    """compose.yaml's scripts and configs are dist_fleet's, $ written $$ for compose; the
+    server's privileges are SERVER_CAPS, its seccomp profile and unmasked system paths."""
+    lines = _compose_lines()
+    for role in ("scheduler", "server"):
+        for line in dist_fleet.start_script(role).splitlines():
+            assert line.replace("$", "$$").strip() in lines, (role, line)
+    server = dist_fleet.server_config("http://scheduler:10600")
+    for line in (*dist_fleet.scheduler_config().splitlines(), *server.splitlines()):
+        if not line.startswith('public_addr = "@PUBLIC_IP@'):
+            assert line.strip() in lines, line
+    assert 'public_addr = "${WBDIST_SERVER_PUBLIC_ADDR:-@PUBLIC_IP@:10501}"' in lines
+    assert f"cap_add: [{', '.join(dist_fleet.SERVER_CAPS)}]" in lines
+    assert f"- seccomp=../../images/{dist_fleet.SECCOMP_PROFILE}" in lines
+    assert "- systempaths=unconfined" in lines and lines >= {"cap_drop: [ALL]", "target: /run/wbdist/token"}
+    # the default server size is the rule's answer
+    sizing = server_sizing(memory=24 * GIB, cores=64)
+    assert "cpus: ${WBDIST_SERVER_CPUS:-" + str(sizing.cpus) + "}" in lines
+    assert "mem_limit: ${WBDIST_SERVER_MEMORY:-24g}" in lines
