@@ -21,6 +21,7 @@ import tenacity
 from . import report_html
 from .check import Expectation, check_wheel, first_problem
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
+from .plan.dist_plan import dist_summary, with_distribution
 from .plan.planner import Plan, admission_costs, with_admission
 from .preflight import (
     ImageOptions,
@@ -268,7 +269,9 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
 
 def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
     plan = plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version)
-    if spec.admission:
+    if spec.dist is not None:
+        plan = with_distribution(plan, spec.dist.servers)
+    elif spec.admission:
         plan = with_admission(plan, keep_jobs=spec.resources.max_jobs is not None)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
@@ -310,6 +313,7 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         output_dir=run.dir,
         log_path=run.dir / "build.log",
         pass_env=shared_cache_env(os.environ),
+        dist=spec.dist,
         admission=None
         if plan.admission_budget is None
         else (plan.admission_budget, json.dumps(admission_costs(plan), separators=(",", ":"))),
@@ -479,7 +483,10 @@ def _attempt(engine: Engine, number: int, plan: Plan, config: AttemptConfig, rep
         f"{format_bytes(plan.memory)} (log: {config.log_path})"
     )
     with reporter.build_view(plan.memory) as view:
-        return classify(engine.run_attempt(config, view.line, view.memory))
+        outcome = classify(engine.run_attempt(config, view.line, view.memory))
+    if config.dist is not None:
+        reporter.info(dist_summary(outcome.result.dist_by_server, outcome.result.dist_local))
+    return outcome
 
 
 def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: Reporter) -> None:

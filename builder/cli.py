@@ -29,6 +29,7 @@ from .cli_options import (
     torch_option,
     with_image_flags,
 )
+from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
 from .plan.planner import format_plan
 from .recipes import resolve_recipe
@@ -76,6 +77,10 @@ def build(
     gpus: str,
     output_dir: Path,
     admission: bool,
+    dist: str | None,
+    dist_network: str | None,
+    dist_token_file: Path | None,
+    dist_servers: str | None,
     rebuild: bool,
     gate: bool,
     quiet: bool,
@@ -98,6 +103,7 @@ def build(
         rebuild=rebuild,
         admission=admission,
         gate=gate,
+        dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
     options = image_flags.options()
     reporter = Reporter(quiet=quiet)

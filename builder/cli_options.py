@@ -266,6 +266,25 @@ _build_flags = (
         "peak fits. --no-admission: the static plan alone.",
     ),
     _build_option(
+        "dist",
+        "--dist",
+        type=GIVEN_TEXT,
+        help="Send compiles to this sccache-dist scheduler (http://HOST:PORT); its token from "
+        "$WHEELBUILD_DIST_TOKEN or --dist-token-file.",
+    ),
+    _build_option(
+        "dist-network", "--dist-network", type=GIVEN_TEXT, help="Docker network the build joins to reach it."
+    ),
+    _build_option(
+        "dist-token-file", "--dist-token-file", type=GIVEN_PATH, help="File holding the scheduler's token."
+    ),
+    _build_option(
+        "dist-servers",
+        "--dist-servers",
+        type=GIVEN_TEXT,
+        help="The build servers, COUNTxCORESxMEMORY (2x16x64g), for the plan.",
+    ),
+    _build_option(
         "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
     ),
     _build_option(

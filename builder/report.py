@@ -164,7 +164,7 @@ class AttemptRecord(_Record):
     cache_misses: int | None
     cache_by_python: Mapping[str, CacheStats]
     # Only on a successful retry: units an earlier attempt finished, and how many of them were
-    # compiled again here (sccache misses beyond the units no earlier attempt finished; goal 0).
+    # compiled again here (unit by unit, from sccache's compile log; goal 0).
     units_finished_before: int | None = field(default=None, metadata=_OMIT)
     units_recompiled: int | None = field(default=None, metadata=_OMIT)
     # The model against this attempt: predicted / measured - 1, for the compile's peak and, on
@@ -172,6 +172,11 @@ class AttemptRecord(_Record):
     peak_error: float | None = field(default=None, metadata=_OMIT)
     unit_error: float | None = field(default=None, metadata=_OMIT)
     overhead_at_peak: int | None = field(default=None, metadata=_OMIT)
+    # --dist: compiles each build server ran ("ip:port": count), those that ran locally instead,
+    # and the servers' share of the two.
+    dist_by_server: Mapping[str, int] | None = field(default=None, metadata=_OMIT)
+    dist_local: int | None = field(default=None, metadata=_OMIT)
+    dist_remote_share: float | None = field(default=None, metadata=_OMIT)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,19 @@ def attempt_record(
         else None,
         unit_error=_unit_error(units),
         overhead_at_peak=result.overhead_at_peak,
+        dist_by_server=dict(result.dist_by_server) if result.dist_by_server is not None else None,
+        dist_local=result.dist_local if result.dist_by_server is not None else None,
+        dist_remote_share=_remote_share(result),
     )
+
+
+def _remote_share(result: AttemptResult) -> float | None:
+    """--dist: the build servers' share of the compiles sccache distributed or fell back on."""
+    if result.dist_by_server is None:
+        return None
+    remote = sum(count for _, count in result.dist_by_server)
+    total = remote + result.dist_local
+    return round(remote / total, 3) if total else None
 
 
 def _units_recompiled(result: AttemptResult, finished_before: set[str]) -> int | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from .dist import DistTarget
 from .errors import BadArgument, CaBundleMissing
 from .recipes import Recipe
 from .variants import DEFAULT_ARCHS, TorchVariant
@@ -100,3 +101,4 @@ class BuildSpec:
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
+    dist: DistTarget | None = None  # --dist: device compiles on sccache-dist build servers

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import secrets
+from ..dist import DistTarget, read_token
 from ..errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.unit_memory import UnitMemory
@@ -89,6 +90,9 @@ class AttemptConfig:
     # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
     pass_env: tuple[str, ...] = ()
     images_dir: Path = IMAGES_DIR  # where the in-container scripts are bind-mounted from
+    # --dist: the scheduler (and network) the compiler cache sends compiles to; its token goes
+    # into the secrets mount's client config (write_secrets), never into this config.
+    dist: DistTarget | None = None
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -124,6 +128,10 @@ class AttemptResult:
     # ("identifier:unit.o", compiled) per unit sccache saw, from wheelbuild-cache-log's lines;
     # empty without the compiler cache or for a Python that never reached its repair step.
     unit_cache: tuple[tuple[str, bool], ...] = ()
+    # --dist: compiles each build server ran ("ip:port", count), and those run locally instead;
+    # None where sccache printed no distribution stats (no --dist)
+    dist_by_server: tuple[tuple[str, int], ...] | None = None
+    dist_local: int = 0
     # For build-report.html, in seconds since the attempt began: the working set (each point the
     # highest sample of its interval, memory_step_s long), the OOM kills, each unit's finish.
     memory_series: tuple[tuple[float, int], ...] = ()
@@ -229,6 +237,8 @@ def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
         create_args.append(f"--volume={secrets_dir}:{secrets.MOUNT}:ro")
     if config.gpus:
         create_args.append("--gpus=all")
+    if config.dist is not None and config.dist.network:
+        create_args.append(f"--network={config.dist.network}")
     for name in ATTEMPT_SCRIPTS:
         create_args.append(f"--volume={image_script(name, config.images_dir)}:{SCRIPTS_INSIDE}/{name}:ro")
     # cibuildwheel splits create_args as a shell would.
@@ -292,7 +302,9 @@ def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
 
 def redactor_for(config: AttemptConfig, environ: Mapping[str, str]) -> secrets.Redactor:
     """What every line of the attempt passes through before a log or a terminal sees it."""
-    return secrets.Redactor(secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch.index_url,)))
+    found = secrets.run_secrets(environ, SHARED_CACHE_ENV, (config.torch.index_url,))
+    token = (read_token(config.dist, environ),) if config.dist is not None else ()
+    return secrets.Redactor((*found, *token))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from .. import secrets
-from .attempt import AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
+from ..dist import CLIENT_CONFIG_FILE, client_config, read_token
+from .attempt import SCCACHE_DIR, AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
 from .buildlog import COMPILE_STEP, BuildLog
 from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
@@ -101,6 +102,13 @@ def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: 
     env_file = directory / secrets.SCCACHE_ENV_FILE
     env_file.touch(mode=0o600)
     env_file.write_text(secrets.sccache_env_file(shared))
+    if config.dist is not None and config.compiler_cache:  # the build's sccache is the dist client
+        client = directory / CLIENT_CONFIG_FILE
+        client.touch(mode=0o600)
+        toolchains = f"{SCCACHE_DIR}/dist-toolchains"  # packaged compilers, kept in the cache's volume
+        client.write_text(
+            client_config(config.dist.scheduler_url, read_token(config.dist, environ), toolchains)
+        )
 
 
 def _terminate(proc: subprocess.Popen[str]) -> None:
@@ -162,6 +170,8 @@ def _attempt_result(
             for identifier, units in progress.unit_cache.items()
             for unit, compiled in units.items()
         ),
+        dist_by_server=tuple(progress.dist_by_server.items()) if progress.dist_seen else None,
+        dist_local=progress.dist_local,
         memory_series=tuple(watcher.series.points),
         memory_step_s=watcher.series.step_s,
         oom_at_s=tuple(watcher.oom_at),

@@ -24,6 +24,11 @@ _FAILED = re.compile(r"^\s*FAILED:\s+(?:\[code=-?\d+\]\s+)?(\S+)")
 # sccache splits an nvcc compile into CUDA, device, PTX and CUBIN requests; the units are the
 # top-level "(C/C++)" and "(CUDA)" lines.
 _SCCACHE = re.compile(r"^\s*Cache (hits|misses) \((C/C\+\+|CUDA|CUDA \(Device code\))\)\s+(\d+)\s*$")
+# sccache --show-stats with --dist: "Failed distributed compilations  N" (each ran locally
+# instead), then "Successful distributed compiles" and one "  <server ip:port>  N" line each.
+_DIST_FAILED = re.compile(r"^Failed distributed compilations\s+(\d+)\s*$")
+_DIST_HEAD = "Successful distributed compiles"
+_DIST_SERVER = re.compile(r"^\s+(\S+:\d+)\s+(\d+)\s*$")
 # images/wheelbuild-cache-log: one line per unit, compiled or answered from sccache's cache.
 _UNIT_CACHE = re.compile(r"^wheelbuild: unit (compiled|from cache): (\S+)$")
 # A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
@@ -85,6 +90,12 @@ class BuildLog:
     # identifier -> sccache's per-kind counts ("C/C++", "CUDA", "CUDA (Device code)") -> [hits,
     # misses], from the stats printed after each build that reached the repair step
     cache_counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # --dist: compiles each build server ran ("ip:port" -> count) and those that fell back to
+    # local, summed over the Pythons' stats
+    dist_by_server: dict[str, int] = field(default_factory=dict)
+    dist_local: int = 0
+    dist_seen: bool = False
+    _in_dist_servers: bool = False
     # identifier -> unit output (relu.o) -> compiled (True) or a cache hit (False)
     unit_cache: dict[str, dict[str, bool]] = field(default_factory=dict)
     memory_limit_seen: int | None = None
@@ -103,6 +114,8 @@ class BuildLog:
         """One line of the log; `now` (monotonic seconds) times the build steps."""
         if now is not None:
             self._time_steps(line, now)
+        if self._dist_line(line):
+            return
         if _STEP.match(line):
             self.step = line.rstrip(". ")
         if started := _BUILD_START.search(line):
@@ -130,6 +143,18 @@ class BuildLog:
             self.memory_limit_seen = int(value) if value.isdigit() else None
         if is_kill_line(line):
             self.killed_lines.append(line.strip())
+
+    def _dist_line(self, line: str) -> bool:
+        """sccache's per-server counts (the lines below its header); True when `line` was one."""
+        if self._in_dist_servers and (server := _DIST_SERVER.match(line)):
+            self.dist_by_server[server[1]] = self.dist_by_server.get(server[1], 0) + int(server[2])
+            return True
+        self._in_dist_servers = line.strip() == _DIST_HEAD
+        if failed := _DIST_FAILED.match(line.strip()):
+            self.dist_local += int(failed[1])
+            self.dist_seen = True
+        self.dist_seen = self.dist_seen or self._in_dist_servers
+        return self._in_dist_servers
 
     def _time_steps(self, line: str, now: float) -> None:
         if line.startswith("Building wheel..."):

@@ -151,7 +151,8 @@ def _before_build_env(
     (bin_dir / "python").symlink_to(sys.executable)
     sccache = bin_dir / "sccache"
     sccache.write_text(
-        f'#!/bin/sh\necho "sccache|${{SCCACHE_BUCKET:-}}|${{SCCACHE_LOG:-}}|${{SCCACHE_ERROR_LOG:-}}|$*" >> {record}\n'
+        f'#!/bin/sh\necho "sccache|${{SCCACHE_BUCKET:-}}|${{SCCACHE_LOG:-}}|${{SCCACHE_ERROR_LOG:-}}|$*'
+        f'${{SCCACHE_CONF:+|conf=$SCCACHE_CONF}}" >> {record}\n'
     )
     sccache.chmod(0o755)
     secrets = tmp_path / "secrets"
@@ -215,6 +216,20 @@ def test_before_build_writes_admission_costs_and_starts_a_fresh_sccache_with_the
         "sccache||||--zero-stats",
     ]
     assert log.read_text() == ""
+
+
+def test_with_dist_the_server_alone_starts_with_the_client_config_of_the_secrets_mount(
+    tmp_path: Path,
+) -> None:
+    env, record, script = _before_build_env(tmp_path)
+    env["SCCACHE_DIR"] = str(tmp_path / "cache")
+    (tmp_path / "secrets" / "sccache-dist.conf").write_text("[dist]\n")
+    done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
+    assert done.returncode == 0, done.stderr
+    sccache = [line for line in record.read_text().splitlines() if line.startswith("sccache|")]
+    conf = f"|conf={tmp_path}/secrets/sccache-dist.conf"
+    assert [line.endswith(conf) for line in sccache] == [False, True, False]
+    assert sccache[1].split("|")[4] == "--start-server"
 
 
 # wheelbuild-site-packages is evaluated by cibuildwheel's own parser in test_engine_env.
