@@ -31,6 +31,7 @@ from .cli_options import (
 )
 from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
+from .plan.dist_plan import with_distribution
 from .plan.planner import format_plan
 from .recipes import resolve_recipe
 from .run import doctor, gc
@@ -156,6 +157,9 @@ def plan(
     max_jobs: int | None,
     nvcc_threads: int | None,
     env_pairs: tuple[str, ...],
+    dist: str | None,
+    dist_network: str | None,
+    dist_servers: str | None,
     **_build_only: object,  # the other build options: checked by click, shown below, used by build
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
@@ -170,7 +174,8 @@ def plan(
         _resources(memory, cpus, max_jobs, nvcc_threads),
         toolkit=preflight.toolkit_for(variant),
     )
-    click.echo(format_plan(planned))
+    target = dist_target(dist, dist_network, None, dist_servers)
+    click.echo(format_plan(with_distribution(planned, target.servers) if target else planned))
     for line in provenance():
         click.echo(line)
 

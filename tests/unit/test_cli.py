@@ -130,6 +130,24 @@ def test_plan_prints_a_plan_that_fits_its_budget(
     assert _gib(rows["predicted peak"]) <= 64.0
 
 
+def test_plan_with_dist_shows_the_distributed_plan_and_its_bound(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    local = _planned(run_cli, "flash-attn", "--memory", "20g", "--cpus", "2")
+    dist = _planned(
+        run_cli, "flash-attn", "--memory", "20g", "--cpus", "2",
+        "--dist", "http://scheduler:10600", "--dist-servers", "2x16x64g",
+    )  # fmt: skip
+    assert int(dist["MAX_JOBS"]) > int(local["MAX_JOBS"]) and dist["NVCC_THREADS"] == "1"
+    assert _gib(dist["predicted peak"]) <= 20.0
+    shown = run_cli(
+        "plan", "flash-attn", "--memory", "20g", "--cpus", "2", "--dist", "http://scheduler:10600"
+    )
+    assert "--dist: MAX_JOBS=" in shown.stdout and "bound:" in shown.stdout and "assumed" in shown.stdout
+    refused = run_cli("plan", "flash-attn", "--dist-servers", "2x16x64g")
+    assert refused.returncode != 0 and "need --dist" in refused.stderr
+
+
 def test_plan_never_gives_fewer_jobs_for_more_memory(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
