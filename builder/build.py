@@ -20,8 +20,9 @@ import tenacity
 
 from . import report_html
 from .check import Expectation, check_wheel, first_problem
+from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
-from .plan.dist_plan import dist_summary, with_distribution
+from .plan.dist_plan import with_distribution
 from .plan.planner import Plan, admission_costs, with_admission
 from .preflight import (
     ImageOptions,

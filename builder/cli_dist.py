@@ -8,11 +8,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
 
 import click
 
 from .cli_options import GIVEN_PATH, GIVEN_TEXT
+from .dist import scheduler_address
 from .errors import BadArgument
 from .run import dist_fleet
 from .run.reporter import Reporter
@@ -115,16 +115,13 @@ def dist_scheduler(
 
 
 def _scheduler_url(text: str) -> str:
-    parts = urlsplit(text.strip())
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port is None or parts.username:
+    found = scheduler_address(text)
+    if found is None or found[0].username:
         raise BadArgument(
             f"--scheduler {text!r} is not a scheduler URL",
             f"give it as http://HOST:PORT, e.g. http://{DEFAULT_SCHEDULER}:{dist_fleet.SCHEDULER_PORT}",
         )
+    parts, port = found
     return f"{parts.scheme}://{parts.hostname}:{port}"
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from .errors import BadArgument
 from .units import parse_memory
@@ -44,18 +44,27 @@ class DistTarget:
     servers: ServerShape | None = None  # None: the plan assumes servers that hold every job
 
 
-def parse_scheduler_url(text: str) -> str:
-    """An sccache-dist scheduler's URL: http(s)://host:port, nothing after the port."""
+def scheduler_address(text: str) -> tuple[SplitResult, int] | None:
+    """An http(s)://host:port URL split, with its port; None where it is not one."""
     parts = urlsplit(text.strip())
     try:
         port = parts.port
     except ValueError:
         port = None
     if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        return None
+    return parts, port
+
+
+def parse_scheduler_url(text: str) -> str:
+    """An sccache-dist scheduler's URL: http(s)://host:port, nothing after the port."""
+    found = scheduler_address(text)
+    if found is None:
         raise BadArgument(
             f"--dist {text!r} is not a scheduler URL",
             "give the sccache-dist scheduler as http://HOST:PORT, e.g. http://scheduler:10600",
         )
+    parts, port = found
     if parts.username or parts.password or parts.path not in ("", "/") or parts.query or parts.fragment:
         raise BadArgument(
             "--dist takes the scheduler's address only",
@@ -147,4 +156,24 @@ def client_config(scheduler_url: str, token: str, toolchain_dir: str) -> str:
             f"token = {json.dumps(token)}",
             "",
         ]
+    )
+
+
+def remote_share(by_server: Sequence[tuple[str, int]], local: int) -> float | None:
+    """The build servers' share of the compiles sccache distributed or fell back to local on;
+    None when it did neither."""
+    remote = sum(count for _, count in by_server)
+    return remote / (remote + local) if remote + local else None
+
+
+def dist_summary(by_server: Sequence[tuple[str, int]] | None, local: int) -> str:
+    """One line for the terminal: compiles per build server, against those run locally."""
+    if by_server is None:
+        return "--dist: sccache printed no distribution stats: no compile reached the scheduler"
+    remote = sum(count for _, count in by_server)
+    servers = ", ".join(f"{server} {count}" for server, count in by_server) or "none"
+    share = remote_share(by_server, local)
+    shown = f"{share:.0%}" if share is not None else "-"
+    return (
+        f"--dist: {remote} compiles on build servers ({servers}), {local} ran locally instead: {shown} remote"
     )

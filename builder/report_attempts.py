@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .dist import remote_share
 from .plan.learned import SAMPLE_S
 from .plan.planner import Plan
 from .report import AttemptRecord, CacheStats, MemorySeriesRecord, UnitRecord
@@ -56,12 +57,11 @@ def attempt_record(
 
 
 def _remote_share(result: AttemptResult) -> float | None:
-    """--dist: the build servers' share of the compiles sccache distributed or fell back on."""
+    """--dist: the build servers' share (dist.remote_share), rounded for the report."""
     if result.dist_by_server is None:
         return None
-    remote = sum(count for _, count in result.dist_by_server)
-    total = remote + result.dist_local
-    return round(remote / total, 3) if total else None
+    share = remote_share(result.dist_by_server, result.dist_local)
+    return round(share, 3) if share is not None else None
 
 
 def _units_recompiled(result: AttemptResult, finished_before: set[str]) -> int | None:

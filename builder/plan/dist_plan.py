@@ -67,15 +67,3 @@ def with_distribution(plan: Plan, servers: ServerShape | None) -> Plan:
         predicted_seconds=chosen.predicted.seconds,
         reasons=(*plan.reasons, why),
     )
-
-
-def dist_summary(by_server: tuple[tuple[str, int], ...] | None, local: int) -> str:
-    """One line for the terminal: compiles per build server, against those run locally."""
-    if by_server is None:
-        return "--dist: sccache printed no distribution stats: no compile reached the scheduler"
-    remote = sum(count for _, count in by_server)
-    servers = ", ".join(f"{server} {count}" for server, count in by_server) or "none"
-    share = f"{remote / (remote + local):.0%}" if remote + local else "-"
-    return (
-        f"--dist: {remote} compiles on build servers ({servers}), {local} ran locally instead: {share} remote"
-    )

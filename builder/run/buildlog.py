@@ -149,8 +149,9 @@ class BuildLog:
         if self._in_dist_servers and (server := _DIST_SERVER.match(line)):
             self.dist_by_server[server[1]] = self.dist_by_server.get(server[1], 0) + int(server[2])
             return True
-        self._in_dist_servers = line.strip() == _DIST_HEAD
-        if failed := _DIST_FAILED.match(line.strip()):
+        stripped = line.strip()
+        self._in_dist_servers = stripped == _DIST_HEAD
+        if failed := _DIST_FAILED.match(stripped):
             self.dist_local += int(failed[1])
             self.dist_seen = True
         self.dist_seen = self.dist_seen or self._in_dist_servers

@@ -18,13 +18,14 @@ from wheelbuild.dist import (
     DistTarget,
     ServerShape,
     client_config,
+    dist_summary,
     dist_target,
     parse_scheduler_url,
     parse_servers,
     read_token,
 )
 from wheelbuild.errors import BadArgument
-from wheelbuild.plan.dist_plan import dist_summary, with_distribution
+from wheelbuild.plan.dist_plan import with_distribution
 from wheelbuild.plan.memory_model import GIB, flash_attn_model, wbdemo_model
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.report_attempts import attempt_record
