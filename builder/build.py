@@ -8,7 +8,6 @@ report's format is report.py's; the nightly's matrix against what is published i
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ from .check import Expectation, check_wheel, first_problem
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
 from .plan.dist_plan import with_distribution
-from .plan.planner import Plan, admission_costs, with_admission
+from .plan.planner import Plan, admission_file, ninja_order_file, with_admission
 from .preflight import (
     ImageOptions,
     compiler_in_image,
@@ -273,7 +272,7 @@ def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
     if spec.dist is not None:
         plan = with_distribution(plan, spec.dist.servers)
     elif spec.admission:
-        plan = with_admission(plan, keep_jobs=spec.resources.max_jobs is not None)
+        plan = with_admission(plan)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)
@@ -315,9 +314,8 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         log_path=run.dir / "build.log",
         pass_env=shared_cache_env(os.environ),
         dist=spec.dist,
-        admission=None
-        if plan.admission_budget is None
-        else (plan.admission_budget, json.dumps(admission_costs(plan), separators=(",", ":"))),
+        admission=admission_file(plan),
+        ninja_order=ninja_order_file(plan),
     )
 
 

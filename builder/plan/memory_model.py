@@ -148,6 +148,11 @@ class MemoryModel:
 # and the tests, and stays in the same loop so the two cannot drift apart.
 
 
+# A simulated unit holds only its fixed part until this share of its wall, then its whole peak:
+# the device compile (cicc, ptxas) comes after the host front end.
+PEAK_ONSET = 0.2
+
+
 @dataclass(frozen=True)
 class SimResult:
     seconds: float  # until the attempt ended: all done, or the last running compile after a kill
@@ -157,6 +162,22 @@ class SimResult:
     ok: bool  # every unit finished
     # With admission: the highest sum of admitted units' predicted costs (the wrapper's ledger).
     admitted_peak: int = 0
+
+
+def launch_order(units: Sequence[UnitCost], threads: int, archs: int) -> list[int]:
+    """The order wheelbuild makes ninja start `units` in: longest predicted wall first at
+    `threads` nvcc threads, ties in build order. ninja starts ready edges of equal priority in
+    the order its file declares them, and every compile is equally far from the link, so the
+    file's order is the launch order; images/wheelbuild-ninja rewrites it to this one, from the
+    seconds in the order file the build writes (ninja_order()). Longest first is the classic
+    list-scheduling rule: the long units no longer start last and run alone at the end."""
+    return sorted(range(len(units)), key=lambda i: (-units[i].wall(threads, archs), i))
+
+
+def ninja_order(units: Sequence[UnitCost], threads: int, archs: int) -> dict[str, object]:
+    """images/wheelbuild-ninja's order file: each unit's predicted wall seconds at the plan's
+    nvcc threads, by its source's basename (as the admission costs file names them)."""
+    return {"seconds": {u.name.rsplit("/", 1)[-1]: u.wall(threads, archs) for u in units}}
 
 
 def simulate(
@@ -170,7 +191,7 @@ def simulate(
     base: int = 0,
     cached: Collection[int] = (),
     hit: UnitCost | None = None,
-    onset: float = 0.2,
+    onset: float = PEAK_ONSET,
     admit_budget: int | None = None,
     admit_costs: Sequence[int] | None = None,
     admit_fairness_s: float = 30.0,

@@ -86,6 +86,8 @@ class AttemptConfig:
     compiler_cache: bool = True
     # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
     admission: tuple[int, str] | None = None
+    # images/wheelbuild-ninja's order (JSON text): ninja launches the longest compiles first.
+    ninja_order: str | None = None
     # Host env vars handed to the build by name (values never on a command line): a shared
     # sccache storage's settings and credentials (see SHARED_CACHE_ENV).
     pass_env: tuple[str, ...] = ()
@@ -172,9 +174,10 @@ CHECK_TORCH_SCRIPT = "wheelbuild-check-torch"  # run by before-build
 WHEEL_CACHE_SCRIPT = "wheelbuild-wheel-cache"  # run by before-build: torch installed from the cache
 SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated per Python
 CACHE_LOG_SCRIPT = "wheelbuild-cache-log"  # per Python, before the repair: which units compiled
+NINJA_ORDER_SCRIPT = "wheelbuild-ninja"  # ninja's launcher: the compiles in the plan's launch order
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
-    CACHE_LOG_SCRIPT,
+    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT,
 )  # fmt: skip
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
@@ -266,6 +269,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         )
     elif config.admission:
         container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
+    if config.ninja_order is not None:
+        container_env["WHEELBUILD_NINJA_ORDER"] = config.ninja_order
     if config.admission:
         budget, costs = config.admission
         container_env.update(

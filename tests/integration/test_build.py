@@ -246,6 +246,8 @@ def test_admission_runs_every_compile_through_the_wrapper_in_the_image(
     assert len(compiles) == 5
     assert sum("wheelbuild-admit sccache /usr/local/cuda-13.1" in line for line in compiles) == 4
     assert "wheelbuild-admit: " not in log  # the wrapper is silent unless a unit waits over 60 s
+    # ninja ran through before-build's launcher, which put the planned launch order in place
+    assert re.search(r"wheelbuild-ninja: 5 compiles of \S*build\.ninja launch longest predicted first", log)
     assert containers_of_run(docker_client, result.run_id) == []
 
 

@@ -273,17 +273,21 @@ def test_flash_attn_at_64_gib_and_128_cpus_is_eight_jobs_of_one_thread() -> None
     assert "flash_bwd_hdim256" in text
 
 
-def test_flash_attn_with_memory_to_spare_runs_every_unit_at_once() -> None:
+def test_flash_attn_with_memory_to_spare_is_predicted_as_long_as_its_longest_unit() -> None:
     plan = plan_build(budget=container_limit(432 * 10**9, None), cpus=128, archs=2, model=FLASH_ATTN)
-    assert (plan.max_jobs, plan.nvcc_threads) == (73, 1)
+    # Longest first, the 73rd (shortest) unit fits behind the first to finish: 72 jobs predict
+    # the same build as 73, and a tie goes to fewer jobs.
+    assert (plan.max_jobs, plan.nvcc_threads) == (72, 1)
+    longest = max(u.wall(1, 2) for u in FLASH_ATTN.units)
+    assert plan.predicted_seconds == pytest.approx(longest)
 
 
 def test_spare_cpus_and_memory_buy_nvcc_threads() -> None:
     # 73 units on 128 CPUs: with memory for all of them at two threads, two threads win.
     plan = plan_build(budget=1024 * GIB, cpus=128, archs=2, model=FLASH_ATTN)
     one = plan_build(budget=1024 * GIB, cpus=128, archs=2, model=FLASH_ATTN, nvcc_threads=1)
-    assert (plan.max_jobs, plan.nvcc_threads) == (73, 2)
-    assert (one.max_jobs, one.nvcc_threads) == (73, 1)
+    assert (plan.max_jobs, plan.nvcc_threads) == (72, 2)  # 72: as above
+    assert (one.max_jobs, one.nvcc_threads) == (73, 1)  # given threads: the most jobs that fit
     assert plan.predicted_seconds is not None and one.predicted_seconds is not None
     assert plan.predicted_seconds < one.predicted_seconds
 
@@ -711,3 +715,35 @@ def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
     assert smaller is not None and smaller.max_jobs == 3
     assert admitted.admission_budget is not None
     assert smaller.admission_budget == admitted.admission_budget * 3 // 4
+
+
+def test_admission_chooses_nvcc_threads_by_the_build_behind_the_wrapper() -> None:
+    """Memory for every unit at one thread, not at two: the static plan runs all at one thread,
+    but with unit times spread, the slowest of 73 one-thread units outlasts a queue of two-thread
+    ones, and admission takes two threads, as many jobs as the CPU rule allows."""
+    from wheelbuild.plan.planner import OVERSUBSCRIBE, SPREAD_DRAWS, WALL_SPREAD, with_admission
+
+    model = flash_attn_model()
+    static = plan_build(budget=container_limit(432 * 10**9, None), cpus=128, archs=2, model=model)
+    assert static.nvcc_threads == 1
+    admitted = with_admission(static)
+    assert admitted.nvcc_threads == 2
+    assert admitted.max_jobs == min(73, int(OVERSUBSCRIBE * 128) // 2)
+    line = next(r for r in admitted.reasons if r.startswith("NVCC_THREADS=2 behind admission"))
+    assert f"spread by {WALL_SPREAD:.0%} over {SPREAD_DRAWS} draws" in line and "1: " in line
+    assert with_admission(static) == admitted  # seeded draws: the same plan every time
+    # Where memory binds (64 GiB), one thread stays the better trade.
+    assert with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)).nvcc_threads == 1
+
+
+def test_admission_keeps_given_threads_and_jobs() -> None:
+    from wheelbuild.plan.planner import with_admission
+
+    budget = container_limit(432 * 10**9, None)
+    model = flash_attn_model()
+    threads = with_admission(plan_build(budget=budget, cpus=128, archs=2, model=model, nvcc_threads=1))
+    assert threads.nvcc_threads == 1 and threads.max_jobs == 73
+    given_jobs = plan_build(budget=budget, cpus=128, archs=2, model=model, max_jobs=10)
+    jobs = with_admission(given_jobs)
+    assert (jobs.max_jobs, jobs.nvcc_threads) == (10, given_jobs.nvcc_threads)
+    assert not any("behind admission" in r for r in threads.reasons + jobs.reasons)
