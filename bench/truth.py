@@ -229,12 +229,12 @@ def median_truth(names: Sequence[str], rows: Sequence[Row]) -> Truth:
     return Truth(seed=None, units=tuple(units), measured=frozenset(n.rsplit("/", 1)[-1] for n in measured))
 
 
-def with_spread(median: Truth, seed: int) -> Truth:
+def with_spread(median: Truth, seed: int, wall_sigma: float = SIGMA_WALL) -> Truth:
     """The median truth with each unmeasured unit's peak and wall drawn around it (lognormal)."""
     rng = random.Random(seed)
     units = []
     for u in median.units:
-        peak, wall = math.exp(rng.gauss(0.0, SIGMA_PEAK)), math.exp(rng.gauss(0.0, SIGMA_WALL))
+        peak, wall = math.exp(rng.gauss(0.0, SIGMA_PEAK)), math.exp(rng.gauss(0.0, wall_sigma))
         if u.name.rsplit("/", 1)[-1] in median.measured:
             units.append(u)  # drawn anyway, so one unit's draw never shifts another's
             continue
