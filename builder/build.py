@@ -21,13 +21,13 @@ from . import report_html
 from .check import Expectation, check_wheel, first_problem
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
-from .plan.dist_plan import with_distribution
-from .plan.planner import Plan, admission_file, ninja_order_file, with_admission
+from .plan.planner import Plan, admission_file, ninja_order_file
 from .preflight import (
     ImageOptions,
     compiler_in_image,
     ensure_cuda12_layer,
     ensure_image,
+    governed,
     image_inputs,
     new_run_id,
     plan_for,
@@ -268,11 +268,9 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
 
 
 def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
-    plan = plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version)
-    if spec.dist is not None:
-        plan = with_distribution(plan, spec.dist.servers)
-    elif spec.admission:
-        plan = with_admission(plan)
+    plan = governed(
+        plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version), spec.dist, spec.admission
+    )
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:
         reporter.info(reason)

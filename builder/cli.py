@@ -31,7 +31,6 @@ from .cli_options import (
 )
 from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
-from .plan.dist_plan import with_distribution
 from .plan.planner import format_plan
 from .recipes import resolve_recipe
 from .run import doctor, gc
@@ -160,6 +159,7 @@ def plan(
     dist: str | None,
     dist_network: str | None,
     dist_servers: str | None,
+    admission: bool,
     **_build_only: object,  # the other build options: checked by click, shown below, used by build
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
@@ -175,7 +175,7 @@ def plan(
         toolkit=preflight.toolkit_for(variant),
     )
     target = dist_target(dist, dist_network, None, dist_servers)
-    click.echo(format_plan(with_distribution(planned, target.servers) if target else planned))
+    click.echo(format_plan(preflight.governed(planned, target, admission)))
     for line in provenance():
         click.echo(line)
 

@@ -12,12 +12,14 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .dist import DistTarget
 from .errors import CompilerUnavailable
 from .plan import cgroup
 from .plan.calibration import load_calibrated
+from .plan.dist_plan import with_distribution
 from .plan.learned import BuildMeasurement, learn, learned_path, load_learned, save_learned
 from .plan.memory_model import MemoryModel
-from .plan.planner import Plan, container_limit, explain_container_limit, plan_build
+from .plan.planner import Plan, container_limit, explain_container_limit, plan_build, with_admission
 from .recipes import Recipe
 from .run import cuda_redist
 from .run.attempt import AttemptResult
@@ -36,6 +38,7 @@ __all__ = [
     "cuda12_layer",
     "ensure_cuda12_layer",
     "ensure_image",
+    "governed",
     "image_inputs",
     "model_for",
     "new_run_id",
@@ -165,6 +168,14 @@ def plan_for(
         budget_reason=why,
     )
     return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
+
+
+def governed(plan: Plan, dist: DistTarget | None, admission: bool) -> Plan:
+    """The plan a build runs: with --dist, spread over the fleet's servers; else admitted by
+    memory (the default); else the static plan as it is. `wheelbuild plan` prints the same."""
+    if dist is not None:
+        return with_distribution(plan, dist.servers)
+    return with_admission(plan) if admission else plan
 
 
 def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:

@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from ..units import PAGE, format_bytes
-from .memory_model import GIB, MemoryModel, UnitCost, launch_order, ninja_order, simulate
+from .memory_model import GIB, MemoryModel, SimResult, UnitCost, launch_order, ninja_order, simulate
 
 __all__ = [
     "ADMIT_MARGIN",
@@ -164,15 +164,16 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
         f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
         "beside the running ones"
     )
-    seconds = _admitted_seconds(model, jobs, threads, plan.archs, plan.cpus, budget, spread=False)
+    run = _admitted_run(model, jobs, threads, plan.archs, plan.cpus, budget)
     return replace(
         plan,
         max_jobs=jobs,
         nvcc_threads=threads,
         admission_budget=budget,
         reasons=(*plan.reasons, *lines, why),
-        predicted_peak=model.peak_of_jobs(jobs, threads, plan.archs),
-        predicted_seconds=seconds if seconds is not None else plan.predicted_seconds,
+        # The wrapper, not MAX_JOBS, bounds what runs together: the peak is the simulated one.
+        predicted_peak=run.peak if run is not None else plan.predicted_peak,
+        predicted_seconds=run.seconds if run is not None else plan.predicted_seconds,
     )
 
 
@@ -190,8 +191,11 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
     scored = []
     for threads in range(1, plan.archs + 1):
         jobs = _admission_jobs(plan, threads)
-        seconds = _admitted_seconds(plan.model, jobs, threads, plan.archs, plan.cpus, budget, spread=True)
-        assert seconds is not None  # the model is complete
+        draws = [
+            _admitted_run(plan.model, jobs, threads, plan.archs, plan.cpus, budget, draw)
+            for draw in range(SPREAD_DRAWS)
+        ]
+        seconds = statistics.fmean(r.seconds for r in draws if r is not None)
         scored.append((seconds, threads, jobs))
     seconds, threads, jobs = min(scored)
     others = ", ".join(f"{t}: {s:.0f} s at MAX_JOBS={j}" for s, t, j in scored if t != threads)
@@ -202,21 +206,28 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
     ]
 
 
-def _admitted_seconds(
-    model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float, budget: int, *, spread: bool
-) -> float | None:
-    """The predicted build behind the wrapper, units in launch order at the wrapper's costs; with
-    `spread`, the mean over SPREAD_DRAWS draws of the units' times. None without a unit list."""
+def _admitted_run(
+    model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float, budget: int, draw: int | None = None
+) -> SimResult | None:
+    """The build simulated behind the wrapper: units in launch order, admitted at the wrapper's
+    costs, each holding its peak with the model's margin, the reserve held throughout; with
+    `draw`, the units' times spread by that seeded draw. None without a unit list."""
     if not model.complete:
         return None
-    units = [model.units[i] for i in launch_order(model.units, threads, archs)]
-    costs = [_admit_cost(model, u, threads, archs) for u in units]
-    draws = [_spread(units, draw) for draw in range(SPREAD_DRAWS)] if spread else [units]
-    return statistics.fmean(
-        simulate(
-            d, jobs=jobs, threads=threads, archs=archs, cpus=cpus, admit_budget=budget, admit_costs=costs
-        ).seconds
-        for d in draws
+    order = launch_order(model.units, threads, archs)
+    units = [_with_margin(model.units[i], model.margin) for i in order]
+    costs = [_admit_cost(model, model.units[i], threads, archs) for i in order]
+    if draw is not None:
+        units = _spread(units, draw)
+    return simulate(
+        units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
+        admit_budget=budget, admit_costs=costs,
+    )  # fmt: skip
+
+
+def _with_margin(unit: UnitCost, margin: float) -> UnitCost:
+    return replace(
+        unit, fixed=math.ceil(unit.fixed * (1 + margin)), per_arch=math.ceil(unit.per_arch * (1 + margin))
     )
 
 

@@ -151,16 +151,24 @@ def test_plan_with_dist_shows_the_distributed_plan_and_its_bound(
 def test_plan_never_gives_fewer_jobs_for_more_memory(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
+    static = ("flash-attn", "--no-admission", "--cpus", "128", "--archs", "100,120")
     jobs = [
-        int(
-            _planned(run_cli, "flash-attn", "--memory", f"{gib}g", "--cpus", "128", "--archs", "100,120")[
-                "MAX_JOBS"
-            ]
-        )
+        int(_planned(run_cli, *static, "--memory", f"{gib}g")["MAX_JOBS"])
         for gib in (8, 16, 32, 64, 128, 400)
     ]
     assert jobs == sorted(jobs)
     assert jobs[0] >= 1 and jobs[-1] > jobs[0]
+
+
+def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    args = ("plan", "flash-attn", "--memory", "400g", "--cpus", "128", "--archs", "100,120")
+    admitted, static = run_cli(*args), run_cli(*args, "--no-admission")
+    assert admitted.returncode == 0 and static.returncode == 0, admitted.stderr + static.stderr
+    assert "admission: ninja launches up to MAX_JOBS=" in admitted.stdout
+    assert "NVCC_THREADS=2 behind admission" in admitted.stdout
+    assert "admission:" not in static.stdout and "NVCC_THREADS    1" in static.stdout
 
 
 def test_plan_with_one_arch_never_uses_two_nvcc_threads(
