@@ -210,7 +210,13 @@ def remember_build(
         nvcc_threads=plan.nvcc_threads,
         archs=archs,
     )
-    learned = learn(plan.model, measured, families, toolkit)
+    # An admitted build's peak is predicted behind the wrapper; the learned model's the same way.
+    admitted = plan.admission_budget is not None
+
+    def predict(model: MemoryModel) -> int:
+        return with_admission(replace(plan, model=model), keep_jobs=True).predicted_peak
+
+    learned = learn(plan.model, measured, families, toolkit, predict if admitted else None)
     if learned is None:
         return None
     model, record = learned

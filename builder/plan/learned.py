@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -108,10 +108,16 @@ def record_from_json(text: str) -> LearnedRecord | None:
 
 
 def learn(
-    model: MemoryModel, build: BuildMeasurement, families: Mapping[str, str] | None, toolkit: str
+    model: MemoryModel,
+    build: BuildMeasurement,
+    families: Mapping[str, str] | None,
+    toolkit: str,
+    predict: Callable[[MemoryModel], int] | None = None,
 ) -> tuple[MemoryModel, LearnedRecord] | None:
     """The model corrected by what the build measured, and its record; None when the build
-    measured no unit the model knows (a generic model's one unit, or no sample caught one)."""
+    measured no unit the model knows (a generic model's one unit, or no sample caught one).
+    `predict` gives a model's peak for the build that ran, as its plan predicted it (by default
+    the static worst case: reserve + the MAX_JOBS heaviest units)."""
     if not model.complete:
         return None
     measurements = _measurements(model, build.units, build.archs, build.nvcc_threads)
@@ -135,7 +141,9 @@ def learn(
         nvcc_threads=build.nvcc_threads,
         measured_peak=build.measured_peak,
         predicted_before=build.predicted_peak,
-        predicted_after=learned.peak_of_jobs(build.max_jobs, build.nvcc_threads, archs),
+        predicted_after=predict(learned)
+        if predict is not None
+        else learned.peak_of_jobs(build.max_jobs, build.nvcc_threads, archs),
     )
     return learned, record
 

@@ -1,8 +1,10 @@
 """Admission against the static plan on a real ninja build of real flash-attn units (issue 14,
 part 1): the pinned 2.8.3 sdist with its source list trimmed to 4 fwd and 2 bwd kernels plus the
 binding, built for sm_120 under a memory limit where the static plan must serialize (two bwd
-units do not fit together) but two fwd units fit. Both builds run in one test, one after the
-other, each on sources salted apart so neither finds the other's units in the compiler cache.
+units do not fit together) but two fwd units fit. Three builds run in one test, one after the
+other, each on sources salted apart so none finds another's units in the compiler cache: the
+static plan, admission (the default), and admission with ninja in setup.py's order (the build's
+ninja_order_file patched to None in this process, as without images/wheelbuild-ninja).
 
 The wheel would not import (flash_api.cpp calls kernels that were cut), so the gate is off: this
 measures the build. Twenty-odd minutes on 2 cores, so it runs only with `pytest -m hours`. It
@@ -95,7 +97,7 @@ def subset_model() -> MemoryModel:
     return replace(model, units=units, name="flash-attn-subset")
 
 
-def _build(sdist: Path, out: Path, admission: bool) -> dict[str, object]:
+def _build(sdist: Path, out: Path, admission: bool, ordered: bool = True) -> dict[str, object]:
     recipe = replace(
         flash_attn_recipe("2.8.3"),
         source=LocalSdist(sdist, None),
@@ -117,13 +119,18 @@ def _build(sdist: Path, out: Path, admission: bool) -> dict[str, object]:
         base_image=os.environ.get("WHEELBUILD_BASE_IMAGE"), ca_bundle=resolve_ca_bundle(None)
     )
     started = time.monotonic()
-    with DockerEngine(sweep=False) as engine:
+    with DockerEngine(sweep=False) as engine, pytest.MonkeyPatch.context() as patch:
+        if not ordered:
+            patch.setattr(build_pipeline, "ninja_order_file", lambda plan: None)
         result = build_pipeline.run_build(spec, options, Reporter(quiet=True), engine)
     wall = time.monotonic() - started
+    log = (result.run_dir / "build.log").read_text(errors="replace")
     report = json.loads(result.report.read_text())
     attempts = report["attempts"]
     return {
         "admission": admission,
+        "launch_order": "longest first" if ordered else "setup.py",
+        "ninja_line": next((line.strip() for line in log.splitlines() if "wheelbuild-ninja:" in line), None),
         "wall_s": round(wall),
         "compile_s": sum(a["build_s"] or 0 for a in attempts),
         "attempts": len(attempts),
@@ -146,23 +153,32 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
     original = prepare_source(SDISTS["2.8.3"], print)
     pinned = original.project_dir / original.package
     figures = []
-    for admission in (False, True):
-        work = tmp_path / ("admission" if admission else "static")
+    for name, admission, ordered in (
+        ("static", False, True),
+        ("admission", True, True),
+        ("file-order", True, False),
+    ):
+        work = tmp_path / name
         work.mkdir()
         sdist = trimmed_sdist(pinned, work, uuid.uuid4().hex)
-        figures.append(_build(sdist, work / "out", admission))
-    static, admitted = figures
+        figures.append(_build(sdist, work / "out", admission, ordered))
+    static, admitted, file_order = figures
     summary = {
         "memory": MEMORY,
         "static": static,
         "admission": admitted,
+        "admission_in_setup_py_order": file_order,
         "compile_ratio": round(admitted["compile_s"] / static["compile_s"], 3),  # type: ignore[operator]
         "wall_ratio": round(admitted["wall_s"] / static["wall_s"], 3),  # type: ignore[operator]
+        "ordered_over_file_order_compile": round(admitted["compile_s"] / file_order["compile_s"], 3),  # type: ignore[operator]
     }
     path = Path(os.environ.get("WHEELBUILD_SUBSET_FIGURES", tmp_path / "subset.json"))
     path.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     assert static["max_jobs"] == 1, "the limit must make the static plan serialize"
     assert admitted["admission_budget"] is not None and admitted["max_jobs"] == 2
-    assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0, summary
+    assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0 and file_order["oom_kills"] == 0, summary
+    # The launcher ran in the ordered builds, and only there.
+    assert str(admitted["ninja_line"]).startswith("wheelbuild-ninja: 7 compiles of"), summary
+    assert file_order["ninja_line"] is None, summary
     assert admitted["compile_s"] < static["compile_s"], summary  # type: ignore[operator]
