@@ -181,14 +181,25 @@ def governed(plan: Plan, dist: DistTarget | None, admission: bool) -> Plan:
 def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:
     """The model to plan with: the one learned from the last build of this release on this
     toolkit (and the line saying how far off it and its predecessor were), else the profile
-    `wheelbuild calibrate` measured, else the recipe's own."""
+    `wheelbuild calibrate` measured, else the recipe's own. A learned model of other units than
+    the recipe's (a build of a trimmed source list) is left aside, and the line says so."""
     path = learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env)
+    aside = None
     if learned := load_learned(
         path, recipe.name if recipe.version is None else f"{recipe.name}-{recipe.version}"
     ):
         model, record = learned
-        return model, record.describe()
-    return load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model, None
+        if _unit_names(model) == _unit_names(recipe.memory_model) or not recipe.memory_model.complete:
+            return model, record.describe()
+        aside = (
+            f"left aside the model learned from build {record.run_id}: its {len(model.units)} units are not "
+            f"the recipe's {len(recipe.memory_model.units)} (delete {path.with_suffix('')}.* to forget it)"
+        )
+    return load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model, aside
+
+
+def _unit_names(model: MemoryModel) -> set[str]:
+    return {u.name.rsplit("/", 1)[-1] for u in model.units}
 
 
 def remember_build(

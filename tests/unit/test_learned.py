@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,24 @@ def test_the_next_plan_uses_the_learned_model_and_says_how_far_off_it_was(
     # Another toolkit has learned nothing, nor has a build with other env.
     assert model_for(recipe, "12.8")[1] is None
     assert model_for(recipe.with_env({"WBDEMO_BLOB_ELEMENTS": "1500000"}), "13.1")[1] is None
+
+
+def test_a_model_learned_from_other_units_is_left_aside_and_the_plan_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build of a trimmed source list (as the flash-attn subset test makes) learns a model of
+    fewer units under the release's name; the next plan of the whole release must not use it."""
+    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(tmp_path))
+    recipe = resolve_recipe("wbdemo")
+    trimmed = replace(recipe.memory_model, units=recipe.memory_model.units[:3])
+    before = plan_build(budget=6 * GIB, cpus=2.0, archs=2, model=trimmed, max_jobs=2, nvcc_threads=1)
+    learned = learn(before.model, _build(), None, "13.1")
+    assert learned is not None and len(learned[0].units) == 3
+    save_learned(learned_path(tmp_path, recipe.name, recipe.version, "13.1", {}), *learned)
+    model, line = model_for(recipe, "13.1")
+    assert model == recipe.memory_model
+    assert line is not None and line.startswith("left aside the model learned from build run-1")
+    assert "its 3 units are not the recipe's 5" in line and ".learned.* to forget it" in line
 
 
 # ---------------------------------------------------------------------------------------------
