@@ -21,6 +21,7 @@ from . import report_html
 from .check import Expectation, check_wheel, first_problem
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
+from .import_gate import import_gate
 from .plan.planner import Plan, admission_file, ninja_order_file
 from .preflight import (
     ImageOptions,
@@ -37,6 +38,7 @@ from .pythons import PythonChoice, choose_pythons, torch_python_tags
 from .recipes import source_location, source_pin
 from .report import (
     REPORT_NAME,
+    Abi3Record,
     BuildReport,
     CheckRecord,
     GateRecord,
@@ -55,8 +57,8 @@ from .report_attempts import attempt_record
 from .requires_python import requires_python_of
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
-from .run.image import IMAGES_DIR, Image, ImageInputs, production_base
-from .run.ports import Engine, GateJob
+from .run.image import Image, ImageInputs
+from .run.ports import Engine
 from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
@@ -65,13 +67,13 @@ from .spec import BuildSpec
 from .units import format_bytes
 from .variants import CudaCompiler
 from .wheel.abi import AbiReport, check_wheel_abi
-from .wheel.gate import GateResult, plan_gate
+from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
+from .wheel.gate import GateResult, summary_of
 from .wheel.gate import failure as gate_failure
-from .wheel.gate import read_result as read_gate
 from .wheel.stamp import stamp_wheel
 from .wheel.wheels import WheelInfo, inspect_wheel
 
-__all__ = ["GATE_MEMORY", "BuildResult", "import_gate", "run_build", "stamp_and_check"]
+__all__ = ["BuildResult", "run_build", "stamp_and_check"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class BuildResult:
     wheels: tuple[WheelInfo, ...]
     report: Path
     gate: Mapping[str, str]  # wheel file name -> the import gate's one-line summary
+    abi3: tuple[Abi3Use, ...] = ()  # the wheels that serve several Pythons, and how
 
     def gate_summary(self, wheel: WheelInfo) -> str:
         return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
@@ -126,9 +129,6 @@ def python_constraints(spec: BuildSpec, source: PreparedSource, reporter: Report
         offered = {t for t in torch_tags or () if re.fullmatch(r"cp3\d+", t)} | set(spec.pythons)
         constraints.choose(tuple(sorted(offered, key=lambda t: int(t[3:]))), spec)
     return constraints
-
-
-GATE_MEMORY = 6 * 1024**3  # pip installing torch and importing it; a smoke test's small tensors
 
 
 def expectation(spec: BuildSpec) -> Expectation:
@@ -196,11 +196,19 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
         run.spec.recipe, ready.compiler.version, run.spec.archs, attempts[-1], run.id
     ):
         reporter.info(f"model for the next plan: {learned}")
-    checked = _check_and_gate(run, attempts[-1][1].wheels, reporter, engine)
+    checked = _check_and_gate(run, ready.pythons, attempts[-1][1].wheels, reporter, engine)
+    uses = abi3_uses(
+        [w.path.name for w in checked.wheels], ready.pythons, dict(attempts[-1][1].reused_wheels)
+    )
+    for use in uses:
+        reused = f"; {', '.join(use.reused_under)} reused it" if use.reused_under else ""
+        reporter.info(
+            f"{use.wheel}: one wheel for every Python ({use.tag}), built under {use.built_under}{reused}"
+        )
     report = run.dir / REPORT_NAME
-    write_report(report, _report(run, ready, attempts, checked))
+    write_report(report, _report(run, ready, attempts, checked, uses))
     report_html.write_beside(report)  # build-report.html: the same record as a picture
-    return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report)
+    return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report, uses)
 
 
 def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> _Run:
@@ -256,6 +264,7 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
         f"unchanged inputs: reusing the wheel(s) of run {from_run} (key {ready.key[:12]}; --rebuild builds anew)"
     )
     gates = earlier.gate if isinstance(earlier.gate, tuple) else ()
+    passed = {g.wheel for g in gates if g.passed} - {g.wheel for g in gates if not g.passed}
     return BuildResult(
         run_id=run.id,
         run_dir=run.dir,
@@ -263,7 +272,8 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
         plan=None,
         wheels=tuple(inspect_wheel(run.dir / w.name) for w in stored),
         report=report,
-        gate={g.wheel: f"passed in run {from_run}" for g in gates if g.passed},
+        gate={wheel: f"passed in run {from_run}" for wheel in passed},
+        abi3=tuple(Abi3Use(a.wheel, a.tag, a.built_under, a.reused_under) for a in earlier.abi3 or ()),
     )
 
 
@@ -317,19 +327,24 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
     )
 
 
-def _check_and_gate(run: _Run, built: tuple[Path, ...], reporter: Reporter, engine: Engine) -> _Checked:
-    """Stamp and check the wheels (archs, label, torch pin, symbol versions), then, if all is
-    well and the gate is on, install and import each in a fresh base container."""
+def _check_and_gate(
+    run: _Run, pythons: tuple[str, ...], built: tuple[Path, ...], reporter: Reporter, engine: Engine
+) -> _Checked:
+    """Stamp and check the wheels (archs, label, torch pin, symbol versions, an abi3 wheel's tag
+    against the build's Pythons), then, if all is well and the gate is on, install and import
+    each in a fresh base container: an abi3 wheel once under each Python it was built for."""
     reporter.step("stamp and check")
     wheels, problems = stamp_and_check(built, run.spec)
     abi_reports = {w.path.name: check_wheel_abi(w.path) for w in wheels}
     problems += [error for abi in abi_reports.values() for error in abi.errors()]
+    problems += [error for w in wheels if (error := unserved_problem(w.path.name, pythons)) is not None]
     gates: tuple[GateResult, ...] = ()
     if run.spec.gate and not problems:
         try:
             gates = import_gate(
-                engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter
-            )
+                engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter,
+                pythons,
+            )  # fmt: skip
         except KeyboardInterrupt:
             removed = engine.interrupt_cleanup(run.id)
             raise Interrupted(
@@ -341,7 +356,11 @@ def _check_and_gate(run: _Run, built: tuple[Path, ...], reporter: Reporter, engi
 
 
 def _report(
-    run: _Run, ready: _Ready, attempts: list[tuple[Plan, AttemptResult]], checked: _Checked
+    run: _Run,
+    ready: _Ready,
+    attempts: list[tuple[Plan, AttemptResult]],
+    checked: _Checked,
+    uses: tuple[Abi3Use, ...],
 ) -> BuildReport:
     spec, image = run.spec, ready.image
     return BuildReport(
@@ -365,11 +384,18 @@ def _report(
         checks=tuple(CheckRecord(error=type(p).__name__, cause=p.cause) for p in checked.problems),
         abi=tuple(abi.to_json() for abi in checked.abi.values()),
         gate=tuple(GateRecord.of(g) for g in checked.gates) if spec.gate else GateSkipped(),
+        abi3=tuple(Abi3Record.of(use, checked.gates) for use in uses) or None,
     )
 
 
 def _ready_to_publish(
-    run: _Run, ready: _Ready, plan: Plan, checked: _Checked, store: Path, report: Path
+    run: _Run,
+    ready: _Ready,
+    plan: Plan,
+    checked: _Checked,
+    store: Path,
+    report: Path,
+    uses: tuple[Abi3Use, ...],
 ) -> BuildResult:
     """The first problem raised (the wheels stay in the run folder for a look, neither stored nor
     reused); else the wheels stored under their inputs key, if the gate loaded them."""
@@ -385,61 +411,17 @@ def _ready_to_publish(
         plan=plan,
         wheels=checked.wheels,
         report=report,
-        gate={g.wheel: g.summary for g in checked.gates},
+        gate={
+            wheel.path.name: summary_of(found)
+            for wheel in checked.wheels
+            if (found := [g for g in checked.gates if g.wheel == wheel.path.name])
+        },
+        abi3=uses,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # The steps' work
-
-
-def import_gate(
-    engine: Engine,
-    wheels: tuple[WheelInfo, ...],
-    abi_reports: Mapping[str, AbiReport],
-    spec: BuildSpec,
-    options: ImageOptions,
-    gpus: bool,
-    run_id: str,
-    run_dir: Path,
-    reporter: Reporter,
-) -> tuple[GateResult, ...]:
-    """Each wheel installed with what it declares (torch from the variant's index) into a fresh
-    venv, in a fresh container of the base image, and every extension module and top-level
-    package imported; the recipe's smoke test where a GPU is."""
-    base = options.base_image or production_base()
-    reporter.step(f"import gate: each wheel installed and imported in a fresh {base} container")
-    index = spec.variant.index_url
-    found = []
-    for wheel in wheels:
-        abi = abi_reports[wheel.path.name]
-        plan = plan_gate(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
-        job = GateJob(
-            run_id=run_id,
-            image=base,
-            wheel=wheel.path,
-            spec=plan.to_json(spec.variant.requirement),
-            torch_index_url=index,
-            torch_cache_key=spec.variant.cache_key,
-            ca_bundle=options.ca_bundle,
-            gpus=gpus,
-            memory=GATE_MEMORY,
-            log_path=run_dir / "gate.log",
-            images_dir=IMAGES_DIR,
-        )
-        output, tail = engine.run_gate(job, reporter.log)
-        answer = output or {
-            "python": plan.python,
-            "install_error": f"the gate's container ended without an answer:\n{tail}",
-        }
-        result = read_gate(wheel.path.name, answer, abi)
-        if result.smoke and result.smoke.get("status") == "skipped" and not gpus:
-            # It ran (its imports are checked too) and found no GPU: say why there is none.
-            reason = "the Docker daemon has no NVIDIA runtime, so no GPU reaches the gate"
-            result = replace(result, smoke={**result.smoke, "reason": reason})
-        reporter.info(f"{wheel.path.name}: {result.summary}")
-        found.append(result)
-    return tuple(found)
 
 
 def _attempts(

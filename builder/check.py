@@ -160,9 +160,12 @@ def describe_gate(wheel: Path) -> dict[str, object]:
     assert entry is not None  # gate_verdict found it passed
     modules = ", ".join(i.module for i in entry.imports)
     smoke = entry.smoke or {}
+    assert report is not None
+    gated = report.gates_of(wheel.name)  # an abi3 wheel: one passed record per Python
+    under = f"under each of {', '.join(g.python or '?' for g in gated)}, " if len(gated) > 1 else ""
     return {
         "status": "passed",
-        "detail": f"imported {modules} with torch {entry.torch}; GPU smoke test "
+        "detail": f"{under}imported {modules} with torch {entry.torch}; GPU smoke test "
         f"{smoke.get('status', 'skipped')}: {smoke.get('reason', '')}",
         "record": entry.to_json(),
     }

@@ -114,12 +114,21 @@ def build(
         result = build_pipeline.run_build(spec, options, reporter, engine)
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
-        click.echo(f"{wheel.path}")
-        _echo_modules(wheel)
-        click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
-        click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
-        click.echo(f"    import gate: {result.gate_summary(wheel)}")
+        _echo_wheel(result, wheel)
     click.echo(f"report: {result.report}")
+
+
+def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:
+    """A built wheel: where, what it holds and requires, its hash, its gate and, for an abi3
+    wheel, which Python built it and which reused it."""
+    click.echo(f"{wheel.path}")
+    _echo_modules(wheel)
+    click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
+    click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
+    click.echo(f"    import gate: {result.gate_summary(wheel)}")
+    for use in (u for u in result.abi3 if u.wheel == wheel.path.name):
+        reused = f", reused under {', '.join(use.reused_under)}" if use.reused_under else ""
+        click.echo(f"    {use.tag}: one wheel for every Python; built under {use.built_under}{reused}")
 
 
 def _resources(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TypeVar, Union, get_args, get_origin, get_type_hints
@@ -30,6 +30,7 @@ from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 from .bounded import FileRefused, read_bounded
 from .errors import ReportUnreadable
 from .plan.planner import Plan
+from .wheel.abi3 import Abi3Use
 from .wheel.gate import GateResult
 from .wheel.wheels import WheelInfo
 
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_REPORT_SIZE",
     "REPORT_NAME",
     "SCHEMA",
+    "Abi3Record",
     "AttemptRecord",
     "BuildReport",
     "GateRecord",
@@ -177,6 +179,11 @@ class AttemptRecord(_Record):
     dist_by_server: Mapping[str, int] | None = field(default=None, metadata=_OMIT)
     dist_local: int | None = field(default=None, metadata=_OMIT)
     dist_remote_share: float | None = field(default=None, metadata=_OMIT)
+    # Each Python's whole time in cibuildwheel (setup, torch, compile, repair; for a Python that
+    # reused an earlier one's abi3 wheel, setup alone), and those that reused one: identifier ->
+    # that wheel's file name as cibuildwheel named it.
+    python_s_by_python: Mapping[str, float] = field(default_factory=dict)
+    reused_by_python: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -256,6 +263,24 @@ class Reused(_Record):
 
 
 @dataclass(frozen=True)
+class Abi3Record(_Record):
+    """A wheel for every Python (abi3, the stable ABI): the Python whose build made it, the later
+    Pythons that reused it instead of building, and those the import gate loaded it under."""
+
+    wheel: str = field(metadata=_REQUIRED)
+    tag: str = ""  # cp310-abi3
+    built_under: str | None = None  # cp311
+    reused_under: tuple[str, ...] = ()  # cp313
+    gated_under: tuple[str, ...] = ()  # cp311, cp313
+
+    @classmethod
+    def of(cls, use: Abi3Use, gates: Sequence[GateResult]) -> Abi3Record:
+        """The wheel's use, with the Pythons whose gate passed it."""
+        passed = tuple(g.python for g in gates if g.wheel == use.wheel and g.passed)
+        return cls(use.wheel, use.tag, use.built_under, use.reused_under, passed)
+
+
+@dataclass(frozen=True)
 class BuildReport(_Record):
     schema: int = SCHEMA
     run_id: str | None = None
@@ -273,10 +298,19 @@ class BuildReport(_Record):
     # The import gate per wheel; GateSkipped for --no-gate; None in a report from before the gate.
     gate: tuple[GateRecord, ...] | GateSkipped | None = None
     reused: Reused | None = field(default=None, metadata=_OMIT)
+    # The abi3 wheels among `wheels`, each serving several Pythons; absent when there is none.
+    abi3: tuple[Abi3Record, ...] | None = field(default=None, metadata=_OMIT)
+
+    def gates_of(self, wheel: str) -> tuple[GateRecord, ...]:
+        """The gate's records of one wheel: one, or one per Python for an abi3 wheel."""
+        gates = self.gate if isinstance(self.gate, tuple) else ()
+        return tuple(g for g in gates if g.wheel == wheel)
 
     def gate_of(self, wheel: str) -> GateRecord | None:
-        gates = self.gate if isinstance(self.gate, tuple) else ()
-        return next((g for g in gates if g.wheel == wheel), None)
+        """The record that decides a wheel's verdict: the first refusal under any Python, else
+        the first record; None when the gate never ran for it."""
+        gates = self.gates_of(wheel)
+        return next((g for g in gates if not g.passed), gates[0] if gates else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def attempt_record(
         dist_by_server=dict(result.dist_by_server) if result.dist_by_server is not None else None,
         dist_local=result.dist_local if result.dist_by_server is not None else None,
         dist_remote_share=_remote_share(result),
+        python_s_by_python={identifier: round(s, 1) for identifier, s in result.python_seconds_by_identifier},
+        reused_by_python=dict(result.reused_wheels),
     )
 
 

@@ -126,6 +126,10 @@ class AttemptResult:
     cache_misses: int = 0
     build_seconds: float = 0.0  # time in cibuildwheel's "Building wheel..." steps
     build_seconds_by_identifier: tuple[tuple[str, float], ...] = ()  # the same, per Python
+    # Each Python's whole time in cibuildwheel (setup to its wheel), and the Pythons that reused
+    # an earlier Python's wheel (abi3) instead of building: (identifier, that wheel's file name).
+    python_seconds_by_identifier: tuple[tuple[str, float], ...] = ()
+    reused_wheels: tuple[tuple[str, str], ...] = ()
     cache_by_identifier: tuple[tuple[str, int, int], ...] = ()  # (identifier, hits, misses)
     # ("identifier:unit.o", compiled) per unit sccache saw, from wheelbuild-cache-log's lines;
     # empty without the compiler cache or for a Python that never reached its repair step.
@@ -219,6 +223,10 @@ def cibuildwheel_env(config: AttemptConfig, secrets_dir: Path | None = None) -> 
         "CIBW_ENVIRONMENT_PASS_LINUX": "",
         "CIBW_REPAIR_WHEEL_COMMAND_LINUX": repair,
         "CIBW_TEST_COMMAND": "",
+        # cibuildwheel audits an abi3 wheel with abi3audit on the host, in a virtualenv it first
+        # downloads from GitHub (it waits forever where GitHub is unreachable); wheelbuild's
+        # import gate loads that wheel under each Python built for instead.
+        "CIBW_AUDIT_COMMAND": "",
     }
 
 

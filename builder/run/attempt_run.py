@@ -162,6 +162,8 @@ def _attempt_result(
         cache_misses=progress.cache_misses,
         build_seconds=progress.build_seconds,
         build_seconds_by_identifier=tuple(progress.build_seconds_by_identifier.items()),
+        python_seconds_by_identifier=tuple(progress.python_seconds_by_identifier.items()),
+        reused_wheels=tuple(progress.reused_wheels.items()),
         cache_by_identifier=tuple(
             (identifier, hits, misses) for identifier, (hits, misses) in progress.cache_by_identifier.items()
         ),

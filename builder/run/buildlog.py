@@ -14,6 +14,13 @@ COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's b
 
 # cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
 _BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")
+# cibuildwheel's "✓ cp311-manylinux_x86_64 finished in 3 minutes": that Python is done.
+_BUILD_END = re.compile(r"(cp\d+t?-\S+) finished in ")
+# A later Python that a wheel built for an earlier one already serves (abi3: one wheel for every
+# Python): cibuildwheel skips its build and only sets up (and tests) that Python.
+_REUSED = re.compile(
+    r"Found previously built wheel (\S+\.whl), that's compatible with (\S+)\. Skipping build step"
+)
 # cibuildwheel's step lines: "Setting up build environment...", "Running before_build...".
 _STEP = re.compile(r"^[A-Z][a-z]+ [\w ]+\.\.\.$")
 # ninja prints "[n/N] command" when a unit finishes (on a non-terminal); pip -v indents it.
@@ -107,7 +114,13 @@ class BuildLog:
     build_seconds_by_identifier: dict[str, float] = field(default_factory=dict)
     # "identifier:unit" -> when (the `now` fed) the unit finished: the report's unit table.
     finished_at: dict[str, float] = field(default_factory=dict)
+    # Each Python's whole time, from cibuildwheel's "Building <identifier> wheel" to its
+    # "<identifier> finished in": setup, torch, compile and repair (or, reused, setup only).
+    python_seconds_by_identifier: dict[str, float] = field(default_factory=dict)
+    # identifier -> the file name of the earlier Python's wheel it reused instead of building
+    reused_wheels: dict[str, str] = field(default_factory=dict)
     _build_started: float | None = None
+    _python_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
 
     def feed(self, line: str, now: float | None = None) -> None:
@@ -120,6 +133,13 @@ class BuildLog:
             self.step = line.rstrip(". ")
         if started := _BUILD_START.search(line):
             self.identifier, self.done, self.total = started[1], 0, 0
+            self._python_started = now
+        elif reused := _REUSED.search(line):
+            self.reused_wheels[reused[2]] = reused[1]
+        elif (ended := _BUILD_END.search(line)) and ended[1] == self.identifier:
+            if now is not None and self._python_started is not None:
+                self.python_seconds_by_identifier[ended[1]] = now - self._python_started
+            self._python_started = None
         elif ninja := _NINJA.match(line):
             self.done, self.total = int(ninja[1]), int(ninja[2])
             self._totals[self.identifier or "?"] = self.total

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -158,6 +158,17 @@ class GateResult:
             "smoke": self.smoke or {"status": "skipped", "reason": "the recipe names no smoke test"},
             "abi_problems": list(self.abi_problems),
         }
+
+
+def summary_of(results: Sequence[GateResult]) -> str:
+    """One line for one wheel gated under one or several Pythons (an abi3 wheel is loaded under
+    each Python of its build): the first refusal, else what loaded and under which Pythons."""
+    if len(results) == 1:
+        return results[0].summary
+    refused = next((r for r in results if not r.passed), None)
+    if refused is not None:
+        return f"under {refused.python}: {refused.summary}"
+    return f"under each of {', '.join(r.python for r in results)}: {results[0].summary}"
 
 
 def _import_check(entry: Mapping[str, object]) -> ImportCheck:

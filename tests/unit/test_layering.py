@@ -28,6 +28,7 @@ TOP = {
     "config": "spec",
     # the pipeline: orchestration and what it alone uses
     "build": "pipeline",
+    "import_gate": "pipeline",
     "nightly": "pipeline",
     "nightly_publish": "pipeline",
     "calibrate": "pipeline",
