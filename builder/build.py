@@ -22,7 +22,8 @@ from .check import Expectation, check_wheel, first_problem
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
 from .import_gate import import_gate
-from .plan.planner import Plan, admission_file, ninja_order_file
+from .plan.admission import admission_file
+from .plan.planner import Plan, ninja_order_file
 from .preflight import (
     ImageOptions,
     compiler_in_image,

@@ -15,11 +15,12 @@ from pathlib import Path
 from .dist import DistTarget
 from .errors import CompilerUnavailable
 from .plan import cgroup
+from .plan.admission import with_admission
 from .plan.calibration import load_calibrated
 from .plan.dist_plan import with_distribution
 from .plan.learned import BuildMeasurement, learn, learned_path, load_learned, save_learned
 from .plan.memory_model import MemoryModel
-from .plan.planner import Plan, container_limit, explain_container_limit, plan_build, with_admission
+from .plan.planner import Plan, container_limit, explain_container_limit, plan_build
 from .recipes import Recipe
 from .run import cuda_redist
 from .run.attempt import AttemptResult

@@ -20,30 +20,24 @@ from __future__ import annotations
 
 import json
 import math
-import random
-import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..units import PAGE, format_bytes
-from .memory_model import GIB, MemoryModel, SimResult, UnitCost, launch_order, ninja_order, simulate
+from .memory_model import GIB, MemoryModel, launch_order, ninja_order, simulate
 
 __all__ = [
-    "ADMIT_MARGIN",
     "GIB",
     "HOST_RESERVE",
     "MIN_CONTAINER",
     "OVERSUBSCRIBE",
     "PAGE",
     "Plan",
-    "admission_costs",
-    "admission_file",
     "container_limit",
     "explain_container_limit",
     "format_plan",
     "ninja_order_file",
     "plan_build",
     "predicted_build_seconds",
-    "with_admission",
 ]
 
 # Memory left to the host (sshd, dockerd, the page cache they need) when the limit is derived.
@@ -125,141 +119,6 @@ class Plan:
             "admission_budget": self.admission_budget,
             "reasons": list(self.reasons),
         }
-
-
-# Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
-# up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner,
-# against the measured rows: with every true peak 10% over, 0 of 180 first attempts OOM-killed
-# with it, 129 of 180 without; it costs about 9% of median build time).
-ADMIT_MARGIN = 0.10
-
-
-# The spread in unit times the admission plan allows for when it picks NVCC_THREADS. Each
-# unit's time is one sample, and most units are scaled from a measured kin's row (bench/planner
-# draws its truths with the same lognormal 15%). When every unit compiles at once, the slowest
-# one decides the build, and a spread makes the slowest slower than any of the model's; nvcc
-# threads shorten every unit, so they are worth more than the plain model says. The plan is
-# scored over SPREAD_DRAWS seeded draws, the same each time.
-WALL_SPREAD = 0.15
-SPREAD_DRAWS = 8
-
-
-def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
-    """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
-    launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
-    what the running ones leave of the container's limit less the model's reserve.
-
-    Unless given (--nvcc-threads, --max-jobs) or `keep_jobs`, NVCC_THREADS is chosen again for
-    admission, by the predicted build behind the wrapper with unit times spread by WALL_SPREAD,
-    and MAX_JOBS is then the most the CPUs allow at those threads (the 1.25 x CPUs rule)."""
-    model = plan.model
-    keep_jobs = keep_jobs or plan.given_jobs
-    budget = max(PAGE, (plan.memory - model.reserve) // PAGE * PAGE)
-    threads, lines = plan.nvcc_threads, list[str]()
-    if not keep_jobs and not plan.given_threads and model.complete and plan.archs > 1:
-        threads, lines = _admission_threads(plan, budget)
-    jobs = plan.max_jobs if keep_jobs else _admission_jobs(plan, threads)
-    why = (
-        f"admission: ninja launches up to MAX_JOBS={jobs}; each compile starts once its predicted peak "
-        f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
-        "beside the running ones"
-    )
-    run = _admitted_run(model, jobs, threads, plan.archs, plan.cpus, budget)
-    return replace(
-        plan,
-        max_jobs=jobs,
-        nvcc_threads=threads,
-        admission_budget=budget,
-        reasons=(*plan.reasons, *lines, why),
-        # The wrapper, not MAX_JOBS, bounds what runs together: the peak is the simulated one.
-        predicted_peak=run.peak if run is not None else plan.predicted_peak,
-        predicted_seconds=run.seconds if run is not None else plan.predicted_seconds,
-    )
-
-
-def _admission_jobs(plan: Plan, threads: int) -> int:
-    """MAX_JOBS behind the wrapper: the whole CPUs at one thread, 1.25 x CPUs / threads above,
-    never more than the units nor fewer than the static plan's."""
-    units = plan.model.unit_count or plan.max_jobs
-    slots = max(1, int(plan.cpus))
-    cpu_room = slots if threads == 1 else max(1, math.floor(OVERSUBSCRIBE * plan.cpus) // threads)
-    return max(1, min(cpu_room, units), min(plan.max_jobs, units))
-
-
-def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
-    """NVCC_THREADS for admission: the shortest build over the spread draws; ties to fewer."""
-    scored = []
-    for threads in range(1, plan.archs + 1):
-        jobs = _admission_jobs(plan, threads)
-        draws = [
-            _admitted_run(plan.model, jobs, threads, plan.archs, plan.cpus, budget, draw)
-            for draw in range(SPREAD_DRAWS)
-        ]
-        seconds = statistics.fmean(r.seconds for r in draws if r is not None)
-        scored.append((seconds, threads, jobs))
-    seconds, threads, jobs = min(scored)
-    others = ", ".join(f"{t}: {s:.0f} s at MAX_JOBS={j}" for s, t, j in scored if t != threads)
-    return threads, [
-        f"NVCC_THREADS={threads} behind admission: the shortest predicted build, {seconds:.0f} s at "
-        f"MAX_JOBS={jobs} (vs {others}), each unit's time spread by {WALL_SPREAD:.0%} over "
-        f"{SPREAD_DRAWS} draws, longest units launched first"
-    ]
-
-
-def _admitted_run(
-    model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float, budget: int, draw: int | None = None
-) -> SimResult | None:
-    """The build simulated behind the wrapper: units in launch order, admitted at the wrapper's
-    costs, each holding its peak with the model's margin, the reserve held throughout; with
-    `draw`, the units' times spread by that seeded draw. None without a unit list."""
-    if not model.complete:
-        return None
-    order = launch_order(model.units, threads, archs)
-    units = [_with_margin(model.units[i], model.margin) for i in order]
-    costs = [_admit_cost(model, model.units[i], threads, archs) for i in order]
-    if draw is not None:
-        units = _spread(units, draw)
-    return simulate(
-        units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
-        admit_budget=budget, admit_costs=costs,
-    )  # fmt: skip
-
-
-def _with_margin(unit: UnitCost, margin: float) -> UnitCost:
-    return replace(
-        unit, fixed=math.ceil(unit.fixed * (1 + margin)), per_arch=math.ceil(unit.per_arch * (1 + margin))
-    )
-
-
-def _spread(units: list[UnitCost], draw: int) -> list[UnitCost]:
-    """The units with their times scaled by a seeded lognormal draw of sigma WALL_SPREAD."""
-    rng = random.Random(draw)
-    scaled = []
-    for u in units:
-        factor = math.exp(rng.gauss(0.0, WALL_SPREAD))
-        scaled.append(replace(u, front_s=u.front_s * factor, per_arch_s=u.per_arch_s * factor))
-    return scaled
-
-
-def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> int:
-    return int(model.unit_peak(unit, threads, archs) * (1 + ADMIT_MARGIN))
-
-
-def admission_costs(plan: Plan) -> dict[str, object]:
-    """The wrapper's costs file: each unit's predicted peak at the plan's NVCC_THREADS, by its
-    source's basename; an unknown unit costs as much as the heaviest."""
-    units = {
-        u.name.rsplit("/", 1)[-1]: _admit_cost(plan.model, u, plan.nvcc_threads, plan.archs)
-        for u in plan.model.units
-    }
-    return {"default": max(units.values()), "units": units}
-
-
-def admission_file(plan: Plan) -> tuple[int, str] | None:
-    """AttemptConfig.admission: the budget and the costs file's JSON text; None without admission."""
-    if plan.admission_budget is None:
-        return None
-    return plan.admission_budget, json.dumps(admission_costs(plan), separators=(",", ":"))
 
 
 def ninja_order_file(plan: Plan) -> str | None:

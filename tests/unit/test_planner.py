@@ -691,7 +691,7 @@ def test_simulate_admission_never_exceeds_the_budget_under_the_model(
 
 
 def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve() -> None:
-    from wheelbuild.plan.planner import ADMIT_MARGIN, admission_costs, with_admission
+    from wheelbuild.plan.admission import ADMIT_MARGIN, admission_costs, with_admission
 
     model = flash_attn_model()
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
@@ -706,7 +706,7 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
 
 
 def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
-    from wheelbuild.plan.planner import with_admission
+    from wheelbuild.plan.admission import with_admission
 
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=flash_attn_model(), max_jobs=6)
     admitted = with_admission(static, keep_jobs=True)
@@ -721,7 +721,8 @@ def test_admission_chooses_nvcc_threads_by_the_build_behind_the_wrapper() -> Non
     """Memory for every unit at one thread, not at two: the static plan runs all at one thread,
     but with unit times spread, the slowest of 73 one-thread units outlasts a queue of two-thread
     ones, and admission takes two threads, as many jobs as the CPU rule allows."""
-    from wheelbuild.plan.planner import OVERSUBSCRIBE, SPREAD_DRAWS, WALL_SPREAD, with_admission
+    from wheelbuild.plan.admission import SPREAD_DRAWS, WALL_SPREAD, with_admission
+    from wheelbuild.plan.planner import OVERSUBSCRIBE
 
     model = flash_attn_model()
     static = plan_build(budget=container_limit(432 * 10**9, None), cpus=128, archs=2, model=model)
@@ -737,7 +738,7 @@ def test_admission_chooses_nvcc_threads_by_the_build_behind_the_wrapper() -> Non
 
 
 def test_admission_keeps_given_threads_and_jobs() -> None:
-    from wheelbuild.plan.planner import with_admission
+    from wheelbuild.plan.admission import with_admission
 
     budget = container_limit(432 * 10**9, None)
     model = flash_attn_model()
