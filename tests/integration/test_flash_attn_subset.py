@@ -131,7 +131,9 @@ def _build(sdist: Path, out: Path, admission: bool, ordered: bool = True) -> dic
     return {
         "admission": admission,
         "launch_order": "longest first" if ordered else "setup.py",
-        "ninja_line": next((line.strip() for line in log.splitlines() if "wheelbuild-ninja:" in line), None),
+        "ninja_line": next(
+            (line for line in map(str.strip, log.splitlines()) if line.startswith("wheelbuild-ninja:")), None
+        ),
         "wall_s": round(wall),
         "compile_s": sum(a["build_s"] or 0 for a in attempts),
         "attempts": len(attempts),
