@@ -210,6 +210,34 @@ def _attempt_rows(
     return rows
 
 
+def _pythons(report: Mapping[str, object], wheel: str) -> str:
+    """Which Pythons a wheel serves: for an abi3 wheel (the report's `abi3` entries), the Python
+    that built it, those that reused it and those the gate loaded it under; else its own tag."""
+    for entry in _list(report.get("abi3"))[:MAX_ROWS]:
+        use = _dict(entry)
+        if _text(use.get("wheel")) != wheel:
+            continue
+        parts = [f"{_text(use.get('tag'))}: one wheel for every Python"]
+        for key, label in (
+            ("built_under", "built under"),
+            ("reused_under", "reused under"),
+            ("gated_under", "gated under"),
+        ):
+            value = use.get(key)
+            names = (
+                [_text(v) for v in _list(value)]
+                if isinstance(value, list)
+                else [_text(value)]
+                if value
+                else []
+            )
+            if names:
+                parts.append(f"{label} {', '.join(names)}")
+        return html.escape("; ".join(parts))
+    tags = wheel.removesuffix(".whl").split("-")
+    return html.escape(tags[-3]) if len(tags) >= 5 else ""
+
+
 def _wheel_rows(report: Mapping[str, object]) -> list[list[str]]:
     rows = []
     for wheel in _list(report.get("wheels"))[:MAX_ROWS]:
@@ -225,6 +253,7 @@ def _wheel_rows(report: Mapping[str, object]) -> list[list[str]]:
         rows.append(
             [
                 html.escape(_text(w.get("file"))),
+                _pythons(report, _text(w.get("file"))),
                 size_text(w.get("size")),
                 html.escape(", ".join(f"sm_{a}" for a in sass) or "none"),
                 f"<code>{html.escape(_text(w.get('sha256'))[:16])}…</code>",
@@ -308,7 +337,7 @@ def render(report: object) -> str:
         _table(_ATTEMPT_COLUMNS, _attempt_rows(attempts, records), "attempts", "No attempts recorded.")
     )
     body.append("<h2>Wheels</h2>")
-    body.append(_table(["file", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
+    body.append(_table(["file", "Pythons", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

@@ -72,6 +72,11 @@ def test_the_second_python_reused_the_first_ones_wheel_and_the_gate_loaded_it_un
             "gated_under": ["cp311", "cp313"],
         }
     ]
+    page = (run_dir / "build-report.html").read_text()
+    assert (
+        "cp310-abi3: one wheel for every Python; built under cp311; reused under cp313; gated under cp311, cp313"
+        in page
+    )
     # The one wheel installed and imported in a fresh base container under each Python.
     gates = [(g["wheel"], g["python"], g["passed"]) for g in report["gate"]]
     assert gates == [(wheel.name, "cp311", True), (wheel.name, "cp313", True)]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
+import re
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -179,3 +181,32 @@ def test_wheelbuild_report_writes_the_page_of_an_existing_run(tmp_path: Path) ->
         [WHEELBUILD, "report", str(tmp_path)], capture_output=True, text=True, check=False
     )
     assert missing.returncode != 0 and "cannot read a build report" in missing.stderr
+
+
+def _rows(page: str, cls: str) -> list[list[str]]:
+    """The text of each body row's cells in the table of class `cls`."""
+    table = page.split(f'<table class="{cls}">', 1)[1].split("</table>", 1)[0]
+    body = table.split("<tbody>", 1)[1]
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body)
+    ]
+
+
+def test_the_wheel_table_says_which_pythons_each_wheel_serves() -> None:
+    """An abi3 wheel (the report's `abi3` entry, as tests/integration/test_abi3.py's build wrote
+    it) names the Python that built it, those that reused it and those the gate loaded it under;
+    a one-Python wheel its own tag."""
+    report = synthetic_report()
+    abi3 = "wbdemo-0.1.0+cu130torch2.11-cp310-abi3-manylinux1_x86_64.manylinux_2_5_x86_64.whl"
+    one = "wbdemo-0.1.0+cu130torch2.11-cp311-cp311-manylinux_2_34_x86_64.whl"
+    report["wheels"] = [{"file": abi3, "size": 1000, "sha256": "ab" * 32}, {"file": one, "size": 900}]
+    report["abi3"] = [
+        {"wheel": abi3, "tag": "cp310-abi3", "built_under": "cp311", "reused_under": ["cp313"],
+         "gated_under": ["cp311", "cp313"]},
+        {"wheel": "<b>junk</b>", "tag": 5},
+    ]  # fmt: skip
+    rows = [" ".join(row) for row in _rows(report_html.render(report), "wheels")]
+    assert rows[0].startswith(f"{abi3} cp310-abi3: one wheel for every Python; built under cp311; ")
+    assert "reused under cp313; gated under cp311, cp313" in rows[0]
+    assert rows[1].startswith(f"{one} cp311 ")
