@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import signal
@@ -23,6 +21,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.scriptkit import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIT = REPO / "images" / "wheelbuild-admit"
@@ -167,12 +167,7 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 def load_admit() -> ModuleType:
     """The script as a module, for its pure functions."""
-    loader = importlib.machinery.SourceFileLoader("wheelbuild_admit", str(ADMIT))
-    spec = importlib.util.spec_from_loader("wheelbuild_admit", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return script_module(ADMIT)
 
 
 # --- (a) the budget holds -------------------------------------------------------------------------

@@ -4,8 +4,6 @@ predicted first, as builder.plan.memory_model.launch_order predicts them."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +21,7 @@ from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env
 from wheelbuild.run.image import IMAGES_DIR
 from wheelbuild.variants import parse_variant
 
+from tests.scriptkit import script_module
 from tests.unit.test_attempt_scripts import _before_build_env, _run
 
 SCRIPT = IMAGES_DIR / "wheelbuild-ninja"
@@ -37,12 +36,7 @@ def _real_ninja() -> str:
 
 
 def _shim() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("wheelbuild_ninja", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("wheelbuild_ninja", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return script_module(SCRIPT)
 
 
 def _project(directory: Path, sources: list[str]) -> None:
