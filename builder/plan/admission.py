@@ -25,6 +25,7 @@ __all__ = [
     "WALL_SPREAD",
     "admission_costs",
     "admission_file",
+    "admission_jobs",
     "with_admission",
 ]
 
@@ -79,13 +80,18 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
     )
 
 
+def admission_jobs(cpus: float, units: int, threads: int) -> int:
+    """The most compiles ninja launches behind the wrapper: the whole CPUs at one nvcc thread,
+    1.25 x CPUs / threads above, never more than the units."""
+    slots = max(1, int(cpus))
+    cpu_room = slots if threads == 1 else max(1, math.floor(OVERSUBSCRIBE * cpus) // threads)
+    return max(1, min(cpu_room, units))
+
+
 def _admission_jobs(plan: Plan, threads: int) -> int:
-    """MAX_JOBS behind the wrapper: the whole CPUs at one thread, 1.25 x CPUs / threads above,
-    never more than the units nor fewer than the static plan's."""
+    """admission_jobs for the plan's CPUs and units, never fewer than the static plan's."""
     units = plan.model.unit_count or plan.max_jobs
-    slots = max(1, int(plan.cpus))
-    cpu_room = slots if threads == 1 else max(1, math.floor(OVERSUBSCRIBE * plan.cpus) // threads)
-    return max(1, min(cpu_room, units), min(plan.max_jobs, units))
+    return max(admission_jobs(plan.cpus, units, threads), min(plan.max_jobs, units))
 
 
 def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
