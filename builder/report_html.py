@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .report import read_report_json
 from .report_chart import chart, number_of, seconds_text, size_text
+from .wheel.abi3 import python_tag
 
 __all__ = ["HTML_NAME", "load_report", "render", "write_beside"]
 
@@ -234,8 +235,7 @@ def _pythons(report: Mapping[str, object], wheel: str) -> str:
             if names:
                 parts.append(f"{label} {', '.join(names)}")
         return html.escape("; ".join(parts))
-    tags = wheel.removesuffix(".whl").split("-")
-    return html.escape(tags[-3]) if len(tags) >= 5 else ""
+    return html.escape(python_tag(wheel) or "")
 
 
 def _wheel_rows(report: Mapping[str, object]) -> list[list[str]]:

@@ -22,7 +22,15 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..errors import ImportGateFailed
 
-__all__ = ["Abi3Use", "StableAbi", "abi3_uses", "gate_pythons", "stable_abi", "unserved_problem"]
+__all__ = [
+    "Abi3Use",
+    "StableAbi",
+    "abi3_uses",
+    "gate_pythons",
+    "python_tag",
+    "stable_abi",
+    "unserved_problem",
+]
 
 _CPYTHON = re.compile(r"cp3(\d+)(t?)")
 
@@ -55,9 +63,11 @@ def stable_abi(wheel: str) -> StableAbi | None:
     return StableAbi(f"cp3{minimums[0]}-abi3", minimums[0]) if minimums else None
 
 
-def _own_python(wheel: str) -> str:
-    # cp311-cp311-manylinux_2_34_x86_64.whl: the interpreter tag of a one-Python wheel.
-    return wheel.removesuffix(".whl").split("-")[-3].split(".")[0]
+def python_tag(wheel: str) -> str | None:
+    """The interpreter tag a wheel's file name carries (…-cp311-cp311-manylinux_2_34_x86_64.whl:
+    cp311; cp310-abi3: cp310), or None for a name too short to be a wheel's."""
+    parts = wheel.removesuffix(".whl").split("-")
+    return parts[-3].split(".")[0] if len(parts) >= 5 else None
 
 
 def gate_pythons(wheel: str, pythons: Sequence[str]) -> tuple[str, ...]:
@@ -65,7 +75,8 @@ def gate_pythons(wheel: str, pythons: Sequence[str]) -> tuple[str, ...]:
     build (*pythons*, cp311 ...) that it serves, in order; any other wheel under its own."""
     abi = stable_abi(wheel)
     if abi is None:
-        return (_own_python(wheel),)
+        own = python_tag(wheel)
+        return (own,) if own else ()
     return tuple(p for p in pythons if abi.serves(p))
 
 
