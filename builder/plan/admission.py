@@ -2,10 +2,14 @@
 and the MAX_JOBS / NVCC_THREADS that suit a build behind it. Pure.
 
 With admission, the wrapper, not MAX_JOBS, bounds what compiles together: ninja may launch up to
-the CPUs, and each compile waits until its predicted peak fits the budget beside the admitted
+the CPUs, and each compile waits until its predicted cost fits the budget beside the admitted
 ones. So NVCC_THREADS is chosen by the build predicted behind the wrapper (simulate() with the
 wrapper's rule, units in launch order), and the plan's peak and time are the simulated ones.
-"""
+
+The cicc gate: a device unit holds its peak only while a cicc runs (phases.py). So its compile
+is admitted at its cost outside cicc (the larger of its fixed part and its largest other step,
+cudafe++), and each cicc it runs waits at the gate (wheelbuild-admit --cicc) until its own cost,
+one arch's peak, fits. Host units, and units the costs file does not know, are admitted whole."""
 
 from __future__ import annotations
 
@@ -13,19 +17,23 @@ import json
 import math
 import random
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..units import PAGE, format_bytes
-from .memory_model import MemoryModel, SimResult, UnitCost, launch_order, simulate
+from .memory_model import MemoryModel, UnitCost, launch_order
+from .phases import cicc_windows, shape_of
 from .planner import OVERSUBSCRIBE, Plan
+from .simulation import SimResult, simulate
 
 __all__ = [
     "ADMIT_MARGIN",
     "SPREAD_DRAWS",
     "WALL_SPREAD",
+    "UnitCosts",
     "admission_costs",
     "admission_file",
     "admission_jobs",
+    "unit_costs",
     "with_admission",
 ]
 
@@ -63,9 +71,9 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
         threads, lines = _admission_threads(plan, budget)
     jobs = plan.max_jobs if keep_jobs else _admission_jobs(plan, threads)
     why = (
-        f"admission: ninja launches up to MAX_JOBS={jobs}; each compile starts once its predicted peak "
-        f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
-        "beside the running ones"
+        f"admission: ninja launches up to MAX_JOBS={jobs}; within {format_bytes(budget)} (the limit less "
+        f"the model's reserve), each compile starts once its cost outside cicc fits, and each cicc once "
+        f"its own predicted peak (+{ADMIT_MARGIN:.0%}) fits beside what runs (host units: their whole peak)"
     )
     run = _admitted_run(model, jobs, threads, plan.archs, plan.cpus, budget)
     return replace(
@@ -124,12 +132,13 @@ def _admitted_run(
         return None
     order = launch_order(model.units, threads, archs)
     units = [_with_margin(model.units[i], model.margin) for i in order]
-    costs = [_admit_cost(model, model.units[i], threads, archs) for i in order]
+    costs = [unit_costs(model, model.units[i], threads, archs) for i in order]
     if draw is not None:
         units = _spread(units, draw)
     return simulate(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
-        admit_budget=budget, admit_costs=costs,
+        peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
+        admit_costs=[c.compile for c in costs], cicc_costs=[c.window for c in costs],
     )  # fmt: skip
 
 
@@ -153,14 +162,43 @@ def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) ->
     return int(model.unit_peak(unit, threads, archs) * (1 + ADMIT_MARGIN))
 
 
+@dataclass(frozen=True)
+class UnitCosts:
+    """What the wrapper's ledger holds for one unit: its compile, and each cicc it runs (None:
+    no gate, the compile is admitted at its whole peak); `window`, the ciccs of one round
+    together (min(threads, archs) of them), for simulate()."""
+
+    compile: int
+    cicc: int | None
+    window: int
+    whole: int  # the unit's whole peak at the plan's threads: its cost without the gate
+
+
+def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> UnitCosts:
+    whole = _admit_cost(model, unit, threads, archs)
+    shape = shape_of(unit)
+    if shape is None:
+        return UnitCosts(compile=whole, cicc=None, window=whole, whole=whole)
+    cicc = _admit_cost(model, unit, 1, 1)  # one cicc compiles one arch
+    low = max(unit.fixed, math.ceil(shape.low * unit.peak(1, 1)))
+    compile_cost = int(low * (1 + model.margin) * (1 + ADMIT_MARGIN))
+    return UnitCosts(compile=compile_cost, cicc=cicc, window=cicc * max(1, min(threads, archs)), whole=whole)
+
+
 def admission_costs(plan: Plan) -> dict[str, object]:
-    """The wrapper's costs file: each unit's predicted peak at the plan's NVCC_THREADS, by its
-    source's basename; an unknown unit costs as much as the heaviest."""
-    units = {
-        u.name.rsplit("/", 1)[-1]: _admit_cost(plan.model, u, plan.nvcc_threads, plan.archs)
+    """The wrapper's costs file, by each unit's source's basename: "units", what its compile is
+    admitted at; "cicc", what each of its ciccs is (device units only). An unknown unit's
+    compile costs as much as the heaviest unit's whole peak, and its ciccs pass ungated."""
+    costs = {
+        u.name.rsplit("/", 1)[-1]: (u, unit_costs(plan.model, u, plan.nvcc_threads, plan.archs))
         for u in plan.model.units
     }
-    return {"default": max(units.values()), "units": units}
+    heaviest = max(_admit_cost(plan.model, u, plan.nvcc_threads, plan.archs) for u in plan.model.units)
+    return {
+        "default": heaviest,
+        "units": {name: c.compile for name, (_, c) in costs.items()},
+        "cicc": {name: c.cicc for name, (_, c) in costs.items() if c.cicc is not None},
+    }
 
 
 def admission_file(plan: Plan) -> tuple[int, str] | None:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -141,27 +141,7 @@ class MemoryModel:
         return f"{self.name} ({units}; {self.source})" if self.source else f"{self.name} ({units})"
 
 
-# --- simulation: list scheduling of the units, as ninja -j J runs them ----------------------------
-# Builds use it: the planner predicts a build's seconds with it (planner._predict: no limit, no
-# cache, no admission) to choose NVCC_THREADS and to print the predicted time. The rest (OOM kills
-# under a limit, sccache hits, admission by images/wheelbuild-admit's rule) serves bench/planner
-# and the tests, and stays in the same loop so the two cannot drift apart.
-
-
-# A simulated unit holds only its fixed part until this share of its wall, then its whole peak:
-# the device compile (cicc, ptxas) comes after the host front end.
-PEAK_ONSET = 0.2
-
-
-@dataclass(frozen=True)
-class SimResult:
-    seconds: float  # until the attempt ended: all done, or the last running compile after a kill
-    finished: frozenset[int]  # unit indices that completed
-    killed: int  # compilers OOM-killed
-    peak: int  # highest memory in use (bytes), base included
-    ok: bool  # every unit finished
-    # With admission: the highest sum of admitted units' predicted costs (the wrapper's ledger).
-    admitted_peak: int = 0
+# --- launch order: the order wheelbuild makes ninja start units in ------------------------------
 
 
 def launch_order(units: Sequence[UnitCost], threads: int, archs: int) -> list[int]:
@@ -178,171 +158,6 @@ def ninja_order(units: Sequence[UnitCost], threads: int, archs: int) -> dict[str
     """images/wheelbuild-ninja's order file: each unit's predicted wall seconds at the plan's
     nvcc threads, by its source's basename (as the admission costs file names them)."""
     return {"seconds": {u.name.rsplit("/", 1)[-1]: u.wall(threads, archs) for u in units}}
-
-
-def simulate(
-    units: Sequence[UnitCost],
-    *,
-    jobs: int,
-    threads: int,
-    archs: int,
-    cpus: float,
-    limit: int | None = None,
-    base: int = 0,
-    cached: Collection[int] = (),
-    hit: UnitCost | None = None,
-    onset: float = PEAK_ONSET,
-    admit_budget: int | None = None,
-    admit_costs: Sequence[int] | None = None,
-    admit_fairness_s: float = 30.0,
-) -> SimResult:
-    """Run `units` in order, `jobs` at a time, like ninja: a unit starts when a slot frees.
-
-    CPUs are shared: a running unit wants cpu_seconds/wall cores on average; when the running
-    units want more than `cpus`, all slow down in proportion. A unit holds its fixed part from
-    its start and its whole peak from `onset` of its progress (device compile) to its end.
-    With `limit`, base + memory in use above it OOM-kills the largest compilers until it fits;
-    ninja then starts nothing more and the attempt ends when the running units finish.
-    Units in `cached` run as `hit` (an sccache hit) instead.
-
-    With `admit_budget`, every compile goes through images/wheelbuild-admit: a unit ninja
-    launches waits, holding its slot but no memory or CPU, until it is admitted, and then
-    compiles. Admission is the wrapper's rule, in launch order: a waiter is admitted when the
-    predicted costs of the admitted units plus its own fit `admit_budget`, or when nothing is
-    admitted (a unit larger than the budget runs alone); later waiters may pass one that does
-    not fit, except one that has waited longer than `admit_fairness_s`. The predicted cost of
-    unit i is `admit_costs[i]` (the wrapper's costs file: the model's peak, margin included),
-    by default its own peak; sccache hits are admitted at that cost too (the wrapper runs
-    before sccache). Memory in use is still the units' true peaks, so the limit can still
-    OOM-kill when the costs are too low. With `limit` too, the budget shrinks by the overrun,
-    as the wrapper's does: memory in use above the reserve (limit - budget) and the admitted
-    units' costs. Launched units still waiting when a kill fails the
-    attempt are admitted and compiled in turn, as ninja waits for every command it started.
-    """
-    return _Ninja(
-        units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
-        hit=hit, onset=onset, admit_budget=admit_budget, admit_costs=admit_costs,
-        admit_fairness_s=admit_fairness_s,
-    ).run()  # fmt: skip
-
-
-class _Ninja:
-    """One simulated attempt (see simulate): its units' state, advanced event by event."""
-
-    def __init__(
-        self,
-        units: Sequence[UnitCost],
-        *,
-        jobs: int,
-        threads: int,
-        archs: int,
-        cpus: float,
-        limit: int | None,
-        base: int,
-        cached: Collection[int],
-        hit: UnitCost | None,
-        onset: float,
-        admit_budget: int | None,
-        admit_costs: Sequence[int] | None,
-        admit_fairness_s: float,
-    ) -> None:
-        self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
-        self.limit, self.base, self.onset = limit, base, onset
-        self.admit_budget, self.admit_fairness_s = admit_budget, admit_fairness_s
-        self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
-        self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
-        self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
-        self.cost = {i: (hit if (hit is not None and i in cached) else u) for i, u in enumerate(units)}
-        self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
-        self.demand = {
-            i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
-            for i, c in self.cost.items()
-        }
-        if admit_costs is not None and len(admit_costs) != len(units):
-            raise ValueError(f"admit_costs has {len(admit_costs)} entries for {len(units)} units")
-        self.predicted = [
-            admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
-        ]
-        self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
-        self.finished: set[int] = set()
-
-    def run(self) -> SimResult:
-        while True:
-            self._launch()
-            if self.waiting:
-                self._admit()
-            self._enforce_limit()
-            if not self.running:
-                if self.waiting:
-                    continue  # the kills left room: admit the next waiters
-                break
-            self._advance()
-        return SimResult(
-            seconds=self.now,
-            finished=frozenset(self.finished),
-            killed=self.killed,
-            peak=self.peak_seen,
-            ok=len(self.finished) == len(self.units),
-            admitted_peak=self.admitted_peak,
-        )
-
-    def _in_use(self, i: int) -> int:
-        c = self.cost[i]
-        return c.peak(self.threads, self.archs) if self.running[i] >= self.onset else c.fixed
-
-    def _launch(self) -> None:
-        """ninja starts the next units while a slot is free (none once the attempt has failed)."""
-        while not self.failed and self.pending and len(self.running) + len(self.waiting) < self.jobs:
-            if self.admit_budget is None:
-                self.running[self.pending.pop()] = 0.0
-            else:
-                self.waiting[self.pending.pop()] = self.now
-
-    def _admit(self) -> None:
-        """The wrapper's rule (images/wheelbuild-admit, _admissible), over waiters in launch order."""
-        assert self.admit_budget is not None
-        total, count = sum(self.predicted[i] for i in self.running), len(self.running)
-        budget = self.admit_budget
-        if self.limit is not None:  # the wrapper's overrun, from the memory in use now
-            in_use = self.base + sum(self._in_use(i) for i in self.running)
-            budget -= max(0, in_use - (self.limit - self.admit_budget) - total)
-        for i in sorted(self.waiting, key=lambda i: (self.waiting[i], i)):
-            if total + self.predicted[i] <= budget or count == 0:
-                del self.waiting[i]
-                self.running[i] = 0.0
-                total += self.predicted[i]
-                count += 1
-            elif self.now - self.waiting[i] > self.admit_fairness_s:
-                break  # waited too long: nobody newer passes it
-        self.admitted_peak = max(self.admitted_peak, total)
-
-    def _enforce_limit(self) -> None:
-        """Over the limit, the OOM killer takes the largest compilers until it fits."""
-        if self.limit is None:
-            self.peak_seen = max(self.peak_seen, self.base + sum(self._in_use(i) for i in self.running))
-            return
-        used = self.base + sum(self._in_use(i) for i in self.running)
-        while self.running and used > self.limit:
-            victim = max(self.running, key=self._in_use)
-            used -= self._in_use(victim)
-            del self.running[victim]
-            self.killed += 1
-            self.failed = True
-        self.peak_seen = max(self.peak_seen, used)
-
-    def _advance(self) -> None:
-        """To the next event: a unit reaching its peak onset or its end."""
-        running, walls, onset = self.running, self.walls, self.onset
-        speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] for i in running))
-        step = min(((onset - p) if p < onset else (1.0 - p)) * walls[i] / speed for i, p in running.items())
-        self.now += step
-        for i in list(running):
-            running[i] += step * speed / walls[i]
-            if running[i] >= 1.0 - 1e-12:
-                del running[i]
-                self.finished.add(i)
-            elif abs(running[i] - onset) < 1e-12:
-                running[i] = onset
 
 
 # --- profiles: the models wheelbuild ships --------------------------------------------------------

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..units import PAGE, format_bytes
-from .memory_model import GIB, MemoryModel, launch_order, ninja_order, simulate
+from .memory_model import GIB, MemoryModel, launch_order, ninja_order
+from .simulation import simulate
 
 __all__ = [
     "GIB",

@@ -425,3 +425,95 @@ def test_the_script_is_python_3_9() -> None:
     ast.parse(ADMIT.read_text(), feature_version=(3, 9))
     assert os.access(ADMIT, os.X_OK)
     assert ADMIT.read_text().startswith("#!/usr/bin/env python3\n")
+
+
+# --- the cicc gate: wheelbuild-admit --cicc, as nvcc.profile's cicc ---------------------------------
+
+FAKE_NVCC = """\
+import os, subprocess, sys
+
+args = sys.argv[1:]
+name = args[args.index("-c") + 1]
+cicc = [sys.executable, os.environ["FAKE_ADMIT"], "--cicc", sys.executable, os.environ["FAKE_CICC"]]
+for arch in range(int(os.environ.get("FAKE_ARCHS", "1"))):  # one cicc per arch, as nvcc --threads 1
+    code = subprocess.call([*cicc, "--orig_src_file_name", name, "--arch", str(arch)])
+    if code:
+        sys.exit(code)
+"""
+
+FAKE_CICC = """\
+import json, os, sys, time
+
+args = sys.argv[1:]
+name = args[args.index("--orig_src_file_name") + 1] + ".arch" + args[args.index("--arch") + 1]
+start = time.time()
+time.sleep(0.3)
+path = os.path.join(os.environ["FAKE_RECORD"], name + ".cicc.json")
+with open(path, "w") as handle:
+    json.dump({"start": start, "end": time.time()}, handle)
+"""
+
+
+def _gate(bench: Bench, *, budget: int, compile_cost: int, cicc: dict[str, int], archs: int = 1) -> None:
+    units = {f"unit{i}.cu": compile_cost for i in range(3)}
+    bench.configure(budget=budget, default=compile_cost, units=units)
+    bench.costs.write_text(json.dumps({"default": compile_cost, "units": units, "cicc": cicc}))
+    for name, text in (("fake_nvcc.py", FAKE_NVCC), ("fake_cicc.py", FAKE_CICC)):
+        (bench.root / name).write_text(text)
+    bench.fake = bench.root / "fake_nvcc.py"
+    bench.env.update(FAKE_ADMIT=str(ADMIT), FAKE_CICC=str(bench.root / "fake_cicc.py"), FAKE_ARCHS=str(archs))
+
+
+def _cicc_intervals(bench: Bench) -> list[tuple[float, float]]:
+    spans = [json.loads(p.read_text()) for p in sorted(bench.record.glob("*.cicc.json"))]
+    return [(s["start"], s["end"]) for s in spans]
+
+
+def test_ciccs_take_turns_while_their_compiles_overlap(bench: Bench) -> None:
+    """Three compiles at 1 each fit a budget of 10 together; their ciccs at 6 each do not: one
+    runs at a time, the waiting one's compile counted as nothing meanwhile."""
+    _gate(bench, budget=10, compile_cost=1, cicc={f"unit{i}.cu": 6 for i in range(3)}, archs=2)
+    wrappers = [bench.start(f"unit{i}.cu") for i in range(3)]
+    assert [bench.finish(w, timeout=30) for w in wrappers] == [0] * 3
+    spans = _cicc_intervals(bench)
+    assert len(spans) == 6  # two archs each
+    assert most_at_once(spans) == 1
+    assert bench.ledger() == {"running": {}, "waiting": {}}
+
+
+def test_ciccs_of_units_without_a_cicc_cost_run_at_once(bench: Bench) -> None:
+    _gate(bench, budget=10, compile_cost=1, cicc={})
+    wrappers = [bench.start(f"unit{i}.cu") for i in range(3)]
+    assert [bench.finish(w, timeout=30) for w in wrappers] == [0] * 3
+    assert most_at_once(_cicc_intervals(bench)) == 3
+
+
+def test_compiles_that_fill_the_budget_cannot_deadlock_their_ciccs(bench: Bench) -> None:
+    """Compiles at 5 fill the budget of 10 two at a time; a cicc at 8 never fits beside the other
+    compile, but no cicc runs, so each is let in alone."""
+    _gate(bench, budget=10, compile_cost=5, cicc={f"unit{i}.cu": 8 for i in range(3)})
+    wrappers = [bench.start(f"unit{i}.cu") for i in range(3)]
+    assert [bench.finish(w, timeout=30) for w in wrappers] == [0] * 3
+    assert most_at_once(_cicc_intervals(bench)) == 1
+
+
+def test_the_ledger_counts_a_compile_as_nothing_while_its_cicc_waits_or_runs() -> None:
+    admit = load_admit()
+    state = {
+        "running": {
+            "10": {"bytes": 2, "unit": "a.cu", "since": 1.0},
+            "11": {"bytes": 3, "unit": "b.cu", "since": 2.0},
+            "20": {"bytes": 6, "unit": "a.cu", "since": 3.0, "kind": "cicc", "relieves": "10"},
+        },
+        "waiting": {
+            "30": {"bytes": 1, "unit": "c.cu", "since": 4.0},
+            "21": {"bytes": 6, "unit": "b.cu", "since": 5.0, "kind": "cicc", "relieves": "11"},
+        },
+    }
+    assert admit.charged(state) == 6  # a.cu and b.cu's compiles relieved by their ciccs
+    # The younger cicc comes before the older compile; 6 + 6 > 10, so it waits and c.cu passes it.
+    assert not admit.admissible(state, "21", 10, 30.0, 6.0)
+    assert admit.admissible(state, "30", 10, 30.0, 6.0)
+    assert admit.admissible(state, "21", 12, 30.0, 6.0)
+    assert admit.cicc_unit(["--c++17", "--orig_src_file_name", "a.cu", "-arch", "compute_120"]) == "a.cu"
+    assert admit.cicc_unit(["-arch", "compute_120"]) is None

@@ -22,7 +22,8 @@ from wheelbuild.plan.fleet import (
     split_unit,
     split_units,
 )
-from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, flash_attn_model, simulate
+from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, flash_attn_model
+from wheelbuild.plan.simulation import simulate
 
 # Shaped like the measured flash-attn forward unit: cicc and ptxas are nine tenths of the time.
 PROFILE = StepProfile(

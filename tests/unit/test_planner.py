@@ -4,6 +4,7 @@ flash-attn model against the measurements it was fitted from."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +16,6 @@ from wheelbuild.plan.memory_model import (
     default_model,
     flash_attn_model,
     parse_profile,
-    simulate,
     wbdemo_model,
 )
 from wheelbuild.plan.planner import (
@@ -30,6 +30,7 @@ from wheelbuild.plan.planner import (
     plan_build,
     predicted_build_seconds,
 )
+from wheelbuild.plan.simulation import simulate
 
 FLASH_ATTN = flash_attn_model()
 WBDEMO = wbdemo_model()
@@ -733,8 +734,14 @@ def test_admission_chooses_nvcc_threads_by_the_build_behind_the_wrapper() -> Non
     line = next(r for r in admitted.reasons if r.startswith("NVCC_THREADS=2 behind admission"))
     assert f"spread by {WALL_SPREAD:.0%} over {SPREAD_DRAWS} draws" in line and "1: " in line
     assert with_admission(static) == admitted  # seeded draws: the same plan every time
-    # Where memory binds (64 GiB), one thread stays the better trade.
-    assert with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)).nvcc_threads == 1
+    # Where memory binds (64 GiB), the two are close behind the cicc gate: the shorter one wins.
+    tight = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model))
+    line = next(
+        r for r in tight.reasons if r.startswith(f"NVCC_THREADS={tight.nvcc_threads} behind admission")
+    )
+    chosen = float(re.search(r"build, (\d+) s at", line)[1])  # type: ignore[index]
+    other = float(re.search(r"vs \d: (\d+) s at", line)[1])  # type: ignore[index]
+    assert chosen <= other
 
 
 def test_admission_keeps_given_threads_and_jobs() -> None:

@@ -1,0 +1,287 @@
+"""A build simulated as ninja runs it: list scheduling of the units, `jobs` at a time. Pure.
+
+Builds use it: the planner predicts a build's seconds with it (planner._predict: no limit, no
+cache, no admission) to choose NVCC_THREADS and to print the predicted time, and the admission
+plan predicts its build behind the wrapper (admission.py). The rest (OOM kills under a limit,
+sccache hits) serves bench/planner and the tests, and stays in the same loop so the two cannot
+drift apart.
+
+Memory over a unit's progress: its fixed part, and its whole peak inside its peak windows. By
+default one window from PEAK_ONSET to the end (device compile after the host front end); with
+`peak_windows`, the stretches its cicc runs (phases.cicc_windows, from steps measured one by one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from .memory_model import UnitCost, _in_flight
+
+__all__ = ["PEAK_ONSET", "SimResult", "Window", "simulate"]
+
+# A simulated unit holds only its fixed part until this share of its wall, then its whole peak:
+# the device compile (cicc, ptxas) comes after the host front end.
+PEAK_ONSET = 0.2
+
+Window = tuple[float, float]  # a stretch of a unit's progress, shares of its wall: [start, end)
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class SimResult:
+    seconds: float  # until the attempt ended: all done, or the last running compile after a kill
+    finished: frozenset[int]  # unit indices that completed
+    killed: int  # compilers OOM-killed
+    peak: int  # highest memory in use (bytes), base included
+    ok: bool  # every unit finished
+    # With admission: the highest sum of admitted units' predicted costs (the wrapper's ledger).
+    admitted_peak: int = 0
+    # With the cicc gate: the seconds units spent stopped at it, summed.
+    gated_s: float = 0.0
+
+
+def simulate(
+    units: Sequence[UnitCost],
+    *,
+    jobs: int,
+    threads: int,
+    archs: int,
+    cpus: float,
+    limit: int | None = None,
+    base: int = 0,
+    cached: Collection[int] = (),
+    hit: UnitCost | None = None,
+    onset: float = PEAK_ONSET,
+    peak_windows: Sequence[Sequence[Window]] | None = None,
+    admit_budget: int | None = None,
+    admit_costs: Sequence[int] | None = None,
+    cicc_costs: Sequence[int] | None = None,
+    admit_fairness_s: float = 30.0,
+) -> SimResult:
+    """Run `units` in order, `jobs` at a time, like ninja: a unit starts when a slot frees.
+
+    CPUs are shared: a running unit wants cpu_seconds/wall cores on average; when the running
+    units want more than `cpus`, all slow down in proportion. A unit holds its fixed part from
+    its start and its whole peak inside its peak windows (`peak_windows[i]`, by default
+    [(onset, 1)]). With `limit`, base + memory in use above it OOM-kills the largest compilers
+    until it fits; ninja then starts nothing more and the attempt ends when the running units
+    finish. Units in `cached` run as `hit` (an sccache hit) instead, with the default window.
+
+    With `admit_budget`, every compile goes through images/wheelbuild-admit: a unit ninja
+    launches waits, holding its slot but no memory or CPU, until it is admitted, and then
+    compiles. Admission is the wrapper's rule, in launch order: a waiter is admitted when the
+    predicted costs of the admitted units plus its own fit `admit_budget`, or when nothing is
+    admitted (a unit larger than the budget runs alone); later waiters may pass one that does
+    not fit, except one that has waited longer than `admit_fairness_s`. The predicted cost of
+    unit i is `admit_costs[i]` (the wrapper's costs file), by default its own peak; sccache
+    hits are admitted at that cost too (the wrapper runs before sccache). Memory in use is
+    still the units' true peaks, so the limit can still OOM-kill when the costs are too low.
+    With `limit` too, the budget shrinks by the overrun, as the wrapper's does: memory in use
+    above the reserve (limit - budget) and the admitted units' costs. Launched units still
+    waiting when a kill fails the attempt are admitted and compiled in turn.
+
+    With `cicc_costs` too, the cicc gate (wheelbuild-admit --cicc): a unit reaching one of its
+    peak windows stops there, holding no compiler's memory and no CPU, until its window's cost
+    `cicc_costs[i]` fits; the ledger then holds that cost in place of its compile cost until
+    the window ends, and nothing for it while it is stopped. Stopped units come before
+    launched ones, in the order they stopped, and one is always let through when no window
+    is admitted (so nothing deadlocks).
+    """
+    return _Ninja(
+        units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
+        hit=hit, onset=onset, peak_windows=peak_windows, admit_budget=admit_budget, admit_costs=admit_costs,
+        cicc_costs=cicc_costs, admit_fairness_s=admit_fairness_s,
+    ).run()  # fmt: skip
+
+
+class _Ninja:
+    """One simulated attempt (see simulate): its units' state, advanced event by event."""
+
+    def __init__(
+        self,
+        units: Sequence[UnitCost],
+        *,
+        jobs: int,
+        threads: int,
+        archs: int,
+        cpus: float,
+        limit: int | None,
+        base: int,
+        cached: Collection[int],
+        hit: UnitCost | None,
+        onset: float,
+        peak_windows: Sequence[Sequence[Window]] | None,
+        admit_budget: int | None,
+        admit_costs: Sequence[int] | None,
+        cicc_costs: Sequence[int] | None,
+        admit_fairness_s: float,
+    ) -> None:
+        self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
+        self.limit, self.base = limit, base
+        self.admit_budget, self.admit_fairness_s = admit_budget, admit_fairness_s
+        self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
+        self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
+        self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
+        self.stopped: dict[int, float] = {}  # at the cicc gate: unit index -> since when
+        self.granted: set[int] = set()  # inside an admitted peak window
+        hits = {i for i in cached if hit is not None}
+        self.cost = {i: (hit if (hit is not None and i in hits) else u) for i, u in enumerate(units)}
+        default = ((onset, 1.0),)
+        self.windows = {
+            i: (default if peak_windows is None or i in hits else tuple(peak_windows[i])) for i in self.cost
+        }
+        self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
+        self.demand = {
+            i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
+            for i, c in self.cost.items()
+        }
+        for name, given in (
+            ("admit_costs", admit_costs),
+            ("cicc_costs", cicc_costs),
+            ("peak_windows", peak_windows),
+        ):
+            if given is not None and len(given) != len(units):
+                raise ValueError(f"{name} has {len(given)} entries for {len(units)} units")
+        self.predicted = [
+            admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
+        ]
+        self.gate = None if cicc_costs is None or admit_budget is None else list(cicc_costs)
+        self.ungated = hits if self.gate is not None else set(self.cost)  # sccache hits run no cicc
+        self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
+        self.gated_s = 0.0
+        self.finished: set[int] = set()
+
+    def run(self) -> SimResult:
+        while True:
+            self._launch()
+            if self.admit_budget is not None:
+                self._admit()
+            self._enforce_limit()
+            if not self.running:
+                if self.waiting:
+                    continue  # the kills left room: admit the next waiters
+                break
+            self._advance()
+        return SimResult(
+            seconds=self.now,
+            finished=frozenset(self.finished),
+            killed=self.killed,
+            peak=self.peak_seen,
+            ok=len(self.finished) == len(self.units),
+            admitted_peak=self.admitted_peak,
+            gated_s=self.gated_s,
+        )
+
+    def _window(self, i: int) -> Window | None:
+        """The peak window unit i's progress is in, if any."""
+        p = self.running[i]
+        return next((w for w in self.windows[i] if w[0] - _EPS <= p < w[1] - _EPS), None)
+
+    def _in_use(self, i: int) -> int:
+        if i in self.stopped:
+            return 0  # its steps so far have exited; nvcc itself waits on the gate
+        c = self.cost[i]
+        return c.peak(self.threads, self.archs) if self._window(i) is not None else c.fixed
+
+    def _charge(self, i: int) -> int:
+        """What the wrapper's ledger holds for a running unit."""
+        if self.gate is None or i in self.ungated:
+            return self.predicted[i]
+        if i in self.stopped:
+            return 0
+        return self.gate[i] if i in self.granted else self.predicted[i]
+
+    def _launch(self) -> None:
+        """ninja starts the next units while a slot is free (none once the attempt has failed)."""
+        while not self.failed and self.pending and len(self.running) + len(self.waiting) < self.jobs:
+            if self.admit_budget is None:
+                self.running[self.pending.pop()] = 0.0
+            else:
+                self.waiting[self.pending.pop()] = self.now
+        self._stop_at_gate()
+
+    def _stop_at_gate(self) -> None:
+        """Units that reached a peak window they were not let into stop at the gate."""
+        if self.gate is None:
+            return
+        for i in self.running:
+            if i not in self.ungated and i not in self.granted and i not in self.stopped and self._window(i):
+                self.stopped[i] = self.now
+
+    def _admit(self) -> None:
+        """The wrapper's rule (images/wheelbuild-admit, admissible): stopped ciccs first, then
+        launched compiles, each in arrival order; one of each kind gets in when none of its
+        kind is admitted."""
+        assert self.admit_budget is not None
+        total = sum(self._charge(i) for i in self.running)
+        budget = self.admit_budget
+        if self.limit is not None:  # the wrapper's overrun, from the memory in use now
+            in_use = self.base + sum(self._in_use(i) for i in self.running)
+            budget -= max(0, in_use - (self.limit - self.admit_budget) - total)
+        # Stopped units in launch order (the order the units come in): the gate keeps ninja's
+        # longest-first; launched ones in arrival order.
+        queue = [(float(i), since, 0, i) for i, since in self.stopped.items()]
+        queue += [(since, since, 1, i) for i, since in self.waiting.items()]
+        windows = len(self.granted)
+        compiles = len(self.running) - len(self.stopped)
+        for _, since, kind, i in sorted(queue, key=lambda q: (q[2], q[0], q[3])):
+            cost = self.gate[i] if kind == 0 and self.gate is not None else self.predicted[i]
+            alone = windows == 0 if kind == 0 else compiles == 0
+            if total + cost <= budget or alone:
+                total += cost
+                if kind == 0:
+                    del self.stopped[i]
+                    self.granted.add(i)
+                    self.gated_s += self.now - since
+                    windows += 1
+                else:
+                    del self.waiting[i]
+                    self.running[i] = 0.0
+                    compiles += 1
+            elif self.now - since > self.admit_fairness_s:
+                break  # waited too long: nobody newer passes it
+        self.admitted_peak = max(self.admitted_peak, total)
+        self._stop_at_gate()
+
+    def _enforce_limit(self) -> None:
+        """Over the limit, the OOM killer takes the largest compilers until it fits."""
+        used = self.base + sum(self._in_use(i) for i in self.running)
+        while self.limit is not None and self.running and used > self.limit:
+            victim = max(self.running, key=self._in_use)
+            used -= self._in_use(victim)
+            self._drop(victim)
+            self.killed += 1
+            self.failed = True
+        self.peak_seen = max(self.peak_seen, used)
+
+    def _drop(self, i: int) -> None:
+        del self.running[i]
+        self.stopped.pop(i, None)
+        self.granted.discard(i)
+
+    def _advance(self) -> None:
+        """To the next event: a unit reaching a window's edge or its end."""
+        moving = {i: p for i, p in self.running.items() if i not in self.stopped}
+        if not moving:  # every running unit waits at the gate: _admit lets one through
+            self._admit()
+            return
+        speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] for i in moving))
+        step = min((self._next_edge(i, p) - p) * self.walls[i] / speed for i, p in moving.items())
+        self.now += step
+        for i, p in moving.items():
+            p += step * speed / self.walls[i]
+            edge = self._next_edge(i, self.running[i])
+            if abs(p - edge) < 1e-9:
+                p = edge  # land exactly on the edge, so the window test is exact
+            if p >= 1.0 - _EPS:
+                self._drop(i)
+                self.finished.add(i)
+                continue
+            self.running[i] = p
+            if i in self.granted and self._window(i) is None:
+                self.granted.discard(i)  # the window ended: back to the compile's cost
+
+    def _next_edge(self, i: int, p: float) -> float:
+        edges = [e for w in self.windows[i] for e in w if e > p + _EPS]
+        return min([*edges, 1.0])
