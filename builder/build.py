@@ -280,7 +280,10 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
 
 def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
     plan = governed(
-        plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version), spec.dist, spec.admission
+        plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version),
+        spec.dist,
+        spec.admission,
+        spec.cicc_gate,
     )
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in plan.reasons:

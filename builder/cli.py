@@ -77,6 +77,7 @@ def build(
     gpus: str,
     output_dir: Path,
     admission: bool,
+    cicc_gate: bool,
     dist: str | None,
     dist_network: str | None,
     dist_token_file: Path | None,
@@ -102,6 +103,7 @@ def build(
         output_dir=output_dir.resolve(),
         rebuild=rebuild,
         admission=admission,
+        cicc_gate=cicc_gate,
         gate=gate,
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
@@ -169,6 +171,7 @@ def plan(
     dist_network: str | None,
     dist_servers: str | None,
     admission: bool,
+    cicc_gate: bool,
     **_build_only: object,  # the other build options: checked by click, shown below, used by build
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
@@ -184,7 +187,7 @@ def plan(
         toolkit=preflight.toolkit_for(variant),
     )
     target = dist_target(dist, dist_network, None, dist_servers)
-    click.echo(format_plan(preflight.governed(planned, target, admission)))
+    click.echo(format_plan(preflight.governed(planned, target, admission, cicc_gate)))
     for line in provenance():
         click.echo(line)
 

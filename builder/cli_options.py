@@ -266,6 +266,14 @@ _build_flags = (
         "peak fits. --no-admission: the static plan alone.",
     ),
     _build_option(
+        "cicc-gate",
+        "--cicc-gate",
+        is_flag=True,
+        default=False,
+        help="With admission, admit each cicc on its own too: a compile waits at its cost outside cicc, "
+        "each cicc until its own peak fits (faster in simulation where memory binds; not yet on a real build).",
+    ),
+    _build_option(
         "dist",
         "--dist",
         type=GIVEN_TEXT,

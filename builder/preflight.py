@@ -171,12 +171,13 @@ def plan_for(
     return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
 
 
-def governed(plan: Plan, dist: DistTarget | None, admission: bool) -> Plan:
+def governed(plan: Plan, dist: DistTarget | None, admission: bool, cicc_gate: bool = False) -> Plan:
     """The plan a build runs: with --dist, spread over the fleet's servers; else admitted by
-    memory (the default); else the static plan as it is. `wheelbuild plan` prints the same."""
+    memory (the default), with --cicc-gate each cicc too; else the static plan as it is.
+    `wheelbuild plan` prints the same."""
     if dist is not None:
         return with_distribution(plan, dist.servers)
-    return with_admission(plan) if admission else plan
+    return with_admission(plan, cicc_gate=cicc_gate) if admission else plan
 
 
 def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:

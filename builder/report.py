@@ -113,6 +113,7 @@ class PlanRecord(_Record):
     model: Mapping[str, object]
     admission_budget: int | None
     reasons: tuple[str, ...]
+    cicc_gate: bool = False  # reports from before 2026-12-01 have none
 
     @classmethod
     def of(cls, plan: Plan) -> PlanRecord:

@@ -6,10 +6,13 @@ the CPUs, and each compile waits until its predicted cost fits the budget beside
 ones. So NVCC_THREADS is chosen by the build predicted behind the wrapper (simulate() with the
 wrapper's rule, units in launch order), and the plan's peak and time are the simulated ones.
 
-The cicc gate: a device unit holds its peak only while a cicc runs (phases.py). So its compile
-is admitted at its cost outside cicc (the larger of its fixed part and its largest other step,
-cudafe++), and each cicc it runs waits at the gate (wheelbuild-admit --cicc) until its own cost,
-one arch's peak, fits. Host units, and units the costs file does not know, are admitted whole."""
+The cicc gate (--cicc-gate, off by default): a device unit holds its peak only while a cicc runs
+(phases.py). So its compile is admitted at its cost outside cicc (the larger of its fixed part and
+its largest other step, cudafe++), and each cicc it runs waits at the gate (wheelbuild-admit
+--cicc) until its own cost, one arch's peak, fits. Host units, and units the costs file does not
+know, are admitted whole. It is off by default: bench/planner finds it faster where memory binds,
+but on the one real build measured with it (tests/integration/test_flash_attn_subset.py, 2 CPUs,
+11.5 GiB) it took 1.09 x the compile step of whole-unit admission."""
 
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ WALL_SPREAD = 0.15
 SPREAD_DRAWS = 8
 
 
-def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
+def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | None = None) -> Plan:
     """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
     launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
     what the running ones leave of the container's limit less the model's reserve.
@@ -63,6 +66,8 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
     Unless given (--nvcc-threads, --max-jobs) or `keep_jobs`, NVCC_THREADS is chosen again for
     admission, by the predicted build behind the wrapper with unit times spread by WALL_SPREAD,
     and MAX_JOBS is then the most the CPUs allow at those threads (the 1.25 x CPUs rule)."""
+    gate = plan.cicc_gate if cicc_gate is None else cicc_gate
+    plan = replace(plan, cicc_gate=gate)
     model = plan.model
     keep_jobs = keep_jobs or plan.given_jobs
     budget = max(PAGE, (plan.memory - model.reserve) // PAGE * PAGE)
@@ -73,9 +78,14 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False) -> Plan:
     why = (
         f"admission: ninja launches up to MAX_JOBS={jobs}; within {format_bytes(budget)} (the limit less "
         f"the model's reserve), each compile starts once its cost outside cicc fits, and each cicc once "
-        f"its own predicted peak (+{ADMIT_MARGIN:.0%}) fits beside what runs (host units: their whole peak)"
+        f"its own predicted peak (+{ADMIT_MARGIN:.0%}) fits beside what runs (--cicc-gate; host units: "
+        "their whole peak)"
+        if gate
+        else f"admission: ninja launches up to MAX_JOBS={jobs}; each compile starts once its predicted peak "
+        f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
+        "beside the running ones"
     )
-    run = _admitted_run(model, jobs, threads, plan.archs, plan.cpus, budget)
+    run = _admitted_run(plan, jobs, threads, budget)
     return replace(
         plan,
         max_jobs=jobs,
@@ -107,10 +117,7 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
     scored = []
     for threads in range(1, plan.archs + 1):
         jobs = _admission_jobs(plan, threads)
-        draws = [
-            _admitted_run(plan.model, jobs, threads, plan.archs, plan.cpus, budget, draw)
-            for draw in range(SPREAD_DRAWS)
-        ]
+        draws = [_admitted_run(plan, jobs, threads, budget, draw) for draw in range(SPREAD_DRAWS)]
         seconds = statistics.fmean(r.seconds for r in draws if r is not None)
         scored.append((seconds, threads, jobs))
     seconds, threads, jobs = min(scored)
@@ -123,11 +130,13 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
 
 
 def _admitted_run(
-    model: MemoryModel, jobs: int, threads: int, archs: int, cpus: float, budget: int, draw: int | None = None
+    plan: Plan, jobs: int, threads: int, budget: int, draw: int | None = None
 ) -> SimResult | None:
-    """The build simulated behind the wrapper: units in launch order, admitted at the wrapper's
-    costs, each holding its peak with the model's margin, the reserve held throughout; with
-    `draw`, the units' times spread by that seeded draw. None without a unit list."""
+    """The build simulated behind the wrapper (and its cicc gate, if the plan has it): units in
+    launch order, admitted at the wrapper's costs, each holding its peak with the model's margin
+    inside its cicc windows, the reserve held throughout; with `draw`, the units' times spread by
+    that seeded draw. None without a unit list."""
+    model, archs, cpus = plan.model, plan.archs, plan.cpus
     if not model.complete:
         return None
     order = launch_order(model.units, threads, archs)
@@ -138,7 +147,8 @@ def _admitted_run(
     return simulate(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
-        admit_costs=[c.compile for c in costs], cicc_costs=[c.window for c in costs],
+        admit_costs=[c.compile if plan.cicc_gate else c.whole for c in costs],
+        cicc_costs=[c.window for c in costs] if plan.cicc_gate else None,
     )  # fmt: skip
 
 
@@ -187,13 +197,16 @@ def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> 
 
 def admission_costs(plan: Plan) -> dict[str, object]:
     """The wrapper's costs file, by each unit's source's basename: "units", what its compile is
-    admitted at; "cicc", what each of its ciccs is (device units only). An unknown unit's
-    compile costs as much as the heaviest unit's whole peak, and its ciccs pass ungated."""
+    admitted at (its whole peak, or with the cicc gate its cost outside cicc); with the gate,
+    "cicc", what each of its ciccs is (device units only). An unknown unit's compile costs as
+    much as the heaviest unit's whole peak, and its ciccs pass ungated."""
     costs = {
         u.name.rsplit("/", 1)[-1]: (u, unit_costs(plan.model, u, plan.nvcc_threads, plan.archs))
         for u in plan.model.units
     }
     heaviest = max(_admit_cost(plan.model, u, plan.nvcc_threads, plan.archs) for u in plan.model.units)
+    if not plan.cicc_gate:
+        return {"default": heaviest, "units": {name: c.whole for name, (_, c) in costs.items()}}
     return {
         "default": heaviest,
         "units": {name: c.compile for name, (_, c) in costs.items()},

@@ -68,6 +68,8 @@ class Plan:
     # MAX_JOBS / NVCC_THREADS were given (--max-jobs, --nvcc-threads): admission keeps them.
     given_jobs: bool = False
     given_threads: bool = False
+    # With admission: each cicc admitted on its own too (--cicc-gate; plan/admission.py).
+    cicc_gate: bool = False
 
     def halved(self, times: int = 1) -> Plan | None:
         """The plan after `times` OOM kills (0: this one), each halving the jobs; at one job, the
@@ -118,6 +120,7 @@ class Plan:
             "predicted_seconds": None if self.predicted_seconds is None else round(self.predicted_seconds, 1),
             "model": {"name": self.model.name, "source": self.model.source, "units": self.model.unit_count},
             "admission_budget": self.admission_budget,
+            "cicc_gate": self.cicc_gate,
             "reasons": list(self.reasons),
         }
 

@@ -179,9 +179,10 @@ WHEEL_CACHE_SCRIPT = "wheelbuild-wheel-cache"  # run by before-build: torch inst
 SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated per Python
 CACHE_LOG_SCRIPT = "wheelbuild-cache-log"  # per Python, before the repair: which units compiled
 NINJA_ORDER_SCRIPT = "wheelbuild-ninja"  # ninja's launcher: the compiles in the plan's launch order
+CICC_GATE_SCRIPT = "wheelbuild-cicc-gate"  # run by before-build: nvcc's ciccs through wheelbuild-admit
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
-    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT,
+    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT,
 )  # fmt: skip
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"

@@ -3,10 +3,10 @@ part 1): the pinned 2.8.3 sdist with its source list trimmed to 4 fwd and 2 bwd 
 binding, built for sm_120 under a memory limit where the static plan must serialize (two bwd
 units do not fit together) but two fwd units fit. Three builds run in one test, one after the
 other, each on sources salted apart so none finds another's units in the compiler cache: the
-static plan, admission (the default: with the cicc gate), and admission of whole units (the
-build's admission_file patched in this process to a costs file with no "cicc" costs, each
-compile admitted at its whole peak, as before the gate). (Until 2026-12-01 the third build was
-admission in setup.py's order: longest first measured 0.758 of it, /root/notes/subset3.json.)
+static plan, admission (the default: each compile admitted at its whole peak), and admission
+with the cicc gate (--cicc-gate: each compile at its cost outside cicc, each cicc at its own).
+(Until 2026-12-01 the third build was admission in setup.py's order: longest first measured
+0.758 of it, /root/notes/subset3.json.)
 
 The wheel would not import (flash_api.cpp calls kernels that were cut), so the gate is off: this
 measures the build. Twenty-odd minutes on 2 cores, so it runs only with `pytest -m hours`. It
@@ -27,9 +27,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild import build as build_pipeline
-from wheelbuild.plan.admission import unit_costs
 from wheelbuild.plan.memory_model import MemoryModel, flash_attn_model
-from wheelbuild.plan.planner import Plan
 from wheelbuild.preflight import ImageOptions
 from wheelbuild.recipes.base import LocalSdist
 from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
@@ -102,18 +100,7 @@ def subset_model() -> MemoryModel:
     return replace(model, units=units, name="flash-attn-subset")
 
 
-def whole_unit_costs(plan: Plan) -> tuple[int, str] | None:
-    """admission_file without the cicc gate: each unit's whole peak (the shipped unit_costs)."""
-    if plan.admission_budget is None:
-        return None
-    units = {
-        u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs).whole
-        for u in plan.model.units
-    }
-    return plan.admission_budget, json.dumps({"default": max(units.values()), "units": units})
-
-
-def _build(sdist: Path, out: Path, admission: bool, gated: bool = True) -> dict[str, object]:
+def _build(sdist: Path, out: Path, admission: bool, gated: bool = False) -> dict[str, object]:
     recipe = replace(
         flash_attn_recipe("2.8.3"),
         source=LocalSdist(sdist, None),
@@ -128,6 +115,7 @@ def _build(sdist: Path, out: Path, admission: bool, gated: bool = True) -> dict[
         output_dir=out,
         rebuild=True,
         admission=admission,
+        cicc_gate=gated,
         gate=False,
     )
     # As the CLI makes them: the host's CA bundle goes into the image (this network's TLS proxy).
@@ -135,9 +123,7 @@ def _build(sdist: Path, out: Path, admission: bool, gated: bool = True) -> dict[
         base_image=os.environ.get("WHEELBUILD_BASE_IMAGE"), ca_bundle=resolve_ca_bundle(None)
     )
     started = time.monotonic()
-    with DockerEngine(sweep=False) as engine, pytest.MonkeyPatch.context() as patch:
-        if not gated:
-            patch.setattr(build_pipeline, "admission_file", whole_unit_costs)
+    with DockerEngine(sweep=False) as engine:
         result = build_pipeline.run_build(spec, options, Reporter(quiet=True), engine)
     wall = time.monotonic() - started
     log = (result.run_dir / "build.log").read_text(errors="replace")
@@ -180,34 +166,33 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
     original = prepare_source(SDISTS["2.8.3"], print)
     pinned = original.project_dir / original.package
     figures = []
-    for name, admission, gated in (
-        ("static", False, True),
-        ("admission", True, True),
-        ("whole-units", True, False),
+    for name, admission, cicc_gate in (
+        ("static", False, False),
+        ("admission", True, False),
+        ("cicc-gate", True, True),
     ):
         work = tmp_path / name
         work.mkdir()
         sdist = trimmed_sdist(pinned, work, uuid.uuid4().hex)
-        figures.append(_build(sdist, work / "out", admission, gated))
-    static, admitted, whole = figures
+        figures.append(_build(sdist, work / "out", admission, cicc_gate))
+    static, admitted, gated = figures
     summary = {
         "memory": MEMORY,
         "static": static,
         "admission": admitted,
-        "admission_of_whole_units": whole,
+        "admission_with_the_cicc_gate": gated,
         "compile_ratio": round(admitted["compile_s"] / static["compile_s"], 3),  # type: ignore[operator]
         "wall_ratio": round(admitted["wall_s"] / static["wall_s"], 3),  # type: ignore[operator]
-        "gated_over_whole_units_compile": round(admitted["compile_s"] / whole["compile_s"], 3),  # type: ignore[operator]
-        "whole_units_over_static_compile": round(whole["compile_s"] / static["compile_s"], 3),  # type: ignore[operator]
+        "gated_over_admission_compile": round(gated["compile_s"] / admitted["compile_s"], 3),  # type: ignore[operator]
     }
     path = Path(os.environ.get("WHEELBUILD_SUBSET_FIGURES", tmp_path / "subset.json"))
     path.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     assert static["max_jobs"] == 1, "the limit must make the static plan serialize"
     assert admitted["admission_budget"] is not None and admitted["max_jobs"] == 2
-    assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0 and whole["oom_kills"] == 0, summary
-    # The launcher and the gate ran in the admitted builds, and only there.
+    assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0 and gated["oom_kills"] == 0, summary
+    # The launcher ran in the admitted builds; the cicc gate in the gated one alone.
     assert str(admitted["ninja_line"]).startswith("wheelbuild-ninja: 7 compiles of"), summary
-    assert admitted["gate_line"] is not None and whole["gate_line"] is not None, summary
-    assert static["gate_line"] is None, summary
+    assert gated["gate_line"] is not None, summary
+    assert static["gate_line"] is None and admitted["gate_line"] is None, summary
     assert admitted["compile_s"] < static["compile_s"], summary  # type: ignore[operator]

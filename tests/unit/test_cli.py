@@ -171,6 +171,16 @@ def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
     assert "admission:" not in static.stdout and "NVCC_THREADS    1" in static.stdout
 
 
+def test_plan_takes_the_cicc_gate_only_when_asked(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    args = ("plan", "flash-attn", "--memory", "64g", "--cpus", "64", "--archs", "100,120")
+    plain, gated = run_cli(*args), run_cli(*args, "--cicc-gate")
+    assert plain.returncode == 0 and gated.returncode == 0, plain.stderr + gated.stderr
+    assert "--cicc-gate" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
+    assert "--cicc-gate" not in plain.stdout and "each cicc" not in plain.stdout
+
+
 def test_plan_with_one_arch_never_uses_two_nvcc_threads(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:

@@ -706,6 +706,30 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
     assert isinstance(units, dict) and len(units) == 73 and "flash_api.cpp" in units
 
 
+def test_the_cicc_gate_is_opt_in_and_changes_only_the_costs_of_device_units() -> None:
+    """Without --cicc-gate the costs file holds each unit's whole peak and no "cicc" map (the
+    wrapper then lets every cicc through); with it, a device unit's compile costs its part outside
+    cicc, far less, and its ciccs one arch's peak; the host unit stays whole."""
+    from wheelbuild.plan.admission import admission_costs, unit_costs, with_admission
+
+    model = flash_attn_model()
+    static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
+    plain, gated = with_admission(static), with_admission(static, cicc_gate=True)
+    assert not plain.cicc_gate and gated.cicc_gate and plain.as_dict()["cicc_gate"] is False
+    assert "--cicc-gate" in gated.reasons[-1] and "--cicc-gate" not in plain.reasons[-1]
+    whole, split = admission_costs(plain), admission_costs(gated)
+    assert "cicc" not in whole
+    bwd = next(u for u in model.units if u.name.endswith("flash_bwd_hdim256_fp16_sm80.cu"))
+    name = bwd.name.rsplit("/", 1)[-1]
+    costs = unit_costs(model, bwd, plain.nvcc_threads, 2)
+    assert whole["units"][name] == costs.whole  # type: ignore[index]
+    gated_costs = unit_costs(model, bwd, gated.nvcc_threads, 2)
+    assert split["units"][name] == gated_costs.compile < gated_costs.whole / 3  # type: ignore[index]
+    assert split["cicc"][name] == gated_costs.cicc  # type: ignore[index]
+    assert "flash_api.cpp" not in split["cicc"]  # type: ignore[operator]
+    assert split["units"]["flash_api.cpp"] == whole["units"]["flash_api.cpp"]  # type: ignore[index]
+
+
 def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
     from wheelbuild.plan.admission import with_admission
 
@@ -734,7 +758,7 @@ def test_admission_chooses_nvcc_threads_by_the_build_behind_the_wrapper() -> Non
     line = next(r for r in admitted.reasons if r.startswith("NVCC_THREADS=2 behind admission"))
     assert f"spread by {WALL_SPREAD:.0%} over {SPREAD_DRAWS} draws" in line and "1: " in line
     assert with_admission(static) == admitted  # seeded draws: the same plan every time
-    # Where memory binds (64 GiB), the two are close behind the cicc gate: the shorter one wins.
+    # Where memory binds (64 GiB), the two are close: the shorter one wins.
     tight = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model))
     line = next(
         r for r in tight.reasons if r.startswith(f"NVCC_THREADS={tight.nvcc_threads} behind admission")
