@@ -5,7 +5,9 @@ Once a second the watcher lists the container's processes (pid, parent, resident
 command line). A process belongs to the unit its command line names (unit_of), else to the unit
 of its sccache work folder (sccache splits nvcc into its steps and runs them itself), else to its
 nearest ancestor's (nvcc's own steps run under it). A unit's memory at a moment is the sum over
-its processes.
+its processes. Time a unit spends waiting in wheelbuild-admit (its compile not yet admitted, or
+a cicc of it held at the cicc gate: an admit process with no child) is admission's, and is left
+out of the unit's time.
 
 The container's working set also holds what is no unit's: pip and setup.py, ninja, page
 cache. So the build's overhead is learned where it matters, at the moment the working set
@@ -32,6 +34,7 @@ __all__ = [
     "generates_code",
     "read_processes",
     "unit_of",
+    "waiting_for_admission",
 ]
 
 _SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c")
@@ -109,6 +112,18 @@ def charged(processes: Iterable[ProcessInfo]) -> list[tuple[str, ProcessInfo]]:
     return found
 
 
+def waiting_for_admission(processes: Iterable[ProcessInfo]) -> set[int]:
+    """The pids of wheelbuild-admit processes (a compile's wrapper, or a cicc's behind the cicc
+    gate) that have not started their command yet: no child of theirs is running."""
+    processes = list(processes)
+    parents = {p.ppid for p in processes}
+    return {
+        p.pid
+        for p in processes
+        if p.pid not in parents and any(word.rsplit("/", 1)[-1] == "wheelbuild-admit" for word in p.argv[:2])
+    }
+
+
 def generates_code(argv: Sequence[str]) -> bool:
     """Whether a process compiles (cicc, ptxas, nvlink, fatbinary; cc1plus other than the
     preprocessor). On a cache hit sccache still preprocesses, to hash, but none of these run:
@@ -135,11 +150,15 @@ class UnitMemory:
     # A code generator (cicc, ptxas, cc1plus compiling) was seen working for it. False: only
     # sccache and the preprocessor were, a cache hit whose memory says nothing of the compile.
     compiled: bool = False
+    # Seconds between first_s and last_s it spent waiting in wheelbuild-admit (its compile, or
+    # one of its ciccs behind the cicc gate): admission's doing, not the unit's cost.
+    waited_s: float = 0.0
 
     @property
     def seen_s(self) -> float:
-        """How long it was seen compiling: one sample period short of its wall time at most."""
-        return self.last_s - self.first_s
+        """How long it was seen compiling, waits for admission left out: one sample period
+        short of its working time at most."""
+        return max(0.0, self.last_s - self.first_s - self.waited_s)
 
 
 @dataclass
@@ -149,18 +168,26 @@ class UnitTracker:
     units: dict[str, UnitMemory] = field(default_factory=dict)
     peak_working_set: int = 0
     overhead_at_peak: int | None = None  # the working set at its peak less the units' memory then
+    last_at_s: float | None = None  # the previous sample's time
 
     def observe(
         self, at_s: float, identifier: str | None, processes: Iterable[ProcessInfo], working_set: int | None
     ) -> None:
         """One sample: the container's processes while `identifier` (a Python's build) runs."""
+        processes = list(processes)
         found = charged(processes)
+        waiting_pids = waiting_for_admission(processes)
         per_unit: dict[str, int] = {}
         compiling: set[str] = set()
+        waiting: set[str] = set()
         for stem, process in found:
             per_unit[stem] = per_unit.get(stem, 0) + process.rss
             if generates_code(process.argv):
                 compiling.add(stem)
+            if process.pid in waiting_pids:
+                waiting.add(stem)
+        since = 0.0 if self.last_at_s is None else max(0.0, at_s - self.last_at_s)
+        self.last_at_s = at_s
         for stem, rss in per_unit.items():
             unit = f"{identifier or '?'}:{stem}"
             old = self.units.get(unit)
@@ -168,7 +195,12 @@ class UnitTracker:
                 UnitMemory(unit, rss, at_s, at_s, stem in compiling)
                 if old is None
                 else UnitMemory(
-                    unit, max(old.peak, rss), old.first_s, at_s, old.compiled or stem in compiling
+                    unit,
+                    max(old.peak, rss),
+                    old.first_s,
+                    at_s,
+                    old.compiled or stem in compiling,
+                    old.waited_s + (since if stem in waiting else 0.0),
                 )
             )
         if working_set is not None and working_set > self.peak_working_set:

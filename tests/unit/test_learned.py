@@ -32,6 +32,7 @@ from wheelbuild.plan.unit_memory import (
     generates_code,
     read_processes,
     unit_of,
+    waiting_for_admission,
 )
 from wheelbuild.preflight import model_for, plan_for
 from wheelbuild.recipes import resolve_recipe
@@ -141,6 +142,40 @@ def test_tracker_keeps_each_units_peak_per_python_and_the_overhead_at_the_peak()
         UnitMemory("cp313:saxpy", 300 * MIB, 9.0, 9.0, compiled=False),
     )
     assert overhead == 900 * MIB  # 1400 MiB at the peak, 500 of them saxpy's
+
+
+def test_a_units_time_leaves_out_its_waits_in_wheelbuild_admit() -> None:
+    """Admission's waits are not the unit's cost: its compile waiting in the wrapper (no child
+    yet), then one of its ciccs held at the cicc gate (the gate's admit process, no child yet).
+    Here: waits at 0-4 and 9-11, working 5-8 and 12-13, so 13 s seen less 7 s waited."""
+    wrapper = ProcessInfo(10, 1, 15 * MIB, ("python3", "/usr/local/bin/wheelbuild-admit", "sccache", *NVCC))
+    nvcc = ProcessInfo(11, 10, 300 * MIB, ("sccache", *NVCC))
+    gate = ProcessInfo(
+        13, 11, 20 * MIB,
+        ("python3", "/wb/wheelbuild-admit", "--cicc", "/nvvm/bin/cicc", "--orig_src_file_name", "/project/csrc/saxpy.cu"),
+    )  # fmt: skip
+    cicc = ProcessInfo(
+        14, 13, 900 * MIB, ("/nvvm/bin/cicc", "--orig_src_file_name", "/project/csrc/saxpy.cu")
+    )
+    other = ProcessInfo(20, 1, 100 * MIB, ("c++", "-c", "csrc/binding.cpp", "-o", "binding.o"))
+    tracker = UnitTracker()
+    for at in range(14):
+        if at <= 4:
+            seen = [wrapper]
+        elif at <= 8:
+            seen = [wrapper, nvcc]
+        elif at <= 11:
+            seen = [wrapper, nvcc, gate]
+        else:
+            seen = [wrapper, nvcc, gate, cicc]
+        waits = {10} if at <= 4 else {13} if 9 <= at <= 11 else set()
+        assert waiting_for_admission([*seen, other]) == waits
+        tracker.observe(float(at), "cp311", [*seen, other], None)
+    units = {u.unit: u for u in tracker.snapshot()[0]}
+    saxpy, binding = units["cp311:saxpy"], units["cp311:binding"]
+    assert (saxpy.first_s, saxpy.last_s, saxpy.waited_s, saxpy.seen_s) == (0.0, 13.0, 7.0, 6.0)
+    assert saxpy.peak == (15 + 300 + 20 + 900) * MIB and saxpy.compiled
+    assert (binding.waited_s, binding.seen_s) == (0.0, 13.0)
 
 
 def test_read_processes_sees_a_real_compile_like_process_with_its_parent_and_memory(tmp_path: Path) -> None:
