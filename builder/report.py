@@ -114,6 +114,7 @@ class PlanRecord(_Record):
     admission_budget: int | None
     reasons: tuple[str, ...]
     cicc_gate: bool = False  # reports from before 2026-12-01 have none
+    admission_slots: int | None = None  # nor this
 
     @classmethod
     def of(cls, plan: Plan) -> PlanRecord:

@@ -1,9 +1,10 @@
 """Admission by memory, planned: what images/wheelbuild-admit is told (its budget and costs file)
 and the MAX_JOBS / NVCC_THREADS that suit a build behind it. Pure.
 
-With admission, the wrapper, not MAX_JOBS, bounds what compiles together: ninja may launch up to
-the CPUs, and each compile waits until its predicted cost fits the budget beside the admitted
-ones. So NVCC_THREADS is chosen by the build predicted behind the wrapper (simulate() with the
+With admission, the wrapper, not MAX_JOBS, bounds what compiles together: it admits at most the
+CPUs' worth of compiles at once (its slots), each once its predicted cost fits the budget beside
+the admitted ones, and ninja launches LOOKAHEAD times as many, so that a unit that fits can pass
+one that waits for memory. So NVCC_THREADS is chosen by the build predicted behind the wrapper (simulate() with the
 wrapper's rule, units in launch order), and the plan's peak and time are the simulated ones.
 
 The cicc gate (--cicc-gate, off by default): a device unit holds its peak only while a cicc runs
@@ -11,8 +12,8 @@ The cicc gate (--cicc-gate, off by default): a device unit holds its peak only w
 its largest other step, cudafe++), and each cicc it runs waits at the gate (wheelbuild-admit
 --cicc) until its own cost, one arch's peak, fits. Host units, and units the costs file does not
 know, are admitted whole. It is off by default: bench/planner finds it faster where memory binds,
-but on the one real build measured with it (tests/integration/test_flash_attn_subset.py, 2 CPUs,
-11.5 GiB) it took 1.09 x the compile step of whole-unit admission."""
+but on the real subset build (tests/integration/test_flash_attn_subset.py, 2 CPUs, 11.5 GiB) it
+was 0.96-1.09 x whole-unit admission, and 1.00 x with the lookahead: no real gain shown yet."""
 
 from __future__ import annotations
 
@@ -30,12 +31,14 @@ from .simulation import SimResult, simulate
 
 __all__ = [
     "ADMIT_MARGIN",
+    "LOOKAHEAD",
     "SPREAD_DRAWS",
     "WALL_SPREAD",
     "UnitCosts",
     "admission_costs",
     "admission_file",
     "admission_jobs",
+    "admission_shape",
     "unit_costs",
     "with_admission",
 ]
@@ -56,6 +59,9 @@ ADMIT_MARGIN = 0.10
 # scored over SPREAD_DRAWS seeded draws, the same each time.
 WALL_SPREAD = 0.15
 SPREAD_DRAWS = 8
+# ninja launches this many times the wrapper's slots: compiles past the slots wait in the wrapper,
+# where one that fits may pass an older one that waits for memory (a CPU would idle otherwise).
+LOOKAHEAD = 2
 
 
 def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | None = None) -> Plan:
@@ -74,23 +80,25 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
     threads, lines = plan.nvcc_threads, list[str]()
     if not keep_jobs and not plan.given_threads and model.complete and plan.archs > 1:
         threads, lines = _admission_threads(plan, budget)
-    jobs = plan.max_jobs if keep_jobs else _admission_jobs(plan, threads)
+    jobs, slots = (plan.max_jobs, None) if keep_jobs else _admission_shape(plan, threads)
     why = (
-        f"admission: ninja launches up to MAX_JOBS={jobs}; within {format_bytes(budget)} (the limit less "
+        f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}; within {format_bytes(budget)} (the limit less "
         f"the model's reserve), each compile starts once its cost outside cicc fits, and each cicc once "
         f"its own predicted peak (+{ADMIT_MARGIN:.0%}) fits beside what runs (--cicc-gate; host units: "
         "their whole peak)"
         if gate
-        else f"admission: ninja launches up to MAX_JOBS={jobs}; each compile starts once its predicted peak "
+        else f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}; each compile starts once "
+        "its predicted peak "
         f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
         "beside the running ones"
     )
-    run = _admitted_run(plan, jobs, threads, budget)
+    run = _admitted_run(plan, jobs, threads, budget, slots=slots)
     return replace(
         plan,
         max_jobs=jobs,
         nvcc_threads=threads,
         admission_budget=budget,
+        admission_slots=slots,
         reasons=(*plan.reasons, *lines, why),
         # The wrapper, not MAX_JOBS, bounds what runs together: the peak is the simulated one.
         predicted_peak=run.peak if run is not None else plan.predicted_peak,
@@ -106,18 +114,32 @@ def admission_jobs(cpus: float, units: int, threads: int) -> int:
     return max(1, min(cpu_room, units))
 
 
-def _admission_jobs(plan: Plan, threads: int) -> int:
-    """admission_jobs for the plan's CPUs and units, never fewer than the static plan's."""
-    units = plan.model.unit_count or plan.max_jobs
-    return max(admission_jobs(plan.cpus, units, threads), min(plan.max_jobs, units))
+def admission_shape(cpus: float, units: int, threads: int, least: int = 1) -> tuple[int, int | None]:
+    """MAX_JOBS and the wrapper's slots (None: no cap, it would never bind): the slots are
+    admission_jobs (never fewer than `least`, the static plan's jobs, or than the units allow),
+    and ninja launches LOOKAHEAD times as many, at most the units, so that a unit that fits can
+    pass one that waits for memory."""
+    slots = max(admission_jobs(cpus, units, threads), min(least, units))
+    jobs = max(slots, min(units, LOOKAHEAD * slots))
+    return jobs, (slots if slots < jobs else None)
+
+
+def _admission_shape(plan: Plan, threads: int) -> tuple[int, int | None]:
+    return admission_shape(plan.cpus, plan.model.unit_count or plan.max_jobs, threads, plan.max_jobs)
+
+
+def _shape_text(jobs: int, slots: int | None) -> str:
+    if slots is None or slots >= jobs:
+        return ""
+    return f", at most {slots} compiling at once (the CPUs; the rest wait as lookahead)"
 
 
 def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
     """NVCC_THREADS for admission: the shortest build over the spread draws; ties to fewer."""
     scored = []
     for threads in range(1, plan.archs + 1):
-        jobs = _admission_jobs(plan, threads)
-        draws = [_admitted_run(plan, jobs, threads, budget, draw) for draw in range(SPREAD_DRAWS)]
+        jobs, slots = _admission_shape(plan, threads)
+        draws = [_admitted_run(plan, jobs, threads, budget, draw, slots) for draw in range(SPREAD_DRAWS)]
         seconds = statistics.fmean(r.seconds for r in draws if r is not None)
         scored.append((seconds, threads, jobs))
     seconds, threads, jobs = min(scored)
@@ -130,7 +152,7 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
 
 
 def _admitted_run(
-    plan: Plan, jobs: int, threads: int, budget: int, draw: int | None = None
+    plan: Plan, jobs: int, threads: int, budget: int, draw: int | None = None, slots: int | None = None
 ) -> SimResult | None:
     """The build simulated behind the wrapper (and its cicc gate, if the plan has it): units in
     launch order, admitted at the wrapper's costs, each holding its peak with the model's margin
@@ -148,7 +170,7 @@ def _admitted_run(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
         admit_costs=[c.compile if plan.cicc_gate else c.whole for c in costs],
-        cicc_costs=[c.window for c in costs] if plan.cicc_gate else None,
+        cicc_costs=[c.window for c in costs] if plan.cicc_gate else None, admit_slots=slots,
     )  # fmt: skip
 
 
@@ -205,12 +227,14 @@ def admission_costs(plan: Plan) -> dict[str, object]:
         for u in plan.model.units
     }
     heaviest = max(_admit_cost(plan.model, u, plan.nvcc_threads, plan.archs) for u in plan.model.units)
+    slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
     if not plan.cicc_gate:
-        return {"default": heaviest, "units": {name: c.whole for name, (_, c) in costs.items()}}
+        return {"default": heaviest, "units": {name: c.whole for name, (_, c) in costs.items()}, **slots}
     return {
         "default": heaviest,
         "units": {name: c.compile for name, (_, c) in costs.items()},
         "cicc": {name: c.cicc for name, (_, c) in costs.items() if c.cicc is not None},
+        **slots,
     }
 
 

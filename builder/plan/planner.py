@@ -70,6 +70,8 @@ class Plan:
     given_threads: bool = False
     # With admission: each cicc admitted on its own too (--cicc-gate; plan/admission.py).
     cicc_gate: bool = False
+    # With admission: the most compiles the wrapper admits at once; MAX_JOBS above it is lookahead.
+    admission_slots: int | None = None
 
     def halved(self, times: int = 1) -> Plan | None:
         """The plan after `times` OOM kills (0: this one), each halving the jobs; at one job, the
@@ -106,6 +108,8 @@ class Plan:
             predicted_seconds=seconds,
             # The model was wrong somewhere: admit less, too.
             admission_budget=None if self.admission_budget is None else self.admission_budget * 3 // 4,
+            admission_slots=None if self.admission_slots is None else max(1, self.admission_slots // 2),
+            cicc_gate=self.cicc_gate,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -121,6 +125,7 @@ class Plan:
             "model": {"name": self.model.name, "source": self.model.source, "units": self.model.unit_count},
             "admission_budget": self.admission_budget,
             "cicc_gate": self.cicc_gate,
+            "admission_slots": self.admission_slots,
             "reasons": list(self.reasons),
         }
 

@@ -58,6 +58,7 @@ def simulate(
     admit_costs: Sequence[int] | None = None,
     cicc_costs: Sequence[int] | None = None,
     admit_fairness_s: float = 30.0,
+    admit_slots: int | None = None,
 ) -> SimResult:
     """Run `units` in order, `jobs` at a time, like ninja: a unit starts when a slot frees.
 
@@ -81,6 +82,10 @@ def simulate(
     above the reserve (limit - budget) and the admitted units' costs. Launched units still
     waiting when a kill fails the attempt are admitted and compiled in turn.
 
+    With `admit_slots`, the wrapper admits at most that many compiles at once (the CPUs' share),
+    so that `jobs` above it are lookahead: launched units wait in the wrapper, and one that fits
+    may pass an older one that does not.
+
     With `cicc_costs` too, the cicc gate (wheelbuild-admit --cicc): a unit reaching one of its
     peak windows stops there, holding no compiler's memory and no CPU, until its window's cost
     `cicc_costs[i]` fits; the ledger then holds that cost in place of its compile cost until
@@ -91,7 +96,7 @@ def simulate(
     return _Ninja(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
         hit=hit, onset=onset, peak_windows=peak_windows, admit_budget=admit_budget, admit_costs=admit_costs,
-        cicc_costs=cicc_costs, admit_fairness_s=admit_fairness_s,
+        cicc_costs=cicc_costs, admit_fairness_s=admit_fairness_s, admit_slots=admit_slots,
     ).run()  # fmt: skip
 
 
@@ -116,10 +121,12 @@ class _Ninja:
         admit_costs: Sequence[int] | None,
         cicc_costs: Sequence[int] | None,
         admit_fairness_s: float,
+        admit_slots: int | None = None,
     ) -> None:
         self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
         self.limit, self.base = limit, base
         self.admit_budget, self.admit_fairness_s = admit_budget, admit_fairness_s
+        self.admit_slots = admit_slots
         self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
         self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
         self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
@@ -226,6 +233,8 @@ class _Ninja:
         windows = len(self.granted)
         compiles = len(self.running) - len(self.stopped)
         for _, since, kind, i in sorted(queue, key=lambda q: (q[2], q[0], q[3])):
+            if kind == 1 and self.admit_slots is not None and compiles >= self.admit_slots:
+                break  # every slot taken: no compile gets in, older or newer
             cost = self.gate[i] if kind == 0 and self.gate is not None else self.predicted[i]
             alone = windows == 0 if kind == 0 else compiles == 0
             if total + cost <= budget or alone:

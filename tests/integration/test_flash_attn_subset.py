@@ -100,7 +100,15 @@ def subset_model() -> MemoryModel:
     return replace(model, units=units, name="flash-attn-subset")
 
 
-def _build(sdist: Path, out: Path, admission: bool, gated: bool = False) -> dict[str, object]:
+def build_subset(
+    sdist: Path,
+    out: Path,
+    admission: bool,
+    gated: bool = False,
+    max_jobs: int | None = None,
+    memory: str = MEMORY,
+) -> dict[str, object]:
+    """One build of the trimmed sdist (see the module doc); its figures. bench/subset runs it too."""
     recipe = replace(
         flash_attn_recipe("2.8.3"),
         source=LocalSdist(sdist, None),
@@ -111,7 +119,7 @@ def _build(sdist: Path, out: Path, admission: bool, gated: bool = False) -> dict
         variant=parse_variant("cu130", TORCH_INDEX),
         archs=(120,),
         pythons=("cp311",),
-        resources=Resources(memory=parse_memory(MEMORY), cpus=2.0),
+        resources=Resources(memory=parse_memory(memory), cpus=2.0, max_jobs=max_jobs),
         output_dir=out,
         rebuild=True,
         admission=admission,
@@ -141,6 +149,7 @@ def _build(sdist: Path, out: Path, admission: bool, gated: bool = False) -> dict
         "compile_s": sum(a["build_s"] or 0 for a in attempts),
         "attempts": len(attempts),
         "max_jobs": report["plan"]["max_jobs"],
+        "admission_slots": report["plan"].get("admission_slots"),
         "nvcc_threads": report["plan"]["nvcc_threads"],
         "admission_budget": report["plan"]["admission_budget"],
         "predicted_peak": report["plan"]["predicted_peak"],
@@ -174,7 +183,7 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
         work = tmp_path / name
         work.mkdir()
         sdist = trimmed_sdist(pinned, work, uuid.uuid4().hex)
-        figures.append(_build(sdist, work / "out", admission, cicc_gate))
+        figures.append(build_subset(sdist, work / "out", admission, cicc_gate))
     static, admitted, gated = figures
     summary = {
         "memory": MEMORY,

@@ -70,9 +70,16 @@ class Bench:
         self.configure(budget=10, default=4)
 
     def configure(
-        self, *, budget: int, default: int, units: dict[str, int] | None = None, fairness: float = 30
+        self,
+        *,
+        budget: int,
+        default: int,
+        units: dict[str, int] | None = None,
+        fairness: float = 30,
+        slots: int | None = None,
     ) -> None:
-        self.costs.write_text(json.dumps({"default": default, "units": units or {}}))
+        extra = {} if slots is None else {"slots": slots}
+        self.costs.write_text(json.dumps({"default": default, "units": units or {}, **extra}))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_ADMIT_")}
         self.env.update(
             FAKE_RECORD=str(self.record),
@@ -517,3 +524,69 @@ def test_the_ledger_counts_a_compile_as_nothing_while_its_cicc_waits_or_runs() -
     assert admit.admissible(state, "21", 12, 30.0, 6.0)
     assert admit.cicc_unit(["--c++17", "--orig_src_file_name", "a.cu", "-arch", "compute_120"]) == "a.cu"
     assert admit.cicc_unit(["-arch", "compute_120"]) is None
+
+
+# --- slots: at most the CPUs' worth of compiles at once; ninja's jobs beyond are lookahead -----------
+
+
+def test_slots_cap_the_compiles_at_once_and_a_fitting_unit_passes_one_that_waits(bench: Bench) -> None:
+    """Budget 10, slots 2: big.cu (7) runs; big2.cu (7) cannot fit beside it and waits; small.cu
+    (2), launched after it, passes it (lookahead) and takes the second slot; late.cu (1) fits
+    the bytes but finds both slots taken. Its wait and big2's are not memory waits worth a line."""
+    bench.configure(budget=10, default=1, units={"big.cu": 7, "big2.cu": 7, "small.cu": 2}, slots=2)
+    big = bench.start("big.cu", "--hold")
+    bench.wait_for(lambda: bench.started("big.cu"), what="big.cu to start")
+    big2 = bench.queue("big2.cu", "--hold")
+    small = bench.start("small.cu", "--hold")
+    bench.wait_for(lambda: bench.started("small.cu"), what="small.cu to pass big2.cu")
+    late = bench.queue("late.cu", "--hold")
+    time.sleep(1.0)  # several polls: 7 + 2 + 1 fits 10, but no slot is free
+    assert bench.started("late.cu") is None and bench.started("big2.cu") is None
+    bench.go("small.cu")  # a slot frees: big2 (older) still does not fit, late.cu takes it
+    bench.wait_for(lambda: bench.started("late.cu"), what="late.cu to take the freed slot")
+    assert bench.started("big2.cu") is None
+    bench.go("ALL")
+    assert [bench.finish(w) for w in (big, small, late, big2)] == [0] * 4
+    assert bench.ledger() == {"running": {}, "waiting": {}}
+
+
+def test_a_compile_stopped_at_the_cicc_gate_frees_its_slot() -> None:
+    """a.cu and b.cu compile, d.cu's cicc runs (its compile relieved, still a slot): 9 of 10
+    charged, three compiles. c.cu (1) fits the bytes but not three slots; once b.cu's cicc
+    waits at the gate (it does not fit beside d.cu's), b.cu holds no CPU and c.cu gets its slot."""
+    admit = load_admit()
+    state = {
+        "running": {
+            "10": {"bytes": 2, "unit": "a.cu", "since": 1.0},
+            "11": {"bytes": 2, "unit": "b.cu", "since": 2.0},
+            "12": {"bytes": 1, "unit": "d.cu", "since": 2.5},
+            "22": {"bytes": 5, "unit": "d.cu", "since": 2.6, "kind": "cicc", "relieves": "12"},
+        },
+        "waiting": {"30": {"bytes": 1, "unit": "c.cu", "since": 4.0}},
+    }
+    assert admit.charged(state) == 9
+    assert admit.admissible(state, "30", 10, 30.0, 5.0)  # no cap
+    assert not admit.admissible(state, "30", 10, 30.0, 5.0, slots=3)
+    assert admit.admissible(state, "30", 10, 30.0, 5.0, slots=4)
+    state["waiting"]["21"] = {"bytes": 9, "unit": "b.cu", "since": 3.0, "kind": "cicc", "relieves": "11"}
+    assert not admit.admissible(state, "21", 10, 30.0, 5.0, slots=3)  # 7 + 9 > 10
+    assert admit.admissible(state, "30", 10, 30.0, 5.0, slots=3)
+
+
+@pytest.mark.parametrize(
+    ("costs", "slots"),
+    [({"default": 1}, None), ({"default": 1, "slots": 4}, 4), ({"default": 1, "slots": None}, None)],
+)
+def test_slots_come_from_the_costs_file(tmp_path: Path, costs: dict[str, object], slots: int | None) -> None:
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(costs))
+    assert load_admit().load_slots(str(path)) == slots
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True])
+def test_a_bad_slots_entry_fails_loudly(bench: Bench, bad: object) -> None:
+    bench.costs.write_text(json.dumps({"default": 1, "slots": bad}))
+    process = bench.start("a.cu")
+    out, err = process.communicate(timeout=15)
+    assert process.returncode == 2 and out == ""
+    assert err.startswith("wheelbuild-admit: costs file ") and '"slots" is' in err

@@ -544,6 +544,15 @@ def test_simulate_admission_holds_units_until_they_fit() -> None:
     assert passed.admitted_peak == passed.peak == 1200 * MIB
 
 
+def test_simulate_admission_slots_cap_the_compiles_at_once() -> None:
+    # Budget 1200 as above, but one slot: nothing runs beside a.cu; b.cu (older) then c.cpp.
+    capped = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=1200 * MIB, admit_slots=1)
+    assert capped.seconds == pytest.approx(15) and capped.admitted_peak == 900 * MIB
+    # Two slots: as without a cap (c.cpp passes b.cu into the second slot).
+    two = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=1200 * MIB, admit_slots=2)
+    assert two.seconds == pytest.approx(12) and two.admitted_peak == 1200 * MIB
+
+
 def test_simulate_admission_shrinks_the_budget_when_a_unit_overruns_its_cost() -> None:
     """u0 is predicted at 2 GiB but holds 6 from 20% of its 100 s on; u1 (2, 30 s) runs beside it;
     u2 (6) comes when u1 ends at 30 s. Limit 12, budget 10, 2 GiB held outside the compiles.
@@ -728,6 +737,25 @@ def test_the_cicc_gate_is_opt_in_and_changes_only_the_costs_of_device_units() ->
     assert split["cicc"][name] == gated_costs.cicc  # type: ignore[index]
     assert "flash_api.cpp" not in split["cicc"]  # type: ignore[operator]
     assert split["units"]["flash_api.cpp"] == whole["units"]["flash_api.cpp"]  # type: ignore[index]
+
+
+def test_admission_launches_twice_the_slots_as_lookahead_and_a_retry_halves_both() -> None:
+    """16 CPUs: the wrapper admits at most 16 compiles at once and ninja launches 32, so that a
+    unit that fits can pass one waiting for memory; the costs file carries the slots. After an
+    OOM kill: 16 jobs, 8 slots, 3/4 of the budget, the cicc gate kept. Where the units are fewer
+    than twice the slots there is no cap that could bind, and the costs file has none."""
+    from wheelbuild.plan.admission import LOOKAHEAD, admission_costs, with_admission
+
+    model = flash_attn_model()
+    admitted = with_admission(plan_build(budget=64 * GIB, cpus=16, archs=2, model=model), cicc_gate=True)
+    assert (admitted.max_jobs, admitted.admission_slots) == (LOOKAHEAD * 16, 16)
+    assert admission_costs(admitted)["slots"] == 16 and admitted.as_dict()["admission_slots"] == 16
+    assert "at most 16 compiling at once" in admitted.reasons[-1]
+    retry = admitted.halved()
+    assert retry is not None and (retry.max_jobs, retry.admission_slots) == (16, 8) and retry.cicc_gate
+    assert admission_costs(retry)["slots"] == 8
+    wide = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model))
+    assert wide.max_jobs == 73 and wide.admission_slots is None and "slots" not in admission_costs(wide)
 
 
 def test_admission_keeps_given_jobs_and_halving_admits_less() -> None:
