@@ -80,7 +80,8 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
     threads, lines = plan.nvcc_threads, list[str]()
     if not keep_jobs and not plan.given_threads and model.complete and plan.archs > 1:
         threads, lines = _admission_threads(plan, budget)
-    jobs, slots = (plan.max_jobs, None) if keep_jobs else _admission_shape(plan, threads)
+    # Kept jobs keep their slots too (an admitted plan predicted again, as remember_build does).
+    jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
     why = (
         f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}; within {format_bytes(budget)} (the limit less "
         f"the model's reserve), each compile starts once its cost outside cicc fits, and each cicc once "
