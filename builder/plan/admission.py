@@ -224,17 +224,17 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     "cicc", what each of its ciccs is (device units only). An unknown unit's compile costs as
     much as the heaviest unit's whole peak, and its ciccs pass ungated."""
     costs = {
-        u.name.rsplit("/", 1)[-1]: (u, unit_costs(plan.model, u, plan.nvcc_threads, plan.archs))
+        u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs)
         for u in plan.model.units
     }
-    heaviest = max(_admit_cost(plan.model, u, plan.nvcc_threads, plan.archs) for u in plan.model.units)
+    heaviest = max(c.whole for c in costs.values())
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
     if not plan.cicc_gate:
-        return {"default": heaviest, "units": {name: c.whole for name, (_, c) in costs.items()}, **slots}
+        return {"default": heaviest, "units": {name: c.whole for name, c in costs.items()}, **slots}
     return {
         "default": heaviest,
-        "units": {name: c.compile for name, (_, c) in costs.items()},
-        "cicc": {name: c.cicc for name, (_, c) in costs.items() if c.cicc is not None},
+        "units": {name: c.compile for name, c in costs.items()},
+        "cicc": {name: c.cicc for name, c in costs.items() if c.cicc is not None},
         **slots,
     }
 
