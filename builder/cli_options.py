@@ -267,11 +267,11 @@ _build_flags = (
     ),
     _build_option(
         "cicc-gate",
-        "--cicc-gate",
-        is_flag=True,
-        default=False,
+        "--cicc-gate/--no-cicc-gate",
+        default=True,
+        show_default=True,
         help="With admission, admit each cicc on its own too: a compile waits at its cost outside cicc, "
-        "each cicc until its own peak fits (faster in simulation where memory binds; not yet on a real build).",
+        "each cicc until its own peak fits. --no-cicc-gate: admit each compile at its whole peak.",
     ),
     _build_option(
         "dist",

@@ -142,7 +142,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpus", "gpus", Kind.TEXT, '"auto"', choices=("auto", "all", "none")),
     Option("output-dir", "output_dir", Kind.PATH, '"wheelhouse"'),
     Option("admission", "admission", Kind.BOOL, "false"),
-    Option("cicc-gate", "cicc_gate", Kind.BOOL, "true"),
+    Option("cicc-gate", "cicc_gate", Kind.BOOL, "false"),
     Option("dist", "dist", Kind.TEXT, '"http://scheduler:10600"', unset="local compiles"),
     Option("dist-network", "dist_network", Kind.TEXT, '"wbdist"', unset="the default bridge"),
     Option(

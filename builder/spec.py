@@ -100,7 +100,7 @@ class BuildSpec:
     # Admit compiles by memory (images/wheelbuild-admit): on by default since it cut a real
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True
-    # With admission, each cicc admitted on its own too (plan/admission.py says why it is opt-in).
-    cicc_gate: bool = False
+    # With admission, each cicc admitted on its own too (plan/admission.py says why it is the default).
+    cicc_gate: bool = True
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
     dist: DistTarget | None = None  # --dist: device compiles on sccache-dist build servers

@@ -68,7 +68,7 @@ class Plan:
     # MAX_JOBS / NVCC_THREADS were given (--max-jobs, --nvcc-threads): admission keeps them.
     given_jobs: bool = False
     given_threads: bool = False
-    # With admission: each cicc admitted on its own too (--cicc-gate; plan/admission.py).
+    # With admission: each cicc admitted on its own too (on unless --no-cicc-gate; plan/admission.py).
     cicc_gate: bool = False
     # With admission: the most compiles the wrapper admits at once; MAX_JOBS above it is lookahead.
     admission_slots: int | None = None

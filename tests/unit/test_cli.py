@@ -6,6 +6,7 @@ that were checked only after connecting would come out as DockerUnavailable (20)
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 
@@ -171,14 +172,17 @@ def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
     assert "admission:" not in static.stdout and "NVCC_THREADS    1" in static.stdout
 
 
-def test_plan_takes_the_cicc_gate_only_when_asked(
+def test_plan_takes_the_cicc_gate_unless_told_not_to(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     args = ("plan", "flash-attn", "--memory", "64g", "--cpus", "64", "--archs", "100,120")
-    plain, gated = run_cli(*args), run_cli(*args, "--cicc-gate")
-    assert plain.returncode == 0 and gated.returncode == 0, plain.stderr + gated.stderr
-    assert "--cicc-gate" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
-    assert "--cicc-gate" not in plain.stdout and "each cicc" not in plain.stdout
+    gated, whole = run_cli(*args), run_cli(*args, "--no-cicc-gate")
+    assert gated.returncode == 0 and whole.returncode == 0, gated.stderr + whole.stderr
+    assert "(the cicc gate;" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
+    assert "(--no-cicc-gate)" in whole.stdout and "each cicc" not in whole.stdout
+    # The options table says where the choice came from.
+    assert re.search(r"cicc-gate\s+true\s+\(default\)", gated.stdout), gated.stdout
+    assert re.search(r"cicc-gate\s+false\s+from --cicc-gate", whole.stdout), whole.stdout
 
 
 def test_plan_with_one_arch_never_uses_two_nvcc_threads(

@@ -715,17 +715,17 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
     assert isinstance(units, dict) and len(units) == 73 and "flash_api.cpp" in units
 
 
-def test_the_cicc_gate_is_opt_in_and_changes_only_the_costs_of_device_units() -> None:
-    """Without --cicc-gate the costs file holds each unit's whole peak and no "cicc" map (the
-    wrapper then lets every cicc through); with it, a device unit's compile costs its part outside
-    cicc, far less, and its ciccs one arch's peak; the host unit stays whole."""
+def test_the_cicc_gate_changes_only_the_costs_of_device_units() -> None:
+    """Without the cicc gate (--no-cicc-gate) the costs file holds each unit's whole peak and no
+    "cicc" map (the wrapper then lets every cicc through); with it, a device unit's compile costs
+    its part outside cicc, far less, and its ciccs one arch's peak; the host unit stays whole."""
     from wheelbuild.plan.admission import admission_costs, unit_costs, with_admission
 
     model = flash_attn_model()
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
     plain, gated = with_admission(static), with_admission(static, cicc_gate=True)
     assert not plain.cicc_gate and gated.cicc_gate and plain.as_dict()["cicc_gate"] is False
-    assert "--cicc-gate" in gated.reasons[-1] and "--cicc-gate" not in plain.reasons[-1]
+    assert "(the cicc gate;" in gated.reasons[-1] and "(--no-cicc-gate)" in plain.reasons[-1]
     whole, split = admission_costs(plain), admission_costs(gated)
     assert "cicc" not in whole
     bwd = next(u for u in model.units if u.name.endswith("flash_bwd_hdim256_fp16_sm80.cu"))
