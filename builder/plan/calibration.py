@@ -50,6 +50,9 @@ class Measurement:
     peak: int  # bytes: the container cgroup's peak (page cache it touched included)
     wall_s: float
     oom: bool = False  # killed at the limit: `peak` is the limit, a lower bound
+    # The archs compiled at once when it peaked, where that was seen and is not min(threads,
+    # archs): behind the cicc gate a unit's ciccs may run one at a time (unit_memory.py).
+    peak_threads: int | None = None
 
 
 def family_of(unit: str, families: Mapping[str, str]) -> str | None:
@@ -90,7 +93,8 @@ def _own_ratios(
         if unit is None or family_of(m.unit, families) is None or m.oom:
             continue
         archs = len(m.archs)
-        peak, wall = m.peak / unit.peak(m.threads, archs), m.wall_s / unit.wall(m.threads, archs)
+        at_peak = m.threads if m.peak_threads is None else m.peak_threads
+        peak, wall = m.peak / unit.peak(at_peak, archs), m.wall_s / unit.wall(m.threads, archs)
         old_peak, old_wall = own.get(m.unit, (0.0, 0.0))
         own[m.unit] = (max(old_peak, peak), max(old_wall, wall))
     return own

@@ -151,17 +151,29 @@ def learn(
 def _measurements(
     model: MemoryModel, units: Sequence[UnitMemory], archs: tuple[int, ...], threads: int
 ) -> list[Measurement]:
-    """One measurement per model unit seen: its worst peak and longest time over the Pythons."""
+    """One measurement per model unit seen: its worst peak (and the ciccs it ran then) and its
+    longest time over the Pythons."""
     by_stem = {u.name.rsplit("/", 1)[-1].split(".")[0]: u.name for u in model.units}
-    worst: dict[str, tuple[int, float]] = {}
+    worst: dict[str, tuple[int, int, float]] = {}
     for seen in units:
         name = by_stem.get(seen.unit.rsplit(":", 1)[-1])
         if name is None or not seen.compiled or seen.seen_s < (MIN_SAMPLES - 1) * SAMPLE_S:
             continue
-        peak, wall = worst.get(name, (0, 0.0))
-        worst[name] = (max(peak, seen.peak), max(wall, seen.seen_s + SAMPLE_S))
+        peak, ciccs, wall = worst.get(name, (0, 0, 0.0))
+        if seen.peak > peak:
+            peak, ciccs = seen.peak, seen.ciccs_at_peak
+        worst[name] = (peak, ciccs, max(wall, seen.seen_s + SAMPLE_S))
     return [
-        Measurement(unit=n, archs=archs, threads=threads, peak=p, wall_s=w) for n, (p, w) in worst.items()
+        Measurement(
+            unit=n,
+            archs=archs,
+            threads=threads,
+            peak=p,
+            wall_s=w,
+            # Fewer ciccs at its peak than nvcc runs at once: the cicc gate held the others back.
+            peak_threads=c if 0 < c < min(threads, len(archs)) else None,
+        )
+        for n, (p, c, w) in worst.items()
     ]
 
 

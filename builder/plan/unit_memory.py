@@ -153,6 +153,10 @@ class UnitMemory:
     # Seconds between first_s and last_s it spent waiting in wheelbuild-admit (its compile, or
     # one of its ciccs behind the cicc gate): admission's doing, not the unit's cost.
     waited_s: float = 0.0
+    # The ciccs it ran at its worst sample (0: none then). nvcc --threads T runs its archs'
+    # ciccs together, but the cicc gate may let them in one at a time: then its peak is one
+    # arch's, whatever NVCC_THREADS, and the model must learn it as that.
+    ciccs_at_peak: int = 0
 
     @property
     def seen_s(self) -> float:
@@ -178,12 +182,15 @@ class UnitTracker:
         found = charged(processes)
         waiting_pids = waiting_for_admission(processes)
         per_unit: dict[str, int] = {}
+        ciccs: dict[str, int] = {}
         compiling: set[str] = set()
         waiting: set[str] = set()
         for stem, process in found:
             per_unit[stem] = per_unit.get(stem, 0) + process.rss
             if generates_code(process.argv):
                 compiling.add(stem)
+            if process.argv and process.argv[0].rsplit("/", 1)[-1] == "cicc":
+                ciccs[stem] = ciccs.get(stem, 0) + 1
             if process.pid in waiting_pids:
                 waiting.add(stem)
         since = 0.0 if self.last_at_s is None else max(0.0, at_s - self.last_at_s)
@@ -191,8 +198,9 @@ class UnitTracker:
         for stem, rss in per_unit.items():
             unit = f"{identifier or '?'}:{stem}"
             old = self.units.get(unit)
+            here = ciccs.get(stem, 0)
             self.units[unit] = (
-                UnitMemory(unit, rss, at_s, at_s, stem in compiling)
+                UnitMemory(unit, rss, at_s, at_s, stem in compiling, ciccs_at_peak=here)
                 if old is None
                 else UnitMemory(
                     unit,
@@ -201,6 +209,7 @@ class UnitTracker:
                     at_s,
                     old.compiled or stem in compiling,
                     old.waited_s + (since if stem in waiting else 0.0),
+                    here if rss > old.peak else old.ciccs_at_peak,
                 )
             )
         if working_set is not None and working_set > self.peak_working_set:

@@ -22,7 +22,7 @@ from wheelbuild.plan.learned import (
     record_from_json,
     save_learned,
 )
-from wheelbuild.plan.memory_model import GIB, MIB, default_model, wbdemo_model
+from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, default_model, wbdemo_model
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.plan.unit_memory import (
     ProcessInfo,
@@ -144,6 +144,28 @@ def test_tracker_keeps_each_units_peak_per_python_and_the_overhead_at_the_peak()
     assert overhead == 900 * MIB  # 1400 MiB at the peak, 500 of them saxpy's
 
 
+def test_the_tracker_counts_the_ciccs_a_unit_ran_at_its_peak() -> None:
+    """Behind the cicc gate nvcc --threads 2 may run a unit's ciccs one at a time: what the
+    model learns from its peak depends on how many ran then, so the worst sample's count is kept."""
+    nvcc = ProcessInfo(10, 1, 100 * MIB, NVCC)
+
+    def cicc(pid: int, rss_mib: int) -> ProcessInfo:
+        return ProcessInfo(
+            pid, 10, rss_mib * MIB, ("/nvvm/bin/cicc", "--orig_src_file_name", "/p/csrc/saxpy.cu")
+        )
+
+    gate = ProcessInfo(12, 10, 20 * MIB, ("python3", "/wb/wheelbuild-admit", "--cicc", "/nvvm/bin/cicc"))
+    tracker = UnitTracker()
+    tracker.observe(1.0, "cp311", [nvcc, cicc(11, 900), gate], None)  # one runs, one waits at the gate
+    tracker.observe(2.0, "cp311", [nvcc, cicc(11, 1200)], None)  # the peak: one cicc
+    tracker.observe(3.0, "cp311", [nvcc, cicc(13, 500), cicc(14, 500)], None)  # two, but less
+    (one,), _ = tracker.snapshot()
+    assert (one.peak, one.ciccs_at_peak) == (1300 * MIB, 1)
+    tracker.observe(4.0, "cp311", [nvcc, cicc(13, 800), cicc(14, 800)], None)  # two, the new peak
+    (two,), _ = tracker.snapshot()
+    assert (two.peak, two.ciccs_at_peak) == (1700 * MIB, 2)
+
+
 def test_a_units_time_leaves_out_its_waits_in_wheelbuild_admit() -> None:
     """Admission's waits are not the unit's cost: its compile waiting in the wrapper (no child
     yet), then one of its ciccs held at the cicc gate (the gate's admit process, no child yet).
@@ -246,6 +268,30 @@ def test_measured_units_take_their_cost_the_others_scale_never_below_their_old_c
     assert record.predicted_after == new.peak_of_jobs(2, 1, 2)
     assert record.error_before() == pytest.approx(1600 / 4200 - 1)
     assert "learned from build run-1 (1 of 5 units measured)" in record.describe()
+
+
+def test_a_peak_with_fewer_ciccs_than_nvcc_threads_is_learned_as_that_many_archs() -> None:
+    """A build at NVCC_THREADS=2 behind the cicc gate whose saxpy peaked with one cicc running
+    (the gate held the other arch's back): its 1800 MiB are one arch's peak. Read as two archs'
+    at once they would halve what each cicc costs, and the next plan would admit twice the ciccs
+    that fit; a unit that did peak with both is read as both."""
+    model = wbdemo_model()
+
+    def learned_saxpy(ciccs: int) -> UnitCost:
+        units = (UnitMemory("cp311:saxpy", 1800 * MIB, 10.0, 19.0, compiled=True, ciccs_at_peak=ciccs),)
+        learned = learn(model, _build(units=units, nvcc_threads=2), None, "13.1")
+        assert learned is not None
+        return next(u for u in learned[0].units if u.name == "csrc/saxpy.cu")
+
+    one, both = learned_saxpy(1), learned_saxpy(2)
+    assert one.peak(1, 2) == pytest.approx(1800 * MIB, rel=0.01)
+    assert both.peak(2, 2) == pytest.approx(1800 * MIB, rel=0.01)
+    # saxpy's fixed part is as large as its part per arch: two archs at once cost 3/2 of one.
+    assert one.peak(2, 2) == pytest.approx(1.5 * both.peak(2, 2), rel=0.01)
+    # Its time is the build's, at two threads, either way.
+    assert one.wall(2, 2) == pytest.approx(10.0, rel=0.01) and both.wall(2, 2) == pytest.approx(
+        10.0, rel=0.01
+    )
 
 
 def test_nothing_is_learned_without_a_measured_unit_or_a_unit_list() -> None:
