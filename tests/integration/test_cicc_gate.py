@@ -106,3 +106,61 @@ def test_real_ciccs_take_turns_behind_the_gate(cuda_image: str, tmp_path: Path) 
     # Without cicc costs, the gate lets every cicc through: nothing of theirs enters the ledger.
     ungated, out = _run(cuda_image, {"default": 900_000_000, "units": units}, tmp_path)
     assert ungated["codes"] == [0, 0] and ungated["entries"] == 0, (ungated, out)
+
+
+# One unit for two archs at nvcc --threads 2, watched as the build's watcher watches it: the
+# project's own UnitTracker (builder/plan/unit_memory.py, pure, mounted in) over the container's
+# processes, sampled every 5 ms.
+WATCHED = r"""
+set -e
+cd /tmp
+printf %s "$SOURCE" | sed "s/@N@/a/g" > a.cu
+printf %s "$COSTS" > /tmp/costs.json
+export WHEELBUILD_ADMIT_COSTS=/tmp/costs.json WHEELBUILD_ADMIT_BUDGET=1000000000
+sh /wb/wheelbuild-cicc-gate >/dev/null
+python3 - <<'PY'
+import json, os, subprocess, sys, time
+from pathlib import Path
+sys.path.insert(0, "/wbp")
+import unit_memory
+compile = subprocess.Popen(["wheelbuild-admit", "nvcc", "-c", "/tmp/a.cu", "-o", "/tmp/a.o", "--threads", "2",
+                            "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_120,code=sm_120"])
+tracker, start, group = unit_memory.UnitTracker(), time.monotonic(), Path("/tmp/group")
+group.mkdir(exist_ok=True)
+while compile.poll() is None:
+    (group / "cgroup.procs").write_text("\n".join(p for p in os.listdir("/proc") if p.isdigit()))
+    tracker.observe(time.monotonic() - start, "cp", unit_memory.read_processes(group), None)
+    time.sleep(0.005)
+units, _ = tracker.snapshot()
+print("RESULT " + json.dumps({"code": compile.returncode, "units": {u.unit: [u.peak, u.ciccs_at_peak] for u in units}}))
+PY
+"""
+
+
+@pytest.mark.parametrize(("cicc_cost", "ciccs"), [(700_000_000, 1), (400_000_000, 2)])
+def test_the_watcher_counts_the_ciccs_a_unit_ran_at_its_peak(
+    cuda_image: str, cicc_cost: int, ciccs: int
+) -> None:
+    """nvcc --threads 2 starts both archs' ciccs at once; behind the gate at 0.7 GB each in 1 GB
+    they take turns, and the unit's peak is one cicc's: the watcher must say so, or the model
+    learns one arch's peak as two archs' (plan/learned.py). At 0.4 GB both run at its peak."""
+    costs = {"default": 900_000_000, "units": {"a.cu": 100_000_000}, "cicc": {"a.cu": cicc_cost}}
+    out = (
+        docker.from_env()
+        .containers.run(
+            cuda_image,
+            ["sh", "-c", WATCHED],
+            environment={"COSTS": json.dumps(costs), "SOURCE": SOURCE},
+            volumes={
+                str(IMAGES): {"bind": "/wb", "mode": "ro"},
+                str(IMAGES.parent / "builder" / "plan"): {"bind": "/wbp", "mode": "ro"},
+            },
+            remove=True,
+        )
+        .decode()
+    )
+    result = json.loads(
+        next(line for line in out.splitlines() if line.startswith("RESULT ")).removeprefix("RESULT ")
+    )
+    assert result["code"] == 0, out
+    assert result["units"]["cp:a"][1] == ciccs, result
