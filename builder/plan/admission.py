@@ -50,7 +50,10 @@ __all__ = [
 # Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
 # up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner,
 # against the measured rows: with every true peak 10% over, 0 of 180 first attempts OOM-killed
-# with it, 129 of 180 without; it costs about 9% of median build time).
+# with it, 129 of 180 without; it costs about 9% of median build time). It covers an estimate's
+# error (a unit scaled from its kin, a toolkit other than the one measured on), so a unit
+# measured on the build's own toolkit (UnitCost.measured: calibrate, or the model learned from
+# the last build) is admitted at its measured peak with the model's margin alone.
 ADMIT_MARGIN = 0.10
 
 
@@ -85,17 +88,7 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
         threads, lines = _admission_threads(plan, budget)
     # Kept jobs keep their slots too (an admitted plan predicted again, as remember_build does).
     jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
-    why = (
-        f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}; within {format_bytes(budget)} (the limit less "
-        f"the model's reserve), each compile starts once its cost outside cicc fits, and each cicc once "
-        f"its own predicted peak (+{ADMIT_MARGIN:.0%}) fits beside what runs (the cicc gate; host units: "
-        "their whole peak)"
-        if gate
-        else f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}; each compile starts once "
-        "its predicted peak "
-        f"(+{ADMIT_MARGIN:.0%}) fits {format_bytes(budget)} (the limit less the model's reserve) "
-        "beside the running ones (--no-cicc-gate)"
-    )
+    why = _admission_line(model, jobs, slots, budget, gate)
     run = _admitted_run(plan, jobs, threads, budget, slots=slots)
     return replace(
         plan,
@@ -107,6 +100,22 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
         # The wrapper, not MAX_JOBS, bounds what runs together: the peak is the simulated one.
         predicted_peak=run.peak if run is not None else plan.predicted_peak,
         predicted_seconds=run.seconds if run is not None else plan.predicted_seconds,
+    )
+
+
+def _admission_line(model: MemoryModel, jobs: int, slots: int | None, budget: int, gate: bool) -> str:
+    """The plan's reason line for admission: what ninja launches and what each compile waits for."""
+    head = f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}"
+    if gate and any(shape_of(u) is not None for u in model.units):
+        return (
+            f"{head}; within {format_bytes(budget)} (the limit less the model's reserve), each compile "
+            "starts once its cost outside cicc fits, and each cicc once its own predicted peak "
+            f"({_margin_text(model)}) fits beside what runs (the cicc gate; host units: their whole peak)"
+        )
+    why = "--no-cicc-gate" if not gate else "the cicc gate knows the steps of flash-attn's kernels alone"
+    return (
+        f"{head}; each compile starts once its predicted peak ({_margin_text(model)}) fits "
+        f"{format_bytes(budget)} (the limit less the model's reserve) beside the running ones ({why})"
     )
 
 
@@ -170,11 +179,13 @@ def _admitted_run(
     costs = [unit_costs(model, model.units[i], threads, archs) for i in order]
     if draw is not None:
         units = _spread(units, draw)
+    # As in the build: no unit of known shape, no cicc costs, no gate (admission_costs).
+    gated = plan.cicc_gate and any(c.cicc is not None for c in costs)
     return simulate(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
-        admit_costs=[c.compile if plan.cicc_gate else c.whole for c in costs],
-        cicc_costs=[c.window for c in costs] if plan.cicc_gate else None, admit_slots=slots,
+        admit_costs=[c.compile if gated else c.whole for c in costs],
+        cicc_costs=[c.window for c in costs] if gated else None, admit_slots=slots,
     )  # fmt: skip
 
 
@@ -194,8 +205,19 @@ def _spread(units: list[UnitCost], draw: int) -> list[UnitCost]:
     return scaled
 
 
+def _margin_text(model: MemoryModel) -> str:
+    measured = sum(u.measured for u in model.units)
+    if not measured:
+        return f"+{ADMIT_MARGIN:.0%}"
+    return f"+{ADMIT_MARGIN:.0%}, none for the {measured} units measured on this toolkit"
+
+
+def _admit_margin(unit: UnitCost) -> float:
+    return 0.0 if unit.measured else ADMIT_MARGIN
+
+
 def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> int:
-    return int(model.unit_peak(unit, threads, archs) * (1 + ADMIT_MARGIN))
+    return int(model.unit_peak(unit, threads, archs) * (1 + _admit_margin(unit)))
 
 
 @dataclass(frozen=True)
@@ -217,7 +239,7 @@ def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> 
         return UnitCosts(compile=whole, cicc=None, window=whole, whole=whole)
     cicc = _admit_cost(model, unit, 1, 1)  # one cicc compiles one arch
     low = max(unit.fixed, math.ceil(shape.low * unit.peak(1, 1)))
-    compile_cost = int(low * (1 + model.margin) * (1 + ADMIT_MARGIN))
+    compile_cost = int(low * (1 + model.margin) * (1 + _admit_margin(unit)))
     return UnitCosts(compile=compile_cost, cicc=cicc, window=cicc * max(1, min(threads, archs)), whole=whole)
 
 
@@ -234,12 +256,10 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
     if not plan.cicc_gate:
         return {"default": heaviest, "units": {name: c.whole for name, c in costs.items()}, **slots}
-    return {
-        "default": heaviest,
-        "units": {name: c.compile for name, c in costs.items()},
-        "cicc": {name: c.cicc for name, c in costs.items() if c.cicc is not None},
-        **slots,
-    }
+    ciccs = {name: c.cicc for name, c in costs.items() if c.cicc is not None}
+    # No unit of known shape (another extension's): no "cicc" map, so no gate is installed.
+    gated = {"cicc": ciccs} if ciccs else {}
+    return {"default": heaviest, "units": {name: c.compile for name, c in costs.items()}, **gated, **slots}
 
 
 def admission_file(plan: Plan) -> tuple[int, str] | None:

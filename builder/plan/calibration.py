@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .memory_model import MIB, MemoryModel, UnitCost, parse_profile
+from .memory_model import COLUMNS, MIB, MemoryModel, UnitCost, parse_profile
 
 __all__ = [
     "Measurement",
@@ -130,7 +130,8 @@ def calibrated_model(
         if keep_unsampled and unit.name not in own and family not in family_ratio:
             units.append(unit)
             continue
-        if unit.name in own:
+        measured = unit.name in own
+        if measured:
             p, w = own[unit.name]
             basis = f"measured on CUDA {toolkit}: x{p:.3f} peak, x{w:.3f} time of the built-in estimate"
         else:
@@ -148,6 +149,7 @@ def calibrated_model(
                 front_s=unit.front_s * w,
                 per_arch_s=unit.per_arch_s * w,
                 basis=basis,
+                measured=measured,
             )
         )
     return replace(
@@ -165,10 +167,11 @@ def profile_tsv(model: MemoryModel, header: Iterable[str]) -> str:
         f"#@ margin {model.margin}",
         f"#@ source {model.source}",
     ]
-    lines.append("unit\tfixed_mib\tper_arch_mib\tfront_s\tper_arch_s\tbasis")
+    lines.append("\t".join(COLUMNS))
     for u in model.units:
         lines.append(
-            f"{u.name}\t{math.ceil(u.fixed / MIB)}\t{math.ceil(u.per_arch / MIB)}\t{u.front_s:.1f}\t{u.per_arch_s:.1f}\t{u.basis}"
+            f"{u.name}\t{math.ceil(u.fixed / MIB)}\t{math.ceil(u.per_arch / MIB)}\t{u.front_s:.1f}\t{u.per_arch_s:.1f}"
+            f"\t{u.basis}\t{'yes' if u.measured else 'no'}"
         )
     return "\n".join(lines) + "\n"
 

@@ -68,6 +68,9 @@ class UnitCost:
     front_s: float  # wall seconds of the one-thread part
     per_arch_s: float  # wall seconds per arch, one thread
     basis: str = ""  # where the numbers come from
+    # Measured on the toolkit the build uses (wheelbuild calibrate, or a build's learned model),
+    # not estimated from another unit or toolkit: admission adds no ADMIT_MARGIN to it.
+    measured: bool = False
 
     def peak(self, threads: int, archs: int) -> int:
         return self.fixed + self.per_arch * _in_flight(threads, archs)
@@ -162,12 +165,14 @@ def ninja_order(units: Sequence[UnitCost], threads: int, archs: int) -> dict[str
 
 # --- profiles: the models wheelbuild ships --------------------------------------------------------
 
-COLUMNS = ("unit", "fixed_mib", "per_arch_mib", "front_s", "per_arch_s", "basis")
+COLUMNS = ("unit", "fixed_mib", "per_arch_mib", "front_s", "per_arch_s", "basis", "measured")
+REQUIRED = 5  # basis and measured may be left out (profiles from before 2026-12-01 have no "measured")
 
 
 def parse_profile(text: str, *, name: str) -> MemoryModel:
     """A profile TSV: '#' comments, '#@ key value' settings (reserve_mib, margin, source), a
-    header row naming COLUMNS, then one row per unit in build order."""
+    header row naming COLUMNS (the first REQUIRED of them at least), then one row per unit in
+    build order; "measured" is "yes" for a unit measured on the build's toolkit."""
     settings: dict[str, str] = {}
     rows: list[UnitCost] = []
     header: list[str] | None = None
@@ -181,7 +186,7 @@ def parse_profile(text: str, *, name: str) -> MemoryModel:
         fields = line.split("\t")
         if header is None:
             header = fields
-            if tuple(header[: len(COLUMNS) - 1]) != COLUMNS[:-1]:
+            if tuple(header[:REQUIRED]) != COLUMNS[:REQUIRED]:
                 raise ValueError(f"profile {name}: header {header} is not {list(COLUMNS)}")
             continue
         try:
@@ -193,6 +198,7 @@ def parse_profile(text: str, *, name: str) -> MemoryModel:
                     front_s=float(fields[3]),
                     per_arch_s=float(fields[4]),
                     basis=fields[5] if len(fields) > 5 else "",
+                    measured=len(fields) > 6 and fields[6] == "yes",
                 )
             )
         except (IndexError, ValueError) as error:

@@ -16,16 +16,20 @@ With --threads T nvcc runs min(T, archs) archs' chains at once, in rounds (memor
 
 cicc_windows gives those stretches as shares of the unit's progress, for simulation.simulate:
 outside them a unit holds its fixed part, inside its whole peak. A unit with no per-arch part
-(host code) has none. images/wheelbuild-admit's cicc gate admits each cicc on its own.
+(host code) has none. images/wheelbuild-admit's cicc gate admits each cicc on its own. Only
+flash-attn's kernels have a shape, since only their steps were measured: another extension's
+units are admitted whole and simulated holding their peak from PEAK_ONSET on.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from .fleet import Step, StepProfile
 from .memory_model import MIB, UnitCost
+from .simulation import PEAK_ONSET
 
 __all__ = ["BWD_STEPS", "FWD_STEPS", "DeviceShape", "cicc_windows", "device_shape", "shape_of"]
 
@@ -86,21 +90,33 @@ BWD_STEPS = _steps(
 _FWD, _BWD = device_shape(FWD_STEPS), device_shape(BWD_STEPS)
 
 
+# The units whose steps were measured: flash-attn's kernels (flash_fwd_*, flash_fwd_split_*,
+# flash_bwd_*). Another extension's steps are unknown: its cudafe++ or host compile may be as
+# heavy as its cicc (a big constant table, say), so its units get no shape and are admitted whole.
+_MEASURED = re.compile(r"flash_(fwd|bwd)_")
+
+
 def shape_of(unit: UnitCost) -> DeviceShape | None:
-    """A unit's shape: a backward kernel's (flash-attn's *_bwd_* units) or the forward one's,
-    which every other device unit takes; None for host code (no per-arch part)."""
-    if unit.per_arch == 0 and unit.per_arch_s == 0:
+    """A unit's shape: a backward kernel's (flash-attn's flash_bwd_* units) or the forward one's
+    (its other kernels); None for host code (no per-arch part) and for any unit whose steps were
+    not measured."""
+    name = unit.name.rsplit("/", 1)[-1]
+    if (unit.per_arch == 0 and unit.per_arch_s == 0) or not _MEASURED.match(name):
         return None
-    return _BWD if "bwd" in unit.name.rsplit("/", 1)[-1] else _FWD
+    return _BWD if name.startswith("flash_bwd_") else _FWD
 
 
 def cicc_windows(unit: UnitCost, threads: int, archs: int) -> tuple[tuple[float, float], ...]:
     """The stretches of `unit`'s progress (shares of its wall at `threads`) where a cicc runs:
-    one per round of min(threads, archs) archs compiled at once."""
+    one per round of min(threads, archs) archs compiled at once. Host code has none (its peak is
+    its fixed part); a device unit of unknown shape holds its peak from PEAK_ONSET to its end,
+    simulate()'s default."""
     shape = shape_of(unit)
     wall = unit.wall(threads, archs)
-    if shape is None or wall <= 0:
+    if unit.per_arch == 0 and unit.per_arch_s == 0:
         return ()
+    if shape is None or wall <= 0:
+        return ((PEAK_ONSET, 1.0),)
     in_flight = max(1, min(threads, archs))
     rounds = math.ceil(max(1, archs) / in_flight)
     windows = []

@@ -22,7 +22,7 @@ from wheelbuild.plan.learned import (
     record_from_json,
     save_learned,
 )
-from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, default_model, wbdemo_model
+from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, default_model, parse_profile, wbdemo_model
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.plan.unit_memory import (
     ProcessInfo,
@@ -311,6 +311,15 @@ def test_the_learned_model_and_record_round_trip_through_the_cache(tmp_path: Pat
     assert record == learned[1]
     assert [u.name for u in model.units] == [u.name for u in learned[0].units]
     assert model.peak_of_jobs(2, 1, 2) == pytest.approx(learned[0].peak_of_jobs(2, 1, 2), rel=0.01)
+    # Which units were measured on this toolkit survives the file: saxpy alone.
+    assert [u.name for u in model.units if u.measured] == ["csrc/saxpy.cu"]
+    assert [u.measured for u in model.units] == [u.measured for u in learned[0].units]
+    # A profile written before the "measured" column reads as measuring nothing.
+    text = path.read_text().replace("\tmeasured\n", "\n").replace("\tyes\n", "\n").replace("\tno\n", "\n")
+    old = parse_profile(text, name="old")
+    assert [u.name for u in old.units] == [u.name for u in model.units] and not any(
+        u.measured for u in old.units
+    )
     # A damaged record is no record: the plan falls back to the other models.
     path.with_suffix(".json").write_text('{"run_id": 3}')
     assert load_learned(path, "wbdemo-0.1.0") is None

@@ -61,6 +61,28 @@ def test_windows_one_per_round_inside_the_unit() -> None:
     assert shape_of(bwd) == device_shape(BWD_STEPS) != shape
 
 
+def test_only_units_whose_steps_were_measured_have_a_shape_and_go_through_the_gate() -> None:
+    """Only flash-attn's kernels had their steps measured. Another extension's unit may hold as
+    much in cudafe++ or its host compile as in cicc, so it gets no shape: simulated at its peak
+    from PEAK_ONSET on, admitted whole, and a build of such units installs no cicc gate."""
+    from wheelbuild.plan.admission import admission_costs, with_admission
+    from wheelbuild.plan.memory_model import wbdemo_model
+    from wheelbuild.plan.planner import plan_build
+    from wheelbuild.plan.simulation import PEAK_ONSET
+
+    saxpy = UnitCost("csrc/saxpy.cu", fixed=100 * MIB, per_arch=GIB, front_s=2, per_arch_s=5)
+    assert shape_of(saxpy) is None and cicc_windows(saxpy, 1, 2) == ((PEAK_ONSET, 1.0),)
+    assert (
+        shape_of(replace(saxpy, name="csrc/flash_attn/src/flash_fwd_split_hdim64_fp16_sm80.cu")) is not None
+    )
+    model = wbdemo_model()
+    plan = with_admission(plan_build(budget=8 * GIB, cpus=2, archs=2, model=model), cicc_gate=True)
+    costs = admission_costs(plan)
+    assert "cicc" not in costs, costs
+    whole = admission_costs(with_admission(plan_build(budget=8 * GIB, cpus=2, archs=2, model=model)))
+    assert costs["units"] == whole["units"]
+
+
 def _pair() -> list[UnitCost]:
     return [
         UnitCost(f"flash_fwd_{n}.cu", fixed=200 * MIB, per_arch=2 * GIB, front_s=20, per_arch_s=100)

@@ -715,6 +715,40 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
     assert isinstance(units, dict) and len(units) == 73 and "flash_api.cpp" in units
 
 
+def test_a_unit_measured_on_the_toolkit_is_admitted_without_the_extra_margin() -> None:
+    """ADMIT_MARGIN covers an estimate's error; a unit measured on the build's toolkit (the
+    learned model, calibrate) is admitted at its peak with the model's margin alone, whole or
+    behind the cicc gate, and the plan says how many such units it has."""
+    from dataclasses import replace as with_
+
+    from wheelbuild.plan.admission import ADMIT_MARGIN, admission_costs, unit_costs, with_admission
+
+    model = flash_attn_model()
+    bwd = next(i for i, u in enumerate(model.units) if u.name.endswith("flash_bwd_hdim256_fp16_sm80.cu"))
+    units = list(model.units)
+    units[bwd] = with_(units[bwd], measured=True)
+    learned = with_(model, units=tuple(units))
+    name = units[bwd].name.rsplit("/", 1)[-1]
+    for gate in (False, True):
+        plans = [
+            with_admission(
+                plan_build(budget=64 * GIB, cpus=16, archs=2, model=m, nvcc_threads=1), cicc_gate=gate
+            )
+            for m in (model, learned)
+        ]
+        estimated, measured = (unit_costs(p.model, p.model.units[bwd], 1, 2) for p in plans)
+        assert estimated.whole == int(model.unit_peak(model.units[bwd], 1, 2) * (1 + ADMIT_MARGIN))
+        assert measured.whole == model.unit_peak(model.units[bwd], 1, 2)
+        assert measured.compile < estimated.compile and (measured.cicc or 0) < (estimated.cicc or 1)
+        costs = admission_costs(plans[1])
+        assert costs["units"][name] == (measured.compile if gate else measured.whole)  # type: ignore[index]
+        assert "none for the 1 units measured on this toolkit" in plans[1].reasons[-1]
+        assert "measured on this toolkit" not in plans[0].reasons[-1]
+    # Every other unit keeps its margin.
+    other = units[bwd + 1]
+    assert unit_costs(learned, other, 1, 2).whole == unit_costs(model, other, 1, 2).whole
+
+
 def test_the_cicc_gate_changes_only_the_costs_of_device_units() -> None:
     """Without the cicc gate (--no-cicc-gate) the costs file holds each unit's whole peak and no
     "cicc" map (the wrapper then lets every cicc through); with it, a device unit's compile costs
