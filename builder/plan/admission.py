@@ -10,8 +10,9 @@ wrapper's rule, units in launch order), and the plan's peak and time are the sim
 The cicc gate (on by default; --no-cicc-gate turns it off): a device unit holds its peak only
 while a cicc runs (phases.py). So its compile is admitted at its cost outside cicc (the larger of
 its fixed part and its largest other step, cudafe++), and each cicc it runs waits at the gate
-(wheelbuild-admit --cicc) until its own cost, one arch's peak, fits. Host units, and units the
-costs file does not know, are admitted whole. It is the default because it wins where memory
+(wheelbuild-admit --cicc) until its own cost, one arch's peak, fits. Host units, units the costs
+file does not know, and units whose steps were not measured (any but flash-attn's kernels,
+phases.shape_of) are admitted whole. It is the default because it wins where memory
 binds and costs nothing where it does not: on the real subset build (bench/subset, 2 CPUs, ABBA
 from one learned profile) its compile step was 0.745 x whole-unit admission's in 8 GiB, where
 no two ciccs fit together (a cicc runs beside the other units' other steps), and 1.00 x in
@@ -209,7 +210,8 @@ def _margin_text(model: MemoryModel) -> str:
     measured = sum(u.measured for u in model.units)
     if not measured:
         return f"+{ADMIT_MARGIN:.0%}"
-    return f"+{ADMIT_MARGIN:.0%}, none for the {measured} units measured on this toolkit"
+    units = "unit" if measured == 1 else "units"
+    return f"+{ADMIT_MARGIN:.0%}, none for the {measured} {units} measured on this toolkit"
 
 
 def _admit_margin(unit: UnitCost) -> float:

@@ -742,7 +742,7 @@ def test_a_unit_measured_on_the_toolkit_is_admitted_without_the_extra_margin() -
         assert measured.compile < estimated.compile and (measured.cicc or 0) < (estimated.cicc or 1)
         costs = admission_costs(plans[1])
         assert costs["units"][name] == (measured.compile if gate else measured.whole)  # type: ignore[index]
-        assert "none for the 1 units measured on this toolkit" in plans[1].reasons[-1]
+        assert "none for the 1 unit measured on this toolkit" in plans[1].reasons[-1]
         assert "measured on this toolkit" not in plans[0].reasons[-1]
     # Every other unit keeps its margin.
     other = units[bwd + 1]
