@@ -107,7 +107,7 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
 def _admission_line(model: MemoryModel, jobs: int, slots: int | None, budget: int, gate: bool) -> str:
     """The plan's reason line for admission: what ninja launches and what each compile waits for."""
     head = f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}"
-    if gate and any(shape_of(u) is not None for u in model.units):
+    if gate and _gate_applies(model):
         return (
             f"{head}; within {format_bytes(budget)} (the limit less the model's reserve), each compile "
             "starts once its cost outside cicc fits, and each cicc once its own predicted peak "
@@ -180,8 +180,7 @@ def _admitted_run(
     costs = [unit_costs(model, model.units[i], threads, archs) for i in order]
     if draw is not None:
         units = _spread(units, draw)
-    # As in the build: no unit of known shape, no cicc costs, no gate (admission_costs).
-    gated = plan.cicc_gate and any(c.cicc is not None for c in costs)
+    gated = plan.cicc_gate and _gate_applies(model)
     return simulate(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
@@ -204,6 +203,13 @@ def _spread(units: list[UnitCost], draw: int) -> list[UnitCost]:
         factor = math.exp(rng.gauss(0.0, WALL_SPREAD))
         scaled.append(replace(u, front_s=u.front_s * factor, per_arch_s=u.per_arch_s * factor))
     return scaled
+
+
+def _gate_applies(model: MemoryModel) -> bool:
+    """Whether the cicc gate has a unit to gate: one whose steps were measured (phases.shape_of).
+    With none (another extension's units), the costs file has no cicc costs and no gate is
+    installed, so the plan, its simulation and its costs file all admit whole units."""
+    return any(shape_of(u) is not None for u in model.units)
 
 
 def _margin_text(model: MemoryModel) -> str:
@@ -256,12 +262,14 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     }
     heaviest = max(c.whole for c in costs.values())
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
-    if not plan.cicc_gate:
+    if not (plan.cicc_gate and _gate_applies(plan.model)):
         return {"default": heaviest, "units": {name: c.whole for name, c in costs.items()}, **slots}
-    ciccs = {name: c.cicc for name, c in costs.items() if c.cicc is not None}
-    # No unit of known shape (another extension's): no "cicc" map, so no gate is installed.
-    gated = {"cicc": ciccs} if ciccs else {}
-    return {"default": heaviest, "units": {name: c.compile for name, c in costs.items()}, **gated, **slots}
+    return {
+        "default": heaviest,
+        "units": {name: c.compile for name, c in costs.items()},
+        "cicc": {name: c.cicc for name, c in costs.items() if c.cicc is not None},
+        **slots,
+    }
 
 
 def admission_file(plan: Plan) -> tuple[int, str] | None:

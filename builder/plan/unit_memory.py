@@ -128,10 +128,13 @@ def generates_code(argv: Sequence[str]) -> bool:
     """Whether a process compiles (cicc, ptxas, nvlink, fatbinary; cc1plus other than the
     preprocessor). On a cache hit sccache still preprocesses, to hash, but none of these run:
     only a unit that was really compiled has its cost measured."""
-    if not argv:
-        return False
-    program = argv[0].rsplit("/", 1)[-1]
+    program = _program(argv)
     return program in _GENERATORS or (program in ("cc1plus", "cc1") and "-E" not in argv)
+
+
+def _program(argv: Sequence[str]) -> str:
+    """The basename of the program a command line runs ("" for none)."""
+    return argv[0].rsplit("/", 1)[-1] if argv else ""
 
 
 def _sccache_folder(argv: Iterable[str]) -> str | None:
@@ -189,7 +192,7 @@ class UnitTracker:
             per_unit[stem] = per_unit.get(stem, 0) + process.rss
             if generates_code(process.argv):
                 compiling.add(stem)
-            if process.argv and process.argv[0].rsplit("/", 1)[-1] == "cicc":
+            if _program(process.argv) == "cicc":
                 ciccs[stem] = ciccs.get(stem, 0) + 1
             if process.pid in waiting_pids:
                 waiting.add(stem)
