@@ -424,7 +424,7 @@ def fleet_containers(
     client: docker.DockerClient, *, name: str | None = None, network: str | None = None
 ) -> list[docker.models.containers.Container]:
     """The fleet's containers, running or not: all, those on one network, or one by name."""
-    found = client.containers.list(all=True, filters={"label": ROLE_LABEL})
+    found = client.containers.list(all=True, filters={"label": ROLE_LABEL}, ignore_removed=True)
     return [
         c
         for c in found

@@ -279,13 +279,17 @@ class DockerEngine:
     @transient_retry
     def remove_containers(self, label: str) -> int:
         """Kill and remove every container carrying `label` (key=value). Returns how many."""
-        return remove_all(self._docker.containers.list(all=True, filters={"label": label}))
+        return remove_all(
+            self._docker.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+        )
 
     @transient_retry
     def sweep_orphans(self) -> int:
         """Remove containers whose owning wheelbuild is gone: every container wheelbuild makes
         carries OWNER_LABEL (attempts, gates, calibration units, probes)."""
-        containers = self._docker.containers.list(all=True, filters={"label": OWNER_LABEL})
+        containers = self._docker.containers.list(
+            all=True, filters={"label": OWNER_LABEL}, ignore_removed=True
+        )
         return remove_all(
             c
             for c in containers

@@ -100,7 +100,9 @@ class AttemptWatcher:
 
     def _poll_once(self) -> None:
         try:
-            containers = self._client.containers.list(all=True, filters={"label": self._label})
+            containers = self._client.containers.list(
+                all=True, filters={"label": self._label}, ignore_removed=True
+            )
         except docker.errors.DockerException:
             return
         # list() inspects each container it returns, so attrs are fresh: no reload().

@@ -119,7 +119,12 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def containers_of_run(client: docker.DockerClient, run_id: str) -> list[str]:
-    return [c.name for c in client.containers.list(all=True, filters={"label": f"wheelbuild.run={run_id}"})]
+    return [
+        c.name
+        for c in client.containers.list(
+            all=True, filters={"label": f"wheelbuild.run={run_id}"}, ignore_removed=True
+        )
+    ]
 
 
 def default_sigint() -> None:

@@ -277,7 +277,7 @@ class _Containers:
         self.removed: list[str] = []
         self.asked: list[dict[str, Any]] = []
 
-    def list(self, all: bool, filters: dict[str, Any]) -> list[_Container]:
+    def list(self, all: bool, filters: dict[str, Any], ignore_removed: bool = False) -> list[_Container]:
         self.asked.append(filters)
         return [_Container(self.removed, f"of {filters['label']}")]
 
