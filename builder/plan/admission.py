@@ -10,7 +10,9 @@ wrapper's rule, units in launch order), and the plan's peak and time are the sim
 The cicc gate (on by default; --no-cicc-gate turns it off): a device unit holds its peak only
 while a cicc runs (phases.py). So its compile is admitted at its cost outside cicc (the larger of
 its fixed part and its largest other step, cudafe++), and each cicc it runs waits at the gate
-(wheelbuild-admit --cicc) until its own cost, one arch's peak, fits. Host units, units the costs
+(wheelbuild-admit --cicc) until its own cost, one arch's peak, fits; with nvcc --threads 2 a
+unit's second cicc beside its first costs its arch's part alone, since the unit's part outside its
+archs is held once (calibration: two archs at once 7778 MiB, one 4150). Host units, units the costs
 file does not know, and units whose steps were not measured (any but flash-attn's kernels,
 phases.shape_of) are admitted whole. It is the default because it wins where memory
 binds and costs nothing where it does not: on the real subset build (bench/subset, 2 CPUs, ABBA
@@ -36,6 +38,7 @@ from .simulation import SimResult, simulate
 __all__ = [
     "ADMIT_MARGIN",
     "LOOKAHEAD",
+    "MEASURED_MARGIN",
     "SPREAD_DRAWS",
     "WALL_SPREAD",
     "UnitCosts",
@@ -50,12 +53,18 @@ __all__ = [
 
 # Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
 # up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner,
-# against the measured rows: with every true peak 10% over, 0 of 180 first attempts OOM-killed
+# against the measured rows, 2026-11-30: with every true peak 10% over, 0 of 180 first attempts OOM-killed
 # with it, 129 of 180 without; it costs about 9% of median build time). It covers an estimate's
 # error (a unit scaled from its kin, a toolkit other than the one measured on), so a unit
 # measured on the build's own toolkit (UnitCost.measured: calibrate, or the model learned from
-# the last build) is admitted at its measured peak with the model's margin alone.
+# the last build) gets MEASURED_MARGIN instead.
 ADMIT_MARGIN = 0.10
+# A measured unit's extra room: the watcher samples, so it may miss the top of a peak, and a peak
+# differs from build to build (another image, another host compiler under the same toolkit).
+# bench/planner, the build after one: with every true peak 10% over what was measured, 0 of 180
+# first attempts OOM-killed with it, 153 of 180 without (once a unit's second cicc is charged its
+# arch's part alone, admission packs within the margins); it costs about 1% of median build time.
+MEASURED_MARGIN = 0.05
 
 
 # The spread in unit times the admission plan allows for when it picks NVCC_THREADS. Each
@@ -185,7 +194,8 @@ def _admitted_run(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
         admit_costs=[c.compile if gated else c.whole for c in costs],
-        cicc_costs=[c.window for c in costs] if gated else None, admit_slots=slots,
+        cicc_costs=[c.cicc for c in costs] if gated else None,
+        cicc_beside=[c.cicc_beside for c in costs] if gated else None, admit_slots=slots,
     )  # fmt: skip
 
 
@@ -217,11 +227,11 @@ def _margin_text(model: MemoryModel) -> str:
     if not measured:
         return f"+{ADMIT_MARGIN:.0%}"
     units = "unit" if measured == 1 else "units"
-    return f"+{ADMIT_MARGIN:.0%}, none for the {measured} {units} measured on this toolkit"
+    return f"+{ADMIT_MARGIN:.0%}, +{MEASURED_MARGIN:.0%} for the {measured} {units} measured on this toolkit"
 
 
 def _admit_margin(unit: UnitCost) -> float:
-    return 0.0 if unit.measured else ADMIT_MARGIN
+    return MEASURED_MARGIN if unit.measured else ADMIT_MARGIN
 
 
 def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> int:
@@ -231,30 +241,33 @@ def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) ->
 @dataclass(frozen=True)
 class UnitCosts:
     """What the wrapper's ledger holds for one unit: its compile, and each cicc it runs (None:
-    no gate, the compile is admitted at its whole peak); `window`, the ciccs of one round
-    together (min(threads, archs) of them), for simulate()."""
+    no gate, the compile is admitted at its whole peak); `cicc_beside`, a cicc that runs beside
+    one of the same unit's (nvcc --threads 2): its arch's part alone, since the unit's fixed part
+    is held once (calibration: 7778 MiB for two archs at once against 4150 for one)."""
 
     compile: int
     cicc: int | None
-    window: int
-    whole: int  # the unit's whole peak at the plan's threads: its cost without the gate
+    whole: int
+    cicc_beside: int | None = None  # the unit's whole peak at the plan's threads: its cost without the gate
 
 
 def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> UnitCosts:
     whole = _admit_cost(model, unit, threads, archs)
     shape = shape_of(unit)
     if shape is None:
-        return UnitCosts(compile=whole, cicc=None, window=whole, whole=whole)
+        return UnitCosts(compile=whole, cicc=None, whole=whole)
     cicc = _admit_cost(model, unit, 1, 1)  # one cicc compiles one arch
+    beside = math.ceil(unit.per_arch * (1 + model.margin) * (1 + _admit_margin(unit)))
     low = max(unit.fixed, math.ceil(shape.low * unit.peak(1, 1)))
     compile_cost = int(low * (1 + model.margin) * (1 + _admit_margin(unit)))
-    return UnitCosts(compile=compile_cost, cicc=cicc, window=cicc * max(1, min(threads, archs)), whole=whole)
+    return UnitCosts(compile=compile_cost, cicc=cicc, whole=whole, cicc_beside=min(cicc, beside))
 
 
 def admission_costs(plan: Plan) -> dict[str, object]:
     """The wrapper's costs file, by each unit's source's basename: "units", what its compile is
     admitted at (its whole peak, or with the cicc gate its cost outside cicc); with the gate,
-    "cicc", what each of its ciccs is (device units only). An unknown unit's compile costs as
+    "cicc", what each of its ciccs is (device units only), and "cicc_beside", what one is beside
+    a cicc of the same unit already admitted. An unknown unit's compile costs as
     much as the heaviest unit's whole peak, and its ciccs pass ungated."""
     costs = {
         u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs)
@@ -268,6 +281,7 @@ def admission_costs(plan: Plan) -> dict[str, object]:
         "default": heaviest,
         "units": {name: c.compile for name, c in costs.items()},
         "cicc": {name: c.cicc for name, c in costs.items() if c.cicc is not None},
+        "cicc_beside": {name: c.cicc_beside for name, c in costs.items() if c.cicc_beside is not None},
         **slots,
     }
 

@@ -69,7 +69,7 @@ class UnitCost:
     per_arch_s: float  # wall seconds per arch, one thread
     basis: str = ""  # where the numbers come from
     # Measured on the toolkit the build uses (wheelbuild calibrate, or a build's learned model),
-    # not estimated from another unit or toolkit: admission adds no ADMIT_MARGIN to it.
+    # not estimated from another unit or toolkit: admission adds MEASURED_MARGIN, not ADMIT_MARGIN.
     measured: bool = False
 
     def peak(self, threads: int, archs: int) -> int:

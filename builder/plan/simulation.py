@@ -9,6 +9,17 @@ drift apart.
 Memory over a unit's progress: its fixed part, and its whole peak inside its peak windows. By
 default one window from PEAK_ONSET to the end (device compile after the host front end); with
 `peak_windows`, the stretches its cicc runs (phases.cicc_windows, from steps measured one by one).
+The cicc gate (wheelbuild-admit --cicc) admits each cicc on its own, and so does simulate():
+inside a peak window a unit runs min(threads, archs) ciccs (its lanes), each waiting at the gate
+until its cost fits (a unit its costs file gives no cicc cost passes ungated, as the wrapper lets
+it). A unit with k of its L lanes admitted goes through its window at k/L of its speed (nvcc's
+other threads wait on their ciccs) and holds its fixed part plus k/L of the rest of its peak; the
+ledger holds its ciccs' costs in place of its compile's until the window ends, a cicc beside one
+of its own unit's at its cost beside (its arch's part: the unit's fixed part is held once). With
+no lane admitted it is stopped: no compiler's memory, no CPU, nothing in the ledger. Ciccs come
+before launched compiles, units in launch order (a unit's lanes together, as its ciccs arrive
+together), and one cicc is always let through when none is admitted (so nothing deadlocks).
+Until 2026-12-01 the simulation admitted a unit's ciccs together, which the wrapper never did.
 """
 
 from __future__ import annotations
@@ -56,7 +67,8 @@ def simulate(
     peak_windows: Sequence[Sequence[Window]] | None = None,
     admit_budget: int | None = None,
     admit_costs: Sequence[int] | None = None,
-    cicc_costs: Sequence[int] | None = None,
+    cicc_costs: Sequence[int | None] | None = None,
+    cicc_beside: Sequence[int | None] | None = None,
     admit_fairness_s: float = 30.0,
     admit_slots: int | None = None,
 ) -> SimResult:
@@ -86,18 +98,22 @@ def simulate(
     so that `jobs` above it are lookahead: launched units wait in the wrapper, and one that fits
     may pass an older one that does not.
 
-    With `cicc_costs` too, the cicc gate (wheelbuild-admit --cicc): a unit reaching one of its
-    peak windows stops there, holding no compiler's memory and no CPU, until its window's cost
-    `cicc_costs[i]` fits; the ledger then holds that cost in place of its compile cost until
-    the window ends, and nothing for it while it is stopped. Stopped units come before
-    launched ones, in the order they stopped, and one is always let through when no window
-    is admitted (so nothing deadlocks).
+    With `cicc_costs` too, the cicc gate (see the module doc): each of a unit's ciccs waits
+    until its cost `cicc_costs[i]` fits (None: its ciccs pass ungated), or with `cicc_beside`,
+    beside one of its unit's, `cicc_beside[i]`.
     """
     return _Ninja(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
         hit=hit, onset=onset, peak_windows=peak_windows, admit_budget=admit_budget, admit_costs=admit_costs,
-        cicc_costs=cicc_costs, admit_fairness_s=admit_fairness_s, admit_slots=admit_slots,
+        cicc_costs=cicc_costs, cicc_beside=cicc_beside, admit_fairness_s=admit_fairness_s,
+        admit_slots=admit_slots,
     ).run()  # fmt: skip
+
+
+def _check_lengths(units: int, **given: Sequence[object] | None) -> None:
+    for name, values in given.items():
+        if values is not None and len(values) != units:
+            raise ValueError(f"{name} has {len(values)} entries for {units} units")
 
 
 class _Ninja:
@@ -119,7 +135,8 @@ class _Ninja:
         peak_windows: Sequence[Sequence[Window]] | None,
         admit_budget: int | None,
         admit_costs: Sequence[int] | None,
-        cicc_costs: Sequence[int] | None,
+        cicc_costs: Sequence[int | None] | None,
+        cicc_beside: Sequence[int | None] | None,
         admit_fairness_s: float,
         admit_slots: int | None = None,
     ) -> None:
@@ -130,8 +147,10 @@ class _Ninja:
         self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
         self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
         self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
-        self.stopped: dict[int, float] = {}  # at the cicc gate: unit index -> since when
-        self.granted: set[int] = set()  # inside an admitted peak window
+        # In a peak window with fewer ciccs admitted than it runs: unit index -> since when.
+        self.at_gate: dict[int, float] = {}
+        self.lanes: dict[int, int] = {}  # in a peak window: unit index -> its ciccs admitted
+        self.in_flight = _in_flight(threads, archs)  # the ciccs a unit runs at once in a window
         hits = {i for i in cached if hit is not None}
         self.cost = {i: (hit if (hit is not None and i in hits) else u) for i, u in enumerate(units)}
         default = ((onset, 1.0),)
@@ -143,18 +162,19 @@ class _Ninja:
             i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
             for i, c in self.cost.items()
         }
-        for name, given in (
-            ("admit_costs", admit_costs),
-            ("cicc_costs", cicc_costs),
-            ("peak_windows", peak_windows),
-        ):
-            if given is not None and len(given) != len(units):
-                raise ValueError(f"{name} has {len(given)} entries for {len(units)} units")
+        _check_lengths(
+            len(units), admit_costs=admit_costs, cicc_costs=cicc_costs, cicc_beside=cicc_beside,
+            peak_windows=peak_windows,
+        )  # fmt: skip
         self.predicted = [
             admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
         ]
         self.gate = None if cicc_costs is None or admit_budget is None else list(cicc_costs)
-        self.ungated = hits if self.gate is not None else set(self.cost)  # sccache hits run no cicc
+        self.beside = None if cicc_beside is None else list(cicc_beside)
+        # sccache hits run no cicc; a unit with no cicc cost runs its ciccs ungated
+        self.ungated = (
+            set(self.cost) if self.gate is None else hits | {i for i, c in enumerate(self.gate) if c is None}
+        )
         self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
         self.gated_s = 0.0
         self.finished: set[int] = set()
@@ -185,19 +205,40 @@ class _Ninja:
         p = self.running[i]
         return next((w for w in self.windows[i] if w[0] - _EPS <= p < w[1] - _EPS), None)
 
+    def _lane_cost(self, i: int, lanes: int) -> int:
+        """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
+        or beside one of its own its cost beside (its arch's part alone)."""
+        assert self.gate is not None
+        if lanes and self.beside is not None and self.beside[i] is not None:
+            return self.beside[i] or 0
+        return self.gate[i] or 0
+
+    def _stopped(self, i: int) -> bool:
+        """At the gate with no cicc admitted: its steps so far have exited, and nvcc waits."""
+        return i in self.at_gate and not self.lanes.get(i)
+
+    def _rate(self, i: int) -> float:
+        """The share of its speed a running unit goes at: k of its ciccs admitted of the L it runs."""
+        if i in self.ungated or self._window(i) is None:
+            return 1.0
+        return self.lanes.get(i, 0) / self.in_flight
+
     def _in_use(self, i: int) -> int:
-        if i in self.stopped:
-            return 0  # its steps so far have exited; nvcc itself waits on the gate
         c = self.cost[i]
-        return c.peak(self.threads, self.archs) if self._window(i) is not None else c.fixed
+        if self._window(i) is None:
+            return c.fixed
+        peak = c.peak(self.threads, self.archs)
+        if i in self.ungated:
+            return peak
+        lanes = self.lanes.get(i, 0)  # none: stopped, its steps so far have exited and nvcc waits
+        return c.fixed + (peak - c.fixed) * lanes // self.in_flight if lanes else 0
 
     def _charge(self, i: int) -> int:
-        """What the wrapper's ledger holds for a running unit."""
-        if self.gate is None or i in self.ungated:
+        """What the wrapper's ledger holds for a running unit: its compile's cost, or while it is
+        at a window its admitted ciccs' (the compile's entry then counts 0)."""
+        if self.gate is None or i in self.ungated or self._window(i) is None:
             return self.predicted[i]
-        if i in self.stopped:
-            return 0
-        return self.gate[i] if i in self.granted else self.predicted[i]
+        return sum(self._lane_cost(i, k) for k in range(self.lanes.get(i, 0)))  # none: stopped, nothing held
 
     def _launch(self) -> None:
         """ninja starts the next units while a slot is free (none once the attempt has failed)."""
@@ -209,49 +250,60 @@ class _Ninja:
         self._stop_at_gate()
 
     def _stop_at_gate(self) -> None:
-        """Units that reached a peak window they were not let into stop at the gate."""
+        """Units that reached a peak window with ciccs not yet admitted queue at the gate."""
         if self.gate is None:
             return
         for i in self.running:
-            if i not in self.ungated and i not in self.granted and i not in self.stopped and self._window(i):
-                self.stopped[i] = self.now
+            if i not in self.ungated and i not in self.at_gate and not self.lanes.get(i) and self._window(i):
+                self.at_gate[i] = self.now
 
     def _admit(self) -> None:
-        """The wrapper's rule (images/wheelbuild-admit, admissible): stopped ciccs first, then
-        launched compiles, each in arrival order; one of each kind gets in when none of its
-        kind is admitted."""
+        """The wrapper's rule (images/wheelbuild-admit, admissible): ciccs first, then launched
+        compiles, each in arrival order; one of each kind gets in when none of its kind is
+        admitted."""
         assert self.admit_budget is not None
         total = sum(self._charge(i) for i in self.running)
         budget = self.admit_budget
         if self.limit is not None:  # the wrapper's overrun, from the memory in use now
             in_use = self.base + sum(self._in_use(i) for i in self.running)
             budget -= max(0, in_use - (self.limit - self.admit_budget) - total)
-        # Stopped units in launch order (the order the units come in): the gate keeps ninja's
-        # longest-first; launched ones in arrival order.
-        queue = [(float(i), since, 0, i) for i, since in self.stopped.items()]
-        queue += [(since, since, 1, i) for i, since in self.waiting.items()]
-        windows = len(self.granted)
-        compiles = len(self.running) - len(self.stopped)
-        for _, since, kind, i in sorted(queue, key=lambda q: (q[2], q[0], q[3])):
-            if kind == 1 and self.admit_slots is not None and compiles >= self.admit_slots:
-                break  # every slot taken: no compile gets in, older or newer
-            cost = self.gate[i] if kind == 0 and self.gate is not None else self.predicted[i]
-            alone = windows == 0 if kind == 0 else compiles == 0
-            if total + cost <= budget or alone:
-                total += cost
-                if kind == 0:
-                    del self.stopped[i]
-                    self.granted.add(i)
+        ciccs = sum(self.lanes.values())
+        compiles = len(self.running) - sum(self._stopped(i) for i in self.running)
+        # Units at the gate in launch order (the gate keeps ninja's longest-first), each unit's
+        # ciccs together; then launched compiles in arrival order.
+        for i in sorted(self.at_gate):
+            since = self.at_gate[i]
+            while self.lanes.get(i, 0) < self.in_flight:
+                cost = self._lane_cost(i, self.lanes.get(i, 0))
+                if total + cost > budget and ciccs > 0:
+                    break
+                total, ciccs = total + cost, ciccs + 1
+                if not self.lanes.get(i):
                     self.gated_s += self.now - since
-                    windows += 1
-                else:
-                    del self.waiting[i]
-                    self.running[i] = 0.0
                     compiles += 1
+                self.lanes[i] = self.lanes.get(i, 0) + 1
+            if self.lanes.get(i, 0) >= self.in_flight:
+                del self.at_gate[i]
             elif self.now - since > self.admit_fairness_s:
                 break  # waited too long: nobody newer passes it
+        else:
+            total = self._admit_compiles(total, budget, compiles)
         self.admitted_peak = max(self.admitted_peak, total)
         self._stop_at_gate()
+
+    def _admit_compiles(self, total: int, budget: int, compiles: int) -> int:
+        """Launched compiles in arrival order, while the wrapper's slots and the budget allow."""
+        for i, since in sorted(self.waiting.items(), key=lambda w: (w[1], w[0])):
+            if self.admit_slots is not None and compiles >= self.admit_slots:
+                break  # every slot taken: no compile gets in, older or newer
+            if total + self.predicted[i] <= budget or compiles == 0:
+                total += self.predicted[i]
+                del self.waiting[i]
+                self.running[i] = 0.0
+                compiles += 1
+            elif self.now - since > self.admit_fairness_s:
+                break
+        return total
 
     def _enforce_limit(self) -> None:
         """Over the limit, the OOM killer takes the largest compilers until it fits."""
@@ -266,20 +318,23 @@ class _Ninja:
 
     def _drop(self, i: int) -> None:
         del self.running[i]
-        self.stopped.pop(i, None)
-        self.granted.discard(i)
+        self.at_gate.pop(i, None)
+        self.lanes.pop(i, None)
 
     def _advance(self) -> None:
         """To the next event: a unit reaching a window's edge or its end."""
-        moving = {i: p for i, p in self.running.items() if i not in self.stopped}
+        rates = {i: self._rate(i) for i in self.running}
+        moving = {i: p for i, p in self.running.items() if rates[i] > 0}
         if not moving:  # every running unit waits at the gate: _admit lets one through
             self._admit()
             return
-        speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] for i in moving))
-        step = min((self._next_edge(i, p) - p) * self.walls[i] / speed for i, p in moving.items())
+        speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] * rates[i] for i in moving))
+        step = min(
+            (self._next_edge(i, p) - p) * self.walls[i] / (speed * rates[i]) for i, p in moving.items()
+        )
         self.now += step
         for i, p in moving.items():
-            p += step * speed / self.walls[i]
+            p += step * speed * rates[i] / self.walls[i]
             edge = self._next_edge(i, self.running[i])
             if abs(p - edge) < 1e-9:
                 p = edge  # land exactly on the edge, so the window test is exact
@@ -288,8 +343,9 @@ class _Ninja:
                 self.finished.add(i)
                 continue
             self.running[i] = p
-            if i in self.granted and self._window(i) is None:
-                self.granted.discard(i)  # the window ended: back to the compile's cost
+            if self._window(i) is None:
+                self.lanes.pop(i, None)  # the window ended: back to the compile's cost
+                self.at_gate.pop(i, None)
 
     def _next_edge(self, i: int, p: float) -> float:
         edges = [e for w in self.windows[i] for e in w if e > p + _EPS]

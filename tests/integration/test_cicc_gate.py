@@ -137,14 +137,25 @@ PY
 """
 
 
-@pytest.mark.parametrize(("cicc_cost", "ciccs"), [(700_000_000, 1), (400_000_000, 2)])
+@pytest.mark.parametrize(
+    ("cicc_cost", "beside", "ciccs"),
+    [(700_000_000, None, 1), (400_000_000, None, 2), (700_000_000, 250_000_000, 2)],
+)
 def test_the_watcher_counts_the_ciccs_a_unit_ran_at_its_peak(
-    cuda_image: str, cicc_cost: int, ciccs: int
+    cuda_image: str, cicc_cost: int, beside: int | None, ciccs: int
 ) -> None:
     """nvcc --threads 2 starts both archs' ciccs at once; behind the gate at 0.7 GB each in 1 GB
     they take turns, and the unit's peak is one cicc's: the watcher must say so, or the model
-    learns one arch's peak as two archs' (plan/learned.py). At 0.4 GB both run at its peak."""
-    costs = {"default": 900_000_000, "units": {"a.cu": 100_000_000}, "cicc": {"a.cu": cicc_cost}}
+    learns one arch's peak as two archs' (plan/learned.py). At 0.4 GB both run at its peak, and
+    so they do at 0.7 GB when the second costs 0.25 GB beside the first (costs file
+    "cicc_beside": its arch's part alone)."""
+    costs: dict[str, object] = {
+        "default": 900_000_000,
+        "units": {"a.cu": 100_000_000},
+        "cicc": {"a.cu": cicc_cost},
+    }
+    if beside is not None:
+        costs["cicc_beside"] = {"a.cu": beside}
     out = (
         docker.from_env()
         .containers.run(

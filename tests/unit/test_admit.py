@@ -442,8 +442,11 @@ import os, subprocess, sys
 args = sys.argv[1:]
 name = args[args.index("-c") + 1]
 cicc = [sys.executable, os.environ["FAKE_ADMIT"], "--cicc", sys.executable, os.environ["FAKE_CICC"]]
-for arch in range(int(os.environ.get("FAKE_ARCHS", "1"))):  # one cicc per arch, as nvcc --threads 1
-    code = subprocess.call([*cicc, "--orig_src_file_name", name, "--arch", str(arch)])
+archs = [[*cicc, "--orig_src_file_name", name, "--arch", str(a)] for a in range(int(os.environ.get("FAKE_ARCHS", "1")))]
+if os.environ.get("FAKE_THREADS") == "2":  # both archs' ciccs at once, as nvcc --threads 2
+    sys.exit(max(p.wait() for p in [subprocess.Popen(a) for a in archs]))
+for arch in archs:  # one cicc per arch, as nvcc --threads 1
+    code = subprocess.call(arch)
     if code:
         sys.exit(code)
 """
@@ -461,10 +464,21 @@ with open(path, "w") as handle:
 """
 
 
-def _gate(bench: Bench, *, budget: int, compile_cost: int, cicc: dict[str, int], archs: int = 1) -> None:
+def _gate(
+    bench: Bench,
+    *,
+    budget: int,
+    compile_cost: int,
+    cicc: dict[str, int],
+    archs: int = 1,
+    beside: dict[str, int] | None = None,
+) -> None:
     units = {f"unit{i}.cu": compile_cost for i in range(3)}
     bench.configure(budget=budget, default=compile_cost, units=units)
-    bench.costs.write_text(json.dumps({"default": compile_cost, "units": units, "cicc": cicc}))
+    costs: dict[str, object] = {"default": compile_cost, "units": units, "cicc": cicc}
+    if beside is not None:
+        costs["cicc_beside"] = beside
+    bench.costs.write_text(json.dumps(costs))
     for name, text in (("fake_nvcc.py", FAKE_NVCC), ("fake_cicc.py", FAKE_CICC)):
         (bench.root / name).write_text(text)
     bench.fake = bench.root / "fake_nvcc.py"
@@ -485,6 +499,29 @@ def test_ciccs_take_turns_while_their_compiles_overlap(bench: Bench) -> None:
     spans = _cicc_intervals(bench)
     assert len(spans) == 6  # two archs each
     assert most_at_once(spans) == 1
+    assert bench.ledger() == {"running": {}, "waiting": {}}
+
+
+@pytest.mark.parametrize(("beside", "together"), [(None, 1), (3, 2)])
+def test_a_units_second_cicc_costs_its_arch_alone_beside_its_first(
+    bench: Bench, beside: int | None, together: int
+) -> None:
+    """One unit at nvcc --threads 2 starts both archs' ciccs at once. At 6 each they do not fit
+    a budget of 10 together and take turns; with a cost beside of 3 (the unit's part outside
+    its archs is held once) the second runs beside the first."""
+    _gate(
+        bench,
+        budget=10,
+        compile_cost=1,
+        cicc={"unit0.cu": 6},
+        archs=2,
+        beside=None if beside is None else {"unit0.cu": beside},
+    )
+    bench.env["FAKE_THREADS"] = "2"
+    assert bench.finish(bench.start("unit0.cu"), timeout=30) == 0
+    spans = _cicc_intervals(bench)
+    assert len(spans) == 2
+    assert most_at_once(spans) == together
     assert bench.ledger() == {"running": {}, "waiting": {}}
 
 
@@ -524,6 +561,52 @@ def test_the_ledger_counts_a_compile_as_nothing_while_its_cicc_waits_or_runs() -
     assert admit.admissible(state, "21", 12, 30.0, 6.0)
     assert admit.cicc_unit(["--c++17", "--orig_src_file_name", "a.cu", "-arch", "compute_120"]) == "a.cu"
     assert admit.cicc_unit(["-arch", "compute_120"]) is None
+
+
+def test_the_ledger_charges_a_units_ciccs_after_its_oldest_their_cost_beside() -> None:
+    """a.cu's first cicc runs (6, its compile relieved); its second (6, beside 3) fits beside it
+    in 10, b.cu's (6) does not. Both of a.cu's running: 6 + 3. When the first exits, the second
+    carries the unit's part outside its arch again: 6."""
+    admit = load_admit()
+    cicc = {"bytes": 6, "beside": 3, "kind": "cicc"}
+    state = {
+        "running": {
+            "10": {"bytes": 1, "unit": "a.cu", "since": 1.0},
+            "11": {"bytes": 1, "unit": "b.cu", "since": 1.5},
+            "20": {**cicc, "unit": "a.cu", "since": 2.0, "relieves": "10"},
+        },
+        "waiting": {
+            "21": {**cicc, "unit": "a.cu", "since": 2.0, "relieves": "10"},
+            "22": {**cicc, "unit": "b.cu", "since": 2.5, "relieves": "11"},
+        },
+    }
+    assert admit.charged(state) == 6
+    assert admit.admissible(state, "21", 10, 30.0, 3.0)
+    assert not admit.admissible(state, "22", 10, 30.0, 3.0)
+    state["running"]["21"] = state["waiting"].pop("21")
+    assert admit.charged(state) == 6 + 3
+    del state["running"]["20"]
+    assert admit.charged(state) == 6
+    # Without a cost beside, a sibling costs its whole cicc: 6 + 6 > 10.
+    for entry in (*state["running"].values(), *state["waiting"].values()):
+        entry.pop("beside", None)
+    state["running"]["20"] = {**cicc, "unit": "a.cu", "since": 2.0, "relieves": "10"}
+    del state["running"]["20"]["beside"]
+    state["waiting"]["21"] = state["running"].pop("21")
+    assert not admit.admissible(state, "21", 10, 30.0, 3.0)
+
+
+def test_the_cost_beside_comes_from_the_costs_file(tmp_path: Path) -> None:
+    admit = load_admit()
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"units": {"a.cu": 1}, "cicc": {"a.cu": 6}, "cicc_beside": {"a.cu": 3}}))
+    assert admit.load_cicc_cost(str(path), "/src/a.cu", "cicc_beside") == 3
+    assert admit.load_cicc_cost(str(path), "b.cu", "cicc_beside") is None
+    path.write_text(json.dumps({"units": {"a.cu": 1}, "cicc": {"a.cu": 6}}))
+    assert admit.load_cicc_cost(str(path), "a.cu", "cicc_beside") is None  # then its cicc cost
+    path.write_text(json.dumps({"cicc_beside": [3]}))
+    with pytest.raises(admit.ConfigError, match='"cicc_beside" is not an object'):
+        admit.load_cicc_cost(str(path), "a.cu", "cicc_beside")
 
 
 # --- slots: at most the CPUs' worth of compiles at once; ninja's jobs beyond are lookahead -----------
@@ -571,6 +654,14 @@ def test_a_compile_stopped_at_the_cicc_gate_frees_its_slot() -> None:
     state["waiting"]["21"] = {"bytes": 9, "unit": "b.cu", "since": 3.0, "kind": "cicc", "relieves": "11"}
     assert not admit.admissible(state, "21", 10, 30.0, 5.0, slots=3)  # 7 + 9 > 10
     assert admit.admissible(state, "30", 10, 30.0, 5.0, slots=3)
+    # A cicc of b.cu that fits goes first and its compile holds a CPU again: no slot for c.cu.
+    state["waiting"]["21"]["bytes"] = 3
+    assert admit.admissible(state, "21", 10, 30.0, 5.0, slots=3)
+    assert not admit.admissible(state, "30", 10, 30.0, 5.0, slots=3)
+    # d.cu's second cicc waits while its first runs: d.cu still compiles, so still a slot.
+    state["waiting"]["21"]["bytes"] = 9
+    state["waiting"]["23"] = {"bytes": 5, "unit": "d.cu", "since": 2.7, "kind": "cicc", "relieves": "12"}
+    assert not admit.admissible(state, "30", 10, 30.0, 5.0, slots=2)
 
 
 @pytest.mark.parametrize(

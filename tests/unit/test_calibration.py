@@ -50,7 +50,7 @@ def test_a_family_is_scaled_by_its_measured_ratio_and_unsampled_ones_by_the_wors
     bwd = next(u for u in MODEL.units if u.name == BWD32)
     assert scaled[BWD32].peak(1, 2) == pytest.approx(bwd.peak(1, 2) * 1.2, rel=1e-3)
     assert "not sampled" in scaled[BWD32].basis and "measured on CUDA 13.1" in scaled[FWD32].basis
-    # Only the unit measured is marked so (admission then adds no ADMIT_MARGIN to it).
+    # Only the unit measured is marked so (admission then adds MEASURED_MARGIN, not ADMIT_MARGIN).
     assert [u.name for u in model.units if u.measured] == [FWD32]
     host = "csrc/flash_attn/flash_api.cpp"
     assert scaled[host] == next(u for u in MODEL.units if u.name == host)

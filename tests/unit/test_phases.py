@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, flash_attn_model
 from wheelbuild.plan.phases import BWD_STEPS, FWD_STEPS, cicc_windows, device_shape, shape_of
-from wheelbuild.plan.simulation import simulate
+from wheelbuild.plan.simulation import SimResult, simulate
 
 PHASES = Path(__file__).resolve().parents[2] / "bench" / "flash-attn-phases.tsv"
 
@@ -166,7 +166,7 @@ def test_the_gate_never_deadlocks_and_keeps_the_ledger_in_the_budget(
     result = simulate(
         unit_list, jobs=jobs, threads=threads, archs=archs, cpus=4,
         peak_windows=[cicc_windows(u, threads, archs) for u in unit_list], admit_budget=budget,
-        admit_costs=[u.fixed for u in unit_list], cicc_costs=[u.peak(threads, archs) for u in unit_list],
+        admit_costs=[u.fixed for u in unit_list], cicc_costs=[u.peak(1, 1) for u in unit_list],
     )  # fmt: skip
     assert result.ok and result.killed == 0
     # Within the budget, except for one compile or one cicc let in alone, and the compiles'
@@ -191,3 +191,27 @@ def test_flash_attn_behind_the_gate_beats_whole_unit_admission_where_memory_bind
     assert whole.ok and gated.ok
     assert gated.seconds < 0.9 * whole.seconds
     assert gated.peak <= budget
+
+
+def test_a_units_ciccs_run_one_by_one_unless_the_second_fits_at_its_arch_alone() -> None:
+    """nvcc --threads 2: each of a unit's two ciccs comes to the gate on its own. Two whole ciccs
+    (3 GiB each) do not fit 5 GiB: one runs while its sibling waits, so the unit goes through its
+    window at half speed holding one arch's peak. Beside the first, the second costs its arch's
+    part alone (2 GiB): both run, and the unit holds its whole peak for the window's length."""
+    unit = UnitCost("flash_fwd_a.cu", fixed=GIB, per_arch=2 * GIB, front_s=20, per_arch_s=100)
+    ((start, end),) = cicc_windows(unit, 2, 2)
+    window_s = (end - start) * unit.wall(2, 2)
+
+    def run(beside: list[int | None] | None) -> SimResult:
+        return simulate(
+            [unit], jobs=1, threads=2, archs=2, cpus=4, peak_windows=[cicc_windows(unit, 2, 2)],
+            admit_budget=5 * GIB, admit_costs=[unit.fixed], cicc_costs=[unit.peak(1, 1)], cicc_beside=beside,
+        )  # fmt: skip
+
+    apart, beside = run(None), run([unit.per_arch])
+    assert apart.ok and beside.ok
+    assert apart.seconds == pytest.approx(unit.wall(2, 2) + window_s)
+    assert apart.peak == unit.peak(1, 1)
+    assert beside.seconds == pytest.approx(unit.wall(2, 2))
+    assert beside.peak == unit.peak(2, 2)
+    assert max(apart.admitted_peak, beside.admitted_peak) <= 5 * GIB
