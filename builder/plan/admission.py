@@ -18,7 +18,7 @@ phases.shape_of) are admitted whole. It is the default because it wins where mem
 binds and costs nothing where it does not: on the real subset build (bench/subset, 2 CPUs, ABBA
 from one learned profile) its compile step was 0.745 x whole-unit admission's in 8 GiB, where
 no two ciccs fit together (a cicc runs beside the other units' other steps), and 1.00 x in
-11.5 GiB, where the CPUs bind; bench/planner has it at 1.02-1.59 of the lower bound against
+11.5 GiB, where the CPUs bind; bench/planner has it at 1.02-1.43 of the lower bound against
 1.02-2.04, with no first-attempt OOM kill."""
 
 from __future__ import annotations
