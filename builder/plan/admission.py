@@ -12,7 +12,7 @@ while a cicc runs (phases.py). So its compile is admitted at its cost outside ci
 its fixed part and its largest other step, cudafe++), and each cicc it runs waits at the gate
 (wheelbuild-admit --cicc) until its own cost, one arch's peak, fits; with nvcc --threads 2 a
 unit's second cicc beside its first costs its arch's part alone, since the unit's part outside its
-archs is held once (calibration: two archs at once 7778 MiB, one 4150). Host units, units the costs
+archs is held once (calibration: two archs 7778 MiB at once, 4150 one at a time). Host units, units the costs
 file does not know, and units whose steps were not measured (any but flash-attn's kernels,
 phases.shape_of) are admitted whole. It is the default because it wins where memory
 binds and costs nothing where it does not: on the real subset build (bench/subset, 2 CPUs, ABBA
@@ -243,7 +243,7 @@ class UnitCosts:
     """What the wrapper's ledger holds for one unit: its compile, and each cicc it runs (None:
     no gate, the compile is admitted at its whole peak); `cicc_beside`, a cicc that runs beside
     one of the same unit's (nvcc --threads 2): its arch's part alone, since the unit's fixed part
-    is held once (calibration: 7778 MiB for two archs at once against 4150 for one)."""
+    is held once (calibration: two archs 7778 MiB at once, 4150 one at a time)."""
 
     compile: int
     cicc: int | None
