@@ -24,6 +24,7 @@ Until 2026-12-01 the simulation admitted a unit's ciccs together, which the wrap
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -141,9 +142,8 @@ class _Ninja:
         admit_slots: int | None = None,
     ) -> None:
         self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
-        self.limit, self.base = limit, base
+        self.limit, self.base, self.admit_slots = limit, base, admit_slots
         self.admit_budget, self.admit_fairness_s = admit_budget, admit_fairness_s
-        self.admit_slots = admit_slots
         self.pending = list(range(len(units)))[::-1]  # pop() takes the next in build order
         self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
         self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
@@ -157,6 +157,8 @@ class _Ninja:
         self.windows = {
             i: (default if peak_windows is None or i in hits else tuple(peak_windows[i])) for i in self.cost
         }
+        self.edges: dict[int, list[float]] = {}  # unit -> its window edges in order, then 1.0
+        self._window_at: dict[int, tuple[float, Window | None]] = {}  # unit -> (progress, its window)
         self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
         self.demand = {
             i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
@@ -201,9 +203,14 @@ class _Ninja:
         )
 
     def _window(self, i: int) -> Window | None:
-        """The peak window unit i's progress is in, if any."""
+        """The peak window unit i's progress is in, if any (kept while its progress stays)."""
         p = self.running[i]
-        return next((w for w in self.windows[i] if w[0] - _EPS <= p < w[1] - _EPS), None)
+        seen = self._window_at.get(i)
+        if seen is not None and seen[0] == p:
+            return seen[1]
+        window = next((w for w in self.windows[i] if w[0] - _EPS <= p < w[1] - _EPS), None)
+        self._window_at[i] = (p, window)
+        return window
 
     def _lane_cost(self, i: int, lanes: int) -> int:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
@@ -348,5 +355,7 @@ class _Ninja:
                 self.at_gate.pop(i, None)
 
     def _next_edge(self, i: int, p: float) -> float:
-        edges = [e for w in self.windows[i] for e in w if e > p + _EPS]
-        return min([*edges, 1.0])
+        edges = self.edges.get(i)
+        if edges is None:  # for bisect: each unit's window edges in order, ending at 1.0 (its end)
+            edges = self.edges[i] = sorted({e for w in self.windows[i] for e in w if e < 1.0} | {1.0})
+        return edges[min(bisect.bisect_right(edges, p + _EPS), len(edges) - 1)]
