@@ -216,9 +216,8 @@ class _Ninja:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
         or beside one of its own its cost beside (its arch's part alone)."""
         assert self.gate is not None
-        if lanes and self.beside is not None and self.beside[i] is not None:
-            return self.beside[i] or 0
-        return self.gate[i] or 0
+        beside = self.beside[i] if lanes and self.beside is not None else None
+        return beside if beside is not None else self.gate[i] or 0
 
     def _stopped(self, i: int) -> bool:
         """At the gate with no cicc admitted: its steps so far have exited, and nvcc waits."""

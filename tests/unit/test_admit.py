@@ -588,11 +588,10 @@ def test_the_ledger_charges_a_units_ciccs_after_its_oldest_their_cost_beside() -
     del state["running"]["20"]
     assert admit.charged(state) == 6
     # Without a cost beside, a sibling costs its whole cicc: 6 + 6 > 10.
+    state["running"]["20"] = {**cicc, "unit": "a.cu", "since": 2.0, "relieves": "10"}
+    state["waiting"]["21"] = state["running"].pop("21")
     for entry in (*state["running"].values(), *state["waiting"].values()):
         entry.pop("beside", None)
-    state["running"]["20"] = {**cicc, "unit": "a.cu", "since": 2.0, "relieves": "10"}
-    del state["running"]["20"]["beside"]
-    state["waiting"]["21"] = state["running"].pop("21")
     assert not admit.admissible(state, "21", 10, 30.0, 3.0)
 
 
