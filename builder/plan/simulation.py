@@ -51,6 +51,13 @@ class SimResult:
     admitted_peak: int = 0
     # With the cicc gate: the seconds units spent stopped at it, summed.
     gated_s: float = 0.0
+    # The units' memory in use over the attempt, in byte-seconds (base left out).
+    memory_s: float = 0.0
+    # The drain: from the last moment a unit waited (to start, in the wrapper, or at the gate
+    # short of its ciccs) to the end, when memory can only empty. When it began, and the
+    # byte-seconds used in it.
+    drain_from: float = 0.0
+    drain_memory_s: float = 0.0
 
 
 def simulate(
@@ -178,7 +185,7 @@ class _Ninja:
             set(self.cost) if self.gate is None else hits | {i for i, c in enumerate(self.gate) if c is None}
         )
         self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
-        self.gated_s = 0.0
+        self.gated_s = self.memory_s = self.drain_from = self.memory_before_drain = self.in_use_now = 0.0
         self.finished: set[int] = set()
 
     def run(self) -> SimResult:
@@ -200,6 +207,9 @@ class _Ninja:
             ok=len(self.finished) == len(self.units),
             admitted_peak=self.admitted_peak,
             gated_s=self.gated_s,
+            memory_s=self.memory_s,
+            drain_from=self.drain_from,
+            drain_memory_s=self.memory_s - self.memory_before_drain,
         )
 
     def _window(self, i: int) -> Window | None:
@@ -321,6 +331,7 @@ class _Ninja:
             self.killed += 1
             self.failed = True
         self.peak_seen = max(self.peak_seen, used)
+        self.in_use_now = used - self.base  # the units' memory in use now, for _account
 
     def _drop(self, i: int) -> None:
         del self.running[i]
@@ -338,7 +349,7 @@ class _Ninja:
         step = min(
             (self._next_edge(i, p) - p) * self.walls[i] / (speed * rates[i]) for i, p in moving.items()
         )
-        self.now += step
+        self._account(step)
         for i, p in moving.items():
             p += step * speed * rates[i] / self.walls[i]
             edge = self._next_edge(i, self.running[i])
@@ -352,6 +363,14 @@ class _Ninja:
             if self._window(i) is None:
                 self.lanes.pop(i, None)  # the window ended: back to the compile's cost
                 self.at_gate.pop(i, None)
+
+    def _account(self, step: float) -> None:
+        """The clock and the memory-seconds over one step; while a unit waits, the drain is ahead."""
+        waits = self.pending or self.waiting or self.at_gate  # at_gate: units short of their ciccs
+        self.now += step
+        self.memory_s += self.in_use_now * step
+        if waits:
+            self.drain_from, self.memory_before_drain = self.now, self.memory_s
 
     def _next_edge(self, i: int, p: float) -> float:
         edges = self.edges.get(i)

@@ -523,6 +523,24 @@ def test_simulate_oom_kills_the_largest_and_fails_the_attempt() -> None:
     assert simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, limit=2200 * MIB, base=100 * MIB).ok
 
 
+def test_simulate_measures_the_memory_seconds_and_the_drain() -> None:
+    # One job: each .cu holds 100 MiB for 2 s, then 500 MiB for 8 s (PEAK_ONSET 0.2 of 10 s);
+    # c.cpp 300 MiB for 3 s. Something waits to start until c.cpp starts at 20 s: the drain is
+    # c.cpp alone.
+    result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4)
+    assert result.memory_s == pytest.approx(2 * (100 * 2 + 500 * 8) * MIB + 300 * 3 * MIB)
+    assert result.drain_from == pytest.approx(20)
+    assert result.drain_memory_s == pytest.approx(300 * 3 * MIB)
+    # All three at once: nothing ever waits, so the whole attempt is its drain.
+    at_once = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8)
+    assert at_once.drain_from == 0 and at_once.drain_memory_s == pytest.approx(at_once.memory_s)
+    # Behind the wrapper (budget 1000 MiB): b.cu waits for a.cu, c.cpp for b.cu (until 12 s).
+    held = simulate(TINY, jobs=3, threads=2, archs=2, cpus=8, admit_budget=1000 * MIB)
+    assert held.drain_from == pytest.approx(12)
+    assert held.drain_memory_s == pytest.approx(300 * 3 * MIB)
+    assert held.memory_s == pytest.approx(2 * (100 * 1.2 + 900 * 4.8) * MIB + 300 * 3 * MIB)
+
+
 def test_simulate_cached_units_run_as_hits() -> None:
     hit = UnitCost(name="hit", fixed=50 * MIB, per_arch=0, front_s=0.5, per_arch_s=0.0)
     result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4, cached={0, 1}, hit=hit)
