@@ -539,6 +539,15 @@ def test_simulate_measures_the_memory_seconds_and_the_drain() -> None:
     assert held.drain_from == pytest.approx(12)
     assert held.drain_memory_s == pytest.approx(300 * 3 * MIB)
     assert held.memory_s == pytest.approx(2 * (100 * 1.2 + 900 * 4.8) * MIB + 300 * 3 * MIB)
+    # At the cicc gate (cicc from half of each 6 s unit on, 500 MiB; budget 700): b.cu's cicc
+    # waits for a.cu's to end at 6 s, then runs alone to 9 s: the drain.
+    gated = simulate(
+        TINY[:2], jobs=2, threads=1, archs=1, cpus=8, peak_windows=[[(0.5, 1.0)]] * 2,
+        admit_budget=700 * MIB, admit_costs=[100 * MIB] * 2, cicc_costs=[500 * MIB] * 2,
+    )  # fmt: skip
+    assert gated.seconds == pytest.approx(9) and gated.drain_from == pytest.approx(6)
+    assert gated.memory_s == pytest.approx((200 * 3 + 500 * 3 + 500 * 3) * MIB)
+    assert gated.drain_memory_s == pytest.approx(500 * 3 * MIB)
 
 
 def test_simulate_cached_units_run_as_hits() -> None:
