@@ -472,23 +472,26 @@ def test_the_login_limit_counts_tries_in_flight_and_forgets_after_its_window() -
 
 def test_a_flood_of_bad_passwords_does_not_hold_up_good_requests(tree: Path, tmp_path: Path) -> None:
     """200 concurrent bad-password requests from 25 addresses (each under the limit), then 30
-    concurrent downloads of the wheel with good, already checked credentials."""
+    concurrent downloads of the wheel with good, already checked credentials. The downloads must
+    not queue behind the flood's bcrypt checks: when the last download is answered, most of the
+    flood must still be waiting. Ordering, not a time limit: a slow machine slows both alike (CI
+    once failed a 250 ms median here at 285 ms, with the flood answered over 4 s)."""
     path = tmp_path / "htpasswd"
     path.write_text(f"alice:{bcrypt.hashpw(b'alice-pw', bcrypt.gensalt(rounds=8)).decode()}\n")
     good = {"Authorization": _basic(b"alice:alice-pw")}
     bad = {"Authorization": _basic(b"alice:wrong")}
 
-    async def flood(base: str) -> tuple[list[int], list[int], list[float]]:
+    async def flood(base: str) -> tuple[list[int], list[tuple[int, float]], list[float], float]:
         sessions = [
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(f"127.0.3.{n}", 0), limit=0))
             for n in range(1, 26)
         ]
         async with aiohttp.ClientSession() as client:
 
-            async def one(session: aiohttp.ClientSession) -> int:
+            async def one(session: aiohttp.ClientSession) -> tuple[int, float]:
                 async with session.get(base + "/simple/", headers=bad) as reply:
                     await reply.read()
-                    return reply.status
+                    return reply.status, time.perf_counter()
 
             async def download() -> tuple[int, float]:
                 started = time.perf_counter()
@@ -502,21 +505,27 @@ def test_a_flood_of_bad_passwords_does_not_hold_up_good_requests(tree: Path, tmp
                 flooded = [asyncio.create_task(one(sessions[n % 25])) for n in range(200)]
                 await asyncio.sleep(0.1)  # the flood is in before the downloads are asked for
                 downloads = await asyncio.gather(*(download() for _ in range(30)))
-                bad_statuses = await asyncio.gather(*flooded)
+                downloaded_at = time.perf_counter()
+                bad_replies = await asyncio.gather(*flooded)
             finally:
                 for session in sessions:
                     await session.close()
         statuses = [status for status, _took in downloads]
         took = [took for _status, took in downloads]
-        return statuses, bad_statuses, took
+        return statuses, bad_replies, took, downloaded_at
 
     with running_server(tree, htpasswd=path) as url:
-        statuses, bad_statuses, took = asyncio.run(flood(url.removesuffix("/simple/")))
-    assert set(bad_statuses) == {401}
+        statuses, bad_replies, took, downloaded_at = asyncio.run(flood(url.removesuffix("/simple/")))
+    assert {status for status, _at in bad_replies} == {401}
     assert statuses == [200] * 30
+    answered_first = sum(at < downloaded_at for _status, at in bad_replies)
     median = statistics.median(took)
-    print(f"wheel downloads during the flood: median {median * 1000:.0f} ms, max {max(took) * 1000:.0f} ms")
-    assert median < 0.25, sorted(took)
+    print(
+        f"wheel downloads during the flood: median {median * 1000:.0f} ms, max {max(took) * 1000:.0f} ms; "
+        f"{answered_first} of {len(bad_replies)} bad passwords answered before the last download"
+    )
+    # Queued behind the checks, the downloads would come after all 200; beside them, after a few.
+    assert answered_first < len(bad_replies) // 2, (answered_first, sorted(took))
 
 
 def test_escape_leaves_no_quote_newline_or_control_character() -> None:
