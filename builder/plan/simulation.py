@@ -24,7 +24,6 @@ Until 2026-12-01 the simulation admitted a unit's ciccs together, which the wrap
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -159,18 +158,7 @@ class _Ninja:
         self.lanes: dict[int, int] = {}  # in a peak window: unit index -> its ciccs admitted
         self.in_flight = _in_flight(threads, archs)  # the ciccs a unit runs at once in a window
         hits = {i for i in cached if hit is not None}
-        self.cost = {i: (hit if (hit is not None and i in hits) else u) for i, u in enumerate(units)}
-        default = ((onset, 1.0),)
-        self.windows = {
-            i: (default if peak_windows is None or i in hits else tuple(peak_windows[i])) for i in self.cost
-        }
-        self.edges: dict[int, list[float]] = {}  # unit -> its window edges in order, then 1.0
-        self._window_at: dict[int, tuple[float, Window | None]] = {}  # unit -> (progress, its window)
-        self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
-        self.demand = {
-            i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
-            for i, c in self.cost.items()
-        }
+        self._unit_tables(hits, hit, onset, peak_windows)
         _check_lengths(
             len(units), admit_costs=admit_costs, cicc_costs=cicc_costs, cicc_beside=cicc_beside,
             peak_windows=peak_windows,
@@ -187,6 +175,32 @@ class _Ninja:
         self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
         self.gated_s = self.memory_s = self.drain_from = self.memory_before_drain = self.in_use_now = 0.0
         self.finished: set[int] = set()
+
+    def _unit_tables(
+        self,
+        hits: set[int],
+        hit: UnitCost | None,
+        onset: float,
+        peak_windows: Sequence[Sequence[Window]] | None,
+    ) -> None:
+        """Each unit's cost in this attempt (`hit`'s for an sccache hit), peak windows, wall, CPU
+        demand and peak; and, filled in as units start, its edges and where its progress is."""
+        threads, archs = self.threads, self.archs
+        self.cost = {i: (hit if (hit is not None and i in hits) else u) for i, u in enumerate(self.units)}
+        default = ((onset, 1.0),)
+        self.windows = {
+            i: (default if peak_windows is None or i in hits else tuple(peak_windows[i])) for i in self.cost
+        }
+        self.walls = {i: max(1e-9, c.wall(threads, archs)) for i, c in self.cost.items()}
+        self.demand = {
+            i: min(float(_in_flight(threads, archs)), c.cpu_seconds(archs) / self.walls[i])
+            for i, c in self.cost.items()
+        }
+        self.peaks = {i: c.peak(threads, archs) for i, c in self.cost.items()}
+        self.edges: dict[int, tuple[list[float], list[Window | None]]] = {}  # see _edges
+        # A started unit -> (the stretch between its edges its progress is in, that stretch's
+        # window, its end): kept, as they are read several times an event for every running unit.
+        self.at: dict[int, tuple[int, Window | None, float]] = {}
 
     def run(self) -> SimResult:
         while True:
@@ -213,14 +227,33 @@ class _Ninja:
         )
 
     def _window(self, i: int) -> Window | None:
-        """The peak window unit i's progress is in, if any (kept while its progress stays)."""
-        p = self.running[i]
-        seen = self._window_at.get(i)
-        if seen is not None and seen[0] == p:
-            return seen[1]
-        window = next((w for w in self.windows[i] if w[0] - _EPS <= p < w[1] - _EPS), None)
-        self._window_at[i] = (p, window)
-        return window
+        """The peak window unit i's progress is in, if any: p with w[0] <= p + _EPS < w[1]."""
+        return self.at[i][1]
+
+    def _edges(self, i: int) -> tuple[list[float], list[Window | None]]:
+        """Unit i's window edges in order, ending at 1.0 (its end), and the window each stretch
+        lies in: stretch k runs from edges[k - 1] (from before its first edge for k = 0) up to
+        edges[k], and no window begins or ends inside one."""
+        found = self.edges.get(i)
+        if found is None:
+            edges = sorted({e for w in self.windows[i] for e in w if e < 1.0} | {1.0})
+            starts = (edges[0] - 1.0, *edges)
+            inside = [next((w for w in self.windows[i] if w[0] <= x < w[1]), None) for x in starts]
+            found = self.edges[i] = (edges, inside)
+        return found
+
+    def _start(self, i: int) -> None:
+        self.running[i] = 0.0
+        self._moved(i)
+
+    def _moved(self, i: int) -> None:
+        """Unit i's progress p changed: its stretch is bisect_right(edges, p + _EPS), found by
+        stepping on from the last one (progress only grows, and each event stops at an edge)."""
+        edges, inside = self._edges(i)
+        p, k = self.running[i] + _EPS, self.at[i][0] if i in self.at else 0
+        while k < len(edges) and edges[k] <= p:
+            k += 1
+        self.at[i] = (k, inside[k], edges[min(k, len(edges) - 1)])
 
     def _lane_cost(self, i: int, lanes: int) -> int:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
@@ -243,7 +276,7 @@ class _Ninja:
         c = self.cost[i]
         if self._window(i) is None:
             return c.fixed
-        peak = c.peak(self.threads, self.archs)
+        peak = self.peaks[i]
         if i in self.ungated:
             return peak
         lanes = self.lanes.get(i, 0)  # none: stopped, its steps so far have exited and nvcc waits
@@ -260,7 +293,7 @@ class _Ninja:
         """ninja starts the next units while a slot is free (none once the attempt has failed)."""
         while not self.failed and self.pending and len(self.running) + len(self.waiting) < self.jobs:
             if self.admit_budget is None:
-                self.running[self.pending.pop()] = 0.0
+                self._start(self.pending.pop())
             else:
                 self.waiting[self.pending.pop()] = self.now
         self._stop_at_gate()
@@ -308,14 +341,15 @@ class _Ninja:
         self._stop_at_gate()
 
     def _admit_compiles(self, total: int, budget: int, compiles: int) -> int:
-        """Launched compiles in arrival order, while the wrapper's slots and the budget allow."""
-        for i, since in sorted(self.waiting.items(), key=lambda w: (w[1], w[0])):
+        """Launched compiles in arrival order, while the wrapper's slots and the budget allow.
+        self.waiting's own order is that: _launch adds units as the clock runs, in build order."""
+        for i, since in list(self.waiting.items()):
             if self.admit_slots is not None and compiles >= self.admit_slots:
                 break  # every slot taken: no compile gets in, older or newer
             if total + self.predicted[i] <= budget or compiles == 0:
                 total += self.predicted[i]
                 del self.waiting[i]
-                self.running[i] = 0.0
+                self._start(i)
                 compiles += 1
             elif self.now - since > self.admit_fairness_s:
                 break
@@ -346,13 +380,11 @@ class _Ninja:
             self._admit()
             return
         speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] * rates[i] for i in moving))
-        step = min(
-            (self._next_edge(i, p) - p) * self.walls[i] / (speed * rates[i]) for i, p in moving.items()
-        )
+        step = min((self.at[i][2] - p) * self.walls[i] / (speed * rates[i]) for i, p in moving.items())
         self._account(step)
         for i, p in moving.items():
             p += step * speed * rates[i] / self.walls[i]
-            edge = self._next_edge(i, self.running[i])
+            edge = self.at[i][2]  # the next edge from where it was
             if abs(p - edge) < 1e-9:
                 p = edge  # land exactly on the edge, so the window test is exact
             if p >= 1.0 - _EPS:
@@ -360,6 +392,8 @@ class _Ninja:
                 self.finished.add(i)
                 continue
             self.running[i] = p
+            if edge <= p + _EPS:  # else it is still in the same stretch
+                self._moved(i)
             if self._window(i) is None:
                 self.lanes.pop(i, None)  # the window ended: back to the compile's cost
                 self.at_gate.pop(i, None)
@@ -371,9 +405,3 @@ class _Ninja:
         self.memory_s += self.in_use_now * step
         if waits:
             self.drain_from, self.memory_before_drain = self.now, self.memory_s
-
-    def _next_edge(self, i: int, p: float) -> float:
-        edges = self.edges.get(i)
-        if edges is None:  # for bisect: each unit's window edges in order, ending at 1.0 (its end)
-            edges = self.edges[i] = sorted({e for w in self.windows[i] for e in w if e < 1.0} | {1.0})
-        return edges[min(bisect.bisect_right(edges, p + _EPS), len(edges) - 1)]

@@ -550,6 +550,37 @@ def test_simulate_measures_the_memory_seconds_and_the_drain() -> None:
     assert gated.drain_memory_s == pytest.approx(500 * 3 * MIB)
 
 
+def _windows(edges: list[int]) -> list[tuple[float, float]]:
+    """Disjoint windows from distinct 64ths: (e0, e1), (e2, e3), ... (exact in binary)."""
+    ends = sorted(set(edges))
+    return [(ends[k] / 64, ends[k + 1] / 64) for k in range(0, len(ends) - 1, 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.lists(st.integers(0, 64), max_size=8),
+    second=st.lists(st.integers(0, 64), max_size=8),
+    jobs=st.integers(1, 2),
+)
+def test_simulate_holds_each_peak_exactly_inside_its_windows(
+    first: list[int], second: list[int], jobs: int
+) -> None:
+    # Windows anywhere, from the unit's start to its end, touching or not: the memory-seconds are
+    # each unit's 10 s at its fixed 100 MiB, and at its 500 MiB peak over its windows' length,
+    # whether the two units run one after the other or together (8 CPUs: neither slows down).
+    windows = [_windows(first), _windows(second)]
+    result = simulate(TINY[:2], jobs=jobs, threads=1, archs=2, cpus=8, peak_windows=windows)
+    inside = [sum(end - start for start, end in w) for w in windows]
+    assert result.seconds == pytest.approx(20 if jobs == 1 else 10)
+    assert result.memory_s == pytest.approx(sum(10 * (100 + 400 * share) * MIB for share in inside))
+    if jobs == 1:
+        assert result.peak == (500 if any(inside) else 100) * MIB
+    else:  # the most held at once, found at a moment some window starts (or at 0)
+        moments = [t / 64 for t in (0, *first, *second) if t < 64]
+        held = [sum(500 if any(a <= t < b for a, b in w) else 100 for w in windows) for t in moments]
+        assert result.peak == max(held) * MIB
+
+
 def test_simulate_cached_units_run_as_hits() -> None:
     hit = UnitCost(name="hit", fixed=50 * MIB, per_arch=0, front_s=0.5, per_arch_s=0.0)
     result = simulate(TINY, jobs=1, threads=1, archs=2, cpus=4, cached={0, 1}, hit=hit)
