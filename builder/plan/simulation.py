@@ -157,12 +157,12 @@ class _Ninja:
         self.at_gate: dict[int, float] = {}
         self.lanes: dict[int, int] = {}  # in a peak window: unit index -> its ciccs admitted
         self.in_flight = _in_flight(threads, archs)  # the ciccs a unit runs at once in a window
-        hits = {i for i in cached if hit is not None}
-        self._unit_tables(hits, hit, onset, peak_windows)
         _check_lengths(
             len(units), admit_costs=admit_costs, cicc_costs=cicc_costs, cicc_beside=cicc_beside,
             peak_windows=peak_windows,
         )  # fmt: skip
+        hits = {i for i in cached if hit is not None}
+        self._unit_tables(hits, hit, onset, peak_windows)
         self.predicted = [
             admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
         ]
