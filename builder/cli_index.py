@@ -53,7 +53,7 @@ def publish_command(
 
 
 def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels: tuple[Path, ...]) -> None:
-    inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
+    inputs = {w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
         remote.upload(wheels, where)
         prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published

@@ -248,7 +248,7 @@ def remote_inputs(index_url: str) -> set[str]:
             sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
             found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
             if found is not None:
-                keys.add(found[0].decode().strip())
+                keys |= index_files.inputs_keys(found[0].decode())
     return keys
 
 

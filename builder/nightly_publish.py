@@ -29,6 +29,7 @@ from .matrix import Matrix
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
 from .variants import parse_variant
+from .wheel.abi3 import stable_abi
 
 PUBLISH_TO_ENV = "NIGHTLY_PUBLISH_TO"
 CELL_RECORD = "cell.json"
@@ -186,13 +187,51 @@ class NightResult:
     pages: tuple[str, ...]  # where the coverage page went
 
 
+@dataclass(frozen=True)
+class NightFiles:
+    wheels: tuple[Path, ...]  # to publish
+    inputs: dict[str, tuple[str, ...]]  # file name -> the inputs keys of the cells it serves
+    # (cell id, file name) -> what the coverage table says of a cell whose abi3 file another
+    # cell's build of it serves
+    served: dict[tuple[str, str], str]
+
+
+def one_file_per_name(cells: Sequence[CellOutcome]) -> NightFiles:
+    """The night's files of one variant (pure but for reading each wheel's report). An abi3 wheel
+    is one file name for every Python, so a package's cells for several Pythons each build it,
+    and the bytes differ (each build stamps its own). The first cell's file is published, with
+    every such cell's inputs key beside it, so that the next night plans none of them again (a
+    published file is never replaced: a second file of that name would be refused and fail the
+    whole variant). Any other name stays as given, and publish refuses two of one name whose
+    bytes differ."""
+    wheels: list[Path] = []
+    inputs: dict[str, list[str]] = {}
+    first: dict[str, str] = {}  # abi3 file name -> the cell whose file is published
+    served: dict[tuple[str, str], str] = {}
+    for cell in cells:
+        for wheel in cell.wheels:
+            keys = inputs.setdefault(wheel.name, [])
+            if (key := check.inputs_key_beside(wheel)) and key not in keys:
+                keys.append(key)
+            if wheel.name in first:
+                served[cell.id, wheel.name] = (
+                    f"{wheel.name} (abi3: the file {first[wheel.name]} built, for every Python; "
+                    "this cell's own build of it passed)"
+                )
+                continue
+            if stable_abi(wheel.name) is not None:
+                first[wheel.name] = cell.id
+            wheels.append(wheel)
+    return NightFiles(tuple(wheels), {name: tuple(keys) for name, keys in inputs.items() if keys}, served)
+
+
 def _publish(
     wheels: tuple[Path, ...],
+    inputs: Mapping[str, tuple[str, ...]],
     where: Path | remote.UploadEndpoint | remote.RsyncTarget,
     say: Callable[[str], None],
 ) -> Path | None:
     """Publish into one target; returns the tree whose coverage page to write (local or mirror)."""
-    inputs = {w.name: key for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
         if wheels:
             remote.upload(wheels, where)
@@ -307,9 +346,9 @@ def _publish_variant(
             published.failed[outcome.id] = f"refused at publish (exit {error.exit_code}): {error.cause}"
             continue
         good.append(outcome)
-    wheels = tuple(w for o in good for w in o.wheels)
+    files = one_file_per_name(good)
     try:
-        tree = _publish(wheels, where, say)
+        tree = _publish(files.wheels, files.inputs, where, say)
     except WheelbuildError as error:
         for outcome in good:
             published.failed[outcome.id] = (
@@ -317,7 +356,9 @@ def _publish_variant(
             )
         return
     for outcome in good:
-        published.now[outcome.id] = "tonight: " + ", ".join(w.name for w in outcome.wheels)
+        published.now[outcome.id] = "tonight: " + ", ".join(
+            files.served.get((outcome.id, w.name), w.name) for w in outcome.wheels
+        )
         say(f"{outcome.id}: published {len(outcome.wheels)} wheel(s) to {where}")
     if tree is not None:
         published.pages_at[tag] = tree

@@ -190,8 +190,8 @@ def published_in(output_dir: Path) -> gc.Published:
             with contextlib.suppress(OSError):
                 sha256[index.file_sha256(wheel)] = str(tree)
             with contextlib.suppress(OSError):
-                inputs.add(wheel.with_name(wheel.name + index.INPUTS_SUFFIX).read_text().strip())
-    return gc.Published(sha256, frozenset(inputs - {""}))
+                inputs |= index.inputs_keys(wheel.with_name(wheel.name + index.INPUTS_SUFFIX).read_text())
+    return gc.Published(sha256, frozenset(inputs))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ __all__ = [
     "atomic_write",
     "file_sha256",
     "hash_file",
+    "inputs_keys",
     "normalize",
     "plan_index",
     "read_wheel",
@@ -82,9 +83,10 @@ METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
 ARCHS_SUFFIX = ".archs"
-INPUTS_SUFFIX = (
-    ".inputs"  # the inputs key of the build that made the wheel (wheelbuild matrix --skip-published)
-)
+# The inputs keys of the builds the wheel serves, one per line (wheelbuild matrix --skip-published,
+# wheelbuild nightly plan): the build that made it, and for an abi3 wheel the nightly's cells of
+# the other Pythons that built the same file name.
+INPUTS_SUFFIX = ".inputs"
 TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -183,6 +185,11 @@ def read_wheel(path: Path) -> IndexEntry:
         metadata=metadata,
         requires_python=str(requires).strip() if requires else None,
     )
+
+
+def inputs_keys(text: str) -> set[str]:
+    """The inputs keys a wheel's INPUTS_SUFFIX sidecar lists, one per line."""
+    return {line.strip() for line in text.splitlines() if line.strip()}
 
 
 def hash_file(path: Path) -> str:

@@ -142,11 +142,12 @@ def publish(
     *,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     hook: index.WriteHook | None = None,
-    inputs: Mapping[str, str] | None = None,
+    inputs: Mapping[str, tuple[str, ...]] | None = None,
 ) -> PublishResult:
     """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *inputs* maps a
-    wheel's file name to the inputs key of the build that made it, kept beside it
-    (``<wheel>.inputs``) so that a nightly can skip cells whose wheels are already published.
+    wheel's file name to the inputs keys of the builds it serves (the one that made it; for an
+    abi3 wheel, the nightly's cells of every Python), kept beside it (``<wheel>.inputs``) so that
+    a nightly can skip cells whose wheels are already published.
 
     Raises InvalidWheel for a file that is not a good wheel, WheelConflict when a published file
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
@@ -166,7 +167,7 @@ def publish(
         added, present = _new_and_present(checked, files)
         try:
             for path, info, sha256 in added:
-                _add_wheel(files, path, info, sha256, (inputs or {}).get(info.filename), hook)
+                _add_wheel(files, path, info, sha256, (inputs or {}).get(info.filename, ()), hook)
             written = _regenerate(root, hook)
         except OSError as error:
             raise _write_failed(root, error) from error
@@ -212,7 +213,7 @@ def _add_wheel(
     path: Path,
     info: index.IndexEntry,
     sha256: str,
-    inputs_key: str | None,
+    inputs_keys: tuple[str, ...],
     hook: index.WriteHook | None,
 ) -> None:
     """One wheel into files/: its METADATA and inputs key first, then the wheel, then its sha256
@@ -225,10 +226,10 @@ def _add_wheel(
         hook=hook,
         rel=rel + index.METADATA_SUFFIX,
     )
-    if inputs_key is not None:
+    if inputs_keys:
         index.atomic_write(
             target.with_name(target.name + index.INPUTS_SUFFIX),
-            inputs_key.encode() + b"\n",
+            "".join(f"{key}\n" for key in inputs_keys).encode(),
             hook=hook,
             rel=rel + index.INPUTS_SUFFIX,
         )
@@ -245,7 +246,7 @@ def published_inputs(root: Path) -> set[str]:
     """The inputs keys of the builds whose wheels *root* holds."""
     keys: set[str] = set()
     for sidecar in (root / index.FILES).glob(f"*.whl{index.INPUTS_SUFFIX}"):
-        keys.add(sidecar.read_text().strip())
+        keys |= index.inputs_keys(sidecar.read_text())
     return keys
 
 

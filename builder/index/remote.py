@@ -234,7 +234,7 @@ def publish_rsync(
     target: RsyncTarget,
     mirror: Path,
     progress: Callable[[str], None],
-    inputs: Mapping[str, str] | None = None,
+    inputs: Mapping[str, tuple[str, ...]] | None = None,
 ) -> publishing.PublishResult:
     """Publish into the remote tree (see the module docstring for the order of things)."""
     for tool in ("rsync", target.ssh()[0]):

@@ -411,3 +411,11 @@ def test_a_hostile_published_mark_is_read_no_further_kept_and_never_rewritten(
         before.st_size,
         before.st_mtime_ns,
     )
+
+
+def test_every_inputs_key_beside_a_published_wheel_keeps_its_stored_result(tmp_path: Path) -> None:
+    # A nightly's abi3 wheel serves its cells of every Python: one key per line beside it.
+    out = tmp_path / "wheelhouse"
+    wheel = make_wheel(tmp_path / "in", tag="cp39-abi3-linux_x86_64")
+    publishing.publish([wheel], out / "cu130", inputs={wheel.name: ("key-cp311", "key-cp313")})
+    assert prune.published_in(out).inputs == frozenset({"key-cp311", "key-cp313"})

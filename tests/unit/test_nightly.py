@@ -191,7 +191,7 @@ def _tree_with(tmp_path: Path, keys: dict[str, str]) -> Path:
         make_wheel(tmp_path / "w", payload=name, version=f"0.{i}.0+cu130torch2.11")
         for i, name in enumerate(keys)
     ]
-    publish(wheels, tree, inputs={w.name: keys[name] for w, name in zip(wheels, keys, strict=True)})
+    publish(wheels, tree, inputs={w.name: (keys[name],) for w, name in zip(wheels, keys, strict=True)})
     return tree
 
 
@@ -207,11 +207,13 @@ def test_published_keys_are_read_from_a_local_tree_and_over_http_from_the_served
         assert remote_inputs(url.replace("/simple/", "/nothing-here/")) == set()  # no index yet
 
 
-def _cell_dir(root: Path, cell_id: str, *, gate: bool = True, status: str = "passed") -> Path:
+def _cell_dir(
+    root: Path, cell_id: str, *, gate: bool = True, status: str = "passed", tag: str | None = None
+) -> Path:
     out = root / cell_id
     run = out / "runs" / "r1"
     wheel = make_wheel(
-        run, payload=cell_id, version="0.1.0+cu130torch2.11", tag=f"{cell_id.split('-')[2]}-none-any"
+        run, payload=cell_id, version="0.1.0+cu130torch2.11", tag=tag or f"{cell_id.split('-')[2]}-none-any"
     )
     report = {
         "inputs_key": f"key-{cell_id}",
@@ -302,6 +304,43 @@ def test_a_failed_cell_is_reported_the_others_publish_and_the_coverage_table_is_
     assert "refused at publish (exit 48)" in table
     page = (tree / "coverage.html").read_text()
     assert "torch has &lt;no&gt; cp315 wheel" in page and "wbdemo-cu130-cp311-100.120" in page
+
+
+def test_an_abi3_wheel_the_cells_of_several_pythons_built_is_published_once_for_all_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The per-cell re-check needs SASS in a real wheel (the integration test); these pass it.
+    monkeypatch.setattr(check, "check_wheels", lambda *_args, **_kwargs: {})
+    night = tmp_path / "night"
+    abi3 = "cp39-abi3-linux_x86_64"
+    cp311, cp313 = (_cell_dir(night, f"wbabi-cu130-{py}-100.120", tag=abi3) for py in ("cp311", "cp313"))
+    _cell_dir(night, "wbdemo-cu130-cp312-100.120")  # a wheel of one Python beside them
+    name = f"wbtiny-0.1.0+cu130torch2.11-{abi3}.whl"
+    built = [cell / "runs" / "r1" / name for cell in (cp311, cp313)]
+    assert built[0].read_bytes() != built[1].read_bytes()  # each build stamps its own file
+    summary = tmp_path / "summary.md"
+    to = str(tmp_path / "wheelhouse" / "{variant}")
+    matrix = parse_matrix({"build": [{"package": "wbabi", "torch": ["cu130"]}]})
+    for _night in range(2):  # publishing the same night again changes nothing
+        publish_night([night], matrix, {"GITHUB_STEP_SUMMARY": str(summary)}, to=to, say=lambda _line: None)
+    tree = tmp_path / "wheelhouse" / "cu130"
+    assert sorted(p.name for p in (tree / "files").glob("*.whl")) == [
+        "wbtiny-0.1.0+cu130torch2.11-cp312-none-any.whl",
+        name,
+    ]
+    assert (tree / "files" / name).read_bytes() == built[0].read_bytes()
+    keys = {"key-wbabi-cu130-cp311-100.120", "key-wbabi-cu130-cp313-100.120"}
+    assert set((tree / "files" / f"{name}.inputs").read_text().split()) == keys
+    # The next night plans neither Python's cell again, whether it reads the tree or its index.
+    assert keys <= published_keys(str(tree), None, ["cu130"])
+    with running_server(tree) as url:
+        assert keys <= remote_inputs(url)
+    table = summary.read_text()
+    assert "3 published, 0 failed" in table, table
+    assert (
+        f"| wbabi-cu130-cp313-100.120 | published | tonight: {name} (abi3: the file "
+        "wbabi-cu130-cp311-100.120 built, for every Python; this cell's own build of it passed) |"
+    ) in table
 
 
 def test_no_target_at_publish_fails_before_anything_is_written(

@@ -81,7 +81,7 @@ def test_the_inputs_key_of_each_build_is_kept_beside_its_wheel(tmp_path: Path) -
     b = make_wheel(tmp_path / "in", "wbtiny", "0.2.0+cu130torch2.11")
     root = tmp_path / "cu130"
     assert published_inputs(root) == set()
-    publish([a, b], root, inputs={a.name: "k" * 64})  # b came without a build report
+    publish([a, b], root, inputs={a.name: ("k" * 64,)})  # b came without a build report
     assert (root / "files" / f"{a.name}.inputs").read_text() == "k" * 64 + "\n"
     assert not (root / "files" / f"{b.name}.inputs").exists()
     assert published_inputs(root) == {"k" * 64}
