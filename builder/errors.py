@@ -212,6 +212,13 @@ class AbiMismatch(WheelbuildError):
     exit_code = 47
 
 
+class StableAbiBroken(WheelbuildError):
+    """An abi3 wheel's extension module uses Python C API symbols outside the stable ABI its tag
+    claims: it would load in the Python it was built for and fail in a later one."""
+
+    exit_code = 61
+
+
 class TorchIndexUnreachable(WheelbuildError):
     """The torch index could not be read to learn which Pythons the chosen torch has wheels for
     (network, credentials, an answer that is not an index page)."""

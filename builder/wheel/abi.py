@@ -16,6 +16,13 @@ checked here from the ELF files alone:
   nothing, so they have no limit.
 - The undefined dynamic symbols that no shared object inside the wheel defines are listed, for
   the gate's container check to narrow down against torch, Python and the base system.
+- An abi3 wheel (``cp310-abi3``) promises one file for every CPython from 3.10 on, so its modules
+  may use only the stable ABI of 3.10: every Python C API symbol they need (``Py*``, ``_Py*``)
+  must be in CPython's stable ABI manifest (``Misc/stable_abi.toml``, as the abi3info package
+  tables it) and added by 3.10. The import gate loads the wheel under the build's Pythons only,
+  where a symbol outside the stable ABI still resolves; it fails in a later Python, which
+  cibuildwheel's abi3audit would have caught (wheelbuild turns that audit off: it downloads its
+  own virtualenv from GitHub first).
 
 A wheel is read as untrusted input: no member is read whose declared size or compression ratio
 is over a cap, and a member is never read past its declared size.
@@ -35,7 +42,8 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from ..errors import AbiMismatch
+from ..errors import AbiMismatch, StableAbiBroken
+from .abi3 import stable_abi
 from .elf_abi import (
     FAMILIES,
     ElfAbi,
@@ -59,6 +67,7 @@ __all__ = [
     "UnsafeMember",
     "check_wheel_abi",
     "demangle",
+    "outside_stable_abi",
     "symbol_versions",
     "tag_limits",
 ]
@@ -67,6 +76,7 @@ _SHARED_OBJECT = re.compile(r"\.so(?:\.\d+)*\Z")  # _C.cpython-311-x86_64-linux-
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 _POLICY_NAME = re.compile(r"manylinux_(\d+)_(\d+)")
 _LEGACY_MANYLINUX = re.compile(r"(manylinux1|manylinux2010|manylinux2014)_(\w+)")
+_PYTHON_C_API = re.compile(r"_?Py[A-Z_]")  # PyArg_ParseTuple, Py_IncRef, _Py_NoneStruct; not pybind11
 
 
 # -- platform tags -------------------------------------------------------------------------------
@@ -220,10 +230,12 @@ class ModuleAbi:
     abi: ElfAbi
     excess: tuple[Excess, ...]  # empty when it fits the tag
     unresolved: tuple[UndefinedSymbol, ...]  # strong undefined symbols no shared object in the wheel defines
+    # An abi3 wheel's module: the Python C API symbols it needs that its tag's stable ABI lacks.
+    unstable: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
-        return not self.excess
+        return not self.excess and not self.unstable
 
 
 @dataclass(frozen=True)
@@ -240,8 +252,19 @@ class AbiReport:
 
     @property
     def problems(self) -> tuple[str, ...]:
-        """One line per shared object that needs more than the tag allows."""
-        return tuple(_problem(m, self.limits.label) for m in self.modules if not m.fits)
+        """One line per shared object that needs more than the tag allows: newer symbol
+        versions than its platform tag, then Python C API outside its stable ABI."""
+        return tuple(line for _, line in self._problems())
+
+    def _problems(self) -> list[tuple[type[AbiMismatch | StableAbiBroken], str]]:
+        versions = [(AbiMismatch, _problem(m, self.limits.label)) for m in self.modules if m.excess]
+        abi3 = stable_abi(self.wheel)
+        python = [
+            (StableAbiBroken, _unstable_problem(m, abi3.tag, abi3.minimum))
+            for m in self.modules
+            if m.unstable and abi3 is not None
+        ]
+        return [*versions, *python]
 
     @property
     def unresolved(self) -> tuple[UndefinedSymbol, ...]:
@@ -249,16 +272,9 @@ class AbiReport:
         every = {s for m in self.modules for s in m.unresolved}
         return tuple(sorted(every, key=lambda s: (s.name, s.version or "")))
 
-    def errors(self) -> list[AbiMismatch]:
-        """The problems as typed errors, one per shared object (for check's problem list)."""
-        return [
-            AbiMismatch(
-                f"{self.wheel}: {line}",
-                "build with an older toolchain (the manylinux image's gcc-toolset, whose libstdc++ "
-                "links the new symbols statically) or tag the wheel for a newer platform",
-            )
-            for line in self.problems
-        ]
+    def errors(self) -> list[AbiMismatch | StableAbiBroken]:
+        """The problems as typed errors, one per shared object and kind (for check's problem list)."""
+        return [kind(f"{self.wheel}: {line}", _REMEDY[kind]) for kind, line in self._problems()]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -276,10 +292,52 @@ class AbiReport:
                     "needed": list(m.abi.needed),
                     "excess": [{"needed": e.needed, "allowed": e.allowed} for e in m.excess],
                     "unresolved": [str(s) for s in m.unresolved],
+                    "outside_stable_abi": list(m.unstable),
                 }
                 for m in self.modules
             },
         }
+
+
+_REMEDY: dict[type[AbiMismatch | StableAbiBroken], str] = {
+    AbiMismatch: "build with an older toolchain (the manylinux image's gcc-toolset, whose libstdc++ "
+    "links the new symbols statically) or tag the wheel for a newer platform",
+    StableAbiBroken: "build the extension with Py_LIMITED_API set to the tag's Python (0x030A0000 "
+    "for cp310-abi3) and only the limited API, or build one wheel per Python (no py_limited_api)",
+}
+
+
+def _unstable_problem(module: ModuleAbi, tag: str, minimum: int) -> str:
+    return (
+        f"{module.member} is in a {tag} wheel (one file for CPython 3.{minimum} and later) but uses "
+        f"{', '.join(module.unstable)}"
+    )
+
+
+@functools.cache
+def _stable_abi_added() -> dict[str, tuple[int, int]]:
+    """Each stable ABI symbol (functions and data) and the CPython version that added it."""
+    import abi3info  # the manifest, ~250 kB of tables: loaded when an abi3 wheel is judged
+
+    members = {**abi3info.FUNCTIONS, **abi3info.DATAS}
+    return {symbol.name: (entry.added.major, entry.added.minor) for symbol, entry in members.items()}
+
+
+def outside_stable_abi(abi: ElfAbi, minimum: int, defined: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The Python C API symbols a module needs (undefined, and not among *defined*, those the
+    wheel's own libraries export) that the stable ABI of CPython 3.<minimum> lacks, each with
+    why: outside it (CPython's internals, the full API) or added after 3.<minimum>."""
+    added = _stable_abi_added()
+    found = set()
+    for symbol in abi.undefined:
+        if not _PYTHON_C_API.match(symbol.name) or symbol.name in defined:
+            continue
+        since = added.get(symbol.name)
+        if since is None:
+            found.add(f"{symbol.name} (not in the stable ABI)")
+        elif since > (3, minimum):
+            found.add(f"{symbol.name} (in the stable ABI since {since[0]}.{since[1]})")
+    return tuple(sorted(found))
 
 
 def _problem(module: ModuleAbi, label: str) -> str:
@@ -326,12 +384,14 @@ def check_wheel_abi(
     # Resolution inside the wheel is by name: a bundled library (auditwheel's <pkg>.libs/) or a
     # sibling extension that exports the symbol. What remains is the container check's to resolve.
     defined = frozenset(name for _, abi in abis for name in abi.defined)
+    abi3 = stable_abi(wheel_path.name)
     modules = tuple(
         ModuleAbi(
             member=member,
             abi=abi,
             excess=limits.excess(abi),
             unresolved=tuple(s for s in abi.undefined if not s.weak and s.name not in defined),
+            unstable=outside_stable_abi(abi, abi3.minimum, defined) if abi3 is not None else (),
         )
         for member, abi in abis
     )

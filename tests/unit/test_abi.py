@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.errors import AbiMismatch
+from wheelbuild.errors import AbiMismatch, StableAbiBroken
 from wheelbuild.wheel.abi import (
     ElfAbi,
     Excess,
@@ -440,3 +440,80 @@ def test_sections_and_headers_past_the_end_of_the_file_are_refused(so: dict[str,
     struct.pack_into("<Q", data, shoff + 32, 1 << 40)
     with pytest.raises(ValueError, match="section headers do not fit"):
         symbol_versions(bytes(data))
+
+
+# -- the stable ABI of an abi3 wheel ---------------------------------------------------------------
+
+# Python C API calls declared by hand (no Python headers needed): a shared object may leave them
+# undefined, as an extension module does until the interpreter loads it.
+PYTHON_SOURCES = {
+    # all in the stable ABI: PyArg_ParseTuple, PyModule_Create2 (3.2), _Py_NoneStruct (data, ABI
+    # only, under Py_None), PyUnicode_AsUTF8AndSize (added in 3.10)
+    "limited.c": (
+        "extern int PyArg_ParseTuple(void *, const char *, ...);\n"
+        "extern void *PyModule_Create2(void *, int);\n"
+        "extern const char *PyUnicode_AsUTF8AndSize(void *, long *);\n"
+        "extern char _Py_NoneStruct;\n"
+        "void *wb_limited(void *args, void *def) {\n"
+        '  long n; if (!PyArg_ParseTuple(args, "") || !PyUnicode_AsUTF8AndSize(args, &n)) return 0;\n'
+        "  return n ? PyModule_Create2(def, 3) : (void *)&_Py_NoneStruct;\n}\n"
+    ),
+    # CPython's internals and a function the stable ABI gained in 3.11
+    "unlimited.c": (
+        "extern void **_PyObject_GetDictPtr(void *);\n"
+        "extern void *PyType_GetName(void *);\n"
+        "void *wb_unlimited(void *o) { return _PyObject_GetDictPtr(o) ? PyType_GetName(o) : 0; }\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def python_so(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    assert GCC is not None
+    d = tmp_path_factory.mktemp("pyso")
+    built = {}
+    for source, text in PYTHON_SOURCES.items():
+        (d / source).write_text(text)
+        out = d / f"{source.removesuffix('.c')}.so"
+        subprocess.run([GCC, "-shared", "-fPIC", "-o", str(out), str(d / source)], check=True, timeout=120)
+        built[out.stem] = out.read_bytes()
+    return built
+
+
+def _abi3_wheel(directory: Path, python: str, members: dict[str, bytes]) -> Path:
+    return make_wheel(
+        directory, "demo", "0.1", tag=f"{python}-abi3-manylinux_2_28_x86_64", extra_files=members
+    )
+
+
+def test_an_abi3_module_within_the_stable_abi_of_its_tag_fits(
+    python_so: dict[str, bytes], tmp_path: Path
+) -> None:
+    report = check_wheel_abi(_abi3_wheel(tmp_path, "cp310", {"demo/_C.abi3.so": python_so["limited"]}))
+    assert report.fits and report.errors() == [], report.problems
+    # One Python older, PyUnicode_AsUTF8AndSize is not in its stable ABI yet.
+    older = check_wheel_abi(_abi3_wheel(tmp_path / "39", "cp39", {"demo/_C.abi3.so": python_so["limited"]}))
+    assert older.problems == (
+        "demo/_C.abi3.so is in a cp39-abi3 wheel (one file for CPython 3.9 and later) but uses "
+        "PyUnicode_AsUTF8AndSize (in the stable ABI since 3.10)",
+    )
+
+
+def test_an_abi3_module_outside_the_stable_abi_is_a_typed_problem(
+    python_so: dict[str, bytes], tmp_path: Path
+) -> None:
+    members = {"demo/_C.abi3.so": python_so["unlimited"], "demo/ok.abi3.so": python_so["limited"]}
+    report = check_wheel_abi(_abi3_wheel(tmp_path, "cp310", members))
+    assert not report.fits
+    errors = report.errors()
+    assert [(type(e), e.exit_code) for e in errors] == [(StableAbiBroken, 61)]
+    assert errors[0].cause == (
+        "demo-0.1-cp310-abi3-manylinux_2_28_x86_64.whl: demo/_C.abi3.so is in a cp310-abi3 wheel (one "
+        "file for CPython 3.10 and later) but uses PyType_GetName (in the stable ABI since 3.11), "
+        "_PyObject_GetDictPtr (not in the stable ABI)"
+    )
+    assert "Py_LIMITED_API" in errors[0].remedy
+    module = report.to_json()["modules"]["demo/_C.abi3.so"]  # type: ignore[index]
+    assert module["outside_stable_abi"] == list(next(m for m in report.modules if not m.fits).unstable)
+    # A wheel of one Python promises nothing of the kind: the same module fits it.
+    assert check_wheel_abi(_wheel(tmp_path / "cp311", "manylinux_2_28_x86_64", members)).fits

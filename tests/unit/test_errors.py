@@ -50,6 +50,7 @@ KNOWN_CODES = {
     "PublishTargetMissing": 16,
     "PublishedIndexUnreachable": 59,
     "NightIncomplete": 60,
+    "StableAbiBroken": 61,
     "Interrupted": 130,
 }
 
