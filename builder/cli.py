@@ -332,8 +332,9 @@ def gc_command(
     scope: str | None,
     image_flags: ImageFlags,
 ) -> None:
-    """Remove old runs, stored results, build images and calibrate's torch volumes; keep what a
-    published wheel or the newest runs need, the current inputs' image, and all a container uses.
+    """Remove old runs, stored results, build and dist-fleet images and calibrate's torch volumes;
+    keep what a published wheel or the newest runs need, the current inputs' images, and all a
+    container uses.
     The image flags name the current inputs, as for build."""
     options = prune.GcOptions(
         output_dir=output_dir.resolve(),

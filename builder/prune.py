@@ -21,10 +21,11 @@ from pathlib import Path
 from .bounded import read_bounded
 from .errors import ReportUnreadable
 from .index import index
+from .names import DIST_DOCKERFILE, dist_image_tag
 from .preflight import ImageOptions, cuda12_layer, image_inputs
 from .report import REPORT_NAME, BuildReport, read_report
 from .run import gc
-from .run.image import production_base
+from .run.image import image_script, production_base
 from .run.ports import GcEngine, ImageIds
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
@@ -200,13 +201,19 @@ def published_in(output_dir: Path) -> gc.Published:
 
 def current_images(images: ImageIds, options: ImageOptions, scope: gc.Scope) -> frozenset[str]:
     """The tags a build with these options would use now: the plain image, and for cu12x the
-    image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead)."""
+    image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead); and
+    the sccache-dist fleet's image FROM the plain one, when that is here (its tag hashes the
+    plain image's ID, as `wheelbuild dist` names it)."""
     plain = image_inputs(images, replace(options, cuda12_redist=False))
     tags = {plain.tag}
     if options.cuda12_image is None:
         cu12 = image_inputs(images, replace(options, cuda12_redist=True))
         tags |= {cu12.tag, cuda12_layer().tag}
-    return frozenset(scope.retag(t) for t in tags)
+    current = {scope.retag(t) for t in tags}
+    if build_id := images.local_image_id(scope.retag(plain.tag)):
+        dockerfile = image_script(DIST_DOCKERFILE).read_bytes()
+        current.add(dist_image_tag(dockerfile, build_id, scope.dist_repository))
+    return frozenset(current)
 
 
 def collect(engine: GcEngine, options: GcOptions, on_step: Callable[[str], None]) -> gc.GcPlan:

@@ -32,7 +32,6 @@ reaper, which select by those, never touch the fleet; dist-stop selects by ROLE_
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -46,6 +45,7 @@ import docker.models.containers
 import docker.models.networks
 
 from ..errors import BadArgument, BadMemory, DockerUnavailable, ImageBuildFailed
+from ..names import DIST_DOCKERFILE, dist_image_tag
 from ..plan.fleet import Fleet, RemoteJob
 from ..spec import resolve_ca_bundle
 from ..units import format_bytes
@@ -54,8 +54,6 @@ from .image import ImageInputs, image_script, production_base
 
 OnLine = Callable[[str], None]
 
-DIST_REPOSITORY = "wbdist-sccache"  # the tag scripts/dist-smoke gives the same inputs
-DOCKERFILE = "Dockerfile.sccache-dist"
 SECCOMP_PROFILE = "sccache-dist-seccomp.json"
 IMAGE_LABEL = "org.wheelbuild.dist.inputs.sha256"
 ROLE_LABEL = "wheelbuild.dist.role"  # scheduler | server | network | build-dir
@@ -182,13 +180,6 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def dist_image_tag(dockerfile: bytes, build_image_id: str) -> str:
-    """The fleet image's tag: its recipe and the build image it starts from, hashed (the same
-    digest scripts/dist-smoke computes, so both reuse one image)."""
-    digest = hashlib.sha256(dockerfile + build_image_id.encode() + b"\n").hexdigest()
-    return f"{DIST_REPOSITORY}:{digest[:16]}"
-
-
 def labels(role: str, network: str) -> dict[str, str]:
     """The fleet's labels: found by dist-stop, never by the build's orphan sweep or reaper."""
     return {ROLE_LABEL: role, FLEET_LABEL: network}
@@ -228,7 +219,7 @@ def dist_image(
     build = engine.ensure_image(
         ImageInputs.load(base_image=base, base_id=base_id, ca_bundle=resolve_ca_bundle(ca_bundle)), progress
     )
-    dockerfile = image_script(DOCKERFILE).read_bytes()
+    dockerfile = image_script(DIST_DOCKERFILE).read_bytes()
     tag = dist_image_tag(dockerfile, build.id)
     try:
         client.images.get(tag)

@@ -8,8 +8,9 @@ What is kept, whatever else is said:
   a run without its report that was written to in the last day (it may still be building);
 - a stored result one of those runs needs (its inputs key), one whose wheel is published, and
   the newest N results;
-- the build image of the current inputs (plain and cu12x), the current CUDA 12 layer, any
-  image a container (running or stopped) uses, and the base image;
+- the build image of the current inputs (plain and cu12x), the current CUDA 12 layer, the
+  sccache-dist fleet's image FROM the current build image, any image a container (running or
+  stopped) uses, and the base image;
 - every volume a container mounts; the compiler, pip and torch-download caches unless
   `--caches` is given. Only calibrate's torch-headers volumes go by default.
 
@@ -26,7 +27,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import BadArgument, GcIncomplete
-from ..names import CACHE_VOLUMES, IMAGE_REPOSITORY, LAYER_REPOSITORY, PREFIX, TORCH_VOLUME_PREFIX
+from ..names import (
+    CACHE_VOLUMES,
+    DIST_REPOSITORY,
+    IMAGE_REPOSITORY,
+    LAYER_REPOSITORY,
+    PREFIX,
+    TORCH_VOLUME_PREFIX,
+)
 from ..units import format_bytes
 
 DEFAULT_KEEP_RUNS = 5
@@ -63,13 +71,19 @@ class Scope:
         return self.retag(LAYER_REPOSITORY)
 
     @property
+    def dist_repository(self) -> str:
+        """The sccache-dist fleet's images: wbdist-sccache, or under a test's prefix its own."""
+        return DIST_REPOSITORY if self.prefix == DEFAULT_SCOPE else f"{self.prefix}-dist-sccache"
+
+    @property
     def cache_volumes(self) -> tuple[str, ...]:
         """sccache's store, pip's cache, the gate's torch downloads: refilled by the next build."""
         return tuple(self.retag(v) for v in CACHE_VOLUMES)
 
     def owns_image(self, tag: str) -> bool:
         repository, sep, version = tag.rpartition(":")
-        return bool(sep and version) and repository in (self.image_repository, self.layer_repository)
+        ours = (self.image_repository, self.layer_repository, self.dist_repository)
+        return bool(sep and version) and repository in ours
 
     def volume_kind(self, name: str) -> str | None:
         """'cache', 'torch' (calibrate's torch headers, wheelbuild-torch-<hash>), or None: not ours."""

@@ -25,9 +25,11 @@ import docker
 import docker.errors
 import pytest
 from wheelbuild.index import publish as publishing
+from wheelbuild.names import DIST_DOCKERFILE, dist_image_tag
 from wheelbuild.preflight import ImageOptions, cuda12_layer, image_inputs
 from wheelbuild.run import gc
 from wheelbuild.run.engine import DockerEngine
+from wheelbuild.run.image import image_script
 from wheelbuild.spec import resolve_ca_bundle
 
 from tests.indexkit import make_wheel
@@ -108,6 +110,7 @@ def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) 
         "used": f"{scope.image_repository}:fedcba9876543210",
         "layer-current": layer,
         "layer-old": f"{scope.layer_repository}:0000000000000000",
+        "dist-old": f"{scope.dist_repository}:1111111111111111",
     }
     volumes = {
         "sccache": f"{scope.prefix}-sccache",
@@ -127,6 +130,12 @@ def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) 
     try:
         for role, tag in images.items():
             _tiny_image(docker_client, tag, None if role.startswith("layer") else base_image, scope.prefix)
+        # The fleet's image FROM the current build image, tagged as `wheelbuild dist` tags it.
+        dockerfile = image_script(DIST_DOCKERFILE).read_bytes()
+        images["dist-current"] = dist_image_tag(
+            dockerfile, docker_client.images.get(current).id, scope.dist_repository
+        )
+        _tiny_image(docker_client, images["dist-current"], current, scope.prefix)
         for name in volumes.values():
             docker_client.volumes.create(name, labels=labels)
         docker_client.containers.run(
@@ -171,7 +180,7 @@ def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) 
             all=True, filters={"label": f"{TEST_LABEL}={scope.prefix}"}
         ):
             container.remove(force=True)
-        for tag in images.values():
+        for tag in reversed(images.values()):  # the fleet's image before the one it is FROM
             with contextlib.suppress(docker.errors.ImageNotFound):
                 docker_client.images.remove(tag, force=True)
         for name in volumes.values():
@@ -209,6 +218,10 @@ def test_gc_dry_run_frees_nothing_and_a_real_run_removes_exactly_the_unneeded(
 
     assert line(s.images["old"]).startswith("would remove image  ") and "1.0 MiB" in line(s.images["old"])
     assert line(s.images["layer-old"]).startswith("would remove image  ")
+    assert line(s.images["dist-old"]).startswith("would remove image  ")
+    assert line(s.images["dist-current"]).startswith("keep") and "current inputs" in line(
+        s.images["dist-current"]
+    )
     assert line(s.images["current"]).startswith("keep") and "current inputs" in line(s.images["current"])
     assert line(s.images["layer-current"]).startswith("keep")
     assert "created container" in line(s.images["used"])
@@ -222,9 +235,9 @@ def test_gc_dry_run_frees_nothing_and_a_real_run_removes_exactly_the_unneeded(
     assert "published in" in line(s.runs["published-old"])
     assert line(s.runs["newest"]).startswith("keep")
     assert "kept run" in line(s.results["newest-run's"])
-    # sizes in the summary: the 2 images' and the volume's MiB, plus the run's and the result's KiB
+    # sizes in the summary: the 3 images' and the volume's MiB, plus the run's and the result's KiB
     summary = lines[-1]
-    assert summary.startswith("gc: would free ") and "2 images (2.0 MiB)" in summary and "1 run (" in summary
+    assert summary.startswith("gc: would free ") and "3 images (3.0 MiB)" in summary and "1 run (" in summary
     assert "wheelbuild-cuda131" not in dry.stdout and "wheelbuild-sccache" not in dry.stdout
     # the dry run removed nothing
     assert _present(docker_client, s) == (before_images, before_volumes)
@@ -235,7 +248,7 @@ def test_gc_dry_run_frees_nothing_and_a_real_run_removes_exactly_the_unneeded(
     assert real.returncode == 0, real.stdout + real.stderr
     assert real.stdout.splitlines()[-1].startswith("gc: freed ")
     images, volumes = _present(docker_client, s)
-    assert images == {"current", "used", "layer-current"}
+    assert images == {"current", "used", "layer-current", "dist-current"}
     assert volumes == {"sccache", "pip", "torch-mounted"}
     assert sorted(p.name for p in (s.out / "runs").iterdir()) == sorted(
         [s.runs["published-old"], s.runs["newest"]]
@@ -248,7 +261,7 @@ def test_gc_dry_run_frees_nothing_and_a_real_run_removes_exactly_the_unneeded(
     assert caches.returncode == 0, caches.stdout + caches.stderr
     images, volumes = _present(docker_client, s)
     assert volumes == {"pip", "torch-mounted"}  # a mounted cache stays even with --caches
-    assert images == {"current", "used", "layer-current"}
+    assert images == {"current", "used", "layer-current", "dist-current"}
 
     real_after = _wheelbuild_objects(docker_client)
     assert real_before[0] <= real_after[0] and real_before[1] <= real_after[1]

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from wheelbuild.cli import main
 from wheelbuild.errors import BadArgument, BadMemory
+from wheelbuild.names import dist_image_tag
 from wheelbuild.run import dist_fleet
 from wheelbuild.run.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
 from wheelbuild.run.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL
@@ -107,9 +108,9 @@ def test_fleet_labels_are_never_the_builds_ownership_labels() -> None:
 
 def test_the_dist_image_tag_is_dist_smokes_digest() -> None:
     # scripts/dist-smoke: { cat Dockerfile; echo "$build_id"; } | sha256sum | cut -c1-16
-    tag = dist_fleet.dist_image_tag(b"FROM x\n", "sha256:abc")
+    tag = dist_image_tag(b"FROM x\n", "sha256:abc")
     assert tag == "wbdist-sccache:" + __import__("hashlib").sha256(b"FROM x\nsha256:abc\n").hexdigest()[:16]
-    assert dist_fleet.dist_image_tag(b"FROM y\n", "sha256:abc") != tag
+    assert dist_image_tag(b"FROM y\n", "sha256:abc") != tag
 
 
 def test_token_files_are_checked_without_showing_them(tmp_path: Path) -> None:

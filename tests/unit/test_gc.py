@@ -419,3 +419,11 @@ def test_every_inputs_key_beside_a_published_wheel_keeps_its_stored_result(tmp_p
     wheel = make_wheel(tmp_path / "in", tag="cp39-abi3-linux_x86_64")
     publishing.publish([wheel], out / "cu130", inputs={wheel.name: ("key-cp311", "key-cp313")})
     assert prune.published_in(out).inputs == frozenset({"key-cp311", "key-cp313"})
+
+
+def test_the_dist_fleets_images_are_gcs_too_under_a_tests_prefix_its_own() -> None:
+    real, test = gc.Scope(), gc.Scope("wbgctest-1234")
+    assert real.owns_image("wbdist-sccache:0123456789abcdef")
+    assert not test.owns_image("wbdist-sccache:0123456789abcdef")  # a test never sees the real fleet's
+    assert test.owns_image("wbgctest-1234-dist-sccache:0123456789abcdef")
+    assert not real.owns_image("wbdist-sccache") and not real.owns_image("wbdist-other:0123456789abcdef")
