@@ -92,6 +92,11 @@ _nightly_track = track_option(
 _nightly_to = click.option(
     "--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
 )
+_nightly_index = click.option(
+    "--index",
+    "index_url",
+    help="A remote target's index URL [default: NIGHTLY_INDEX_URL, else [publish] index].",
+)
 
 
 def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
@@ -123,11 +128,7 @@ def nightly() -> None:
     help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the plan.",
 )
 @_nightly_to
-@click.option(
-    "--index",
-    "index_url",
-    help="A remote target's index URL [default: NIGHTLY_INDEX_URL, else [publish] index].",
-)
+@_nightly_index
 @click.option(
     "--save",
     type=click.Path(path_type=Path),
@@ -206,13 +207,22 @@ def nightly_build_cell(
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @_nightly_config
 @_nightly_to
-def nightly_publish_night(dirs: tuple[Path, ...], config: Path, to: str | None) -> None:
+@_nightly_index
+def nightly_publish_night(
+    dirs: tuple[Path, ...], config: Path, to: str | None, index_url: str | None
+) -> None:
     """Publish the wheels of every cell under DIRS whose report says all checks and the gate
-    passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html)."""
+    passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html).
+    An upload URL's index says which wheels it holds already: those are not uploaded again."""
     from . import nightly as night
 
     result = night.publish_night(
-        dirs, matrix.load_matrix(config), os.environ, to=to, say=Reporter(sys.stderr).info
+        dirs,
+        matrix.load_matrix(config),
+        os.environ,
+        to=to,
+        say=Reporter(sys.stderr).info,
+        index_url=index_url,
     )
     click.echo(night.coverage_markdown(result.rows), nl=False)
     for page in result.pages:

@@ -21,25 +21,18 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
 
 from . import build, matrix_runs, preflight
 from .errors import (
     BadArgument,
-    PublishedIndexUnreachable,
-    PublishTargetMissing,
     WheelbuildError,
 )
-from .index import index as index_files
-from .index import publish as publishing
-from .index import remote
 from .matrix import Cell, Matrix
+from .nightly_index import INDEX_URL_ENV, published_keys, remote_inputs
 from .nightly_publish import (
     CELL_RECORD,
     PUBLISH_TO_ENV,
@@ -54,10 +47,7 @@ from .nightly_publish import (
     report_verdict,
 )
 from .pythons import (
-    IndexFile,
-    anchors,
     choose_pythons,
-    files_on_page,
     torch_python_tags,
 )
 from .recipes import resolve_recipe
@@ -65,14 +55,11 @@ from .requires_python import requires_python_of
 from .run.image import production_base
 from .run.ports import Engine, Images
 from .run.reporter import Reporter
-from .secrets import redact_url, without_credentials
 from .sources import cache_dir, prepare_source, resolve_lookup
 from .spec import parse_archs, resolve_ca_bundle
 from .variants import CudaCompiler, arch_range, compiler_for, parse_variant, supports_arch
 
 TEST_BASE_ENV = "WHEELBUILD_NIGHTLY_TEST_BASE"  # tests only: a local base instead of production
-INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
-ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,101 +160,6 @@ def feasible_cells(
             else:
                 good.append(one)
     return tuple(good), tuple(skipped)
-
-
-# ---------------------------------------------------------------------------------------------
-# What the target already holds
-
-
-def _get(
-    url: str, authorization: str | None, shown: str, *, missing_ok: bool = False
-) -> tuple[bytes, str] | None:
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
-    if authorization:  # *authorization* is only given for the index's own host
-        request.add_unredirected_header("Authorization", authorization)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.read(64 << 20), str(response.headers.get("Content-Type", ""))
-    except urllib.error.HTTPError as error:
-        if error.code == 404 and missing_ok:
-            return None
-        why = f"HTTP {error.code} {error.reason}"
-    except OSError as error:
-        why = str(error) or type(error).__name__
-    raise PublishedIndexUnreachable(
-        f"could not read {redact_url(shown)}: {why}",
-        f"check {INDEX_URL_ENV} ([publish] index) and that the index is up; its credentials go in the URL",
-    )
-
-
-def _not_a_page(url: str) -> PublishedIndexUnreachable:
-    return PublishedIndexUnreachable(
-        f"{redact_url(url)} is not a PEP 691 index page", f"point {INDEX_URL_ENV} at the tree's simple/"
-    )
-
-
-def _project_links(body: bytes, content_type: str, url: str) -> list[str]:
-    """The project pages an index's root links, relative to it: PEP 691 JSON or PEP 503 HTML."""
-    if content_type.split(";")[0].strip().endswith("json"):
-        try:
-            entries = json.loads(body).get("projects", [])
-            return [f"{e['name']}/" for e in entries if isinstance(e, dict) and "name" in e]
-        except (ValueError, AttributeError, TypeError):
-            raise _not_a_page(url) from None
-    return [href for values in anchors(body) if (href := values.get("href"))]
-
-
-def _files(body: bytes, content_type: str, url: str) -> tuple[IndexFile, ...]:
-    try:
-        return files_on_page(body, content_type)
-    except ValueError:
-        raise _not_a_page(url) from None
-
-
-def remote_inputs(index_url: str) -> set[str]:
-    """The inputs keys a served wheelhouse tree holds, read over HTTP from the index itself: the
-    project list, each project's page, and ``<file>.inputs`` beside each wheel. An index that
-    does not exist yet (404) holds none. Credentials in the URL go as an Authorization header."""
-    bare, authorization = without_credentials(index_url)
-    root = bare.rstrip("/") + "/"
-
-    def auth(url: str) -> str | None:  # credentials never go to another host a page links
-        return authorization if urlsplit(url).netloc == urlsplit(root).netloc else None
-
-    page = _get(root, authorization, index_url, missing_ok=True)
-    if page is None:
-        return set()
-    keys: set[str] = set()
-    for href in _project_links(*page, index_url):
-        project_url = urljoin(root, href)
-        project = _get(project_url, auth(project_url), project_url)
-        assert project is not None
-        for file in _files(*project, project_url):
-            if not file.filename.endswith(".whl") or not file.url:
-                continue
-            sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
-            found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
-            if found is not None:
-                keys |= index_files.inputs_keys(found[0].decode())
-    return keys
-
-
-def published_keys(to: str, index_url: str | None, tags: Iterable[str]) -> set[str]:
-    """The inputs keys published in each variant's tree of *to*: a local tree read directly, a
-    remote one (ssh tree or upload URL) over HTTP from *index_url* ({variant} in it)."""
-    keys: set[str] = set()
-    for tag in sorted(set(tags)):
-        where = remote.target_for(to, tag, several=False)
-        if isinstance(where, Path):
-            keys |= publishing.published_inputs(where)
-            continue
-        if not index_url:
-            raise PublishTargetMissing(
-                f"the target {to} is remote, and no index URL says where to read what it holds",
-                f"set {INDEX_URL_ENV} (or [publish] index) to its index, e.g. https://wheels.example/{{variant}}/simple/",
-            )
-        keys |= remote_inputs(index_url.replace("{variant}", tag))
-    return keys
 
 
 # ---------------------------------------------------------------------------------------------

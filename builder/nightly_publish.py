@@ -26,6 +26,7 @@ from .index import index as index_files
 from .index import publish as publishing
 from .index import remote
 from .matrix import Matrix
+from .nightly_index import INDEX_URL_ENV, served_wheels
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
 from .variants import parse_variant
@@ -187,6 +188,10 @@ class NightResult:
     pages: tuple[str, ...]  # where the coverage page went
 
 
+# What the coverage table says of a cell's wheel that the upload server's index already lists.
+HELD = "already on the index"
+
+
 @dataclass(frozen=True)
 class NightFiles:
     wheels: tuple[Path, ...]  # to publish
@@ -196,14 +201,14 @@ class NightFiles:
     served: dict[tuple[str, str], str]
 
 
-def one_file_per_name(cells: Sequence[CellOutcome]) -> NightFiles:
+def one_file_per_name(cells: Sequence[CellOutcome], held: frozenset[str] = frozenset()) -> NightFiles:
     """The night's files of one variant (pure but for reading each wheel's report). An abi3 wheel
     is one file name for every Python, so a package's cells for several Pythons each build it,
     and the bytes differ (each build stamps its own). The first cell's file is published, with
     every such cell's inputs key beside it, so that the next night plans none of them again (a
     published file is never replaced: a second file of that name would be refused and fail the
     whole variant). Any other name stays as given, and publish refuses two of one name whose
-    bytes differ."""
+    bytes differ. A name in *held* (an upload server's index lists it) is not published again."""
     wheels: list[Path] = []
     inputs: dict[str, list[str]] = {}
     first: dict[str, str] = {}  # abi3 file name -> the cell whose file is published
@@ -213,6 +218,9 @@ def one_file_per_name(cells: Sequence[CellOutcome]) -> NightFiles:
             keys = inputs.setdefault(wheel.name, [])
             if (key := check.inputs_key_beside(wheel)) and key not in keys:
                 keys.append(key)
+            if wheel.name in held:
+                served[cell.id, wheel.name] = HELD
+                continue
             if wheel.name in first:
                 served[cell.id, wheel.name] = (
                     f"{wheel.name} (abi3: the file {first[wheel.name]} built, for every Python; "
@@ -271,10 +279,14 @@ def publish_night(
     *,
     to: str | None,
     say: Callable[[str], None],
+    index_url: str | None = None,
 ) -> NightResult:
     """Publish every cell that passed (each variant's wheels into its tree), write the coverage
-    table, and raise NightIncomplete when a cell failed (after the others are published)."""
+    table, and raise NightIncomplete when a cell failed (after the others are published). An
+    upload URL's index (*index_url*, else NIGHTLY_INDEX_URL, else [publish] index) says which
+    wheels it holds already: those are not uploaded again."""
     target = publish_target(matrix, to, environ)
+    index = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     outcomes, plan = read_outcomes(dirs)
     by_tag = _passing_by_variant(outcomes, plan, say)
     several = len(by_tag) > 1
@@ -282,7 +294,7 @@ def publish_night(
     for tag, passing in sorted(by_tag.items()):
         where = remote.target_for(target, tag, several=several)
         published.trees[tag] = where
-        _publish_variant(tag, passing, where, published, say)
+        _publish_variant(tag, passing, where, published, say, _held_by(where, index, tag))
     judged = tuple(
         replace(o, wheels=(), failure=published.failed[o.id]) if o.id in published.failed else o
         for o in outcomes
@@ -331,12 +343,44 @@ class _Published:
     pages_at: dict[str, Path] = field(default_factory=dict)  # tag -> tree to write its page in
 
 
+def _published_text(outcome: CellOutcome, served: Mapping[tuple[str, str], str]) -> str:
+    """The coverage table's word on a cell that passed: its wheels published tonight, served by
+    another cell's abi3 file, or (all of them) already on an upload server's index."""
+    names = [w.name for w in outcome.wheels]
+    if names and all(served.get((outcome.id, n)) == HELD for n in names):
+        return (
+            f"earlier: the index already holds {', '.join(names)} (an upload server keeps no inputs "
+            "keys, so the cell was built again; a published file is never replaced)"
+        )
+    return "tonight: " + ", ".join(
+        f"{n} ({HELD})" if (text := served.get((outcome.id, n))) == HELD else text or n for n in names
+    )
+
+
+def _held_by(
+    where: Path | remote.UploadEndpoint | remote.RsyncTarget, index_url: str | None, tag: str
+) -> frozenset[str]:
+    """The wheels an upload server's index lists already (none for a tree: its inputs keys told
+    the plan what to skip, and publish takes a file it holds with the same bytes as done)."""
+    if not isinstance(where, remote.UploadEndpoint):
+        return frozenset()
+    if not index_url:
+        raise PublishTargetMissing(
+            f"the target {where.url} is an upload URL, and no index URL says what it holds already "
+            "(a file it holds is refused, never replaced, so each night's rebuild would fail)",
+            f"set {INDEX_URL_ENV} (or [publish] index, or --index) to its index, "
+            "e.g. https://wheels.example/{variant}/simple/",
+        )
+    return frozenset(served_wheels(index_url.replace("{variant}", tag)))
+
+
 def _publish_variant(
     tag: str,
     passing: Sequence[CellOutcome],
     where: Path | remote.UploadEndpoint | remote.RsyncTarget,
     published: _Published,
     say: Callable[[str], None],
+    held: frozenset[str] = frozenset(),
 ) -> None:
     good: list[CellOutcome] = []
     for outcome in passing:  # checked cell by cell: one bad cell does not stop the others
@@ -346,7 +390,7 @@ def _publish_variant(
             published.failed[outcome.id] = f"refused at publish (exit {error.exit_code}): {error.cause}"
             continue
         good.append(outcome)
-    files = one_file_per_name(good)
+    files = one_file_per_name(good, held)
     try:
         tree = _publish(files.wheels, files.inputs, where, say)
     except WheelbuildError as error:
@@ -356,9 +400,7 @@ def _publish_variant(
             )
         return
     for outcome in good:
-        published.now[outcome.id] = "tonight: " + ", ".join(
-            files.served.get((outcome.id, w.name), w.name) for w in outcome.wheels
-        )
+        published.now[outcome.id] = _published_text(outcome, files.served)
         say(f"{outcome.id}: published {len(outcome.wheels)} wheel(s) to {where}")
     if tree is not None:
         published.pages_at[tag] = tree

@@ -182,8 +182,15 @@ PYPISERVER_VENV = Path.home() / ".cache" / "wheelbuild-tests" / "pypiserver-2.4.
 
 @pytest.fixture(scope="module")
 def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    with _pypiserver(tmp_path_factory.mktemp("env"), tmp_path_factory.mktemp("pypiserver")) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def _pypiserver(env_dir: Path, work: Path) -> Iterator[tuple[str, Path]]:
+    """A real pypiserver on a free port, user ci / ci-secret-pw: its URL and packages folder."""
     python = PYPISERVER_VENV / "bin" / "python"
-    env = clean_env(tmp_path_factory.mktemp("env"))
+    env = clean_env(env_dir)
     if not python.exists():
         run_ok([sys.executable, "-m", "venv", str(PYPISERVER_VENV)], env, Path.home())
         run_ok(
@@ -192,7 +199,6 @@ def pypiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             Path.home(),
             300,
         )
-    work = tmp_path_factory.mktemp("pypiserver")
     packages = work / "packages"
     packages.mkdir()
     htpasswd = work / "htpasswd"
@@ -256,6 +262,54 @@ def test_publish_uploads_to_a_pypi_compatible_server_with_credentials_from_env(
     # pypiserver answers 400 "... already exists", devpi and warehouse 409: the same remedy.
     assert again.returncode == 58 and "already exists" in again.stderr, again.stdout + again.stderr
     assert "never replaced" in again.stderr
+
+
+def _passed_cell(night: Path, cell_id: str, build: FixtureBuild) -> None:
+    """A cell that passed, as `nightly build-cell` leaves it: the real build's run (wheel and
+    report) and its cell.json."""
+    run = night / cell_id / "runs" / build.run_dir.name
+    run.mkdir(parents=True)
+    for name in (build.wheel.name, "build-report.json"):
+        shutil.copy2(build.run_dir / name, run / name)
+    record = {
+        "id": cell_id,
+        "torch": "cu130",
+        "status": "passed",
+        "run": f"runs/{run.name}",
+        "wheels": [build.wheel.name],
+    }
+    (night / cell_id / "cell.json").write_text(json.dumps(record))
+
+
+def test_a_nightly_to_an_upload_url_never_uploads_again_what_its_index_holds(
+    fixture_build: FixtureBuild, tmp_path: Path
+) -> None:
+    # An upload server keeps no inputs keys, so each night builds its cells again and finds the
+    # same file names; it refuses a name it holds. Before, that failed the whole variant (exit 60).
+    config = tmp_path / "wheelbuild.toml"
+    config.write_text('[[build]]\npackage = "wbdemo"\ntorch = ["cu130"]\n')
+    with _pypiserver(tmp_path / "env", tmp_path) as (url, packages):
+        env = {**clean_env(tmp_path), "TWINE_USERNAME": "ci", "TWINE_PASSWORD": "ci-secret-pw"}
+        nights = []
+        for n in (1, 2):
+            night = tmp_path / f"night{n}"
+            _passed_cell(night, "wbdemo-cu130-cp311-100.120", fixture_build)
+            args = ["nightly", "publish-night", str(night), "--config", str(config), "--to", url]
+            nights.append(wheelbuild(*args, "--index", f"{url}simple/", env=env, timeout=300))
+        without_index = wheelbuild(*args, env=env, timeout=300)
+        assert [p.name for p in packages.iterdir()] == [fixture_build.wheel.name]
+    first, second = nights
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"| wbdemo-cu130-cp311-100.120 | published | tonight: {fixture_build.wheel.name} |" in first.stdout
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (
+        f"| wbdemo-cu130-cp311-100.120 | published | earlier: the index already holds {fixture_build.wheel.name} "
+        "(an upload server keeps no inputs keys, so the cell was built again; a published file is never replaced) |"
+    ) in second.stdout
+    # Without the index it cannot know: it stops before uploading anything (exit 16).
+    assert without_index.returncode == 16 and "NIGHTLY_INDEX_URL" in without_index.stderr, (
+        without_index.stderr
+    )
 
 
 def test_upload_url_with_credentials_in_it_is_refused(fixture_build: FixtureBuild) -> None:
