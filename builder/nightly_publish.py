@@ -196,8 +196,8 @@ HELD = "already on the index"
 class NightFiles:
     wheels: tuple[Path, ...]  # to publish
     inputs: dict[str, tuple[str, ...]]  # file name -> the inputs keys of the cells it serves
-    # (cell id, file name) -> what the coverage table says of a cell whose abi3 file another
-    # cell's build of it serves
+    # (cell id, file name) -> what the coverage table says of a cell's wheel that is not
+    # published from its own build: another cell's abi3 file serves it, or it is HELD
     served: dict[tuple[str, str], str]
 
 
@@ -401,7 +401,7 @@ def _publish_variant(
         return
     for outcome in good:
         published.now[outcome.id] = _published_text(outcome, files.served)
-        say(f"{outcome.id}: published {len(outcome.wheels)} wheel(s) to {where}")
+        say(f"{outcome.id} ({where}): {published.now[outcome.id]}")
     if tree is not None:
         published.pages_at[tag] = tree
 
