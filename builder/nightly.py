@@ -4,7 +4,8 @@
   torch release has no wheel for, or whose archs no compiler the image can get compiles, is
   skipped with the reason; a cell without `python` is one cell per default Python), less
   those whose inputs key the target's index already holds (a local tree read directly, a
-  remote one over HTTP: ``files/<wheel>.inputs`` beside each wheel).
+  remote one over HTTP: ``files/<wheel>.inputs`` beside each wheel), and for an upload URL,
+  which keeps no inputs keys, those whose wheel its index lists (held_cells).
 - :func:`build_cell`: one cell's build through :func:`wheelbuild.build.run_build`, import gate
   included, on the production base; its outcome written to ``<out>/cell.json``.
 - :func:`publish_night` (wheelbuild.nightly_publish, named here too): only the wheels whose
@@ -22,7 +23,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -31,8 +32,9 @@ from .errors import (
     BadArgument,
     WheelbuildError,
 )
+from .index import remote
 from .matrix import Cell, Matrix
-from .nightly_index import INDEX_URL_ENV, published_keys, remote_inputs
+from .nightly_index import INDEX_URL_ENV, Release, held_wheel, published_keys, remote_inputs, served_wheels
 from .nightly_publish import (
     CELL_RECORD,
     PUBLISH_TO_ENV,
@@ -169,9 +171,11 @@ def feasible_cells(
 @dataclass(frozen=True)
 class NightPlan:
     build: tuple[Cell, ...]  # to build tonight
-    published: tuple[Cell, ...]  # their inputs made a wheel the target holds
+    published: tuple[Cell, ...]  # their inputs made a wheel the target holds (or see `held`)
     skipped: tuple[Skipped, ...]  # cannot be built
     keys: Mapping[str, str]  # cell id -> inputs key (build and published cells)
+    # An upload URL's published cells: cell id -> the wheel of that name its index lists.
+    held: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -179,7 +183,11 @@ class NightPlan:
                 {"id": c.id, "args": c.build_args(), "torch": c.torch, "key": self.keys[c.id]}
                 for c in self.build
             ],
-            "published": [{"id": c.id, "torch": c.torch, "key": self.keys[c.id]} for c in self.published],
+            "published": [
+                {"id": c.id, "torch": c.torch, "key": self.keys[c.id]}
+                | ({"held": self.held[c.id]} if c.id in self.held else {})
+                for c in self.published
+            ],
             "skipped": [{"id": s.cell.id, "torch": s.cell.torch, "why": s.why} for s in self.skipped],
         }
 
@@ -200,6 +208,9 @@ def lines_output(plan: NightPlan) -> str:
 class _Context:
     options: preflight.ImageOptions
     images: Images  # asked only when the base is a local test base
+    # source_of(cell) -> the recipe's project and release, when it names one (else the name of
+    # the wheel is known only once it is built)
+    releases: Mapping[str, tuple[str, str]]
 
 
 def _image_pythons(options: preflight.ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
@@ -234,14 +245,17 @@ def _feasible(
             variant.index_url, variant.torch_version, cache=cache_dir(), on_line=say
         )
     requires: dict[str, str | None] = {}
+    releases: dict[str, tuple[str, str]] = {}
     for cell in matrix.cells:
         if source_of(cell) not in requires:
             recipe = resolve_lookup(resolve_recipe(cell.package, version=cell.version), say)
             source = prepare_source(recipe.source, say)
             requires[source_of(cell)] = requires_python_of(source.project_dir / source.package)
+            if recipe.version:
+                releases[source_of(cell)] = (recipe.name, recipe.version)
     cuda12 = CudaCompiler.cuda12(options.cuda12_version)
     good, skipped = feasible_cells(matrix.cells, image, tags, requires, cuda12)
-    return good, skipped, _Context(options, images)
+    return good, skipped, _Context(options, images, releases)
 
 
 def plan_night(
@@ -261,12 +275,42 @@ def plan_night(
     }
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     published = published_keys(target, where, (parse_variant(c.torch).tag for c in good))
+    held = held_cells(good, target, where, context.releases, torch_index_url)
+    done = {c.id for c in good if keys[c.id] in published or c.id in held}
     return NightPlan(
-        build=tuple(c for c in good if keys[c.id] not in published),
-        published=tuple(c for c in good if keys[c.id] in published),
+        build=tuple(c for c in good if c.id not in done),
+        published=tuple(c for c in good if c.id in done),
         skipped=skipped,
         keys=keys,
+        held=held,
     )
+
+
+def held_cells(
+    cells: Sequence[Cell],
+    target: str,
+    index_url: str | None,
+    releases: Mapping[str, tuple[str, str]],
+    torch_index_url: str | None,
+) -> dict[str, str]:
+    """Cell id -> the wheel an upload URL's index already lists for it (held_wheel). Such a
+    server keeps no inputs keys, and never takes a name it holds again, so building the cell
+    would only make a file that publish must skip. Only a cell whose release is known: the
+    wheel's name is then known before it is built."""
+    held: dict[str, str] = {}
+    served: dict[str, set[str]] = {}
+    for cell in cells:
+        variant = parse_variant(cell.torch, torch_index_url)
+        where = remote.target_for(target, variant.tag, several=False)
+        release = releases.get(source_of(cell))
+        if not isinstance(where, remote.UploadEndpoint) or not index_url or not release or not cell.python:
+            continue
+        if variant.tag not in served:
+            served[variant.tag] = served_wheels(index_url.replace("{variant}", variant.tag))
+        wheel = held_wheel(Release(*release, variant.label, cell.python), served[variant.tag])
+        if wheel is not None:
+            held[cell.id] = wheel
+    return held
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +372,7 @@ __all__ = [
     "TEST_BASE_ENV",
     "CellOutcome",
     "NightPlan",
+    "Release",
     "Row",
     "Skipped",
     "build_cell",
@@ -336,6 +381,8 @@ __all__ = [
     "coverage_rows",
     "feasible_cells",
     "github_output",
+    "held_cells",
+    "held_wheel",
     "image_options",
     "lines_output",
     "plan_night",

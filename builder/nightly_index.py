@@ -8,8 +8,12 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from .errors import PublishedIndexUnreachable, PublishTargetMissing
 from .index import index as index_files
@@ -17,8 +21,9 @@ from .index import publish as publishing
 from .index import remote
 from .pythons import IndexFile, anchors, files_on_page
 from .secrets import redact_url, without_credentials
+from .wheel.abi3 import stable_abi
 
-__all__ = ["INDEX_URL_ENV", "published_keys", "remote_inputs", "served_wheels"]
+__all__ = ["INDEX_URL_ENV", "Release", "held_wheel", "published_keys", "remote_inputs", "served_wheels"]
 
 INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
 ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
@@ -125,3 +130,35 @@ def published_keys(to: str, index_url: str | None, tags: Iterable[str]) -> set[s
             )
         keys |= remote_inputs(index_url.replace("{variant}", tag))
     return keys
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a cell's wheel will be named by, known before it is built: the project, its release
+    and the variant's local label (flash-attn, 2.8.3, cu130torch2.11), and the Python (cp311)."""
+
+    project: str
+    version: str
+    label: str
+    python: str
+
+
+def held_wheel(release: Release, served: Iterable[str]) -> str | None:
+    """The wheel among *served* (file names an upload server's index lists) that the cell of
+    *release* would build: the same project, release+label and Python (or an abi3 wheel that
+    serves it). Such a cell need not be built: the server never takes that name again (pure)."""
+    try:
+        wanted = Version(f"{release.version}+{release.label}")
+    except InvalidVersion:
+        return None
+    for filename in sorted(served):
+        try:
+            name, version, _build, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        if name != canonicalize_name(release.project) or version != wanted:
+            continue
+        abi3 = stable_abi(filename)
+        if any(t.interpreter == release.python for t in tags) or (abi3 and abi3.serves(release.python)):
+            return filename
+    return None

@@ -138,9 +138,8 @@ def coverage_rows(
         return parse_variant(torch).tag
 
     for entry in _entries(plan, "published"):
-        rows[entry["id"]] = Row(
-            entry["id"], tag(entry["torch"]), "published", "earlier: its inputs are unchanged"
-        )
+        why = f"the index already holds {entry['held']}" if entry.get("held") else "its inputs are unchanged"
+        rows[entry["id"]] = Row(entry["id"], tag(entry["torch"]), "published", f"earlier: {why}")
     for entry in _entries(plan, "build"):
         rows[entry["id"]] = Row(
             entry["id"], tag(entry["torch"]), "failed", "no record: its build did not finish"

@@ -26,11 +26,14 @@ from wheelbuild.index.remote import RsyncTarget
 from wheelbuild.matrix import Cell, load_matrix, parse_matrix
 from wheelbuild.nightly import (
     CellOutcome,
+    Release,
     coverage_html,
     coverage_markdown,
     coverage_rows,
     feasible_cells,
     github_output,
+    held_cells,
+    held_wheel,
     image_options,
     lines_output,
     production_pythons,
@@ -205,6 +208,48 @@ def test_published_keys_are_read_from_a_local_tree_and_over_http_from_the_served
         assert remote_inputs(url) == {"key-a", "key-b"}
         assert published_keys("ci@wheels.example:/srv/{variant}", url, ["cu130"]) == {"key-a", "key-b"}
         assert remote_inputs(url.replace("/simple/", "/nothing-here/")) == set()  # no index yet
+
+
+def test_the_wheel_a_cell_would_build_is_found_among_an_upload_servers_files() -> None:
+    served = {
+        "flash_attn-2.8.3+cu130torch2.11-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "flash_attn-2.8.3+cu128torch2.10-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "wbdemo-0.1.0+cu130torch2.11-cp310-abi3-manylinux_2_28_x86_64.whl",
+        "not a wheel name.whl",
+    }
+    cu130 = Release("flash-attn", "2.8.3", "cu130torch2.11", "cp311")
+    assert (
+        held_wheel(cu130, served) == "flash_attn-2.8.3+cu130torch2.11-cp311-cp311-manylinux_2_28_x86_64.whl"
+    )
+    for other in (
+        Release("flash-attn", "2.8.3", "cu130torch2.11", "cp312"),  # another Python
+        Release("flash-attn", "2.8.2", "cu130torch2.11", "cp311"),  # another release
+        Release("flash-attn", "2.8.3", "cu128torch2.10", "cp311"),  # another variant
+        Release("flash-attn-3", "2.8.3", "cu130torch2.11", "cp311"),  # another project
+        Release("wbdemo", "0.1.0", "cu130torch2.11", "cp313t"),  # abi3 is not for free-threaded
+    ):
+        assert held_wheel(other, served) is None, other
+    # An abi3 wheel serves every later CPython.
+    assert held_wheel(Release("wbdemo", "0.1.0", "cu130torch2.11", "cp313"), served) == (
+        "wbdemo-0.1.0+cu130torch2.11-cp310-abi3-manylinux_2_28_x86_64.whl"
+    )
+
+
+def test_cells_an_upload_servers_index_holds_are_not_built_again(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    wheel = make_wheel(tmp_path / "w", version="0.1.0+cu130torch2.11", tag="cp311-cp311-linux_x86_64")
+    publish([wheel], tree)
+    cells = [Cell("wbtiny", "0.1.0", "cu130", python, "100,120") for python in ("cp311", "cp312")]
+    releases = {source_of(c): ("wbtiny", "0.1.0") for c in cells}
+    with running_server(tree) as url:
+        held = held_cells(cells, "https://upload.example/{variant}/", url, releases, None)
+        assert held == {cells[0].id: wheel.name}
+        # A tree is planned by its inputs keys; an unknown release cannot be matched by name.
+        assert held_cells(cells, str(tmp_path / "{variant}"), url, releases, None) == {}
+        assert held_cells(cells, "https://upload.example/{variant}/", url, {}, None) == {}
+    plan = {"published": [{"id": cells[0].id, "torch": "cu130", "key": "k", "held": wheel.name}]}
+    (row,) = coverage_rows(plan, [], {})
+    assert row.detail == f"earlier: the index already holds {wheel.name}"
 
 
 def _cell_dir(
