@@ -31,6 +31,7 @@ TOP = {
     "import_gate": "pipeline",
     "nightly": "pipeline",
     "nightly_publish": "pipeline",
+    "nightly_index": "pipeline",
     "calibrate": "pipeline",
     "preflight": "pipeline",
     "prune": "pipeline",
