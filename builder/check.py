@@ -144,7 +144,11 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
         raise _unreadable(wheel, error) from error
     return list(static.errors()), (
         f"{wheel.name}: checked statically only ({where}, so it was never loaded): "
-        + ("symbol versions fit " + static.limits.label if static.fits else "symbol versions do not fit")
+        + (
+            "symbol versions fit " + static.limits.label
+            if static.fits
+            else "its shared objects need more than its tags allow"
+        )
     )
 
 

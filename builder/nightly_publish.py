@@ -351,9 +351,12 @@ def _published_text(outcome: CellOutcome, served: Mapping[tuple[str, str], str])
             f"earlier: the index already holds {', '.join(names)} (an upload server keeps no inputs "
             "keys, so the cell was built again; a published file is never replaced)"
         )
-    return "tonight: " + ", ".join(
-        f"{n} ({HELD})" if (text := served.get((outcome.id, n))) == HELD else text or n for n in names
-    )
+
+    def said(name: str) -> str:
+        text = served.get((outcome.id, name), name)
+        return f"{name} ({HELD})" if text == HELD else text
+
+    return "tonight: " + ", ".join(map(said, names))
 
 
 def _held_by(
