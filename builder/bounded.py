@@ -1,11 +1,17 @@
 """Reading a file that came from somewhere we do not trust (a config, a build report, a mark
-another process wrote): never block on a FIFO or a device, never read past a cap. Pure."""
+another process wrote, an sdist): never block on a FIFO or a device, never read past a cap. Pure."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import stat
+import tarfile
+from collections.abc import Generator
 from pathlib import Path
+
+from .units import format_bytes
 
 
 class FileRefused(ValueError):
@@ -37,3 +43,46 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     if len(data) > limit:  # it grew since fstat
         raise FileRefused(path, too_big=True)
     return data
+
+
+class ArchiveRefused(tarfile.ReadError):
+    """An archive past a cap: more bytes decompressed, or more members (`members`), than it may have."""
+
+    def __init__(self, message: str, members: bool) -> None:
+        super().__init__(message)
+        self.members = members
+
+
+class _Capped(io.BufferedIOBase):
+    """A read-only stream that fails once more than *limit* bytes were read through it."""
+
+    def __init__(self, stream: gzip.GzipFile, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._left = limit
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self._stream.read(size if size is not None and size >= 0 else self._left + 1)
+        self._left -= len(data)
+        if self._left < 0:
+            raise ArchiveRefused(f"more than {format_bytes(self._limit)} decompressed", members=False)
+        return data
+
+
+def tar_gz_members(
+    path: Path, decompressed: int, members: int
+) -> Generator[tuple[tarfile.TarInfo, tarfile.TarFile], None, None]:
+    """Each member of the .tar.gz at *path* with the archive to read it from (``extractfile``,
+    while it is the current one), read as one stream: nothing is extracted to disk, nothing is
+    sought. Raises ArchiveRefused past *decompressed* bytes or *members* members, and what
+    gzip and tarfile raise for a damaged file (OSError, EOFError, tarfile.TarError, zlib.error).
+    Close the iterator (contextlib.closing) when leaving it early."""
+    with (
+        path.open("rb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="rb") as unzipped,
+        tarfile.open(fileobj=_Capped(unzipped, decompressed), mode="r|") as archive,
+    ):
+        for count, member in enumerate(archive):
+            if count >= members:
+                raise ArchiveRefused(f"more than {members} members", members=True)
+            yield member, archive

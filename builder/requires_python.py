@@ -5,14 +5,14 @@ Pythons that admits is pythons.py's to decide."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import tarfile
 import tomllib
 import zlib
+from contextlib import closing
 from email.parser import HeaderParser
 from pathlib import Path
 
+from .bounded import ArchiveRefused, tar_gz_members
 from .errors import SourceUnavailable
 
 PKG_INFO_LIMIT = 1 << 20  # bytes of PKG-INFO read: its headers come first, the long description last
@@ -30,36 +30,23 @@ def _from_pkg_info(data: bytes) -> str | None:
     return str(value).strip() or None
 
 
-class _Capped(io.BufferedIOBase):
-    """A read-only stream that fails once more than *limit* bytes were read through it."""
-
-    def __init__(self, stream: gzip.GzipFile, limit: int) -> None:
-        self._stream = stream
-        self._left = limit
-
-    def read(self, size: int | None = -1) -> bytes:
-        data = self._stream.read(size if size is not None and size >= 0 else self._left + 1)
-        self._left -= len(data)
-        if self._left < 0:
-            raise tarfile.ReadError(f"more than {SDIST_LIMIT >> 30} GiB decompressed")
-        return data
-
-
 def _from_sdist(path: Path) -> str | None:
     """Requires-Python from the PKG-INFO at the top of an sdist (``<name>-<version>/PKG-INFO``).
     The archive may be hostile: read as a stream, capped in what it decompresses, in members
     looked at and in the bytes of PKG-INFO read; nothing is extracted to disk."""
     try:
-        with path.open("rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-            capped = _Capped(unzipped, SDIST_LIMIT)
-            with tarfile.open(fileobj=capped, mode="r|") as archive:
-                for count, member in enumerate(archive):
-                    if count >= SDIST_MEMBERS:
-                        return None
-                    parts = member.name.removeprefix("./").split("/")
-                    if len(parts) == 2 and parts[1] == "PKG-INFO" and member.isfile():
-                        stream = archive.extractfile(member)
-                        return _from_pkg_info(stream.read(PKG_INFO_LIMIT)) if stream else None
+        with closing(tar_gz_members(path, SDIST_LIMIT, SDIST_MEMBERS)) as members:
+            for member, archive in members:
+                parts = member.name.removeprefix("./").split("/")
+                if len(parts) == 2 and parts[1] == "PKG-INFO" and member.isfile():
+                    stream = archive.extractfile(member)
+                    return _from_pkg_info(stream.read(PKG_INFO_LIMIT)) if stream else None
+    except ArchiveRefused as exc:
+        if exc.members:
+            return None  # so many members and no PKG-INFO among them: it says none
+        raise SourceUnavailable(
+            f"cannot read the sdist {path}: {exc}", "check the file: it is not a readable .tar.gz"
+        ) from None
     except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
         raise SourceUnavailable(
             f"cannot read the sdist {path}: {exc}", "check the file: it is not a readable .tar.gz"
