@@ -18,7 +18,7 @@ from pathlib import Path
 import tenacity
 
 from . import report_html
-from .check import Expectation, check_wheel, first_problem
+from .check import first_problem, stamp_and_check
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
 from .import_gate import import_gate
@@ -26,6 +26,8 @@ from .plan.admission import admission_file
 from .plan.planner import Plan, ninja_order_file
 from .preflight import (
     ImageOptions,
+    arch_note,
+    compiled_archs,
     compiler_in_image,
     ensure_cuda12_layer,
     ensure_image,
@@ -34,14 +36,17 @@ from .preflight import (
     new_run_id,
     plan_for,
     remember_build,
+    surveyed,
 )
 from .pythons import PythonChoice, choose_pythons, torch_python_tags
 from .recipes import source_location, source_pin
+from .recipes.survey import Survey
 from .report import (
     REPORT_NAME,
     Abi3Record,
     BuildReport,
     CheckRecord,
+    ContractRecord,
     GateRecord,
     GateSkipped,
     ImageRecord,
@@ -71,7 +76,6 @@ from .wheel.abi import AbiReport, check_wheel_abi
 from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
 from .wheel.gate import GateResult, summary_of
 from .wheel.gate import failure as gate_failure
-from .wheel.stamp import stamp_wheel
 from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = ["BuildResult", "run_build", "stamp_and_check"]
@@ -132,19 +136,6 @@ def python_constraints(spec: BuildSpec, source: PreparedSource, reporter: Report
     return constraints
 
 
-def expectation(spec: BuildSpec) -> Expectation:
-    return Expectation(archs=spec.archs, variant=spec.variant)
-
-
-def stamp_and_check(
-    paths: tuple[Path, ...], spec: BuildSpec
-) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
-    """Label and pin each built wheel (METADATA and RECORD rewritten together), then judge it."""
-    wheels = tuple(inspect_wheel(stamp_wheel(path, spec.variant)) for path in paths)
-    problems = [problem for wheel in wheels for problem in check_wheel(wheel, expectation(spec))]
-    return wheels, problems
-
-
 # ---------------------------------------------------------------------------------------------
 # The pipeline
 
@@ -170,6 +161,8 @@ class _Ready:
     image: Image
     pythons: tuple[str, ...]
     key: str  # the result store's key: the content hash of every input
+    survey: Survey  # what the package's build files ask for, read as text
+    switches: tuple[str, ...]  # "NAME=VALUE: why" for each switch the survey set
 
 
 @dataclass(frozen=True)
@@ -185,17 +178,16 @@ class _Checked:
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
     """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step."""
     run = _start(spec, options, reporter, engine)
-    ready = _preflight(run, reporter, engine)
+    run, ready = _preflight(run, reporter, engine)
     store = cache_dir() / "results"
     stored = None if run.spec.rebuild else results.lookup(store, ready.key)
     if stored:
         return _reuse(run, ready, store, stored, reporter)
-    plan = _plan(run.spec, ready.compiler, reporter)
+    plan = _plan(run.spec, ready, reporter)
     run.dir.mkdir(parents=True, exist_ok=True)
     attempts = _run_attempts(run, ready, plan, reporter, engine)
-    if learned := remember_build(
-        run.spec.recipe, ready.compiler.version, run.spec.archs, attempts[-1], run.id
-    ):
+    archs = compiled_archs(run.spec, ready.survey)
+    if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
         reporter.info(f"model for the next plan: {learned}")
     checked = _check_and_gate(run, ready.pythons, attempts[-1][1].wheels, reporter, engine)
     uses = abi3_uses(
@@ -229,15 +221,17 @@ def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: E
     return _Run(spec, options, run_id, spec.output_dir / "runs" / run_id, gpus)
 
 
-def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> _Ready:
+def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Ready]:
     """Everything that can fail before a container, in the order that wastes least: the compiler
-    for the variant and archs, the CUDA 12 layer, the source, the Pythons, then the image."""
+    for the variant and archs, the CUDA 12 layer, the source (and the switches its build files
+    call for, which join the spec), the Pythons, then the image."""
     spec = run.spec
     inputs = image_inputs(engine, run.options.for_variant(spec.variant))
     # Before any work: no download and no image build for an impossible variant or arch.
     compiler = compiler_in_image(spec.variant, spec.archs, inputs)
     ensure_cuda12_layer(engine, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
+    spec, survey, switches = surveyed(spec, source, reporter)
     constraints = python_constraints(spec, source, reporter)
 
     reporter.step("image")
@@ -245,7 +239,9 @@ def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> _Ready:
     choice = constraints.choose(tuple(engine.image_pythons(image.tag)), spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
-    return _Ready(inputs, compiler, source, image, choice.pythons, inputs_key(spec, inputs, choice.pythons))
+    key = inputs_key(spec, inputs, choice.pythons)
+    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches)
+    return replace(run, spec=spec), ready
 
 
 def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
@@ -278,16 +274,19 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
     )
 
 
-def _plan(spec: BuildSpec, compiler: CudaCompiler, reporter: Reporter) -> Plan:
+def _plan(spec: BuildSpec, ready: _Ready, reporter: Reporter) -> Plan:
+    """The plan for the archs each unit really compiles (the asked ones, or the package's own)."""
+    archs = compiled_archs(spec, ready.survey)
     plan = governed(
-        plan_for(spec.recipe, spec.archs, spec.resources, toolkit=compiler.version),
+        plan_for(spec.recipe, archs, spec.resources, toolkit=ready.compiler.version),
         spec.dist,
         spec.admission,
         spec.cicc_gate,
     )
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
-    for reason in plan.reasons:
-        reporter.info(reason)
+    for reason in (*plan.reasons, arch_note(spec, ready.survey)):
+        if reason:
+            reporter.info(reason)
     return plan
 
 
@@ -328,6 +327,8 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         dist=spec.dist,
         admission=admission_file(plan),
         ninja_order=ninja_order_file(plan),
+        nvcc_archs=None if spec.keep_package_archs else spec.archs,
+        nvcc_threads=plan.nvcc_threads,
     )
 
 
@@ -389,6 +390,12 @@ def _report(
         abi=tuple(abi.to_json() for abi in checked.abi.values()),
         gate=tuple(GateRecord.of(g) for g in checked.gates) if spec.gate else GateSkipped(),
         abi3=tuple(Abi3Record.of(use, checked.gates) for use in uses) or None,
+        contract=ContractRecord(
+            keep_package_archs=spec.keep_package_archs,
+            switches=ready.switches,
+            nvcc_rewrites=attempts[-1][1].nvcc_rewrites,
+            link_checks=attempts[-1][1].link_checks,
+        ),
     )
 
 

@@ -1,6 +1,7 @@
 """Checks before publish: a wheel is refused unless it holds what the build promised.
 
-- SASS for every requested CUDA arch, in every extension module that has device code;
+- SASS for every requested CUDA arch, in every extension module that has device code, and for
+  no other (unless the build kept the package's own arch list, --keep-package-archs);
 - the local version label of the torch variant it was built against (+cu130torch2.11), and a
   METADATA version equal to the file name's;
 - a torch pin to the minor it was built against (Requires-Dist: torch==2.11.*).
@@ -20,6 +21,7 @@ from packaging.version import Version
 
 from .errors import (
     ArchMissing,
+    ArchUnasked,
     BadArgument,
     ImportGateFailed,
     InvalidWheel,
@@ -29,9 +31,10 @@ from .errors import (
     WheelbuildError,
 )
 from .report import REPORT_NAME, BuildReport, read_report
+from .spec import BuildSpec
 from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from .wheel.abi import check_wheel_abi
-from .wheel.stamp import torch_pin
+from .wheel.stamp import stamp_wheel, torch_pin
 from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "expectation_for",
     "first_problem",
     "inspect_or_refuse",
+    "stamp_and_check",
 ]
 
 REPORT = REPORT_NAME
@@ -50,6 +54,8 @@ REPORT = REPORT_NAME
 class Expectation:
     archs: tuple[int, ...]  # SASS that must be present: (100, 120)
     variant: TorchVariant  # its label (+cu130torch2.11) and its torch pin (torch==2.11.*)
+    # The build kept the package's own arch list: SASS beyond `archs` is allowed.
+    package_archs: bool = False
 
 
 def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
@@ -94,7 +100,8 @@ def expectation_for(
         variant = parse_variant(report.torch.variant)
     if archs is None:
         archs = report.archs if report else DEFAULT_ARCHS
-    return variant, Expectation(archs=archs, variant=variant)
+    kept = bool(report and report.contract and report.contract.keep_package_archs)
+    return variant, Expectation(archs=archs, variant=variant, package_archs=kept)
 
 
 def _unreadable(path: Path, error: Exception) -> InvalidWheel:
@@ -200,6 +207,19 @@ def check_wheels(
     return {tag: (v, tuple(group)) for tag, (v, group) in groups.items()}
 
 
+def expectation(spec: BuildSpec) -> Expectation:
+    return Expectation(archs=spec.archs, variant=spec.variant, package_archs=spec.keep_package_archs)
+
+
+def stamp_and_check(
+    paths: tuple[Path, ...], spec: BuildSpec
+) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
+    """Label and pin each built wheel (METADATA and RECORD rewritten together), then judge it."""
+    wheels = tuple(inspect_wheel(stamp_wheel(path, spec.variant)) for path in paths)
+    problems = [problem for wheel in wheels for problem in check_wheel(wheel, expectation(spec))]
+    return wheels, problems
+
+
 def _pins(requirement: str, torch_minor: str) -> bool:
     """Whether a torch requirement admits exactly the built minor: every 2.11.x, no other."""
     specifier: SpecifierSet = Requirement(requirement).specifier
@@ -247,12 +267,21 @@ def check_wheel(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError
                 "build it with wheelbuild, which pins the torch the wheel was built against",
             )
         )
+    return problems + _arch_problems(wheel, expected)
+
+
+def _arch_problems(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError]:
+    """Each extension module with device code holds SASS for every asked arch and no other."""
+    problems: list[WheelbuildError] = []
+    name = wheel.path.name
     with_device_code = [m for m in wheel.modules if m.archs.sass or m.archs.ptx]
     if not with_device_code:
         problems.append(
             ArchMissing(
                 f"{name}: no extension module holds CUDA code (asked for sm_{', sm_'.join(map(str, expected.archs))})",
-                "check the recipe's arch env (e.g. FLASH_ATTN_CUDA_ARCHS) reached nvcc",
+                "it built CPU-only: many packages (torch-scatter, pytorch3d, mmcv) add their CUDA extension "
+                "only when torch.cuda.is_available() or FORCE_CUDA=1, and a build has no GPU; rebuild with "
+                "--env FORCE_CUDA=1 (or the package's own switch)",
             )
         )
     for module in with_device_code:
@@ -264,6 +293,16 @@ def check_wheel(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError
                     f"{name}: {module.member} has no SASS for {', '.join(f'sm_{a}' for a in missing)} "
                     f"(it has {found})",
                     "rebuild with those archs (--archs); PTX alone would JIT at first use, or fail",
+                )
+            )
+        extra = sorted(module.archs.sass - set(expected.archs))
+        if extra and not expected.package_archs:
+            problems.append(
+                ArchUnasked(
+                    f"{name}: {module.member} holds SASS for {', '.join(f'sm_{a}' for a in extra)}, "
+                    f"which was not asked for (asked: {', '.join(f'sm_{a}' for a in expected.archs)})",
+                    "the package compiled an arch list of its own past wheelbuild's nvcc (its own compiler "
+                    "call, an options file); rebuild with --keep-package-archs if its kernels need that list",
                 )
             )
     return problems

@@ -293,6 +293,13 @@ _build_flags = (
         help="The build servers, COUNTxCORESxMEMORY (2x16x64g), for the plan.",
     ),
     _build_option(
+        "keep-package-archs",
+        "--keep-package-archs",
+        is_flag=True,
+        help="Compile the archs the package's own build files name (an arch-specific kernel) instead of "
+        "exactly --archs; the check then allows their extra SASS.",
+    ),
+    _build_option(
         "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
     ),
     _build_option(

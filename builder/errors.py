@@ -219,6 +219,21 @@ class StableAbiBroken(WheelbuildError):
     exit_code = 61
 
 
+class ArchUnasked(WheelbuildError):
+    """An extension module holds SASS for archs that were not asked for: the package compiled an
+    arch list of its own past wheelbuild-nvcc, so the wheel and its memory plan are not what the
+    build said."""
+
+    exit_code = 62
+
+
+class NotBuiltHere(WheelbuildError):
+    """A shared object in the wheel was not linked by this build (a prebuilt wheel downloaded, a
+    .so copied into place), or the package's build fetched a prebuilt binary instead of building."""
+
+    exit_code = 63
+
+
 class TorchIndexUnreachable(WheelbuildError):
     """The torch index could not be read to learn which Pythons the chosen torch has wheels for
     (network, credentials, an answer that is not an index page)."""

@@ -1,7 +1,7 @@
-"""What `wheelbuild build` and `wheelbuild calibrate` both need before any container: the image's
+"""What `wheelbuild build` and `wheelbuild calibrate` need before any container: the image's
 inputs (and the CUDA 12 layer a cu12x variant needs), the image itself, the compiler in it for
-the variant and archs, and the plan for this machine's resources. Both orchestrations sit above
-this module; it imports neither.
+the variant and archs, the plan for this machine's resources, and (build's) what the package's
+build files ask for. Both orchestrations sit above this module; it imports neither.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from .plan.learned import BuildMeasurement, learn, learned_path, load_learned, s
 from .plan.memory_model import MemoryModel
 from .plan.planner import Plan, container_limit, explain_container_limit, plan_build
 from .recipes import Recipe
+from .recipes.survey import Survey, survey_source
 from .run import cuda_redist
 from .run.attempt import AttemptResult
 from .run.cuda_redist import CudaLayer
 from .run.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from .run.ports import ImageIds, Images
 from .run.reporter import Reporter
-from .sources import cache_dir
-from .spec import Resources
+from .sources import PreparedSource, cache_dir
+from .spec import BuildSpec, Resources
 from .units import format_bytes
 from .variants import CUDA13_VERSION, CudaCompiler, TorchVariant, arch_range, compiler_for, supports_arch
 
@@ -45,6 +46,7 @@ __all__ = [
     "new_run_id",
     "plan_for",
     "remember_build",
+    "surveyed",
     "toolkit_for",
 ]
 
@@ -237,3 +239,58 @@ def remember_build(
         learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env), model, record
     )
     return record.describe()
+
+
+def surveyed(
+    spec: BuildSpec, source: PreparedSource, reporter: Reporter
+) -> tuple[BuildSpec, Survey, tuple[str, ...]]:
+    """The package's build files read as text (recipes/survey.py, nothing run), the spec with the
+    switches they call for in its env, and one line per switch set ("NAME=VALUE: why"), each
+    also said. A variable the recipe or --env sets wins over the switch."""
+    survey = survey_source(source.project_dir, source.package)
+    for refused in survey.refused:
+        reporter.warn(f"reading the package's build files: {refused}")
+    given = spec.recipe.extra_env
+    switches: dict[str, str] = {}
+    lines: list[str] = []
+    for switch in survey.switches:
+        if switch.name in switches:
+            continue
+        if switch.name in given:
+            if given[switch.name] != switch.value:
+                reporter.info(
+                    f"{switch.name}={given[switch.name]} as given, not {switch.value} ({switch.why})"
+                )
+            continue
+        switches[switch.name] = switch.value
+        lines.append(f"{switch.name}={switch.value}: {switch.why}")
+        reporter.info(f"setting {lines[-1]}")
+    if survey.missing_sources:
+        reporter.warn(
+            f"the source lacks files its setup.py names: {', '.join(survey.missing_sources)} "
+            "(an sdist published without its sources cannot be built; build from the project's repository)"
+        )
+    return replace(spec, recipe=spec.recipe.with_env(switches)), survey, tuple(lines)
+
+
+def compiled_archs(spec: BuildSpec, survey: Survey) -> tuple[int, ...]:
+    """The archs each CUDA unit compiles: exactly the asked ones, or with --keep-package-archs
+    those the package's build files name (an upper bound where they name them conditionally)."""
+    if spec.keep_package_archs and survey.package_archs:
+        return tuple(sorted({*survey.package_archs, *spec.archs}))
+    return spec.archs
+
+
+def arch_note(spec: BuildSpec, survey: Survey) -> str | None:
+    """What the plan says of the package's own arch list, when it names one other than asked."""
+    own = survey.package_archs
+    if not own or set(own) == set(spec.archs):
+        return None
+    named = " ".join(f"sm_{a}" for a in own)
+    if spec.keep_package_archs:
+        return f"the package's build files name {named}: compiled as they say (--keep-package-archs)"
+    asked = " ".join(f"sm_{a}" for a in spec.archs)
+    return (
+        f"the package's build files name {named} for nvcc; wheelbuild's nvcc compiles {asked} only "
+        "(--keep-package-archs keeps theirs)"
+    )

@@ -257,6 +257,16 @@ class GateSkipped(_Record):
 
 
 @dataclass(frozen=True)
+class ContractRecord(_Record):
+    """How the build kept its word: the archs asked (or, asked to, the package's), all linked here."""
+
+    keep_package_archs: bool = False
+    switches: tuple[str, ...] = ()  # "NAME=VALUE: why", set from what the package's build files read
+    nvcc_rewrites: tuple[str, ...] = ()  # what wheelbuild-nvcc rewrote, each once
+    link_checks: tuple[str, ...] = ()  # per Python: "cp312-manylinux_x86_64: linked here: 1 of 1 ..."
+
+
+@dataclass(frozen=True)
 class Reused(_Record):
     """This run's wheels are an earlier run's, found in the result store by their inputs key."""
 
@@ -302,6 +312,7 @@ class BuildReport(_Record):
     reused: Reused | None = field(default=None, metadata=_OMIT)
     # The abi3 wheels among `wheels`, each serving several Pythons; absent when there is none.
     abi3: tuple[Abi3Record, ...] | None = field(default=None, metadata=_OMIT)
+    contract: ContractRecord | None = field(default=None, metadata=_OMIT)
 
     def gates_of(self, wheel: str) -> tuple[GateRecord, ...]:
         """The gate's records of one wheel: one, or one per Python for an abi3 wheel."""

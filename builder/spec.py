@@ -97,6 +97,9 @@ class BuildSpec:
     resources: Resources = Resources()  # what is not given, the planner derives from the host
     output_dir: Path = DEFAULT_OUTPUT_DIR
     rebuild: bool = False  # build even when a finished build has the same inputs
+    # Compile the archs the package's build files name instead of exactly `archs` (which must
+    # still be among them): for kernels that build only for an arch list of their own.
+    keep_package_archs: bool = False
     # Admit compiles by memory (images/wheelbuild-admit): on by default since it cut a real
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True

@@ -21,6 +21,7 @@ from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.unit_memory import UnitMemory
 from ..variants import TorchVariant
 from .buildlog import MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from .diagnosis import contract_failure
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
@@ -95,6 +96,10 @@ class AttemptConfig:
     # --dist: the scheduler (and network) the compiler cache sends compiles to; its token goes
     # into the secrets mount's client config (write_secrets), never into this config.
     dist: DistTarget | None = None
+    # What wheelbuild-nvcc compiles: these archs (None: the package's own arch flags, kept with
+    # --keep-package-archs) and each unit's ciccs at once (None: the package's --threads).
+    nvcc_archs: tuple[int, ...] | None = None
+    nvcc_threads: int | None = None
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
@@ -148,6 +153,11 @@ class AttemptResult:
     # units when its working set peaked (plan/unit_memory.py): what the next plan learns from.
     unit_memory: tuple[UnitMemory, ...] = ()
     overhead_at_peak: int | None = None
+    # The contract's evidence from the log: wheelbuild-nvcc's rewrites (each once), each
+    # Python's link check, and URLs of prebuilt binaries the package's build printed.
+    nvcc_rewrites: tuple[str, ...] = ()
+    link_checks: tuple[str, ...] = ()
+    prebuilt_urls: tuple[str, ...] = ()
 
 
 def _env_assignments(env: Mapping[str, str]) -> str:
@@ -180,9 +190,14 @@ SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated
 CACHE_LOG_SCRIPT = "wheelbuild-cache-log"  # per Python, before the repair: which units compiled
 NINJA_ORDER_SCRIPT = "wheelbuild-ninja"  # ninja's launcher: the compiles in the plan's launch order
 CICC_GATE_SCRIPT = "wheelbuild-cicc-gate"  # run by before-build: nvcc's ciccs through wheelbuild-admit
+TOOLCHAIN_SCRIPT = "wheelbuild-toolchain"  # run by before-build: the two stand-ins below in place
+NVCC_SCRIPT = "wheelbuild-nvcc"  # $CUDA_HOME/bin/nvcc: exactly the archs asked
+LD_SCRIPT = "wheelbuild-ld"  # each linker: the ledger of what this build linked
+CHECK_LINKED_SCRIPT = "wheelbuild-check-linked"  # per Python, before the repair: every .so linked here
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
-    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT,
+    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
+    CHECK_LINKED_SCRIPT,
 )  # fmt: skip
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
@@ -265,19 +280,26 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         "CUDA_HOME": config.cuda_home,
         "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
     }
+    # $CUDA_HOME/bin/nvcc is wheelbuild-nvcc in the build (wheelbuild-toolchain): it rewrites the
+    # arch flags, then runs the real nvcc through sccache, so the cache's key is the command that
+    # really compiles. torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place
+    # of c++; the admission wrapper goes in front of both (sccache-c++ runs it; it admits only
+    # when its env is set).
+    if config.nvcc_archs is not None:
+        container_env["WHEELBUILD_NVCC_ARCHS"] = ",".join(map(str, config.nvcc_archs))
+    if config.nvcc_threads is not None:
+        container_env["WHEELBUILD_NVCC_THREADS"] = str(config.nvcc_threads)
+    if config.admission:
+        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
     if config.compiler_cache:
-        # torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place of c++.
-        # sccache-c++ goes through wheelbuild-admit too, which admits only when its env is set.
         container_env.update(
             {
-                "PYTORCH_NVCC": f"{'wheelbuild-admit ' if config.admission else ''}sccache {config.cuda_home}/bin/nvcc",
+                "WHEELBUILD_NVCC_LAUNCHER": "sccache",
                 "CXX": "/usr/local/bin/sccache-c++",
                 "SCCACHE_DIR": SCCACHE_DIR,
                 "SCCACHE_IDLE_TIMEOUT": "0",
             }
         )
-    elif config.admission:
-        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
     if config.ninja_order is not None:
         container_env["WHEELBUILD_NINJA_ORDER"] = config.ninja_order
     if config.admission:
@@ -308,7 +330,11 @@ def _before_build_and_repair(config: AttemptConfig) -> tuple[str, str]:
         ]
     )
     excludes = " ".join(f"--exclude {shlex.quote(e)}" for e in config.repair_excludes)
-    repair = f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
+    # Before auditwheel grafts any library in: each shared object the backend wrote was linked here.
+    repair = (
+        f"python {SCRIPTS_INSIDE}/{CHECK_LINKED_SCRIPT} {{wheel}} && "
+        f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}}"
+    )
     if config.compiler_cache:
         repair = f"sccache --show-stats; python {SCRIPTS_INSIDE}/{CACHE_LOG_SCRIPT}; {repair}"
     return before_build, repair
@@ -387,6 +413,8 @@ def classify(result: AttemptResult) -> Outcome:
                 details=tail,
             ),
         )
+    if (broken := contract_failure(result)) is not None:
+        return Failed(result, broken)
     if result.oom.fired:
         return OOMKilled(result)
     first_error = _COMPILER_ERROR.search("\n".join(result.log_tail))

@@ -185,4 +185,7 @@ def _attempt_result(
         ),
         unit_memory=unit_memory,
         overhead_at_peak=overhead,
+        nvcc_rewrites=tuple(progress.nvcc_rewrites),
+        link_checks=tuple(progress.link_checks),
+        prebuilt_urls=tuple(progress.prebuilt_urls),
     )

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 MEMORY_MARK = "wheelbuild: container memory limit:"
 MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
 TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
+# images/wheelbuild-nvcc, once per distinct rewrite: "wheelbuild-nvcc: rewrote archs ... -> ...".
+NVCC_REWRITE_MARK = "wheelbuild-nvcc: "
+# images/wheelbuild-check-linked, per Python before the repair.
+LINKED_MARK = "wheelbuild: linked here:"
+NOT_LINKED_MARK = "wheelbuild: not linked here:"
+LINK_CHECK_SKIPPED_MARK = "wheelbuild: link check skipped:"
 COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
 
 # cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
@@ -38,6 +44,10 @@ _DIST_HEAD = "Successful distributed compiles"
 _DIST_SERVER = re.compile(r"^\s+(\S+:\d+)\s+(\d+)\s*$")
 # images/wheelbuild-cache-log: one line per unit, compiled or answered from sccache's cache.
 _UNIT_CACHE = re.compile(r"^wheelbuild: unit (compiled|from cache): (\S+)$")
+# A prebuilt binary a setup.py fetches instead of building it (flash-attn's, causal-conv1d's
+# "Guessing wheel URL: https://github.com/.../x.whl"): a URL of a wheel or shared object,
+# printed while the package's build runs.
+_PREBUILT_URL = re.compile(r"https?://[^\s'\"<>]+?\.(?:whl|so)\b")
 # A compiler killed by signal 9: bash's "Killed", nvcc's "died due to signal 9", gcc's
 # "Killed signal terminated program cc1plus".
 _KILLED = re.compile(r"\bKilled\b|died due to signal 9|signal 9\b")
@@ -119,6 +129,12 @@ class BuildLog:
     python_seconds_by_identifier: dict[str, float] = field(default_factory=dict)
     # identifier -> the file name of the earlier Python's wheel it reused instead of building
     reused_wheels: dict[str, str] = field(default_factory=dict)
+    # wheelbuild-nvcc's rewrites of the package's arch and thread flags, each once, in order
+    nvcc_rewrites: list[str] = field(default_factory=list)
+    # wheelbuild-check-linked's verdict per Python: "identifier: linked here: ..."
+    link_checks: list[str] = field(default_factory=list)
+    # URLs of prebuilt wheels or shared objects the package's build printed (it fetched one)
+    prebuilt_urls: list[str] = field(default_factory=list)
     _build_started: float | None = None
     _python_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
@@ -161,8 +177,23 @@ class BuildLog:
         elif line.startswith(MEMORY_MARK):
             value = line[len(MEMORY_MARK) :].split()[0]
             self.memory_limit_seen = int(value) if value.isdigit() else None
+        self._contract_line(line)
         if is_kill_line(line):
             self.killed_lines.append(line.strip())
+
+    def _contract_line(self, line: str) -> None:
+        """What the arch contract and the link ledger printed, and prebuilt downloads tried."""
+        stripped = line.strip()
+        if stripped.startswith(NVCC_REWRITE_MARK):
+            rewrite = stripped[len(NVCC_REWRITE_MARK) :]
+            if rewrite not in self.nvcc_rewrites:
+                self.nvcc_rewrites.append(rewrite)
+        elif stripped.startswith((LINKED_MARK, NOT_LINKED_MARK, LINK_CHECK_SKIPPED_MARK)):
+            self.link_checks.append(f"{self.identifier or '?'}: {stripped.removeprefix('wheelbuild: ')}")
+        elif self.step == COMPILE_STEP and not stripped.startswith("+ "):
+            for url in _PREBUILT_URL.findall(stripped):
+                if url not in self.prebuilt_urls:
+                    self.prebuilt_urls.append(url)
 
     def _dist_line(self, line: str) -> bool:
         """sccache's per-server counts (the lines below its header); True when `line` was one."""

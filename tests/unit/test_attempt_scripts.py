@@ -133,13 +133,15 @@ def test_check_torch_reads_version_py_without_importing_torch(
 def _before_build_env(
     tmp_path: Path, torch_version: str = "2.11.0+cu130"
 ) -> tuple[dict[str, str], Path, str]:
-    """before-build beside the real check-torch and a stand-in wheelbuild-wheel-cache (tested
-    on its own against a real index below) that records its argv and whether an index URL was
-    in its env; an `sccache` on PATH that records the same; a stand-in torch; a secrets folder."""
+    """before-build beside the real check-torch and toolchain and a stand-in wheelbuild-wheel-cache
+    (tested on its own against a real index below) that records its argv and whether an index URL
+    was in its env; an `sccache` on PATH that records the same; a stand-in torch; a secrets
+    folder; a CUDA_HOME and a linker of stand-ins for the toolchain to wrap (tests/unit/
+    test_toolchain.py runs it on real ones)."""
     record = tmp_path / "record"
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("wheelbuild-before-build", "wheelbuild-check-torch"):
+    for name in ("wheelbuild-before-build", "wheelbuild-check-torch", "wheelbuild-toolchain"):
         shutil.copy(IMAGES_DIR / name, scripts / name)
     (scripts / "wheelbuild-wheel-cache").write_text(
         "import os, sys\n"
@@ -159,8 +161,14 @@ def _before_build_env(
     secrets.mkdir()
     (secrets / "torch-index-url").write_text(SECRET_INDEX)
     (secrets / "sccache.env").write_text("SCCACHE_BUCKET='ci-cache'\n")
+    for stand_in in ("cuda/bin/nvcc", "ld/ld"):
+        (tmp_path / stand_in).parent.mkdir(parents=True)
+        (tmp_path / stand_in).write_text("#!/bin/sh\n")
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CUDA_HOME": str(tmp_path / "cuda"),
+        "WHEELBUILD_LINKERS": str(tmp_path / "ld" / "ld"),
+        "WHEELBUILD_LINKS": str(tmp_path / "links" / "ledger"),
         "PYTHONPATH": str(_fake_torch(tmp_path / "site", torch_version, "13.0")),
         "WHEELBUILD_SECRETS": str(secrets),
         "WHEELBUILD_WHEEL_CACHE": str(tmp_path / "wheels"),
@@ -181,7 +189,10 @@ def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_p
         f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|--tree|torch==2.11.0",
     ]
     assert SECRET_INDEX not in record.read_text()
-    assert done.stdout.endswith("wheelbuild: torch 2.11.0+cu130 CUDA 13.0\n")
+    torch_line, toolchain_line = done.stdout.splitlines()[-2:]
+    assert torch_line == "wheelbuild: torch 2.11.0+cu130 CUDA 13.0"
+    # Then the stand-ins go in (their own tests: test_toolchain.py).
+    assert toolchain_line.startswith(f"wheelbuild-toolchain: {tmp_path}/cuda/bin/nvcc compiles ")
 
 
 def test_before_build_stops_at_a_torch_mismatch_with_the_checks_exit(tmp_path: Path) -> None:

@@ -250,10 +250,11 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     assert [a["max_jobs"] for a in report["attempts"]] == [2, 1]
     assert report["attempts"][0]["oom_evidence"] == ["docker oom event x1", "cgroup oom_kill +1"]
     assert result.plan is not None and result.plan.max_jobs == 1
-    # The keys wheelbuild has always written, plus its schema (report.py), and it reads back equal.
+    # The keys wheelbuild has always written, plus its schema (report.py) and the contract it
+    # kept, and it reads back equal.
     assert set(report) == {
         "schema", "run_id", "inputs_key", "recipe", "torch", "archs", "pythons", "image", "plan",
-        "attempts", "wheels", "checks", "abi", "gate",
+        "attempts", "wheels", "checks", "abi", "gate", "contract",
     }  # fmt: skip
     assert report["schema"] == 1 and report["gate"] == {"skipped": GateSkipped().skipped}
     assert "units_recompiled" not in report["attempts"][0] and "units_recompiled" in report["attempts"][1]

@@ -164,13 +164,15 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
             "FLASH_ATTN_CUDA_ARCHS": "100;120",
         },
         cuda_home="/usr/local/cuda-13.1/nvidia/cu13",
+        nvcc_archs=(100, 120),
+        nvcc_threads=2,
     )
     raw = cibuildwheel_env(config)["CIBW_ENVIRONMENT_LINUX"]
     assert raw == (
         "MAX_JOBS=4 NVCC_THREADS=2 TORCH_CUDA_ARCH_LIST='10.0;12.0' FLASH_ATTN_CUDA_ARCHS='100;120' "
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
-        "PYTORCH_NVCC='sccache /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc' CXX=/usr/local/bin/sccache-c++ "
-        "SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
+        "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 WHEELBUILD_NVCC_LAUNCHER=sccache "
+        "CXX=/usr/local/bin/sccache-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
         f"{SITE_PACKAGES_BASEDIRS} "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
     )
@@ -184,8 +186,11 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "FLASH_ATTN_CUDA_ARCHS": "100;120",
         "CUDA_HOME": "/usr/local/cuda-13.1/nvidia/cu13",
         "WHEELBUILD_MEMORY_LIMIT": "6442450944",
-        # torch's cpp_extension puts these in place of nvcc and c++: every compile goes via sccache.
-        "PYTORCH_NVCC": "sccache /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc",
+        # $CUDA_HOME/bin/nvcc is wheelbuild-nvcc: exactly these archs and threads, run through
+        # sccache; torch's cpp_extension puts CXX in place of c++, through sccache too.
+        "WHEELBUILD_NVCC_ARCHS": "100,120",
+        "WHEELBUILD_NVCC_THREADS": "2",
+        "WHEELBUILD_NVCC_LAUNCHER": "sccache",
         "CXX": "/usr/local/bin/sccache-c++",
         "SCCACHE_DIR": "/root/.cache/sccache",
         "SCCACHE_IDLE_TIMEOUT": "0",
@@ -224,10 +229,11 @@ def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[
     command = cibuildwheel_env(make_config())["CIBW_REPAIR_WHEEL_COMMAND_LINUX"]
     assert command == (
         "sccache --show-stats; python /usr/local/bin/wheelbuild-cache-log; "
-        "auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
+        # before auditwheel grafts any library in: every shared object was linked by this build
+        "python /usr/local/bin/wheelbuild-check-linked {wheel} && auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
         "--exclude 'libcuda.so*' --exclude libshm.so -w {dest_dir} {wheel}"
     )
-    words = shlex.split(command.rsplit("; ", 1)[1])
+    words = shlex.split(command.rsplit(" && ", 1)[1])
     excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
     assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)
 
@@ -239,7 +245,8 @@ def test_admission_routes_compiles_through_the_wrapper_with_budget_and_costs(
     env = cibuildwheel_env(make_config(admission=(2 * GIB, costs)))
     raw = env["CIBW_ENVIRONMENT_LINUX"].replace(SITE_PACKAGES_BASEDIRS + " ", "")
     evaluated = parse_environment(raw).as_dictionary({"PATH": "/usr/bin"})
-    assert evaluated["PYTORCH_NVCC"].startswith("wheelbuild-admit sccache ")
+    # torch's ninja runs PYTORCH_NVCC: the wrapper, then $CUDA_HOME/bin/nvcc (wheelbuild-nvcc).
+    assert evaluated["PYTORCH_NVCC"] == "wheelbuild-admit /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc"
     assert evaluated["WHEELBUILD_ADMIT_BUDGET"] == str(2 * GIB)
     assert evaluated["WHEELBUILD_ADMIT_COSTS"] == "/tmp/wheelbuild-admit-costs.json"
     assert evaluated["WHEELBUILD_ADMIT_COSTS_JSON"] == costs

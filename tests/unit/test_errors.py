@@ -51,6 +51,8 @@ KNOWN_CODES = {
     "PublishedIndexUnreachable": 59,
     "NightIncomplete": 60,
     "StableAbiBroken": 61,
+    "ArchUnasked": 62,
+    "NotBuiltHere": 63,
     "Interrupted": 130,
 }
 

@@ -1,0 +1,109 @@
+"""The build contract, end to end with the real engine, nvcc 13.1 and the gate, on a fixture that
+builds the way real packages on PyPI do (tests/fixtures/wbcontract: its own -gencode list and
+--threads 4 as causal-conv1d's, a CachedWheelsCommand that downloads a prebuilt wheel unless its
+FORCE_BUILD switch is set, and a mode that copies a prebuilt .so into place):
+
+- what --archs says is what is compiled, whatever the package writes; --keep-package-archs keeps
+  its own list, and the check then allows it;
+- the package's FORCE_BUILD switch is found in its setup.py (read as text) and set;
+- a wheel whose .so this build did not link, and a build that fetched a prebuilt wheel, are
+  refused with their own exit code.
+
+One Python each (cp311) keeps them to a minute or two: torch comes from the machine's wheel cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheelbuild.errors import NotBuiltHere
+from wheelbuild.wheel.wheels import archs_in_elf
+
+from tests.integration.conftest import REPO, TORCH_INDEX, Completed, wheelbuild
+
+FIXTURE = REPO / "tests" / "fixtures" / "wbcontract"
+MODULE = "wbcontract/_k.cpython-311-x86_64-linux-gnu.so"
+
+
+def _build(source: Path, out: Path, *extra: str) -> Completed:
+    return wheelbuild(
+        "build", str(source),
+        "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
+        "--archs", "120", "--python", "3.11", "--memory", "4g",
+        "--output-dir", str(out), "--rebuild", *extra,
+    )  # fmt: skip
+
+
+def _report(out: Path, done: Completed) -> dict[str, object]:
+    report: dict[str, object] = json.loads((out / "runs" / done.run_id / "build-report.json").read_text())
+    return report
+
+
+def _sass(out: Path, done: Completed) -> set[int]:
+    (wheel,) = sorted((out / "runs" / done.run_id).glob("*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archs_in_elf(archive.read(MODULE)).sass)
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_a_package_with_its_own_arch_list_and_a_prebuilt_download_is_built_here_for_exactly_the_asked_arch(
+    tmp_path: Path,
+) -> None:
+    done = _build(FIXTURE, tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    assert _sass(tmp_path, done) == {120}
+    contract = _report(tmp_path, done)["contract"]
+    assert isinstance(contract, dict)
+    # Found in setup.py, as text: without it the build would have tried the download.
+    assert any(s.startswith("WBCONTRACT_FORCE_BUILD=TRUE") for s in contract["switches"])
+    assert contract["nvcc_rewrites"] == ["rewrote archs sm_80 sm_90 sm_100 sm_120 -> sm_120; --threads 4 -> 1"]
+    assert contract["link_checks"] == [
+        "cp311-manylinux_x86_64: linked here: 1 of 1 shared objects (_k.cpython-311-x86_64-linux-gnu.so)"
+    ]
+    assert "WBCONTRACT_FORCE_BUILD=TRUE" in done.stdout  # said, with why, before the build
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_kept_package_archs_are_compiled_and_allowed(tmp_path: Path) -> None:
+    done = _build(FIXTURE, tmp_path, "--keep-package-archs", "--env", "WBCONTRACT_FORCE_BUILD=TRUE")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    assert _sass(tmp_path, done) == {80, 90, 100, 120}
+    contract = _report(tmp_path, done)["contract"]
+    assert isinstance(contract, dict)
+    assert contract["keep_package_archs"] is True
+    assert contract["nvcc_rewrites"] == ["rewrote --threads 4 -> 1"]
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_a_shared_object_copied_into_place_is_refused(tmp_path: Path) -> None:
+    """The package's build_ext copies a shared object from the project into place instead of
+    linking one: the file is a real ELF .so (linked on this host, with a build id), under the
+    extension module's name, which the build's link step never wrote."""
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURE, project)
+    prebuilt = project / "prebuilt" / "_k.so"
+    prebuilt.parent.mkdir()
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(prebuilt), "-x", "c", "-", "-Wl,--build-id=sha1"],
+        input="int wbcontract_prebuilt(void) { return 1; }\n", text=True, check=True,
+    )  # fmt: skip
+    switches = ("--env", "WBCONTRACT_FORCE_BUILD=TRUE", "--env", "WBCONTRACT_PREBUILT_SO=prebuilt/_k.so")
+    done = _build(project, tmp_path / "out", *switches)
+    assert done.returncode == NotBuiltHere.exit_code, done.stdout[-3000:] + done.stderr
+    assert f"holds shared objects this build did not link: {MODULE} (build id " in done.stderr
+    assert not list((tmp_path / "out").glob("runs/*/*.whl"))  # no wheel left as if it were good
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_a_build_that_fetches_a_prebuilt_wheel_is_refused_naming_the_url(tmp_path: Path) -> None:
+    # --env wins over the switch wheelbuild would set: the package's download branch runs.
+    done = _build(FIXTURE, tmp_path, "--env", "WBCONTRACT_FORCE_BUILD=FALSE")
+    assert done.returncode == NotBuiltHere.exit_code, done.stdout[-3000:] + done.stderr
+    assert (
+        "tried to download a prebuilt binary instead of building it "
+        "(https://wheelbuild-prebuilt.invalid/releases/v0.1.0/wbcontract-0.1.0-cp311-cp311-linux_x86_64.whl)"
+    ) in done.stderr
