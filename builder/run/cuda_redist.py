@@ -3,12 +3,15 @@
 torch cu12x variants refuse an nvcc of another CUDA major, so they need a CUDA 12 compiler
 beside the image's CUDA 13.1. The archives NVIDIA lists in its redist manifest
 (images/cuda-12.8-redist.toml, the one file with the pins) are downloaded once per host into a
-content-addressed cache, verified, unpacked into a tree (headers only for the libraries whose
-headers a torch extension includes) and become a small local image that the build image copies
-/usr/local/cuda-12.8 from. No registry, no NVIDIA image.
+content-addressed cache, verified, unpacked into a tree laid out as NVIDIA's installer lays
+it out (headers and libraries in targets/x86_64-linux, include and lib64 linking there; the
+libraries whose headers a torch extension includes keep their headers and link-time stubs
+only) and become a small local image that the build image copies /usr/local/cuda-12.8 from.
+No registry, no NVIDIA image.
 
 Every archive is treated as hostile: its size is capped by the pin before the download ends,
-its hash is checked before it is opened, and no member may land outside its folder.
+its hash is checked before it is opened, no member may land outside its folder or be written
+through a link, and every link in the tree must resolve inside it.
 
 No Docker here: engine.py turns the tree into an image.
 """
@@ -40,6 +43,10 @@ CHUNK = 1 << 20
 # Caps for a member of an archive whose pin gives no size: nvcc's largest file is ~100 MB.
 MAX_MEMBER = 2 * 1024**3
 MAX_TREE = 16 * 1024**3
+# Where NVIDIA's installer puts the headers and libraries; nvcc uses it when it is there.
+TARGET_DIR = PurePosixPath("targets/x86_64-linux")
+# Part of the layer's hash: a tree or layer image unpacked another way is never reused.
+LAYOUT = "nvidia-targets-1"
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class CudaLayer:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(f"{self.version} {self.pins}".encode()).hexdigest()
+        return hashlib.sha256(f"{LAYOUT} {self.version} {self.pins}".encode()).hexdigest()
 
     @property
     def tag(self) -> str:
@@ -211,6 +218,22 @@ def fetch_archives(
     return found
 
 
+def _kept(archive: RedistArchive, inside: PurePosixPath) -> bool:
+    """Whether a member (relative to the archive's folder) belongs in the layer."""
+    if archive.headers_only:
+        # Headers, and the stubs a link needs (`libraries=["cublas"]`); the real libraries
+        # (hundreds of MB) are torch's to bring.
+        return inside.parts[0] == "include" or (
+            inside.parent == PurePosixPath("lib/stubs") and inside.suffix == ".so"
+        )
+    if inside.name.endswith("_static.a"):
+        # nvcc links libcudart_static.a by default (--cudart static) and CMake records it. The
+        # other static libraries (libnvptxcompiler_static.a, ...) are large, nvcc never links
+        # them unasked, and a torch extension links the shared libraries torch ships.
+        return archive.name == "cuda_cudart" and inside.name == "libcudart_static.a"
+    return True
+
+
 def _member_target(archive: RedistArchive, member: tarfile.TarInfo) -> PurePosixPath | None:
     """Where a member lands in the layer, relative to CUDA_HOME; None for what is not kept."""
     parts = PurePosixPath(member.name).parts
@@ -225,57 +248,115 @@ def _member_target(archive: RedistArchive, member: tarfile.TarInfo) -> PurePosix
             "the archive is not NVIDIA's: fix the mirror",
         )
     inside = PurePosixPath(*parts[1:]) if len(parts) > 1 else None
-    if inside is None:
+    if inside is None or not _kept(archive, inside):
         return None
-    if archive.headers_only and inside.parts[0] != "include":
-        return None
-    if inside.name.endswith("_static.a"):
-        return None  # static libraries: torch extensions link the shared runtime
+    if inside.parts[0] in ("include", "lib"):
+        return TARGET_DIR / inside  # where NVIDIA's installer puts them, and nvcc.profile looks
     return inside
 
 
+def _refuse(archive: RedistArchive, what: str) -> CudaRedistMismatch:
+    return CudaRedistMismatch(f"{archive.file_name}: {what}", "the archive is not NVIDIA's: fix the mirror")
+
+
+def _check_parents(archive: RedistArchive, dest: Path, target: PurePosixPath) -> None:
+    """No member is written through a symlink an earlier member made: a chain of links that
+    each stay inside could otherwise walk a later one out of the tree."""
+    here = dest
+    for part in target.parent.parts:
+        here = here / part
+        if here.is_symlink():
+            raise _refuse(archive, f"{target} would be written through the symlink {here.relative_to(dest)}")
+
+
+def _unpack_archive(
+    archive: RedistArchive, source: Path, dest: Path, written: int
+) -> tuple[int, list[PurePosixPath]]:
+    """One verified archive into `dest`: regular files, directories and symlinks that stay
+    inside; nothing else. Returns the bytes written so far and the stubs it brought."""
+    stubs: list[PurePosixPath] = []
+    with tarfile.open(source, mode="r|xz") as tar:
+        for member in tar:
+            target = _member_target(archive, member)
+            if target is None:
+                continue
+            _check_parents(archive, dest, target)
+            path = dest / target
+            if member.isdir():
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink():
+                path.unlink()  # never write through a link an earlier member left
+            if member.issym():
+                # Judged where it sits in its archive: a link that leaves the archive's folder
+                # is refused even where the deeper targets/ folder would keep it in the tree.
+                link = PurePosixPath(member.linkname)
+                in_archive = PurePosixPath(*PurePosixPath(member.name).parts[1:])
+                if link.is_absolute() or os.path.normpath(in_archive.parent / link).startswith(".."):
+                    raise _refuse(archive, f"symlink {member.name} points outside ({member.linkname})")
+                path.unlink(missing_ok=True)
+                path.symlink_to(link)
+                continue
+            if not member.isfile():
+                continue  # devices, fifos, hard links: not in NVIDIA's archives, never kept
+            written += member.size
+            if member.size > MAX_MEMBER or written > MAX_TREE:
+                raise _refuse(archive, f"{member.name} would unpack past the size cap")
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            with path.open("wb") as out:
+                shutil.copyfileobj(extracted, out, CHUNK)
+            path.chmod(0o755 if member.mode & 0o111 else 0o644)
+            if archive.headers_only and target.parent == TARGET_DIR / "lib" / "stubs":
+                stubs.append(target)
+    return written, stubs
+
+
+def _lay_out(dest: Path, stubs: list[PurePosixPath]) -> None:
+    """The links of NVIDIA's own installer, and a link-time name for each stub."""
+    for name, inside in (("include", TARGET_DIR / "include"), ("lib64", TARGET_DIR / "lib")):
+        if os.path.lexists(dest / name):
+            raise CudaRedistMismatch(
+                f"an archive of the CUDA layer holds {name}/ at its top, where NVIDIA's hold none",
+                "the archive is not NVIDIA's: fix the mirror",
+            )
+        # torch's cpp_extension uses -I$CUDA_HOME/include and -L$CUDA_HOME/lib64.
+        (dest / name).symlink_to(inside)
+    for stub in stubs:
+        # g++ -L$CUDA_HOME/lib64 -lcublas (torch's link line) finds lib/libcublas.so, so it
+        # points at the stub. The stub's soname (libcublas.so.12) becomes the extension's
+        # NEEDED entry, and no file of that name is here: at run time the loader finds torch's
+        # own cuBLAS, never the stub. nvcc alone would also find lib/stubs; g++ would not.
+        named = dest / stub.parent.parent / stub.name
+        if not os.path.lexists(named):
+            named.symlink_to(PurePosixPath("stubs") / stub.name)
+
+
+def _check_links(dest: Path) -> None:
+    """Every symlink in the tree, followed all the way, stays inside it."""
+    root = os.path.realpath(dest)
+    for folder, dirs, files in os.walk(dest):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) and os.path.commonpath([root, os.path.realpath(path)]) != root:
+                raise CudaRedistMismatch(
+                    f"the CUDA layer's {os.path.relpath(path, dest)} resolves outside it "
+                    f"({os.readlink(path)})",
+                    "an archive is not NVIDIA's: fix the mirror",
+                )
+
+
 def unpack(layer: CudaLayer, archives: Mapping[str, Path], dest: Path) -> None:
-    """Unpack the verified archives into `dest` (the future CUDA_HOME): regular files,
-    directories and symlinks that stay inside; nothing else."""
+    """Unpack the verified archives into `dest` (the future CUDA_HOME), laid out as NVIDIA's
+    installer does: headers and libraries in targets/x86_64-linux, include and lib64 links."""
     written = 0
+    stubs: list[PurePosixPath] = []
     for archive in layer.archives:
-        with tarfile.open(archives[archive.name], mode="r|xz") as tar:
-            for member in tar:
-                target = _member_target(archive, member)
-                if target is None:
-                    continue
-                path = dest / target
-                if member.isdir():
-                    path.mkdir(parents=True, exist_ok=True)
-                    continue
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if member.issym():
-                    link = PurePosixPath(member.linkname)
-                    resolved = os.path.normpath(target.parent / link)
-                    if link.is_absolute() or resolved.startswith(".."):
-                        raise CudaRedistMismatch(
-                            f"{archive.file_name}: symlink {member.name} points outside ({member.linkname})",
-                            "the archive is not NVIDIA's: fix the mirror",
-                        )
-                    path.unlink(missing_ok=True)
-                    path.symlink_to(link)
-                    continue
-                if not member.isfile():
-                    continue  # devices, fifos, hard links: not in NVIDIA's archives, never kept
-                written += member.size
-                if member.size > MAX_MEMBER or written > MAX_TREE:
-                    raise CudaRedistMismatch(
-                        f"{archive.file_name}: {member.name} would unpack past the size cap",
-                        "the archive is not NVIDIA's: fix the mirror",
-                    )
-                source = tar.extractfile(member)
-                assert source is not None
-                with path.open("wb") as out:
-                    shutil.copyfileobj(source, out, CHUNK)
-                path.chmod(0o755 if member.mode & 0o111 else 0o644)
-    lib64 = dest / "lib64"
-    if (dest / "lib").is_dir() and not lib64.exists():
-        lib64.symlink_to("lib")  # torch's cpp_extension links with -L$CUDA_HOME/lib64
+        written, brought = _unpack_archive(archive, archives[archive.name], dest, written)
+        stubs += brought
+    _lay_out(dest, stubs)
+    _check_links(dest)
     if not (dest / "bin" / "nvcc").is_file():
         raise CudaRedistMismatch(
             f"the unpacked CUDA {layer.version} layer has no bin/nvcc", "check the cuda_nvcc pin and archive"
