@@ -8,7 +8,6 @@ what to run and what the observations mean, so both are tested exhaustively with
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,21 +15,17 @@ from pathlib import Path
 
 from .. import secrets
 from ..dist import DistTarget, read_token
-from ..errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
+from ..errors import BuildFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.unit_memory import UnitMemory
 from ..variants import TorchVariant
 from .buildlog import MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
-from .diagnosis import contract_failure
+from .diagnosis import compile_failure, contract_failure
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
-
-# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
-# (pip -v indents what the build backend prints).
-_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,12 +95,27 @@ class AttemptConfig:
     # --keep-package-archs) and each unit's ciccs at once (None: the package's --threads).
     nvcc_archs: tuple[int, ...] | None = None
     nvcc_threads: int | None = None
+    # What torch brings at run time: its own libraries and its CUDA libraries' wheels (a module
+    # linking -lcublas needs libcublas.so.13, which torch has loaded; grafting it would add
+    # hundreds of MB of a second copy).
     repair_excludes: tuple[str, ...] = (
         "libtorch*.so",
         "libc10*.so",
         "libcudart.so*",
         "libcuda.so*",
         "libshm.so",
+        "libcublas*.so*",
+        "libcusparse*.so*",
+        "libcusolver*.so*",
+        "libcurand.so*",
+        "libcufft*.so*",
+        "libnvrtc*.so*",
+        "libnvJitLink.so*",
+        "libcudnn*.so*",
+        "libnccl.so*",
+        "libnvshmem*.so*",
+        "libcupti.so*",
+        "libnvtx3interop.so*",
     )
 
     @property
@@ -194,11 +204,15 @@ TOOLCHAIN_SCRIPT = "wheelbuild-toolchain"  # run by before-build: the two stand-
 NVCC_SCRIPT = "wheelbuild-nvcc"  # $CUDA_HOME/bin/nvcc: exactly the archs asked
 LD_SCRIPT = "wheelbuild-ld"  # each linker: the ledger of what this build linked
 CHECK_LINKED_SCRIPT = "wheelbuild-check-linked"  # per Python, before the repair: every .so linked here
+CUDA_LIBRARIES_SCRIPT = "wheelbuild-cuda-libraries"  # run by before-build: torch's CUDA library headers
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
     CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
-    CHECK_LINKED_SCRIPT,
+    CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT,
 )  # fmt: skip
+# Where wheelbuild-cuda-libraries links torch's CUDA library headers and link names (cuBLAS,
+# cuSPARSE, ...: torch's ATen/cuda/CUDAContext.h includes them; the toolkit has none).
+CUDA_LIBRARIES_FARM = "/tmp/wheelbuild-cuda"
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
 
@@ -280,6 +294,11 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         "CUDA_HOME": config.cuda_home,
         "WHEELBUILD_MEMORY_LIMIT": str(config.memory),
     }
+    # After the compiler's own -I and -L (the toolkit's headers first), and after a path the
+    # build's env gives (an empty entry would mean the current folder).
+    for variable, folder in (("CPATH", "include"), ("LIBRARY_PATH", "lib")):
+        given = config.build_env.get(variable)
+        container_env[variable] = ":".join(p for p in (given, f"{CUDA_LIBRARIES_FARM}/{folder}") if p)
     # $CUDA_HOME/bin/nvcc is wheelbuild-nvcc in the build (wheelbuild-toolchain): it rewrites the
     # arch flags, then runs the real nvcc through sccache, so the cache's key is the command that
     # really compiles. torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place
@@ -417,16 +436,8 @@ def classify(result: AttemptResult) -> Outcome:
         return Failed(result, broken)
     if result.oom.fired:
         return OOMKilled(result)
-    first_error = _COMPILER_ERROR.search("\n".join(result.log_tail))
-    if first_error:
-        return Failed(
-            result,
-            CompileFailed(
-                f"compile failed: {first_error.group(0).strip()}",
-                f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",
-                details=tail,
-            ),
-        )
+    if (failed := compile_failure(result)) is not None:
+        return Failed(result, failed)
     return Failed(
         result,
         BuildFailed(

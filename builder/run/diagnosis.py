@@ -1,13 +1,15 @@
 """What a failed attempt's log says went wrong besides memory: the contract broken (a shared
-object this build did not link, a prebuilt binary fetched instead of built). Pure: what the
-engine saw of an attempt in, the typed error that explains it out (None: nothing recognised)."""
+object this build did not link, a prebuilt binary fetched instead of built), and a compile that
+failed for a reason that is not the source's: a CUDA library header the toolkit lacks, sources
+missing from the sdist, an arch or a host compiler nvcc does not support. Pure: what the engine
+saw of an attempt in, the typed error that explains it out (None: nothing recognised)."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
-from ..errors import NotBuiltHere, WheelbuildError
+from ..errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable, WheelbuildError
 from .buildlog import NOT_LINKED_MARK
 
 if TYPE_CHECKING:  # attempt.classify calls this module
@@ -41,6 +43,71 @@ def contract_failure(result: AttemptResult) -> WheelbuildError | None:
             f"({result.prebuilt_urls[0]}), and the download failed",
             "make it build from source: set its switch (e.g. --env <NAME>_FORCE_BUILD=TRUE, read its "
             f"setup.py for the name); wheelbuild sets the ones it recognises; full log: {result.log_path}",
+            details=tail,
+        )
+    return None
+
+
+# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
+# (pip -v indents what the build backend prints).
+_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+# gcc's and nvcc's "fatal error: cusparse.h: No such file or directory" for a header.
+_MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.(?:h|hpp|cuh)): No such file or directory")
+# Headers of NVIDIA's CUDA libraries (not the toolkit's compiler and runtime).
+_CUDA_LIBRARY_HEADER = re.compile(
+    r"^(?:cublas\w*|cusparse\w*|cusolver\w*|curand\w*|cufft\w*|cudnn\w*|nccl\w*|nvrtc\w*|nvJitLink\w*"
+    r"|cupti\w*|cutensor\w*|nvshmem\w*|cufile\w*|npp\w*|nvjpeg\w*|nvToolsExt\w*|nvtx3/.*)\.h$"
+)
+# A source the build names that is not there: gcc's "cc1plus: fatal error: csrc/x.cpp: No such
+# file or directory", nvcc's "Could not open input file csrc/x.cu", ninja's "'csrc/x.cu', needed
+# by '...', missing and no known rule to make it".
+_MISSING_SOURCE = re.compile(
+    r"(?:fatal error: |Could not open input file |error: ')"
+    r"(\S+?\.(?:cu|cpp|cc|cxx|c))(?:: No such file or directory|'?, needed by .* missing and no known rule|\s*$)",
+    re.MULTILINE,
+)
+_UNSUPPORTED_ARCH = re.compile(r"Unsupported gpu architecture '(compute_\w+|sm_\w+)'")
+_UNSUPPORTED_HOST = re.compile(
+    r"unsupported GNU version|unsupported (?:clang|Microsoft Visual Studio) version"
+)
+
+
+def compile_failure(result: AttemptResult) -> WheelbuildError | None:
+    """The first compiler error, and what it means when the fault is not the source's."""
+    text = "\n".join(result.log_tail)
+    tail = "\n".join(result.log_tail[-25:])
+    where = f"full log: {result.log_path}"
+    if (header := _MISSING_HEADER.search(text)) and _CUDA_LIBRARY_HEADER.match(header[1]):
+        return CompileFailed(
+            f"compile failed: {header[1]} is not in the build's CUDA toolkit, nor among the CUDA libraries "
+            "torch brings (their headers are on the compile's include path)",
+            "this is the toolkit's gap, not the source's: the library is not one torch ships; report it to "
+            f"wheelbuild, or point --env CPATH at a folder holding that library's headers; {where}",
+            details=tail,
+        )
+    if missing := sorted(set(_MISSING_SOURCE.findall(text))):
+        return SourceUnavailable(
+            f"the source lacks {', '.join(missing)}, which its build compiles",
+            "its sdist was published without those sources: build from the project's repository (a git "
+            f"checkout or the release's source archive) instead; {where}",
+            details=tail,
+        )
+    if arch := _UNSUPPORTED_ARCH.search(text):
+        return CompilerUnavailable(
+            f"nvcc cannot compile {arch[1]}, which the package's own arch list names",
+            f"drop --keep-package-archs (wheelbuild then compiles exactly --archs); {where}",
+            details=tail,
+        )
+    if host := _UNSUPPORTED_HOST.search(text):
+        return CompilerUnavailable(
+            f"nvcc refuses the image's host compiler ({host[0]})",
+            f"build with an image whose gcc this CUDA release supports; {where}",
+            details=tail,
+        )
+    if first_error := _COMPILER_ERROR.search(text):
+        return CompileFailed(
+            f"compile failed: {first_error.group(0).strip()}",
+            f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",
             details=tail,
         )
     return None

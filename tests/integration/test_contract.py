@@ -13,6 +13,7 @@ One Python each (cp311) keeps them to a minute or two: torch comes from the mach
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 from wheelbuild.errors import NotBuiltHere
 from wheelbuild.wheel.wheels import archs_in_elf
 
@@ -43,6 +46,12 @@ def _report(out: Path, done: Completed) -> dict[str, object]:
     return report
 
 
+def _needed(elf: bytes) -> list[str]:
+    dynamic = ELFFile(io.BytesIO(elf)).get_section_by_name(".dynamic")
+    assert isinstance(dynamic, DynamicSection)
+    return [str(tag.needed) for tag in dynamic.iter_tags("DT_NEEDED")]
+
+
 def _sass(out: Path, done: Completed) -> set[int]:
     (wheel,) = sorted((out / "runs" / done.run_id).glob("*.whl"))
     with zipfile.ZipFile(wheel) as archive:
@@ -60,7 +69,9 @@ def test_a_package_with_its_own_arch_list_and_a_prebuilt_download_is_built_here_
     assert isinstance(contract, dict)
     # Found in setup.py, as text: without it the build would have tried the download.
     assert any(s.startswith("WBCONTRACT_FORCE_BUILD=TRUE") for s in contract["switches"])
-    assert contract["nvcc_rewrites"] == ["rewrote archs sm_80 sm_90 sm_100 sm_120 -> sm_120; --threads 4 -> 1"]
+    assert contract["nvcc_rewrites"] == [
+        "rewrote archs sm_80 sm_90 sm_100 sm_120 -> sm_120; --threads 4 -> 1"
+    ]
     assert contract["link_checks"] == [
         "cp311-manylinux_x86_64: linked here: 1 of 1 shared objects (_k.cpython-311-x86_64-linux-gnu.so)"
     ]
@@ -107,3 +118,32 @@ def test_a_build_that_fetches_a_prebuilt_wheel_is_refused_naming_the_url(tmp_pat
         "tried to download a prebuilt binary instead of building it "
         "(https://wheelbuild-prebuilt.invalid/releases/v0.1.0/wbcontract-0.1.0-cp311-cp311-linux_x86_64.whl)"
     ) in done.stderr
+
+
+CUBLAS_FIXTURE = REPO / "tests" / "fixtures" / "wbcublas"
+CUBLAS_MODULE = "wbcublas/_C.cpython-311-x86_64-linux-gnu.so"
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loads(tmp_path: Path) -> None:
+    """ATen/cuda/CUDAContext.h includes cuBLAS's, cuSPARSE's and cuSOLVER's headers, which the
+    image's toolkit lacks: they come from torch's own CUDA library wheels, as -lcublas does. The
+    module needs cuBLAS by its soname, which torch loads, and auditwheel does not graft a copy."""
+    done = wheelbuild(
+        "build", str(CUBLAS_FIXTURE),
+        "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
+        "--archs", "120", "--python", "3.11", "--memory", "6g",
+        "--output-dir", str(tmp_path), "--rebuild",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    report = _report(tmp_path, done)
+    (gate,) = report["gate"]  # type: ignore[misc]
+    assert gate["passed"] is True
+    assert [i["module"] for i in gate["imports"]] == ["wbcublas._C", "wbcublas"]
+    (wheel,) = sorted((tmp_path / "runs" / done.run_id).glob("*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        module = archive.read(CUBLAS_MODULE)
+    assert "libcublas.so.13" in _needed(module)
+    assert not [name for name in names if "libcublas" in name]  # nothing grafted
+    assert archs_in_elf(module).sass == {120}

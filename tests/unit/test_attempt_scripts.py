@@ -141,7 +141,7 @@ def _before_build_env(
     record = tmp_path / "record"
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("wheelbuild-before-build", "wheelbuild-check-torch", "wheelbuild-toolchain"):
+    for name in ("wheelbuild-before-build", "wheelbuild-check-torch", "wheelbuild-cuda-libraries", "wheelbuild-toolchain"):
         shutil.copy(IMAGES_DIR / name, scripts / name)
     (scripts / "wheelbuild-wheel-cache").write_text(
         "import os, sys\n"
@@ -169,6 +169,7 @@ def _before_build_env(
         "CUDA_HOME": str(tmp_path / "cuda"),
         "WHEELBUILD_LINKERS": str(tmp_path / "ld" / "ld"),
         "WHEELBUILD_LINKS": str(tmp_path / "links" / "ledger"),
+        "WHEELBUILD_CUDA_LIBRARIES": str(tmp_path / "cuda-libraries"),
         "PYTHONPATH": str(_fake_torch(tmp_path / "site", torch_version, "13.0")),
         "WHEELBUILD_SECRETS": str(secrets),
         "WHEELBUILD_WHEEL_CACHE": str(tmp_path / "wheels"),
@@ -189,9 +190,11 @@ def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_p
         f"cache||{wheels}|0123abcd|--index-file|{secrets}/torch-index-url|--tree|torch==2.11.0",
     ]
     assert SECRET_INDEX not in record.read_text()
-    torch_line, toolchain_line = done.stdout.splitlines()[-2:]
+    torch_line, libraries_line, toolchain_line = done.stdout.splitlines()[-3:]
     assert torch_line == "wheelbuild: torch 2.11.0+cu130 CUDA 13.0"
-    # Then the stand-ins go in (their own tests: test_toolchain.py).
+    # Then torch's CUDA libraries are linked for the compiles and the stand-ins go in (their own
+    # tests: test_cuda_libraries.py, test_toolchain.py); the stand-in torch brings none.
+    assert libraries_line.startswith("wheelbuild: CUDA libraries of torch: 0 header entries and 0 link names")
     assert toolchain_line.startswith(f"wheelbuild-toolchain: {tmp_path}/cuda/bin/nvcc compiles ")
 
 

@@ -171,6 +171,7 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
     assert raw == (
         "MAX_JOBS=4 NVCC_THREADS=2 TORCH_CUDA_ARCH_LIST='10.0;12.0' FLASH_ATTN_CUDA_ARCHS='100;120' "
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
+        "CPATH=/tmp/wheelbuild-cuda/include LIBRARY_PATH=/tmp/wheelbuild-cuda/lib "
         "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 WHEELBUILD_NVCC_LAUNCHER=sccache "
         "CXX=/usr/local/bin/sccache-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
         f"{SITE_PACKAGES_BASEDIRS} "
@@ -186,6 +187,9 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "FLASH_ATTN_CUDA_ARCHS": "100;120",
         "CUDA_HOME": "/usr/local/cuda-13.1/nvidia/cu13",
         "WHEELBUILD_MEMORY_LIMIT": "6442450944",
+        # torch's CUDA library headers and link names (cuBLAS, ...), after the compiler's own
+        "CPATH": "/tmp/wheelbuild-cuda/include",
+        "LIBRARY_PATH": "/tmp/wheelbuild-cuda/lib",
         # $CUDA_HOME/bin/nvcc is wheelbuild-nvcc: exactly these archs and threads, run through
         # sccache; torch's cpp_extension puts CXX in place of c++, through sccache too.
         "WHEELBUILD_NVCC_ARCHS": "100,120",
@@ -231,11 +235,14 @@ def test_repair_excludes_torch_and_cuda_runtime_libraries(make_config: Callable[
         "sccache --show-stats; python /usr/local/bin/wheelbuild-cache-log; "
         # before auditwheel grafts any library in: every shared object was linked by this build
         "python /usr/local/bin/wheelbuild-check-linked {wheel} && auditwheel repair --exclude 'libtorch*.so' --exclude 'libc10*.so' --exclude 'libcudart.so*' "
-        "--exclude 'libcuda.so*' --exclude libshm.so -w {dest_dir} {wheel}"
+        "--exclude 'libcuda.so*' --exclude libshm.so --exclude 'libcublas*.so*' --exclude 'libcusparse*.so*' "
+        "--exclude 'libcusolver*.so*' --exclude 'libcurand.so*' --exclude 'libcufft*.so*' --exclude 'libnvrtc*.so*' "
+        "--exclude 'libnvJitLink.so*' --exclude 'libcudnn*.so*' --exclude 'libnccl.so*' --exclude 'libnvshmem*.so*' "
+        "--exclude 'libcupti.so*' --exclude 'libnvtx3interop.so*' -w {dest_dir} {wheel}"
     )
     words = shlex.split(command.rsplit(" && ", 1)[1])
     excluded = [words[i + 1] for i, w in enumerate(words) if w == "--exclude"]
-    assert {"libtorch*.so", "libc10*.so", "libcudart.so*"} <= set(excluded)
+    assert {"libtorch*.so", "libc10*.so", "libcudart.so*", "libcublas*.so*"} <= set(excluded)
 
 
 def test_admission_routes_compiles_through_the_wrapper_with_budget_and_costs(

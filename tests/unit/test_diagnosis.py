@@ -1,0 +1,98 @@
+"""What a failed attempt's log means when the fault is not the source's (run/diagnosis.py, through
+attempt.classify as the build calls it). The log lines are what the real tools print: gcc's and
+nvcc 13.1's messages taken from runs on this machine, ninja's, causal-conv1d's download attempt
+(its setup.py's print, urllib's error), and wheelbuild-check-linked's mark."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from wheelbuild.errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable
+from wheelbuild.run.attempt import AttemptResult, Failed, classify
+
+MakeResult = Callable[..., AttemptResult]
+
+
+def _error(result: AttemptResult) -> Exception:
+    outcome = classify(result)
+    assert isinstance(outcome, Failed)
+    return outcome.error
+
+
+def test_a_missing_cuda_library_header_is_the_toolkits_gap_not_the_sources(make_result: MakeResult) -> None:
+    error = _error(
+        make_result("csrc/grouped_gemm.cu:4:10: fatal error: cusparse.h: No such file or directory\n")
+    )
+    assert isinstance(error, CompileFailed)
+    assert error.cause.startswith("compile failed: cusparse.h is not in the build's CUDA toolkit")
+    assert error.remedy.startswith("this is the toolkit's gap, not the source's")
+    assert "fix the source" not in error.remedy
+
+
+def test_a_missing_header_of_the_package_is_the_sources(make_result: MakeResult) -> None:
+    error = _error(
+        make_result("csrc/ops.cu:2:10: fatal error: fill_arguments.cuh: No such file or directory\n")
+    )
+    assert isinstance(error, CompileFailed)
+    assert error.remedy.startswith("fix the source")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "cc1plus: fatal error: csrc/fast_hadamard_transform.cpp: No such file or directory",
+        "ninja: error: '/project/csrc/fast_hadamard_transform.cpp', needed by '/project/build/x.o', missing and no known rule to make it",
+    ],
+)
+def test_sources_missing_from_the_sdist_are_named_with_where_to_build_from(
+    make_result: MakeResult, line: str
+) -> None:
+    error = _error(make_result(f"{line}\ncompilation terminated.\n"))
+    assert isinstance(error, SourceUnavailable)
+    assert "fast_hadamard_transform.cpp, which its build compiles" in error.cause
+    assert "build from the project's repository" in error.remedy
+
+
+def test_an_arch_nvcc_does_not_support_is_the_compilers(make_result: MakeResult) -> None:
+    error = _error(make_result("nvcc fatal   : Unsupported gpu architecture 'compute_70'\n"))
+    assert isinstance(error, CompilerUnavailable)
+    assert error.cause == "nvcc cannot compile compute_70, which the package's own arch list names"
+
+
+def test_a_failed_prebuilt_download_is_not_built_here_naming_the_url(make_result: MakeResult) -> None:
+    url = "https://github.com/Dao-AILab/causal-conv1d/releases/download/v1.7.0/causal_conv1d-1.7.0+cu13torch2.11cxx11abiTRUE-cp311-cp311-linux_x86_64.whl"
+    result = replace(
+        make_result(
+            f"Guessing wheel URL:  {url}\nurllib.error.URLError: <urlopen error [Errno -2] Name or service not known>\n"
+        ),
+        prebuilt_urls=(url,),
+    )
+    error = _error(result)
+    assert isinstance(error, NotBuiltHere)
+    assert error.cause == (
+        f"the package's build tried to download a prebuilt binary instead of building it ({url}), and the download failed"
+    )
+
+
+def test_a_shared_object_the_ledger_does_not_know_is_not_built_here(make_result: MakeResult) -> None:
+    check = (
+        "cp311-manylinux_x86_64: not linked here: pkg/_k.so (build id 0123456789ab is no link of this build)"
+    )
+    result = replace(make_result("repair failed\n"), link_checks=(check,))
+    error = _error(result)
+    assert isinstance(error, NotBuiltHere)
+    assert error.cause == (
+        "the wheel built for cp311-manylinux_x86_64 holds shared objects this build did not link: "
+        "pkg/_k.so (build id 0123456789ab is no link of this build)"
+    )
+
+
+def test_a_url_printed_by_a_build_that_failed_otherwise_is_no_download_failure(
+    make_result: MakeResult,
+) -> None:
+    result = replace(
+        make_result("csrc/a.cu(3): error: identifier x is undefined\n"), prebuilt_urls=("https://x/y.whl",)
+    )
+    assert isinstance(_error(result), CompileFailed)
