@@ -141,7 +141,12 @@ def _before_build_env(
     record = tmp_path / "record"
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("wheelbuild-before-build", "wheelbuild-check-torch", "wheelbuild-cuda-libraries", "wheelbuild-toolchain"):
+    for name in (
+        "wheelbuild-before-build",
+        "wheelbuild-check-torch",
+        "wheelbuild-cuda-libraries",
+        "wheelbuild-toolchain",
+    ):
         shutil.copy(IMAGES_DIR / name, scripts / name)
     (scripts / "wheelbuild-wheel-cache").write_text(
         "import os, sys\n"
