@@ -329,6 +329,7 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         ninja_order=ninja_order_file(plan),
         nvcc_archs=None if spec.keep_package_archs else spec.archs,
         nvcc_threads=plan.nvcc_threads,
+        build_requires=ready.survey.build_requires,
     )
 
 

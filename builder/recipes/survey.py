@@ -15,6 +15,7 @@ import posixpath
 import re
 import stat
 import tarfile
+import tomllib
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping
@@ -22,6 +23,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from ..bounded import ArchiveRefused, FileRefused, read_bounded, tar_gz_members
 from ..units import format_bytes
@@ -51,6 +55,9 @@ class Survey:
     missing_sources: tuple[str, ...]  # sources the build files name literally that the source lacks
     files_read: tuple[str, ...]  # the build files whose text the findings come from
     refused: tuple[str, ...] = field(default=())  # what was refused or could not be read, one line each
+    # pyproject.toml's [build-system] requires, torch left out (the variant's is installed): the
+    # build runs without isolation, so they are installed before it
+    build_requires: tuple[str, ...] = field(default=())
 
 
 # Names that decide "build CUDA from source here", with why each is set. The value always comes
@@ -274,6 +281,35 @@ def _missing(sources: tuple[str, ...], names: frozenset[str] | None) -> tuple[st
     )
 
 
+# Installed by the build itself, pinned by the variant: a package's own torch bound (grouped-gemm
+# 0.3.0 asks for torch<2.8) would otherwise replace the torch the wheel is built for.
+_NOT_BUILD_REQUIRES = frozenset({"torch"})
+
+
+def build_requires(pyproject: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """([build-system] requires, normalised, torch left out; what was refused, one line each)."""
+    try:
+        table = tomllib.loads(pyproject).get("build-system", {})
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
+        return (), (f"pyproject.toml does not parse: {error}",)
+    requires = table.get("requires", []) if isinstance(table, dict) else []
+    if not isinstance(requires, list):
+        return (), ("pyproject.toml's build-system requires is not a list: not installed",)
+    kept: list[str] = []
+    refused: list[str] = []
+    for text in requires:
+        try:
+            requirement = Requirement(str(text))
+        except InvalidRequirement:
+            refused.append(f"build requirement {str(text)[:80]!r} is not a requirement: not installed")
+            continue
+        if requirement.url:
+            refused.append(f"build requirement {requirement.name} names a URL: not installed")
+        elif canonicalize_name(requirement.name) not in _NOT_BUILD_REQUIRES:
+            kept.append(str(requirement))
+    return tuple(dict.fromkeys(kept)), tuple(refused)
+
+
 def survey_source(project_dir: Path, package: str) -> Survey:
     """What the build files of a source say (see the module's docstring). *project_dir* and
     *package* as sources.PreparedSource holds them: a directory and "." (a project), or the
@@ -296,6 +332,7 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         if name in texts and (name != "CMakeLists.txt" or _USES_CMAKE.search(drivers)):
             archs |= _text_archs(texts[name])
             read.append(name)
+    requires, requires_refused = build_requires(texts.get("pyproject.toml", ""))
     return Survey(
         switches=_switches(setup) if setup else (),
         package_archs=tuple(sorted(archs)),
@@ -303,5 +340,6 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         cuda_needs_gpu=bool(setup and setup.cuda_needs_gpu),
         missing_sources=_missing(setup.sources, tree.names) if setup else (),
         files_read=tuple(read),
-        refused=tuple(refused),
+        refused=(*refused, *requires_refused),
+        build_requires=requires,
     )

@@ -95,6 +95,9 @@ class AttemptConfig:
     # --keep-package-archs) and each unit's ciccs at once (None: the package's --threads).
     nvcc_archs: tuple[int, ...] | None = None
     nvcc_threads: int | None = None
+    # The package's [build-system] requires (torch left out), installed before its build: it
+    # runs without isolation.
+    build_requires: tuple[str, ...] = ()
     # What torch brings at run time: its own libraries and its CUDA libraries' wheels (a module
     # linking -lcublas needs libcublas.so.13, which torch has loaded; grafting it would add
     # hundreds of MB of a second copy).
@@ -304,10 +307,14 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     # really compiles. torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place
     # of c++; the admission wrapper goes in front of both (sccache-c++ runs it; it admits only
     # when its env is set).
+    if config.build_requires:  # "|" is in no requirement (PEP 508)
+        container_env["WHEELBUILD_BUILD_REQUIRES"] = "|".join(config.build_requires)
     if config.nvcc_archs is not None:
         container_env["WHEELBUILD_NVCC_ARCHS"] = ",".join(map(str, config.nvcc_archs))
     if config.nvcc_threads is not None:
         container_env["WHEELBUILD_NVCC_THREADS"] = str(config.nvcc_threads)
+    # CMake takes its CUDA compiler from CUDACXX before PATH: the same nvcc.
+    container_env["CUDACXX"] = f"{config.cuda_home}/bin/nvcc"
     if config.admission:
         container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
     if config.compiler_cache:

@@ -147,3 +147,37 @@ def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loa
     assert "libcublas.so.13" in _needed(module)
     assert not [name for name in names if "libcublas" in name]  # nothing grafted
     assert archs_in_elf(module).sass == {120}
+
+
+CMAKE_FIXTURE = REPO / "tests" / "fixtures" / "wbcmake"
+
+
+@pytest.mark.usefixtures("cuda_image")
+def test_a_cmake_package_gets_its_build_requirements_and_compiles_exactly_the_asked_arch(
+    tmp_path: Path,
+) -> None:
+    """scikit-build-core and CMake come from its [build-system] requires (the build runs without
+    isolation); CMake's CUDA language runs nvcc from CUDACXX, so its CUDA_ARCHITECTURES are
+    rewritten too; the module it installs is stripped, and its build id still names the link."""
+    done = wheelbuild(
+        "build", str(CMAKE_FIXTURE),
+        "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
+        "--archs", "120", "--python", "3.11", "--memory", "4g",
+        "--output-dir", str(tmp_path), "--rebuild",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    contract = _report(tmp_path, done)["contract"]
+    assert isinstance(contract, dict)
+    assert contract["link_checks"] == [
+        "cp311-manylinux_x86_64: linked here: 1 of 1 shared objects (_add.cpython-311-x86_64-linux-gnu.so)"
+    ]
+    # CMake's "80" is SASS and PTX of 80; the CUDA language's own compiler checks pass here too.
+    assert (
+        "rewrote archs sm_80 compute_80 sm_90 compute_90 sm_100 compute_100 sm_120 compute_120 -> sm_120"
+        in (contract["nvcc_rewrites"])
+    )
+    (wheel,) = sorted((tmp_path / "runs" / done.run_id).glob("*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        module = archive.read("wbcmake/_add.cpython-311-x86_64-linux-gnu.so")
+    assert archs_in_elf(module).sass == {120}
+    assert ELFFile(io.BytesIO(module)).get_section_by_name(".symtab") is None  # stripped

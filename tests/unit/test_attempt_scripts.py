@@ -203,6 +203,22 @@ def test_before_build_installs_torch_through_the_wheel_cache_and_checks_it(tmp_p
     assert toolchain_line.startswith(f"wheelbuild-toolchain: {tmp_path}/cuda/bin/nvcc compiles ")
 
 
+def test_before_build_installs_the_packages_own_build_requirements_with_the_tools(tmp_path: Path) -> None:
+    """Each requirement one word, markers and all; the lock is named by the whole list."""
+    env, record, script = _before_build_env(tmp_path)
+    env["WHEELBUILD_BUILD_REQUIRES"] = 'setuptools<81.0.0|ninja; python_version < "3.20"'
+    done = _run("sh", script, "torch==2.11.0", "2.11", "13", "0123abcd", env=env)
+    assert done.returncode == 0, done.stderr
+    key = hashlib.sha256(
+        b'setuptools>=70 wheel build|setuptools<81.0.0|ninja; python_version < "3.20"'
+    ).hexdigest()[:12]
+    first = record.read_text().splitlines()[0]
+    assert first.split("|") == [
+        "cache", "", str(tmp_path / "wheels"), f"build-tools-{key}", "setuptools>=70", "wheel", "build",
+        "setuptools<81.0.0", 'ninja; python_version < "3.20"',
+    ]  # fmt: skip
+
+
 def test_before_build_stops_at_a_torch_mismatch_with_the_checks_exit(tmp_path: Path) -> None:
     env, record, script = _before_build_env(tmp_path, torch_version="2.10.0+cu130")
     env["SCCACHE_DIR"] = str(tmp_path / "cache")

@@ -172,7 +172,8 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "MAX_JOBS=4 NVCC_THREADS=2 TORCH_CUDA_ARCH_LIST='10.0;12.0' FLASH_ATTN_CUDA_ARCHS='100;120' "
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
         "CPATH=/tmp/wheelbuild-cuda/include LIBRARY_PATH=/tmp/wheelbuild-cuda/lib "
-        "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 WHEELBUILD_NVCC_LAUNCHER=sccache "
+        "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 CUDACXX=/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc "
+        "WHEELBUILD_NVCC_LAUNCHER=sccache "
         "CXX=/usr/local/bin/sccache-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
         f"{SITE_PACKAGES_BASEDIRS} "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
@@ -194,6 +195,7 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         # sccache; torch's cpp_extension puts CXX in place of c++, through sccache too.
         "WHEELBUILD_NVCC_ARCHS": "100,120",
         "WHEELBUILD_NVCC_THREADS": "2",
+        "CUDACXX": "/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc",  # CMake's, before PATH
         "WHEELBUILD_NVCC_LAUNCHER": "sccache",
         "CXX": "/usr/local/bin/sccache-c++",
         "SCCACHE_DIR": "/root/.cache/sccache",

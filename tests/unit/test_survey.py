@@ -405,3 +405,34 @@ def test_a_zip_sdist_reads_as_a_tar_gz_does(tmp_path: Path) -> None:
     zipped = _survey(_zip(tmp_path / "demo-1.0.zip", members))
     assert zipped == _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members]))
     assert zipped.missing_sources == ("csrc/demo.cu",) and zipped.files_read == ("setup.py",)
+
+
+@pytest.mark.parametrize(
+    ("key", "requires"),
+    [
+        ("causal-conv1d==1.7.0", ("setuptools", "wheel")),
+        # Its own torch bound (torch>=2.7.0,<2.8) would replace the variant's torch: left out.
+        ("grouped-gemm==0.3.0", ("setuptools<81.0.0", "packaging>=21.0.0")),
+        ("mamba-ssm==2.3.2.post1", ("setuptools>=61.0.0", "wheel", "packaging", "ninja")),
+        ("torch-cluster==1.6.3", ()),  # no pyproject.toml
+    ],
+)
+def test_the_build_requirements_are_read_without_torch(key: str, requires: tuple[str, ...]) -> None:
+    path = fetch(key)
+    assert survey_source(path.parent, path.name).build_requires == requires
+
+
+def test_build_requirements_that_are_urls_or_no_requirements_are_refused_not_installed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["scikit-build-core>=0.10", "evil @ https://example.invalid/x.whl", "!!", '
+        '"ninja; python_version < \\"3.20\\""]\n'
+    )
+    found = survey_source(tmp_path, ".")
+    assert found.build_requires == ("scikit-build-core>=0.10", 'ninja; python_version < "3.20"')
+    assert found.refused == (
+        "build requirement evil names a URL: not installed",
+        "build requirement '!!' is not a requirement: not installed",
+    )
