@@ -27,6 +27,7 @@ from .plan.planner import Plan, ninja_order_file
 from .preflight import (
     ImageOptions,
     arch_note,
+    build_network,
     compiled_archs,
     compiler_in_image,
     ensure_cuda12_layer,
@@ -330,6 +331,7 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         nvcc_archs=None if spec.keep_package_archs else spec.archs,
         nvcc_threads=plan.nvcc_threads,
         build_requires=ready.survey.build_requires,
+        offline_build=build_network(spec, os.environ) == "off",
     )
 
 
@@ -396,6 +398,7 @@ def _report(
             switches=ready.switches,
             nvcc_rewrites=attempts[-1][1].nvcc_rewrites,
             link_checks=attempts[-1][1].link_checks,
+            network=build_network(spec, os.environ),
         ),
     )
 

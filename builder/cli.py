@@ -83,6 +83,7 @@ def build(
     dist_token_file: Path | None,
     dist_servers: str | None,
     keep_package_archs: bool,
+    build_network: bool,
     rebuild: bool,
     gate: bool,
     quiet: bool,
@@ -104,6 +105,7 @@ def build(
         output_dir=output_dir.resolve(),
         rebuild=rebuild,
         keep_package_archs=keep_package_archs,
+        build_network=build_network,
         admission=admission,
         cicc_gate=cicc_gate,
         gate=gate,
@@ -111,15 +113,20 @@ def build(
     )
     options = image_flags.options()
     reporter = Reporter(quiet=quiet)
-    files: config.FileConfig = click.get_current_context().meta.get(CONFIG_FILES_KEY, config.FileConfig())
-    if files.values:  # a value the command line did not name: say where it came from
-        reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
+    _say_option_files(reporter)
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, options, reporter, engine)
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
         _echo_wheel(result, wheel)
     click.echo(f"report: {result.report}")
+
+
+def _say_option_files(reporter: Reporter) -> None:
+    """Where values the command line did not name came from, when files set any."""
+    files: config.FileConfig = click.get_current_context().meta.get(CONFIG_FILES_KEY, config.FileConfig())
+    if files.values:
+        reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
 
 
 def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:

@@ -300,6 +300,13 @@ _build_flags = (
         "exactly --archs; the check then allows their extra SASS.",
     ),
     _build_option(
+        "build-network",
+        "--build-network",
+        is_flag=True,
+        help="Keep the network on while the package builds (by default the build container is taken "
+        "off it, so no setup.py fetches a prebuilt binary); for a package that truly needs it.",
+    ),
+    _build_option(
         "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
     ),
     _build_option(

@@ -154,6 +154,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("dist-servers", "dist_servers", Kind.TEXT, '"2x16x64g"', unset="assumed"),
     Option("keep-package-archs", "keep_package_archs", Kind.BOOL, "true"),
+    Option("build-network", "build_network", Kind.BOOL, "true"),
     Option("rebuild", "rebuild", Kind.BOOL, "true"),
     Option("gate", "gate", Kind.BOOL, "false"),
     Option("quiet", "quiet", Kind.BOOL, "true"),

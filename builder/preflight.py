@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from .plan.planner import Plan, container_limit, explain_container_limit, plan_b
 from .recipes import Recipe
 from .recipes.survey import Survey, survey_source
 from .run import cuda_redist
-from .run.attempt import AttemptResult
+from .run.attempt import AttemptResult, shared_cache_env
 from .run.cuda_redist import CudaLayer
 from .run.image import IMAGES_DIR, NO_CUDA12, Image, ImageInputs, production_base
 from .run.ports import ImageIds, Images
@@ -36,6 +37,9 @@ from .variants import CUDA13_VERSION, CudaCompiler, TorchVariant, arch_range, co
 
 __all__ = [
     "ImageOptions",
+    "arch_note",
+    "build_network",
+    "compiled_archs",
     "compiler_in_image",
     "cuda12_layer",
     "ensure_cuda12_layer",
@@ -294,3 +298,14 @@ def arch_note(spec: BuildSpec, survey: Survey) -> str | None:
         f"the package's build files name {named} for nvcc; wheelbuild's nvcc compiles {asked} only "
         "(--keep-package-archs keeps theirs)"
     )
+
+
+def build_network(spec: BuildSpec, environ: Mapping[str, str]) -> str:
+    """Whether the container has its network while the package builds: "off", or "on: <why>"."""
+    if spec.build_network:
+        return "on: --build-network"
+    if spec.dist is not None:
+        return "on: --dist sends the compiles over it"
+    if shared_cache_env(environ):
+        return "on: the compiler cache's shared storage is reached over it"
+    return "off"

@@ -12,24 +12,22 @@ lacks reads as its default (None, empty), so every report wheelbuild ever wrote 
 Reports are untrusted input (a run folder may come from anywhere): the size is capped before the
 file is read, and every value's type is checked before use.
 
-The records are frozen dataclasses whose fields are the JSON keys, in the order written: the
-reader (`_read`) and the writer (`_plain`) follow the fields' types, so a field added to a record
-is written and read, type-checked, with nothing else to change.
+The records are frozen dataclasses whose fields are the JSON keys, in the order written
+(records.py reads and writes them by their fields' types), so a field added to a record is
+written and read, type-checked, with nothing else to change.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, Union, get_args, get_origin, get_type_hints
 
 from .bounded import FileRefused, read_bounded
 from .errors import ReportUnreadable
 from .plan.planner import Plan
+from .records import OMIT, REQUIRED, Json, Record, RecordError, read_record
 from .wheel.abi3 import Abi3Use
 from .wheel.gate import GateResult
 from .wheel.wheels import WheelInfo
@@ -54,53 +52,39 @@ SCHEMA = 1  # the newest this wheelbuild writes and reads; absent in a file mean
 REPORT_NAME = "build-report.json"
 MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this only bounds a hostile one
 
-Json = dict[str, object]
-_R = TypeVar("_R")
-_OMIT = {"omit_when_none": True}  # a key written only when it holds a value
-_REQUIRED = {"required": True}  # a key without which the record means nothing
-
-
-class _Record:
-    """A part of the report: to_json() gives its fields in order, as build-report.json holds them."""
-
-    def to_json(self) -> Json:
-        data = _plain(self)
-        assert isinstance(data, dict)
-        return data
-
 
 # ---------------------------------------------------------------------------------------------
 # The records
 
 
 @dataclass(frozen=True)
-class SourceRecord(_Record):
+class SourceRecord(Record):
     location: str | None  # credentials redacted
     sha256: str | None
 
 
 @dataclass(frozen=True)
-class RecipeRecord(_Record):
+class RecipeRecord(Record):
     name: str | None
     version: str | None
     source: SourceRecord | None
 
 
 @dataclass(frozen=True)
-class TorchRecord(_Record):
+class TorchRecord(Record):
     variant: str | None  # 2.11.0+cu130
     index_url: str | None  # credentials redacted
 
 
 @dataclass(frozen=True)
-class ImageRecord(_Record):
+class ImageRecord(Record):
     tag: str | None
     id: str | None
     labels: Mapping[str, object]
 
 
 @dataclass(frozen=True)
-class PlanRecord(_Record):
+class PlanRecord(Record):
     """Plan.as_dict(): the numbers the build ran with and why (the model by name only)."""
 
     memory: int | None
@@ -118,35 +102,35 @@ class PlanRecord(_Record):
 
     @classmethod
     def of(cls, plan: Plan) -> PlanRecord:
-        return _read(cls, plan.as_dict(), "plan")
+        return read_record(cls, plan.as_dict(), "plan")
 
 
 @dataclass(frozen=True)
-class UnitRecord(_Record):
+class UnitRecord(Record):
     unit: str  # cp311-manylinux_x86_64:reduce.o
     finished_s: float | None
     predicted_peak: int | None  # None where the model does not know the unit
     predicted_s: float | None
     # Its processes' memory at its worst sample, and how long it was seen compiling (the
     # watcher samples once a second); None where no sample caught it.
-    measured_peak: int | None = field(default=None, metadata=_OMIT)
-    measured_s: float | None = field(default=None, metadata=_OMIT)
+    measured_peak: int | None = field(default=None, metadata=OMIT)
+    measured_s: float | None = field(default=None, metadata=OMIT)
 
 
 @dataclass(frozen=True)
-class CacheStats(_Record):
+class CacheStats(Record):
     hits: int
     misses: int
 
 
 @dataclass(frozen=True)
-class MemorySeriesRecord(_Record):
+class MemorySeriesRecord(Record):
     step_s: float | None
     points: tuple[tuple[float, int], ...]  # (seconds since the attempt began, working set)
 
 
 @dataclass(frozen=True)
-class AttemptRecord(_Record):
+class AttemptRecord(Record):
     attempt: int | None
     max_jobs: int | None
     nvcc_threads: int | None
@@ -169,18 +153,18 @@ class AttemptRecord(_Record):
     cache_by_python: Mapping[str, CacheStats]
     # Only on a successful retry: units an earlier attempt finished, and how many of them were
     # compiled again here (unit by unit, from sccache's compile log; goal 0).
-    units_finished_before: int | None = field(default=None, metadata=_OMIT)
-    units_recompiled: int | None = field(default=None, metadata=_OMIT)
+    units_finished_before: int | None = field(default=None, metadata=OMIT)
+    units_recompiled: int | None = field(default=None, metadata=OMIT)
     # The model against this attempt: predicted / measured - 1, for the compile's peak and, on
     # average (absolute), for each unit measured; what the build held outside the units at its peak.
-    peak_error: float | None = field(default=None, metadata=_OMIT)
-    unit_error: float | None = field(default=None, metadata=_OMIT)
-    overhead_at_peak: int | None = field(default=None, metadata=_OMIT)
+    peak_error: float | None = field(default=None, metadata=OMIT)
+    unit_error: float | None = field(default=None, metadata=OMIT)
+    overhead_at_peak: int | None = field(default=None, metadata=OMIT)
     # --dist: compiles each build server ran ("ip:port": count), those that ran locally instead,
     # and the servers' share of the two.
-    dist_by_server: Mapping[str, int] | None = field(default=None, metadata=_OMIT)
-    dist_local: int | None = field(default=None, metadata=_OMIT)
-    dist_remote_share: float | None = field(default=None, metadata=_OMIT)
+    dist_by_server: Mapping[str, int] | None = field(default=None, metadata=OMIT)
+    dist_local: int | None = field(default=None, metadata=OMIT)
+    dist_remote_share: float | None = field(default=None, metadata=OMIT)
     # Each Python's whole time in cibuildwheel (setup, torch, compile, repair; for a Python that
     # reused an earlier one's abi3 wheel, setup alone), and those that reused one: identifier ->
     # that wheel's file name as cibuildwheel named it.
@@ -189,14 +173,14 @@ class AttemptRecord(_Record):
 
 
 @dataclass(frozen=True)
-class ModuleRecord(_Record):
+class ModuleRecord(Record):
     sass: tuple[int, ...]
     ptx: tuple[int, ...]
     cudart: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class WheelRecord(_Record):
+class WheelRecord(Record):
     """WheelInfo.to_json(): a wheel as the report lists it."""
 
     file: str
@@ -211,18 +195,18 @@ class WheelRecord(_Record):
 
     @classmethod
     def of(cls, wheel: WheelInfo) -> WheelRecord:
-        return _read(cls, wheel.to_json(), "wheels[]")
+        return read_record(cls, wheel.to_json(), "wheels[]")
 
 
 @dataclass(frozen=True)
-class CheckRecord(_Record):
+class CheckRecord(Record):
     error: str | None  # the error's class name: ArchMissing
     cause: str | None
 
 
 @dataclass(frozen=True)
-class ImportRecord(_Record):
-    module: str = field(metadata=_REQUIRED)
+class ImportRecord(Record):
+    module: str = field(metadata=REQUIRED)
     ok: bool = False
     error: str | None = None
     undefined_symbol: str | None = None
@@ -230,10 +214,10 @@ class ImportRecord(_Record):
 
 
 @dataclass(frozen=True)
-class GateRecord(_Record):
+class GateRecord(Record):
     """GateResult.to_json(): one wheel installed and imported in a fresh base container."""
 
-    wheel: str = field(metadata=_REQUIRED)
+    wheel: str = field(metadata=REQUIRED)
     python: str | None = None
     passed: bool = False
     install_error: str | None = None
@@ -246,28 +230,29 @@ class GateRecord(_Record):
 
     @classmethod
     def of(cls, result: GateResult) -> GateRecord:
-        return _read(cls, result.to_json(), "gate[]")
+        return read_record(cls, result.to_json(), "gate[]")
 
 
 @dataclass(frozen=True)
-class GateSkipped(_Record):
+class GateSkipped(Record):
     """The build ran with --no-gate: its wheels were never loaded."""
 
     skipped: str = "--no-gate: the wheels were not loaded; publish checks them statically only"
 
 
 @dataclass(frozen=True)
-class ContractRecord(_Record):
+class ContractRecord(Record):
     """How the build kept its word: the archs asked (or, asked to, the package's), all linked here."""
 
     keep_package_archs: bool = False
     switches: tuple[str, ...] = ()  # "NAME=VALUE: why", set from what the package's build files read
     nvcc_rewrites: tuple[str, ...] = ()  # what wheelbuild-nvcc rewrote, each once
     link_checks: tuple[str, ...] = ()  # per Python: "cp312-manylinux_x86_64: linked here: 1 of 1 ..."
+    network: str = ""  # during the package's build: "off", or "on: <why>"
 
 
 @dataclass(frozen=True)
-class Reused(_Record):
+class Reused(Record):
     """This run's wheels are an earlier run's, found in the result store by their inputs key."""
 
     key: str
@@ -275,11 +260,11 @@ class Reused(_Record):
 
 
 @dataclass(frozen=True)
-class Abi3Record(_Record):
+class Abi3Record(Record):
     """A wheel for every Python (abi3, the stable ABI): the Python whose build made it, the later
     Pythons that reused it instead of building, and those the import gate loaded it under."""
 
-    wheel: str = field(metadata=_REQUIRED)
+    wheel: str = field(metadata=REQUIRED)
     tag: str = ""  # cp310-abi3
     built_under: str | None = None  # cp311
     reused_under: tuple[str, ...] = ()  # cp313
@@ -293,7 +278,7 @@ class Abi3Record(_Record):
 
 
 @dataclass(frozen=True)
-class BuildReport(_Record):
+class BuildReport(Record):
     schema: int = SCHEMA
     run_id: str | None = None
     inputs_key: str | None = None  # None in a report from before the result store
@@ -309,10 +294,10 @@ class BuildReport(_Record):
     abi: tuple[Mapping[str, object], ...] = ()  # AbiReport.to_json() per wheel, kept as written
     # The import gate per wheel; GateSkipped for --no-gate; None in a report from before the gate.
     gate: tuple[GateRecord, ...] | GateSkipped | None = None
-    reused: Reused | None = field(default=None, metadata=_OMIT)
+    reused: Reused | None = field(default=None, metadata=OMIT)
     # The abi3 wheels among `wheels`, each serving several Pythons; absent when there is none.
-    abi3: tuple[Abi3Record, ...] | None = field(default=None, metadata=_OMIT)
-    contract: ContractRecord | None = field(default=None, metadata=_OMIT)
+    abi3: tuple[Abi3Record, ...] | None = field(default=None, metadata=OMIT)
+    contract: ContractRecord | None = field(default=None, metadata=OMIT)
 
     def gates_of(self, wheel: str) -> tuple[GateRecord, ...]:
         """The gate's records of one wheel: one, or one per Python for an abi3 wheel."""
@@ -330,105 +315,14 @@ class BuildReport(_Record):
 # JSON out and in, by the records' field types
 
 
-def _plain(value: object) -> object:
-    """A record as JSON: a dataclass as its fields in order, a tuple as a list."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: _plain(getattr(value, f.name))
-            for f in fields(value)
-            if not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)
-        }
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    return value
-
-
-class _Bad(ValueError):
-    """A value of the wrong type (its message is the reason, for ReportUnreadable)."""
-
-
-_SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
-    str: ((str,), "text"),
-    int: ((int,), "a whole number"),
-    float: ((int, float), "a number"),
-    bool: ((bool,), "true or false"),
-}
-
-_EMPTY: dict[object, object] = {str: "", int: 0, float: 0.0, bool: False}  # a scalar read from null
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, object]:
-    return get_type_hints(cls)
-
-
-def _read(cls: type[_R], value: object, where: str, **given: object) -> _R:
-    """The record *cls* a JSON object holds: a key absent or null is its field's empty value
-    (None, (), {}, "", False, 0), a value of the wrong type is refused. *given* fields are taken
-    as they are (read by the caller)."""
-    if not isinstance(value, dict):
-        raise _Bad(
-            f"its {where} is not a table"
-            if where
-            else f"it holds a JSON {type(value).__name__}, not an object"
-        )
-    record = cls
-    assert is_dataclass(record)  # _convert reads only records
-    values: dict[str, object] = {}
-    for f in fields(record):
-        if f.name in given:
-            values[f.name] = given[f.name]
-            continue
-        inner = f"{where}.{f.name}" if where else f.name
-        if f.metadata.get("required") and value.get(f.name) is None:
-            raise _Bad(f"its {inner} is missing")
-        values[f.name] = _convert(_hints(record)[f.name], value.get(f.name), inner)
-    return cls(**values)
-
-
-def _convert(kind: object, value: object, where: str) -> object:
-    """*value* as the type *kind* (a field's annotation), checked."""
-    origin, args = get_origin(kind), get_args(kind)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (kind,) = [a for a in args if a is not type(None)]  # one type besides None (gate aside)
-        return _convert(kind, value, where)
-    if value is None:
-        if isinstance(kind, type) and is_dataclass(kind):
-            return _read(kind, {}, where)
-        return _EMPTY.get(kind, () if origin is tuple else {})
-    if kind in _SCALARS:
-        kinds, what = _SCALARS[kind]
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise _Bad(f"its {where} is not {what}")
-        return value
-    if kind is object:  # a table kept as it was written (a gate's smoke, an AbiReport)
-        return value
-    if isinstance(kind, type) and is_dataclass(kind):
-        return _read(kind, value, where)
-    if origin is tuple:
-        if not isinstance(value, list) or (args[-1] is not Ellipsis and len(value) != len(args)):
-            raise _Bad(f"its {where} is not a list" + ("" if args[-1] is Ellipsis else f" of {len(args)}"))
-        each = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
-        return tuple(
-            _convert(k, v, f"{where}[{i}]") for i, (k, v) in enumerate(zip(each, value, strict=True))
-        )
-    if not isinstance(value, dict):  # Mapping[str, X]
-        raise _Bad(f"its {where} is not a table")
-    return {key: _convert(args[1], item, f"{where}.{key}") for key, item in value.items()}
-
-
 def _gate(value: object) -> tuple[GateRecord, ...] | GateSkipped | None:
     if value is None:
         return None
     if isinstance(value, dict):
         return GateSkipped(str(value.get("skipped", "")))
     if not isinstance(value, list):
-        raise _Bad("its gate is neither a list of results nor a --no-gate note")
-    return tuple(_read(GateRecord, entry, f"gate[{i}]") for i, entry in enumerate(value))
+        raise RecordError("its gate is neither a list of results nor a --no-gate note")
+    return tuple(read_record(GateRecord, entry, f"gate[{i}]") for i, entry in enumerate(value))
 
 
 def _schema(data: object) -> int:
@@ -436,7 +330,7 @@ def _schema(data: object) -> int:
     if schema is None:
         return 1
     if type(schema) is not int or not 1 <= schema <= SCHEMA:
-        raise _Bad(
+        raise RecordError(
             f"it is of schema {schema!r}; this wheelbuild reads schema {SCHEMA} and older (a newer one wrote it?)"
         )
     return schema
@@ -446,8 +340,8 @@ def report_from_json(data: object) -> BuildReport:
     """The report a parsed build-report.json holds; ReportUnreadable when it is not one."""
     try:
         given = {"schema": _schema(data), "gate": _gate(data.get("gate"))} if isinstance(data, dict) else {}
-        return _read(BuildReport, data, "", **given)
-    except _Bad as bad:
+        return read_record(BuildReport, data, "", **given)
+    except RecordError as bad:
         raise _unreadable(None, str(bad)) from None
 
 
@@ -470,14 +364,14 @@ def read_report_json(path: Path) -> Json:
         # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
         found = json.loads(read_bounded(target, MAX_REPORT_SIZE))
         if not isinstance(found, dict):
-            raise _Bad(f"it holds a JSON {type(found).__name__}, not an object")
+            raise RecordError(f"it holds a JSON {type(found).__name__}, not an object")
         _schema(found)
     except FileRefused as refused:  # a ValueError too: caught before the JSON errors
         why = (
             f"it is over {MAX_REPORT_SIZE // 1024**2} MiB" if refused.too_big else "it is not a regular file"
         )
         raise _unreadable(target, why) from None
-    except _Bad as bad:
+    except RecordError as bad:
         raise _unreadable(target, str(bad)) from None
     except OSError as error:
         raise _unreadable(target, error.strerror or str(error)) from None

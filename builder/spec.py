@@ -100,6 +100,7 @@ class BuildSpec:
     # Compile the archs the package's build files name instead of exactly `archs` (which must
     # still be among them): for kernels that build only for an arch list of their own.
     keep_package_archs: bool = False
+    build_network: bool = False  # keep the network on while the package builds
     # Admit compiles by memory (images/wheelbuild-admit): on by default since it cut a real
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True

@@ -19,7 +19,7 @@ from ..errors import BuildFailed, MemoryLimitNotApplied, OutOfMemory, Wheelbuild
 from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.unit_memory import UnitMemory
 from ..variants import TorchVariant
-from .buildlog import MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK
+from .buildlog import MEMORY_MISSING_MARK, NETWORK_STUCK_MARK, TORCH_MISMATCH_MARK
 from .diagnosis import compile_failure, contract_failure
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
@@ -98,6 +98,9 @@ class AttemptConfig:
     # The package's [build-system] requires (torch left out), installed before its build: it
     # runs without isolation.
     build_requires: tuple[str, ...] = ()
+    # Take the container off its network for the package's build (images/wheelbuild-network):
+    # no setup.py then fetches a prebuilt binary. Off with --build-network, --dist, a shared cache.
+    offline_build: bool = False
     # What torch brings at run time: its own libraries and its CUDA libraries' wheels (a module
     # linking -lcublas needs libcublas.so.13, which torch has loaded; grafting it would add
     # hundreds of MB of a second copy).
@@ -208,10 +211,11 @@ NVCC_SCRIPT = "wheelbuild-nvcc"  # $CUDA_HOME/bin/nvcc: exactly the archs asked
 LD_SCRIPT = "wheelbuild-ld"  # each linker: the ledger of what this build linked
 CHECK_LINKED_SCRIPT = "wheelbuild-check-linked"  # per Python, before the repair: every .so linked here
 CUDA_LIBRARIES_SCRIPT = "wheelbuild-cuda-libraries"  # run by before-build: torch's CUDA library headers
+NETWORK_SCRIPT = "wheelbuild-network"  # run by before-build: the container off its network, or on
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
     CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
-    CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT,
+    CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT, NETWORK_SCRIPT,
 )  # fmt: skip
 # Where wheelbuild-cuda-libraries links torch's CUDA library headers and link names (cuBLAS,
 # cuSPARSE, ...: torch's ATen/cuda/CUDAContext.h includes them; the toolkit has none).
@@ -307,6 +311,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     # really compiles. torch's cpp_extension puts PYTORCH_NVCC in place of nvcc and CXX in place
     # of c++; the admission wrapper goes in front of both (sccache-c++ runs it; it admits only
     # when its env is set).
+    if config.offline_build:
+        container_env["WHEELBUILD_OFFLINE_BUILD"] = "1"
     if config.build_requires:  # "|" is in no requirement (PEP 508)
         container_env["WHEELBUILD_BUILD_REQUIRES"] = "|".join(config.build_requires)
     if config.nvcc_archs is not None:
@@ -436,6 +442,17 @@ def classify(result: AttemptResult) -> Outcome:
             BuildFailed(
                 mismatch.removeprefix("wheelbuild: "),
                 "point --torch-index-url at an index serving that variant, or pick the variant the index has",
+                details=tail,
+            ),
+        )
+    stuck = next((line for line in result.log_tail if line.startswith(NETWORK_STUCK_MARK)), None)
+    if stuck:
+        return Failed(
+            result,
+            BuildFailed(
+                f"the build container's network did not change as asked ({stuck.removeprefix('wheelbuild: ')})",
+                "check the Docker daemon (docker network ls: the bridge network); --build-network keeps "
+                f"the network on for the build; {where}",
                 details=tail,
             ),
         )

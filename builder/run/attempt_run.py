@@ -16,11 +16,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TextIO
 
 from .. import secrets
 from ..dist import CLIENT_CONFIG_FILE, client_config, read_token
 from .attempt import SCCACHE_DIR, AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
-from .buildlog import COMPILE_STEP, BuildLog
+from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, network_request
 from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
 
@@ -30,14 +31,17 @@ def run_attempt(
     on_line: Callable[[str, BuildLog], None],
     watch: Callable[[], AttemptWatcher],
     remove_containers: Callable[[str], int],
+    set_network: Callable[[bool], int] = lambda _online: 0,
 ) -> AttemptResult:
     """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's
-    container is gone afterwards. What the run means is attempt.classify's to say."""
+    container is gone afterwards. What the run means is attempt.classify's to say.
+    `set_network(online)` puts the attempt's container on its network or takes it off, when
+    its before-build asks (images/wheelbuild-network)."""
     config.output_dir.mkdir(parents=True, exist_ok=True)
     secrets_dir = Path(tempfile.mkdtemp(prefix="wheelbuild-secrets-"))
     try:
         write_secrets(config, os.environ, secrets_dir)
-        return _run_attempt(config, secrets_dir, on_line, watch, remove_containers)
+        return _run_attempt(config, secrets_dir, on_line, watch, remove_containers, set_network)
     finally:
         shutil.rmtree(secrets_dir, ignore_errors=True)
 
@@ -48,6 +52,7 @@ def _run_attempt(
     on_line: Callable[[str, BuildLog], None],
     watch: Callable[[], AttemptWatcher],
     remove_containers: Callable[[str], int],
+    set_network: Callable[[bool], int],
 ) -> AttemptResult:
     redact = redactor_for(config, os.environ)
     env = {key: value for key, value in os.environ.items() if not key.startswith("CIBW_")}
@@ -79,12 +84,23 @@ def _run_attempt(
                 tail.append(line)
                 progress.feed(line, time.monotonic())
                 watcher.phase, watcher.identifier = progress.step, progress.identifier
+                # Only before_build asks: the package's own output must not bring the network back.
+                if (online := network_request(line)) is not None and progress.step == BEFORE_BUILD_STEP:
+                    _answer(set_network, online, log)
                 on_line(line, progress)
             returncode = proc.wait()
         finally:
             _terminate(proc)
             remove_containers(f"{ATTEMPT_LABEL}={config.attempt_id}")
     return _attempt_result(config, returncode, time.monotonic() - started, tuple(tail), progress, watcher)
+
+
+def _answer(set_network: Callable[[bool], int], online: bool, log: TextIO) -> None:
+    """Do what the container asked; a failure is logged, and the container's wait then says so."""
+    try:
+        set_network(online)
+    except Exception as error:  # the Docker API's, of any kind: the build then fails, saying why
+        log.write(f"wheelbuild: could not turn the network {'on' if online else 'off'}: {error}\n")
 
 
 def write_secrets(config: AttemptConfig, environ: Mapping[str, str], directory: Path) -> None:

@@ -16,7 +16,22 @@ NVCC_REWRITE_MARK = "wheelbuild-nvcc: "
 LINKED_MARK = "wheelbuild: linked here:"
 NOT_LINKED_MARK = "wheelbuild: not linked here:"
 LINK_CHECK_SKIPPED_MARK = "wheelbuild: link check skipped:"
+# images/wheelbuild-network: "wheelbuild: network: off please" asks the engine to take the
+# container off its network, "... on please" to put it back; "... still on after 60 s" is its
+# wait running out.
+NETWORK_MARK = "wheelbuild: network: "
+NETWORK_STUCK_MARK = "wheelbuild: network: still "
+
+
+def network_request(line: str) -> bool | None:
+    """True: the container asks to be put on its network, False: off it; None: no request."""
+    if not line.startswith(NETWORK_MARK) or not line.endswith(" please"):
+        return None
+    return line[len(NETWORK_MARK) :].startswith("on")
+
+
 COMPILE_STEP = "Building wheel"  # cibuildwheel's step that runs the package's build
+BEFORE_BUILD_STEP = "Running before_build"  # the step that runs images/wheelbuild-before-build
 
 # cibuildwheel's "Building cp311-manylinux_x86_64 wheel" (with or without decoration).
 _BUILD_START = re.compile(r"Building (cp\d+-\S+) wheel")

@@ -1,6 +1,7 @@
 """What every part of the engine that starts containers shares (the engine, the gate, the
 calibration compiles): the retry on a daemon's passing errors, images/ scripts bind-mounted
-read-only, removing containers, and the engine's labelled `containers.run` as a callable."""
+read-only, removing containers, taking them off their network, and the engine's labelled
+`containers.run` as a callable."""
 
 from __future__ import annotations
 
@@ -60,3 +61,23 @@ def remove_all(containers: Iterable[Any]) -> int:
         except docker.errors.NotFound:
             pass
     return removed
+
+
+DEFAULT_NETWORK = "bridge"  # the network Docker starts a container on, cibuildwheel's included
+
+
+@transient_retry
+def set_network(client: docker.DockerClient, label: str, online: bool, network: str = DEFAULT_NETWORK) -> int:
+    """Connect the running containers carrying `label` (key=value) to `network`, or disconnect
+    them from it; how many changed."""
+    changed = 0
+    net = client.networks.get(network)
+    for container in client.containers.list(filters={"label": label}, ignore_removed=True):
+        attached = network in ((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
+        if online and not attached:
+            net.connect(container)
+            changed += 1
+        elif attached and not online:
+            net.disconnect(container)
+            changed += 1
+    return changed

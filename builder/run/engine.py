@@ -50,10 +50,10 @@ from ..spec import GpuMode
 from . import attempt_run, doctor, gate_container, gc, unit_compile
 from .attempt import AttemptConfig, AttemptResult
 from .buildlog import BuildLog, MemorySample
-from .containers import remove_all, script_volume, transient_retry
+from .containers import remove_all, script_volume, set_network, transient_retry
 from .cuda_redist import CudaLayer
 from .image import DOCKERFILE, LABEL, Image, ImageInputs, production_base
-from .ownership import OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
+from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
 from .watcher import AttemptWatcher
 
@@ -332,9 +332,11 @@ class DockerEngine:
         """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's
         container is gone afterwards. What the run means is attempt.classify's to say."""
         self._runs.add(config.run_id)
+        label = f"{ATTEMPT_LABEL}={config.attempt_id}"
         return attempt_run.run_attempt(
-            config, on_line, lambda: self.watch(config.attempt_id, on_memory), self.remove_containers
-        )
+            config, on_line, lambda: self.watch(config.attempt_id, on_memory), self.remove_containers,
+            lambda online: set_network(self._docker, label, online),
+        )  # fmt: skip
 
     # -----------------------------------------------------------------------------------------
     # Calibration: one unit compiled alone in its own container (unit_compile.py)

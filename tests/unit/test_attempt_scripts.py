@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig, cibuildwheel_env
-from wheelbuild.run.buildlog import MEMORY_MARK, MEMORY_MISSING_MARK, TORCH_MISMATCH_MARK, BuildLog
+from wheelbuild.run.buildlog import (
+    MEMORY_MARK,
+    MEMORY_MISSING_MARK,
+    TORCH_MISMATCH_MARK,
+    BuildLog,
+    network_request,
+)
 from wheelbuild.run.image import IMAGES_DIR
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
@@ -337,3 +343,60 @@ def test_every_attempt_script_is_bind_mounted_read_only_by_cibuildwheels_create_
             in env["CIBW_CONTAINER_ENGINE"]
         )
     assert env["CIBW_BEFORE_ALL_LINUX"] == "sh /usr/local/bin/wheelbuild-check-memory"
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild-network
+
+
+def _net(tmp_path: Path, *interfaces: str) -> Path:
+    net = tmp_path / "net"
+    net.mkdir(exist_ok=True)
+    for name in interfaces:
+        (net / name).mkdir()
+    return net
+
+
+def test_network_asks_then_waits_until_the_engine_took_the_container_off(tmp_path: Path) -> None:
+    """The request is a mark on stdout; the wait ends when no interface but loopback is left
+    (here: when the test, as the engine, removes eth0 on reading the mark)."""
+    net = _net(tmp_path, "lo", "eth0")
+    env = {"PATH": os.environ["PATH"], "WHEELBUILD_NET_DIR": str(net)}
+    proc = subprocess.Popen(
+        ["sh", _script("wheelbuild-network"), "off"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert network_request(first.rstrip("\n")) is False
+    (net / "eth0").rmdir()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=30) == 0
+    assert (first + rest).splitlines() == ["wheelbuild: network: off please", "wheelbuild: network: off"]
+
+
+def test_network_on_when_already_on_asks_nothing(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "WHEELBUILD_NET_DIR": str(_net(tmp_path, "lo", "eth0"))}
+    done = _run("sh", _script("wheelbuild-network"), "on", env=env)
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_network_that_never_changes_fails_with_its_mark(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "WHEELBUILD_NET_DIR": str(_net(tmp_path, "lo")),
+        "WHEELBUILD_NETWORK_WAIT_S": "1",
+    }
+    done = _run("sh", _script("wheelbuild-network"), "on", env=env)
+    assert done.returncode == 89
+    assert done.stdout.splitlines() == [
+        "wheelbuild: network: on please",
+        "wheelbuild: network: still off after 1 s",
+    ]
+    assert network_request(done.stdout.splitlines()[1]) is None  # a verdict, not a request
+
+
+def test_a_network_request_is_only_the_marks_own_line() -> None:
+    assert network_request("wheelbuild: network: on please") is True
+    assert network_request("wheelbuild: network: off please") is False
+    assert network_request("    + sh /usr/local/bin/wheelbuild-network off") is None
+    assert network_request("echo wheelbuild: network: on please") is None

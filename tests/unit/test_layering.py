@@ -22,6 +22,7 @@ TOP = {
     "variants": "shared",
     "bundled": "shared",
     "bounded": "shared",
+    "records": "shared",  # typed records as JSON: the build report's, by their fields' types
     "dist": "shared",  # --dist's settings and sccache's client config: pure, read by spec, plan and run
     # what to build: BuildSpec, Resources, GpuMode and the configuration that fills them
     "spec": "spec",
