@@ -98,6 +98,8 @@ class MemoryModel:
     # False: `units` holds one representative unit and the real count is unknown (generic model).
     complete: bool = True
     source: str = ""
+    # Nothing of this extension was measured: its costs are a guess (the default model).
+    blind: bool = False
 
     def unit_peak(self, unit: UnitCost, threads: int, archs: int) -> int:
         """A unit's peak with the margin, rounded up to whole MiB (at least one)."""
@@ -253,4 +255,5 @@ def default_model(name: str = "extension", per_arch: int = 4 * GIB) -> MemoryMod
         margin=0.0,
         complete=False,
         source=f"default model, {per_arch / GIB:g} GiB per arch per job",
+        blind=True,
     )

@@ -909,3 +909,10 @@ def test_admission_keeps_given_threads_and_jobs() -> None:
     jobs = with_admission(given_jobs)
     assert (jobs.max_jobs, jobs.nvcc_threads) == (10, given_jobs.nvcc_threads)
     assert not any("behind admission" in r for r in threads.reasons + jobs.reasons)
+
+
+def test_a_plan_from_the_default_model_says_it_is_a_guess_and_a_measured_one_does_not() -> None:
+    blind = plan_build(budget=20 * GIB, cpus=2, archs=1, model=DEFAULT)
+    assert any(r.startswith("how sure: a guess: nothing of this package was measured") for r in blind.reasons)
+    measured = plan_build(budget=20 * GIB, cpus=2, archs=1, model=FLASH_ATTN)
+    assert not any(r.startswith("how sure:") for r in measured.reasons)

@@ -1,0 +1,98 @@
+"""The zoo: real sdists from PyPI, pinned by sha256 (tests/sdists.py), built for real for cu130 and
+one arch (sm_120) through the gate, with nothing but the package named: no --env. Each must give a
+wheel with exactly the asked SASS, every shared object linked by its build, that the gate imports;
+an sdist that cannot be built from PyPI must be refused saying why.
+
+- causal-conv1d 1.7.0: the CachedWheelsCommand (a prebuilt download unless its FORCE_BUILD switch)
+  and nine archs of its own; also built with --keep-package-archs, for the nine-arch compile time;
+- grouped-gemm 0.3.0: includes ATen/cuda/CUDAContext.h (cuBLAS, cuSPARSE, cuSOLVER headers);
+- torch-cluster 1.6.3: CUDA only with FORCE_CUDA=1 or a GPU, and torch's non-ninja compile path;
+- fast-hadamard-transform 1.1.0: its sdist lacks its csrc/, so it cannot be built from PyPI;
+- flash-attn 2.8.3 (the recipe) and mamba-ssm 2.3.2.post1: the heavy ones.
+
+Hours on 2 cores, so only with `pytest -m hours`. Each build's run folder goes under
+$WHEELBUILD_ZOO_OUT (default: the test's own folder); `bench/zoo --reports DIR` prints the table
+of what they did from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from wheelbuild.errors import SourceUnavailable
+
+from tests.integration.conftest import TORCH_INDEX, Completed, wheelbuild
+from tests.sdists import SDISTS, fetch
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str  # the row's name in bench/zoo, and its folder under the zoo's output
+    package: str  # an SDISTS key, or a recipe name
+    extra: tuple[str, ...] = ()
+    refused: tuple[int, str] | None = None  # (exit code, text in the error) for a refused sdist
+
+
+ZOO = (
+    Member("causal-conv1d", "causal-conv1d==1.7.0"),
+    Member("causal-conv1d-nine-archs", "causal-conv1d==1.7.0", ("--keep-package-archs",)),
+    Member("grouped-gemm", "grouped-gemm==0.3.0"),
+    Member("torch-cluster", "torch-cluster==1.6.3"),
+    Member(
+        "fast-hadamard-transform",
+        "fast-hadamard-transform==1.1.0",
+        refused=(SourceUnavailable.exit_code, "csrc/fast_hadamard_transform"),
+    ),
+    Member("flash-attn", "flash-attn", ("--version", "2.8.3")),
+    Member("mamba-ssm", "mamba-ssm==2.3.2.post1"),
+)
+
+
+def zoo_out(tmp_path: Path) -> Path:
+    return Path(os.environ.get("WHEELBUILD_ZOO_OUT") or tmp_path)
+
+
+def build(member: Member, out: Path) -> Completed:
+    if member.package in SDISTS:
+        path = fetch(member.package)
+        source = f"{path}#sha256={SDISTS[member.package].sha256}"
+    else:
+        source = member.package
+    return wheelbuild(
+        "build", source, "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
+        "--archs", "120", "--python", "3.11", "--output-dir", str(out / member.name), "--rebuild",
+        *member.extra,
+        timeout=6 * 3600,
+    )  # fmt: skip
+
+
+@pytest.mark.hours
+@pytest.mark.usefixtures("cuda_image")
+@pytest.mark.parametrize("member", ZOO, ids=[m.name for m in ZOO])
+def test_a_real_package_is_built_here_for_exactly_the_asked_arch_and_loads(
+    member: Member, tmp_path: Path
+) -> None:
+    done = build(member, zoo_out(tmp_path))
+    if member.refused is not None:
+        code, text = member.refused
+        assert done.returncode == code, done.stdout[-3000:] + done.stderr
+        assert text in done.stderr
+        return
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    report = json.loads(
+        (zoo_out(tmp_path) / member.name / "runs" / done.run_id / "build-report.json").read_text()
+    )
+    contract = report["contract"]
+    assert contract["link_checks"] and all(": linked here: " in check for check in contract["link_checks"])
+    assert contract["network"] == "off"
+    kept = "--keep-package-archs" in member.extra
+    for wheel in report["wheels"]:
+        for module, archs in wheel["extension_modules"].items():
+            if archs["sass"] or archs["ptx"]:
+                assert kept or archs["sass"] == [120], (module, archs)
+                assert 120 in archs["sass"], (module, archs)
+    assert [g["passed"] for g in report["gate"]] == [True] * len(report["wheels"])
