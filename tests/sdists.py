@@ -9,7 +9,6 @@ fails it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from wheelbuild.index.index import hash_file
 from wheelbuild.recipes.flash_attn import SDISTS as FLASH_ATTN_SDISTS
 
 _FILES = "https://files.pythonhosted.org/packages"
@@ -105,14 +105,6 @@ def cache_root() -> Path:
     return Path(base) / "wheelbuild-tests" / "sdists"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _download(sdist: PinnedSdist, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     # Beside the destination, then renamed: a killed download, or a second test process
@@ -124,7 +116,7 @@ def _download(sdist: PinnedSdist, dest: Path) -> None:
         except (OSError, ValueError) as exc:
             os.unlink(part.name)
             pytest.skip(f"cannot download {sdist.filename} from {sdist.url}: {exc}")
-    if (actual := _sha256(Path(part.name))) != sdist.sha256:
+    if (actual := hash_file(Path(part.name))) != sdist.sha256:
         os.unlink(part.name)
         pytest.fail(f"{sdist.url} has sha256 {actual}, but the pin says {sdist.sha256}")
     os.replace(part.name, dest)
@@ -135,7 +127,7 @@ def fetch(key: str) -> Path:
     ``<cache>/wheelbuild-tests/sdists/<sha256>/<filename>`` and checked against its pin."""
     sdist = SDISTS[key]
     dest = cache_root() / sdist.sha256 / sdist.filename
-    if dest.is_file() and _sha256(dest) == sdist.sha256:
+    if dest.is_file() and hash_file(dest) == sdist.sha256:
         return dest
     _download(sdist, dest)
     return dest

@@ -70,6 +70,19 @@ _UNSUPPORTED_ARCH = re.compile(r"Unsupported gpu architecture '(compute_\w+|sm_\
 _UNSUPPORTED_HOST = re.compile(
     r"unsupported GNU version|unsupported (?:clang|Microsoft Visual Studio) version"
 )
+# What nvcc refuses to do, what that is and what to do about it ({} is what the log names).
+_COMPILER_REFUSALS = (
+    (
+        _UNSUPPORTED_ARCH,
+        "nvcc cannot compile {}, which the package's own arch list names",
+        "drop --keep-package-archs (wheelbuild then compiles exactly --archs)",
+    ),
+    (
+        _UNSUPPORTED_HOST,
+        "nvcc refuses the image's host compiler ({})",
+        "build with an image whose gcc this CUDA release supports",
+    ),
+)
 
 
 def compile_failure(result: AttemptResult) -> WheelbuildError | None:
@@ -92,18 +105,10 @@ def compile_failure(result: AttemptResult) -> WheelbuildError | None:
             f"checkout or the release's source archive) instead; {where}",
             details=tail,
         )
-    if arch := _UNSUPPORTED_ARCH.search(text):
-        return CompilerUnavailable(
-            f"nvcc cannot compile {arch[1]}, which the package's own arch list names",
-            f"drop --keep-package-archs (wheelbuild then compiles exactly --archs); {where}",
-            details=tail,
-        )
-    if host := _UNSUPPORTED_HOST.search(text):
-        return CompilerUnavailable(
-            f"nvcc refuses the image's host compiler ({host[0]})",
-            f"build with an image whose gcc this CUDA release supports; {where}",
-            details=tail,
-        )
+    for pattern, cause, remedy in _COMPILER_REFUSALS:
+        if found := pattern.search(text):
+            named = found[found.lastindex or 0]
+            return CompilerUnavailable(cause.format(named), f"{remedy}; {where}", details=tail)
     if first_error := _COMPILER_ERROR.search(text):
         return CompileFailed(
             f"compile failed: {first_error.group(0).strip()}",

@@ -31,6 +31,7 @@ import zipfile
 from pathlib import Path
 
 import docker
+from wheelbuild.index.index import hash_file
 
 from tests.integration.conftest import REPO
 
@@ -79,19 +80,11 @@ int cublasDestroy_v2(void *handle) { (void)handle; return 1; }
 """
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_wheel(name: str, version: str, sha256: str) -> Path:
     """One wheel from PyPI, by pin and hash, downloaded once per machine."""
     folder = CACHE / "sha256" / sha256
     found = sorted(folder.glob("*.whl"))
-    if found and _sha256(found[0]) == sha256:
+    if found and hash_file(found[0]) == sha256:
         return found[0]
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
@@ -105,7 +98,7 @@ def cached_wheel(name: str, version: str, sha256: str) -> Path:
             check=True, capture_output=True, env=env, timeout=600,
         )  # fmt: skip
         (wheel,) = Path(tmp, "d").glob("*.whl")
-        assert _sha256(wheel) == sha256, wheel
+        assert hash_file(wheel) == sha256, wheel
         folder.mkdir(parents=True, exist_ok=True)
         os.replace(wheel, folder / wheel.name)
     return folder / wheel.name
@@ -163,7 +156,7 @@ def compiler_archives(root: Path) -> list[dict[str, object]]:
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).symlink_to(kept)
         entries.append({"name": name, "version": version, "path": relative,
-                        "sha256": _sha256(kept), "size": kept.stat().st_size})  # fmt: skip
+                        "sha256": hash_file(kept), "size": kept.stat().st_size})  # fmt: skip
     return entries
 
 
@@ -191,4 +184,4 @@ def cublas_archive(
         _add_link(tar, f"{top}/lib/libcublas.so", "libcublas.so.12")
         _add(tar, f"{top}/lib/libcublas_static.a", b"!<arch>\n", 0o644)
     return {"name": "libcublas", "version": "12.8.4.1", "path": relative,
-            "sha256": _sha256(path), "size": path.stat().st_size}  # fmt: skip
+            "sha256": hash_file(path), "size": path.stat().st_size}  # fmt: skip

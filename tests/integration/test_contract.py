@@ -32,11 +32,11 @@ FIXTURE = REPO / "tests" / "fixtures" / "wbcontract"
 MODULE = "wbcontract/_k.cpython-311-x86_64-linux-gnu.so"
 
 
-def _build(source: Path, out: Path, *extra: str) -> Completed:
+def _build(source: Path, out: Path, *extra: str, memory: str = "4g") -> Completed:
     return wheelbuild(
         "build", str(source),
         "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
-        "--archs", "120", "--python", "3.11", "--memory", "4g",
+        "--archs", "120", "--python", "3.11", "--memory", memory,
         "--output-dir", str(out), "--rebuild", *extra,
     )  # fmt: skip
 
@@ -129,12 +129,7 @@ def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loa
     """ATen/cuda/CUDAContext.h includes cuBLAS's, cuSPARSE's and cuSOLVER's headers, which the
     image's toolkit lacks: they come from torch's own CUDA library wheels, as -lcublas does. The
     module needs cuBLAS by its soname, which torch loads, and auditwheel does not graft a copy."""
-    done = wheelbuild(
-        "build", str(CUBLAS_FIXTURE),
-        "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
-        "--archs", "120", "--python", "3.11", "--memory", "6g",
-        "--output-dir", str(tmp_path), "--rebuild",
-    )  # fmt: skip
+    done = _build(CUBLAS_FIXTURE, tmp_path, memory="6g")  # its one unit holds torch's headers
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     report = _report(tmp_path, done)
     gates = report["gate"]
@@ -160,12 +155,7 @@ def test_a_cmake_package_gets_its_build_requirements_and_compiles_exactly_the_as
     """scikit-build-core and CMake come from its [build-system] requires (the build runs without
     isolation); CMake's CUDA language runs nvcc from CUDACXX, so its CUDA_ARCHITECTURES are
     rewritten too; the module it installs is stripped, and its build id still names the link."""
-    done = wheelbuild(
-        "build", str(CMAKE_FIXTURE),
-        "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
-        "--archs", "120", "--python", "3.11", "--memory", "4g",
-        "--output-dir", str(tmp_path), "--rebuild",
-    )  # fmt: skip
+    done = _build(CMAKE_FIXTURE, tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     contract = _report(tmp_path, done)["contract"]
     assert isinstance(contract, dict)
