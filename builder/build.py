@@ -319,7 +319,9 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         memory=plan.memory,
         cpus=plan.cpus,
         gpus=run.gpus,
-        build_env=spec.recipe.build_env(spec.archs, plan.max_jobs, plan.nvcc_threads, spec.variant.label),
+        build_env=spec.recipe.build_env(
+            spec.archs, plan.max_jobs, plan.nvcc_threads, spec.variant.label, ptx=spec.ptx
+        ),
         cuda_home=ready.compiler.home,
         torch=spec.variant,
         output_dir=run.dir,
@@ -329,6 +331,7 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         admission=admission_file(plan),
         ninja_order=ninja_order_file(plan),
         nvcc_archs=None if spec.keep_package_archs else spec.archs,
+        nvcc_ptx=spec.ptx,
         nvcc_threads=plan.nvcc_threads,
         build_requires=ready.survey.build_requires,
         offline_build=build_network(spec, os.environ) == "off",
@@ -395,6 +398,7 @@ def _report(
         abi3=tuple(Abi3Record.of(use, checked.gates) for use in uses) or None,
         contract=ContractRecord(
             keep_package_archs=spec.keep_package_archs,
+            ptx=spec.ptx,
             switches=ready.switches,
             nvcc_rewrites=attempts[-1][1].nvcc_rewrites,
             link_checks=attempts[-1][1].link_checks,

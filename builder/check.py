@@ -56,6 +56,7 @@ class Expectation:
     variant: TorchVariant  # its label (+cu130torch2.11) and its torch pin (torch==2.11.*)
     # The build kept the package's own arch list: SASS beyond `archs` is allowed.
     package_archs: bool = False
+    ptx: tuple[int, ...] = ()  # PTX that must be present too (--archs 120+PTX)
 
 
 def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
@@ -100,8 +101,10 @@ def expectation_for(
         variant = parse_variant(report.torch.variant)
     if archs is None:
         archs = report.archs if report else DEFAULT_ARCHS
-    kept = bool(report and report.contract and report.contract.keep_package_archs)
-    return variant, Expectation(archs=archs, variant=variant, package_archs=kept)
+    contract = report.contract if report else None
+    kept = bool(contract and contract.keep_package_archs)
+    ptx = contract.ptx if contract is not None and report is not None and archs == report.archs else ()
+    return variant, Expectation(archs=archs, variant=variant, package_archs=kept, ptx=ptx)
 
 
 def _unreadable(path: Path, error: Exception) -> InvalidWheel:
@@ -208,7 +211,9 @@ def check_wheels(
 
 
 def expectation(spec: BuildSpec) -> Expectation:
-    return Expectation(archs=spec.archs, variant=spec.variant, package_archs=spec.keep_package_archs)
+    return Expectation(
+        archs=spec.archs, variant=spec.variant, package_archs=spec.keep_package_archs, ptx=spec.ptx
+    )
 
 
 def stamp_and_check(
@@ -285,6 +290,13 @@ def _arch_problems(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildEr
             )
         )
     for module in with_device_code:
+        if no_ptx := sorted(set(expected.ptx) - module.archs.ptx):
+            problems.append(
+                ArchMissing(
+                    f"{name}: {module.member} has no PTX for {', '.join(f'compute_{a}' for a in no_ptx)}",
+                    "rebuild with --archs N+PTX for those archs (wheelbuild's nvcc then adds their PTX)",
+                )
+            )
         missing = sorted(set(expected.archs) - module.archs.sass)
         if missing:
             found = ", ".join(f"sm_{a}" for a in sorted(module.archs.sass)) or "none"

@@ -46,6 +46,7 @@ from .spec import (
     check_cpus,
     parse_archs,
     parse_env,
+    parse_ptx,
     parse_python,
 )
 from .units import format_bytes, parse_memory
@@ -99,6 +100,7 @@ def build(
         ),
         variant=parse_variant(torch_variant, torch_index_url),
         archs=parse_archs(archs),
+        ptx=parse_ptx(archs),
         pythons=tuple(parse_python(p) for p in pythons),
         gpus=GpuMode(gpus),
         resources=_resources(memory, cpus, max_jobs, nvcc_threads),

@@ -211,7 +211,7 @@ _build_flags = (
         "--archs",
         default=",".join(map(str, DEFAULT_ARCHS)),
         show_default=True,
-        help="CUDA SM archs.",
+        help="CUDA SM archs to compile SASS for (120+PTX: its PTX too).",
     ),
     _build_option(
         "python",

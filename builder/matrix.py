@@ -30,7 +30,7 @@ from packaging.version import Version
 from .config import read_toml
 from .errors import BadArgument
 from .index.remote import DEFAULT_TO
-from .spec import parse_archs, parse_python
+from .spec import format_archs, parse_archs, parse_ptx, parse_python
 from .variants import parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
@@ -110,7 +110,9 @@ def parse_matrix(config: dict[str, object], source: str = "wheelbuild.toml") -> 
         pythons: list[str | None] = (
             [parse_python(p) for p in _strings(table, "python", where)] if "python" in table else [None]
         )
-        archs = [",".join(map(str, parse_archs(a))) for a in _strings(table, "archs", where, ["100,120"])]
+        archs = [
+            format_archs(parse_archs(a), parse_ptx(a)) for a in _strings(table, "archs", where, ["100,120"])
+        ]
         for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
             cells.append(Cell(package=package, version=version, torch=torch, python=python, archs=arch))
     ids = [c.id for c in cells]

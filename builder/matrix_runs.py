@@ -14,7 +14,7 @@ from .recipes import resolve_recipe
 from .run.ports import ImageIds
 from .run.results import inputs_key
 from .sources import resolve_lookup
-from .spec import BuildSpec, parse_archs
+from .spec import BuildSpec, parse_archs, parse_ptx
 from .variants import parse_variant
 
 __all__ = ["cell_inputs_key", "cell_spec", "unpublished_cells"]
@@ -26,6 +26,7 @@ def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path("
         recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
         variant=parse_variant(cell.torch, torch_index_url),
         archs=parse_archs(cell.archs),
+        ptx=parse_ptx(cell.archs),
         pythons=(cell.python,) if cell.python else (),
         output_dir=output_dir,
     )

@@ -245,6 +245,7 @@ class ContractRecord(Record):
     """How the build kept its word: the archs asked (or, asked to, the package's), all linked here."""
 
     keep_package_archs: bool = False
+    ptx: tuple[int, ...] = ()  # the archs whose PTX was asked for besides their SASS (120+PTX)
     switches: tuple[str, ...] = ()  # "NAME=VALUE: why", set from what the package's build files read
     nvcc_rewrites: tuple[str, ...] = ()  # what wheelbuild-nvcc rewrote, each once
     link_checks: tuple[str, ...] = ()  # per Python: "cp312-manylinux_x86_64: linked here: 1 of 1 ..."

@@ -34,16 +34,31 @@ def check_cpus(cpus: float | None) -> float | None:
     return cpus
 
 
-def parse_archs(text: str) -> tuple[int, ...]:
-    """'100,120' or '100;120' or 'sm_100' -> (100, 120)."""
+def _arch_parts(text: str) -> list[tuple[int, bool]]:
+    """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too."""
     parts = [p.strip().lower().removeprefix("sm_").removeprefix("sm") for p in re.split(r"[,;\s]+", text)]
-    parts = [p for p in parts if p]
-    if not parts or not all(p.isdigit() and 50 <= int(p) <= 200 for p in parts):
+    found = [(p.removesuffix("+ptx"), p.endswith("+ptx")) for p in parts if p]
+    if not found or not all(n.isdigit() and 50 <= int(n) <= 200 for n, _ in found):
         raise BadArgument(
             f"CUDA arch list {text!r} is not understood",
-            "give SM numbers separated by commas, e.g. --archs 100,120",
+            "give SM numbers separated by commas, e.g. --archs 100,120 (120+PTX: its PTX too)",
         )
-    return tuple(sorted({int(p) for p in parts}))
+    return [(int(n), ptx) for n, ptx in found]
+
+
+def parse_archs(text: str) -> tuple[int, ...]:
+    """'100,120' or '100;120' or 'sm_100' or '100,120+PTX' -> (100, 120): the SASS asked for."""
+    return tuple(sorted({arch for arch, _ in _arch_parts(text)}))
+
+
+def parse_ptx(text: str) -> tuple[int, ...]:
+    """The archs whose PTX is asked for besides their SASS: '100,120+PTX' -> (120,)."""
+    return tuple(sorted({arch for arch, ptx in _arch_parts(text) if ptx}))
+
+
+def format_archs(archs: tuple[int, ...], ptx: tuple[int, ...] = ()) -> str:
+    """(100, 120), (120,) -> '100,120+PTX': what parse_archs and parse_ptx read back."""
+    return ",".join(f"{a}{'+PTX' if a in ptx else ''}" for a in archs)
 
 
 def parse_python(text: str) -> str:
@@ -92,6 +107,7 @@ class BuildSpec:
     recipe: Recipe
     variant: TorchVariant
     archs: tuple[int, ...] = DEFAULT_ARCHS
+    ptx: tuple[int, ...] = ()  # archs whose PTX goes in too (--archs 120+PTX): it JITs on later GPUs
     pythons: tuple[str, ...] = ()  # cibuildwheel tags, cp311...; empty = every one the image has
     gpus: GpuMode = GpuMode.AUTO
     resources: Resources = Resources()  # what is not given, the planner derives from the host

@@ -109,14 +109,21 @@ class Recipe:
         return replace(self, extra_env=MappingProxyType({**self.extra_env, **env}))
 
     def build_env(
-        self, archs: Sequence[int], max_jobs: int, nvcc_threads: int, local_label: str | None = None
+        self,
+        archs: Sequence[int],
+        max_jobs: int,
+        nvcc_threads: int,
+        local_label: str | None = None,
+        ptx: Sequence[int] = (),
     ) -> dict[str, str]:
         """The env the package's build reads inside the container."""
         env = {
             "MAX_JOBS": str(max_jobs),
             "NVCC_THREADS": str(nvcc_threads),
             # torch's own arch variable, for extensions that read no variable of their own.
-            "TORCH_CUDA_ARCH_LIST": ";".join(f"{a // 10}.{a % 10}" for a in archs),
+            "TORCH_CUDA_ARCH_LIST": ";".join(
+                f"{a // 10}.{a % 10}{'+PTX' if a in ptx else ''}" for a in archs
+            ),
             **self.extra_env,
         }
         if self.arch_env:

@@ -94,6 +94,7 @@ class AttemptConfig:
     # What wheelbuild-nvcc compiles: these archs (None: the package's own arch flags, kept with
     # --keep-package-archs) and each unit's ciccs at once (None: the package's --threads).
     nvcc_archs: tuple[int, ...] | None = None
+    nvcc_ptx: tuple[int, ...] = ()  # of nvcc_archs, those whose PTX goes in too
     nvcc_threads: int | None = None
     # The package's [build-system] requires (torch left out), installed before its build: it
     # runs without isolation.
@@ -317,6 +318,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         container_env["WHEELBUILD_BUILD_REQUIRES"] = "|".join(config.build_requires)
     if config.nvcc_archs is not None:
         container_env["WHEELBUILD_NVCC_ARCHS"] = ",".join(map(str, config.nvcc_archs))
+    if config.nvcc_ptx:
+        container_env["WHEELBUILD_NVCC_PTX"] = ",".join(map(str, config.nvcc_ptx))
     if config.nvcc_threads is not None:
         container_env["WHEELBUILD_NVCC_THREADS"] = str(config.nvcc_threads)
     # CMake takes its CUDA compiler from CUDACXX before PATH: the same nvcc.

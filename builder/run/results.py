@@ -121,7 +121,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         index_url=spec.variant.index_url,
         archs=spec.archs,
         pythons=pythons,
-        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label),
+        env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label, ptx=spec.ptx),
         tools={
             "wheelbuild": f"{_version()}+{code_digest(_PACKAGE_DIR, _SCRIPTS)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),

@@ -210,6 +210,13 @@ def test_build_env_without_arch_env_sets_only_torch_arch_list() -> None:
     }
 
 
+def test_build_env_marks_the_archs_whose_ptx_is_asked_for_in_torchs_spelling() -> None:
+    recipe = Recipe(name="x", source=LocalProject(Path("/x")), arch_env="X_ARCHS")
+    env = recipe.build_env((100, 120), 1, 1, ptx=(120,))
+    # torch's cpp_extension reads 12.0+PTX; a package's own variable knows no PTX spelling.
+    assert (env["TORCH_CUDA_ARCH_LIST"], env["X_ARCHS"]) == ("10.0;12.0+PTX", "100;120")
+
+
 def test_url_with_a_64_char_non_hex_pin_is_a_bad_argument() -> None:
     with pytest.raises(BadArgument):
         resolve_recipe(f"{URL}#sha256={'z' * 64}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from wheelbuild import spec
 from wheelbuild.errors import BadArgument, BadMemory, CaBundleMissing
-from wheelbuild.spec import parse_archs, parse_python, resolve_ca_bundle
+from wheelbuild.spec import format_archs, parse_archs, parse_ptx, parse_python, resolve_ca_bundle
 from wheelbuild.units import format_bytes, parse_memory
 
 GIB = 1024**3
@@ -169,3 +169,21 @@ def test_no_ca_bundle_given_and_no_host_default_gives_none(
 
 def test_host_default_ca_bundle_is_the_debian_path() -> None:
     assert Path("/etc/ssl/certs/ca-certificates.crt") == spec.DEFAULT_CA_BUNDLE
+
+
+@pytest.mark.parametrize(
+    ("text", "sass", "ptx"),
+    [("100,120+PTX", (100, 120), (120,)), ("sm_120+ptx", (120,), (120,)), ("100;120", (100, 120), ())],
+)
+def test_a_plus_ptx_arch_asks_for_its_ptx_besides_its_sass(
+    text: str, sass: tuple[int, ...], ptx: tuple[int, ...]
+) -> None:
+    assert (parse_archs(text), parse_ptx(text)) == (sass, ptx)
+    again = format_archs(sass, ptx)
+    assert (parse_archs(again), parse_ptx(again)) == (sass, ptx)
+
+
+@pytest.mark.parametrize("text", ["+PTX", "120+", "120+SASS", "compute_120+PTX"])
+def test_a_plus_ptx_form_is_refused_where_it_names_no_sm_number(text: str) -> None:
+    with pytest.raises(BadArgument):
+        parse_archs(text)

@@ -9,6 +9,7 @@ import hashlib
 import io
 import subprocess
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,12 @@ def test_check_refuses_a_wheel_without_device_code(tmp_path: Path) -> None:
     path = make_wheel(tmp_path, version="0.1.0+cu130torch2.11", requires_dist=("torch==2.11.*",))
     (problem,) = check_wheel(inspect_wheel(path), EXPECT)
     assert isinstance(problem, ArchMissing) and "no extension module holds CUDA code" in problem.cause
+
+
+def test_check_refuses_a_wheel_without_the_ptx_asked_for_and_allows_it_with_it(
+    shared_objects: dict[str, bytes], tmp_path: Path
+) -> None:
+    stamped = stamp_wheel(_wheel(tmp_path, shared_objects["both"], version="0.1.0"), STAMP)
+    (problem,) = check_wheel(inspect_wheel(stamped), replace(EXPECT, ptx=(120,)))
+    assert isinstance(problem, ArchMissing)
+    assert problem.cause.endswith("has no PTX for compute_120")

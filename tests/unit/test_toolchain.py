@@ -74,6 +74,15 @@ def test_the_package_arch_flags_become_exactly_the_asked_archs(
     assert change == said
 
 
+def test_ptx_goes_in_only_for_the_archs_asked_with_it() -> None:
+    args, change = NVCC_WRAPPER.rewrite(["-c", "x.cu", "-arch=sm_80"], [100, 120], None, frozenset({120}))
+    assert args == [
+        "-c", "x.cu", "-gencode=arch=compute_100,code=sm_100",
+        "-gencode=arch=compute_120,code=sm_120", "-gencode=arch=compute_120,code=compute_120",
+    ]  # fmt: skip
+    assert change == "rewrote archs sm_80 compute_80 -> sm_100 sm_120 compute_120"
+
+
 def test_information_requests_and_other_tools_flags_are_left_alone() -> None:
     for args in (["--version"], ["-V"], ["--list-gpu-arch"]):
         assert NVCC_WRAPPER.rewrite(args, [120], 1) == (args, None)
