@@ -94,6 +94,7 @@ def result_key(
     pythons: Iterable[str],
     env: Mapping[str, str],
     tools: Mapping[str, str],
+    contract: Mapping[str, bool] | None = None,
 ) -> str:
     payload = {
         "procedure": PROCEDURE,
@@ -106,6 +107,8 @@ def result_key(
         "pythons": sorted(pythons),
         "env": {k: v for k, v in sorted(env.items()) if k not in {"MAX_JOBS", "NVCC_THREADS"}},
         "tools": dict(sorted(tools.items())),
+        # What the build may do beyond its inputs: compile the package's own archs, use the network.
+        "contract": dict(sorted((contract or {}).items())),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -122,6 +125,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         archs=spec.archs,
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label, ptx=spec.ptx),
+        contract={"keep_package_archs": spec.keep_package_archs, "build_network": spec.build_network},
         tools={
             "wheelbuild": f"{_version()}+{code_digest(_PACKAGE_DIR, _SCRIPTS)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),

@@ -18,6 +18,7 @@ BASE: dict[str, Any] = {
     "pythons": ("cp311",),
     "env": {"MAX_JOBS": "4", "NVCC_THREADS": "2", "WBDEMO_CUDA_ARCHS": "100;120"},
     "tools": {"wheelbuild": "0.1.0", "cibuildwheel": "4.3.5"},
+    "contract": {"keep_package_archs": False, "build_network": False},
 }
 
 
@@ -37,6 +38,9 @@ def test_parallelism_does_not_change_the_key() -> None:
         ("pythons", ("cp311", "cp312")),
         ("env", {"WBDEMO_CUDA_ARCHS": "100;120", "WBDEMO_BLOB_SALT": "x"}),
         ("tools", {"wheelbuild": "0.2.0", "cibuildwheel": "4.3.5"}),
+        # The package's own arch list, or the network while it builds, changes what it holds.
+        ("contract", {"keep_package_archs": True, "build_network": False}),
+        ("contract", {"keep_package_archs": False, "build_network": True}),
     ],
 )
 def test_every_input_changes_the_key(field: str, value: object) -> None:
