@@ -98,7 +98,8 @@ def compile_failure(result: AttemptResult) -> WheelbuildError | None:
             f"wheelbuild, or point --env CPATH at a folder holding that library's headers; {where}",
             details=tail,
         )
-    if missing := sorted(set(_MISSING_SOURCE.findall(text))):
+    # cibuildwheel builds the project copied to /project: the paths as the source names them.
+    if missing := sorted({path.removeprefix("/project/") for path in _MISSING_SOURCE.findall(text)}):
         return SourceUnavailable(
             f"the source lacks {', '.join(missing)}, which its build compiles",
             "its sdist was published without those sources: build from the project's repository (a git "
