@@ -167,6 +167,14 @@ def explain_container_limit(
     return line
 
 
+# What a plan from a model nobody measured (the default) says of itself.
+BLIND = (
+    "how sure: a guess: nothing of this package was measured, and its units may need more "
+    "(flash-attn's measure 4-7 GiB per arch) or much less; this build measures each unit, "
+    "and the next plan of it learns from that"
+)
+
+
 def plan_build(
     *,
     budget: int,
@@ -187,12 +195,7 @@ def plan_build(
         f"model: {model.describe()}; reserve {format_bytes(model.reserve)} once, "
         f"+{model.margin:.0%} on every unit's peak"
     )
-    if model.blind:
-        reasons.append(
-            "how sure: a guess: nothing of this package was measured, and its units may need more "
-            "(flash-attn's measure 4-7 GiB per arch) or much less; this build measures each unit, "
-            "and the next plan of it learns from that"
-        )
+    reasons += [BLIND] if model.blind else []
     reasons.append(_worst_line(model, archs))
 
     if max_jobs is None and nvcc_threads is None and model.peak_of_jobs(1, 1, archs) <= budget:
