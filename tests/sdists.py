@@ -9,8 +9,10 @@ fails it.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
@@ -131,3 +133,19 @@ def fetch(key: str) -> Path:
         return dest
     _download(sdist, dest)
     return dest
+
+
+def make_sdist(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    """An sdist made in a test: a .tar.gz with these members, in this order; None makes a
+    symlink to ../../etc/passwd (hostile-archive tests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "../../etc/passwd"
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return path

@@ -6,10 +6,8 @@ Requires-Python values and --python requests against an independent oracle."""
 from __future__ import annotations
 
 import gzip
-import io
 import itertools
 import json
-import tarfile
 import time
 from pathlib import Path
 
@@ -28,6 +26,8 @@ from wheelbuild.pythons import (
 )
 from wheelbuild.requires_python import requires_python_of
 from wheelbuild.secrets import redact_url
+
+from tests.sdists import make_sdist
 
 SECRET = "s3cr3t-t0ken"
 
@@ -203,20 +203,6 @@ def test_garbage_in_the_cache_file_is_not_trusted(tmp_path: Path) -> None:
 # --- Requires-Python --------------------------------------------------------------------------
 
 
-def _sdist(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
-    """A .tar.gz with these members, in this order; None makes a symlink to ../../etc/passwd."""
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type, info.linkname = tarfile.SYMTYPE, "../../etc/passwd"
-                archive.addfile(info)
-            else:
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 def _pkg_info(requires: str | None, description: str = "A package.\n") -> bytes:
     lines = ["Metadata-Version: 2.1", "Name: demo", "Version: 1.0"]
     if requires is not None:
@@ -225,7 +211,7 @@ def _pkg_info(requires: str | None, description: str = "A package.\n") -> bytes:
 
 
 def test_requires_python_of_an_sdist_is_its_top_level_pkg_info(tmp_path: Path) -> None:
-    sdist = _sdist(
+    sdist = make_sdist(
         tmp_path / "demo-1.0.tar.gz",
         [
             ("demo-1.0/demo.egg-info/PKG-INFO", _pkg_info(">=3.6")),  # not the top-level one
@@ -237,26 +223,28 @@ def test_requires_python_of_an_sdist_is_its_top_level_pkg_info(tmp_path: Path) -
 
 
 def test_an_sdist_without_requires_python_says_none(tmp_path: Path) -> None:
-    assert requires_python_of(_sdist(tmp_path / "a-1.tar.gz", [("a-1/PKG-INFO", _pkg_info(None))])) is None
-    assert requires_python_of(_sdist(tmp_path / "b-1.tar.gz", [("b-1/setup.py", b"")])) is None
+    assert (
+        requires_python_of(make_sdist(tmp_path / "a-1.tar.gz", [("a-1/PKG-INFO", _pkg_info(None))])) is None
+    )
+    assert requires_python_of(make_sdist(tmp_path / "b-1.tar.gz", [("b-1/setup.py", b"")])) is None
 
 
 def test_a_long_description_is_not_read_past_the_cap(tmp_path: Path) -> None:
     big = _pkg_info(">=3.11", "x" * (3 << 20))  # 3 MiB of README after the headers
-    assert requires_python_of(_sdist(tmp_path / "c-1.tar.gz", [("c-1/PKG-INFO", big)])) == ">=3.11"
+    assert requires_python_of(make_sdist(tmp_path / "c-1.tar.gz", [("c-1/PKG-INFO", big)])) == ">=3.11"
     endless = b"Metadata-Version: 2.1\n" + b"X-Filler: y\n" * (200_000) + b"Requires-Python: >=3.9\n\n"
-    assert requires_python_of(_sdist(tmp_path / "d-1.tar.gz", [("d-1/PKG-INFO", endless)])) is None
+    assert requires_python_of(make_sdist(tmp_path / "d-1.tar.gz", [("d-1/PKG-INFO", endless)])) is None
 
 
 def test_a_pkg_info_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
-    assert requires_python_of(_sdist(tmp_path / "e-1.tar.gz", [("e-1/PKG-INFO", None)])) is None
+    assert requires_python_of(make_sdist(tmp_path / "e-1.tar.gz", [("e-1/PKG-INFO", None)])) is None
 
 
 def test_an_sdist_that_decompresses_past_the_cap_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(requires_python, "SDIST_LIMIT", 64 << 10)
-    sdist = _sdist(
+    sdist = make_sdist(
         tmp_path / "f-1.tar.gz", [("f-1/data.bin", b"\0" * (1 << 20)), ("f-1/PKG-INFO", _pkg_info(">=3.9"))]
     )
     with pytest.raises(SourceUnavailable) as caught:

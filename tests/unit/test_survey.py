@@ -5,7 +5,6 @@ refused or ignored without a crash, without extracting or running anything."""
 
 from __future__ import annotations
 
-import io
 import tarfile
 import zipfile
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from wheelbuild.recipes import survey
 from wheelbuild.recipes.survey import Survey, Switch, survey_source
 
-from tests.sdists import fetch
+from tests.sdists import fetch, make_sdist
 
 CONV_ARCHS = (75, 80, 87, 90, 100, 103, 110, 120, 121)
 
@@ -266,21 +265,6 @@ def test_missing_sources_are_the_literal_ones_the_tree_lacks(tmp_path: Path) -> 
 # --- hostile sources: each refused or ignored, none crashes, nothing extracted or run ---------
 
 
-def _sdist(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
-    """A .tar.gz with these members, in this order; None makes a symlink to ../../etc/passwd."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type, info.linkname = tarfile.SYMTYPE, "../../etc/passwd"
-                archive.addfile(info)
-            else:
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 def _zip(path: Path, members: list[tuple[str, bytes]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -301,11 +285,11 @@ def test_an_sdist_that_decompresses_past_the_cap_is_read_no_further(
 ) -> None:
     monkeypatch.setattr(survey, "SDIST_LIMIT", 256 << 10)
     bomb = ("demo-1.0/data.bin", b"\0" * (8 << 20))
-    after = _survey(_sdist(tmp_path / "a" / "demo-1.0.tar.gz", [bomb, ("demo-1.0/setup.py", SETUP)]))
+    after = _survey(make_sdist(tmp_path / "a" / "demo-1.0.tar.gz", [bomb, ("demo-1.0/setup.py", SETUP)]))
     assert after.files_read == () and after.switches == ()
     assert "decompressed" in after.refused[0]
     # What came before the cap still counts, but not every file was seen: none is called missing.
-    before = _survey(_sdist(tmp_path / "b" / "demo-1.0.tar.gz", [("demo-1.0/setup.py", SETUP), bomb]))
+    before = _survey(make_sdist(tmp_path / "b" / "demo-1.0.tar.gz", [("demo-1.0/setup.py", SETUP), bomb]))
     assert [s.name for s in before.switches] == ["DEMO_FORCE_BUILD"]
     assert before.missing_sources == ()
 
@@ -316,7 +300,7 @@ def test_an_sdist_with_too_many_members_is_read_no_further(
     monkeypatch.setattr(survey, "SDIST_MEMBERS", 50)
     members = [(f"demo-1.0/f{i}.txt", b"") for i in range(100)] + [("demo-1.0/setup.py", SETUP)]
     for found in (
-        _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members])),
+        _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members])),
         _survey(_zip(tmp_path / "demo-1.0.zip", members)),
     ):
         assert found.files_read == () and found.switches == ()
@@ -326,7 +310,7 @@ def test_an_sdist_with_too_many_members_is_read_no_further(
 def test_a_setup_py_over_the_cap_is_not_read(tmp_path: Path) -> None:
     huge = SETUP + b"#" * (survey.FILE_LIMIT + 1)
     for found in (
-        _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", huge)])),
+        _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", huge)])),
         _survey(_zip(tmp_path / "demo-1.0.zip", [("demo-1.0/setup.py", huge)])),
         _project(tmp_path / "dir", {"setup.py": huge.decode()}),
     ):
@@ -344,7 +328,7 @@ def test_a_setup_py_over_the_cap_is_not_read(tmp_path: Path) -> None:
     ],
 )
 def test_a_setup_py_that_does_not_parse_is_read_with_regexes(tmp_path: Path, text: str) -> None:
-    found = _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", text.encode() + SETUP)]))
+    found = _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", text.encode() + SETUP)]))
     assert found.switches == (
         Switch("DEMO_FORCE_BUILD", "TRUE", "setup.py builds from source only when it is TRUE"),
     )
@@ -365,7 +349,7 @@ def test_members_that_climb_out_or_are_links_are_ignored_and_nothing_is_extracte
         (str(tmp_path / "abs" / "setup.py"), SETUP),
         ("demo-1.0/setup.py", None),
     ]
-    sdist = _sdist(tmp_path / "in" / "demo-1.0.tar.gz", members)
+    sdist = make_sdist(tmp_path / "in" / "demo-1.0.tar.gz", members)
     zipped = _zip(tmp_path / "in" / "demo-1.0.zip", [(n, d) for n, d in members if d is not None])
     before = sorted(tmp_path.rglob("*"))
     found = _survey(sdist)
@@ -379,7 +363,7 @@ def test_a_setup_py_is_read_and_never_run(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     setup = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n".encode() + SETUP
     for found in (
-        _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", setup)])),
+        _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [("demo-1.0/setup.py", setup)])),
         _survey(_zip(tmp_path / "demo-1.0.zip", [("demo-1.0/setup.py", setup)])),
         _project(tmp_path / "dir", {"setup.py": setup.decode()}),
     ):
@@ -403,7 +387,7 @@ def test_a_file_that_is_no_readable_sdist_is_refused_without_raising(tmp_path: P
 def test_a_zip_sdist_reads_as_a_tar_gz_does(tmp_path: Path) -> None:
     members = [("demo-1.0/setup.py", SETUP), ("demo-1.0/csrc/other.cu", b"")]
     zipped = _survey(_zip(tmp_path / "demo-1.0.zip", members))
-    assert zipped == _survey(_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members]))
+    assert zipped == _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members]))
     assert zipped.missing_sources == ("csrc/demo.cu",) and zipped.files_read == ("setup.py",)
 
 
