@@ -211,6 +211,25 @@ def _attempt_rows(
     return rows
 
 
+def _contract_rows(report: Mapping[str, object]) -> list[list[str]]:
+    """The report's contract: the archs compiled, the switches set, what nvcc rewrote, the link
+    checks and the network, one row each that the report holds."""
+    contract = _dict(report.get("contract"))
+    if not contract:
+        return []
+    archs = ", ".join(f"sm_{_text(a)}" for a in _list(report.get("archs")))
+    ptx = ", ".join(f"compute_{_text(a)}" for a in _list(contract.get("ptx")))
+    kept = "the package's own arch list (--keep-package-archs)" if contract.get("keep_package_archs") else ""
+    rows = [
+        ("archs", kept or f"exactly {archs}" + (f", with PTX for {ptx}" if ptx else "")),
+        ("switches set", "; ".join(_text(s) for s in _list(contract.get("switches"))) or "none"),
+        ("nvcc rewrote", "; ".join(_text(s) for s in _list(contract.get("nvcc_rewrites"))) or "nothing"),
+        ("link check", "; ".join(_text(s) for s in _list(contract.get("link_checks"))) or "not recorded"),
+        ("network while building", _text(contract.get("network")) or "not recorded"),
+    ]
+    return [[_e(what), _e(detail)] for what, detail in rows]
+
+
 def _pythons(report: Mapping[str, object], wheel: str) -> str:
     """Which Pythons a wheel serves: for an abi3 wheel (the report's `abi3` entries), the Python
     that built it, those that reused it and those the gate loaded it under; else its own tag."""
@@ -338,6 +357,10 @@ def render(report: object) -> str:
     )
     body.append("<h2>Wheels</h2>")
     body.append(_table(["file", "Pythons", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
+    body.append("<h2>Built here, for the archs asked</h2>")
+    body.append(
+        _table(["", "what the build did"], _contract_rows(r), "contract", "Not recorded in this report.")
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

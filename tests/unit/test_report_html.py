@@ -210,3 +210,27 @@ def test_the_wheel_table_says_which_pythons_each_wheel_serves() -> None:
     assert rows[0].startswith(f"{abi3} cp310-abi3: one wheel for every Python; built under cp311; ")
     assert "reused under cp313; gated under cp311, cp313" in rows[0]
     assert rows[1].startswith(f"{one} cp311 ")
+
+
+def test_the_contract_shows_what_the_build_set_rewrote_linked_and_kept_off_escaped() -> None:
+    report = synthetic_report()
+    report["archs"] = [120]
+    report["contract"] = {
+        "keep_package_archs": False,
+        "ptx": [120],
+        "switches": ["EVIL=<script>alert(1)</script>: setup.py builds from source only when it is that"],
+        "nvcc_rewrites": ["rewrote archs sm_80 -> sm_120"],
+        "link_checks": ["cp311-manylinux_x86_64: linked here: 1 of 1 shared objects (_k.so)"],
+        "network": "off",
+    }
+    page = report_html.render(report)
+    section = page[page.index("Built here, for the archs asked") :]
+    assert "<tr><td>archs</td><td>exactly sm_120, with PTX for compute_120</td></tr>" in section
+    assert "<script>" not in section and "EVIL=&lt;script&gt;alert(1)&lt;/script&gt;" in section
+    assert "<tr><td>nvcc rewrote</td><td>rewrote archs sm_80 -&gt; sm_120</td></tr>" in section
+    assert "<tr><td>network while building</td><td>off</td></tr>" in section
+
+
+def test_a_report_from_before_the_contract_says_it_was_not_recorded() -> None:
+    page = report_html.render(synthetic_report())
+    assert "Not recorded in this report." in page[page.index("Built here, for the archs asked") :]
