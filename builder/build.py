@@ -9,7 +9,6 @@ report's format is report.py's; the nightly's matrix against what is published i
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -20,7 +19,7 @@ import tenacity
 from . import report_html
 from .check import first_problem, stamp_and_check
 from .dist import dist_summary
-from .errors import Interrupted, OutOfMemory, TorchIndexUnreachable, WheelbuildError
+from .errors import Interrupted, OutOfMemory, WheelbuildError
 from .import_gate import import_gate
 from .plan.admission import admission_file
 from .plan.planner import Plan, ninja_order_file
@@ -37,9 +36,11 @@ from .preflight import (
     new_run_id,
     plan_for,
     remember_build,
+    resolve_torch,
     surveyed,
+    torch_index,
 )
-from .pythons import PythonChoice, choose_pythons, torch_python_tags
+from .pythons import PythonConstraints, admitted_by
 from .recipes import source_location, source_pin
 from .recipes.survey import Survey
 from .report import (
@@ -71,6 +72,7 @@ from .run.results import inputs_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
 from .spec import BuildSpec
+from .torch_releases import TorchIndex
 from .units import format_bytes
 from .variants import CudaCompiler
 from .wheel.abi import AbiReport, check_wheel_abi
@@ -97,44 +99,12 @@ class BuildResult:
         return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
 
 
-@dataclass(frozen=True)
-class PythonConstraints:
-    torch_tags: frozenset[str] | None  # the Pythons the variant's torch has wheels for; None: unknown
-    requires_python: str | None  # the package's
-
-    def choose(self, image: tuple[str, ...], spec: BuildSpec) -> PythonChoice:
-        return choose_pythons(
-            image,
-            self.torch_tags,
-            self.requires_python,
-            spec.pythons,
-            package=spec.recipe.name,
-            torch_version=spec.variant.torch_version,
-            index_url=spec.variant.index_url,
-        )
-
-
-def python_constraints(spec: BuildSpec, source: PreparedSource, reporter: Reporter) -> PythonConstraints:
-    """Which Pythons can work at all: those the variant's torch has a wheel for on its index (read
-    once, cached for a day) and the package's Requires-Python allows. Pythons asked for by name
-    that cannot work fail here, before any container. torch_tags is None when the index could not
-    be read and the Pythons were named (the install will tell)."""
-    requires_python = requires_python_of(source.project_dir / source.package)
-    try:
-        torch_tags: frozenset[str] | None = torch_python_tags(
-            spec.variant.index_url, spec.variant.torch_version, cache=cache_dir(), on_line=reporter.info
-        )
-    except TorchIndexUnreachable as unreachable:
-        if not spec.pythons:
-            raise
-        reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
-        torch_tags = None
-    constraints = PythonConstraints(torch_tags, requires_python)
-    if spec.pythons:
-        # The image is not known yet: offer what torch has wheels for.
-        offered = {t for t in torch_tags or () if re.fullmatch(r"cp3\d+", t)} | set(spec.pythons)
-        constraints.choose(tuple(sorted(offered, key=lambda t: int(t[3:]))), spec)
-    return constraints
+def _torch_chosen(
+    spec: BuildSpec, index: TorchIndex | None, pythons: tuple[str, ...], reporter: Reporter
+) -> tuple[BuildSpec, str]:
+    """The spec with its torch release resolved for these Pythons (see preflight.resolve_torch)."""
+    variant, why = resolve_torch(spec.variant, index, pythons, reporter)
+    return replace(spec, variant=variant), why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +134,7 @@ class _Ready:
     key: str  # the result store's key: the content hash of every input
     survey: Survey  # what the package's build files ask for, read as text
     switches: tuple[str, ...]  # "NAME=VALUE: why" for each switch the survey set
+    torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
 
 
 @dataclass(frozen=True)
@@ -225,7 +196,8 @@ def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: E
 def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Ready]:
     """Everything that can fail before a container, in the order that wastes least: the compiler
     for the variant and archs, the CUDA 12 layer, the source (and the switches its build files
-    call for, which join the spec), the Pythons, then the image."""
+    call for, which join the spec), torch's releases on its index and the Pythons named, then the
+    image, and the torch release and Pythons the image's interpreters allow."""
     spec = run.spec
     inputs = image_inputs(engine, run.options.for_variant(spec.variant))
     # Before any work: no download and no image build for an impossible variant or arch.
@@ -233,16 +205,28 @@ def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Re
     ensure_cuda12_layer(engine, inputs, reporter)
     source = prepare_source(spec.recipe.source, reporter.info)
     spec, survey, switches = surveyed(spec, source, reporter)
-    constraints = python_constraints(spec, source, reporter)
+    requires_python = requires_python_of(source.project_dir / source.package)
+    index = torch_index(spec.variant, bool(spec.pythons), reporter)
+    if spec.pythons:
+        spec, torch_why = _torch_chosen(spec, index, spec.pythons, reporter)
+        _constraints(spec, index, requires_python).check_named(spec)
 
     reporter.step("image")
     image = ensure_image(engine, inputs, reporter)
-    choice = constraints.choose(tuple(engine.image_pythons(image.tag)), spec)
+    in_image = tuple(engine.image_pythons(image.tag))
+    if not spec.pythons:
+        spec, torch_why = _torch_chosen(spec, index, admitted_by(requires_python, in_image), reporter)
+    choice = _constraints(spec, index, requires_python).choose(in_image, spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
-    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches)
+    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why)
     return replace(run, spec=spec), ready
+
+
+def _constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str | None) -> PythonConstraints:
+    tags = index.python_tags(spec.variant.torch_version) if index is not None else None
+    return PythonConstraints(tags, requires_python)
 
 
 def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
@@ -385,7 +369,9 @@ def _report(
                 sha256=source_pin(spec.recipe.source),
             ),
         ),
-        torch=TorchRecord(variant=str(spec.variant), index_url=redact_url(spec.variant.index_url)),
+        torch=TorchRecord(
+            variant=str(spec.variant), index_url=redact_url(spec.variant.index_url), chosen=ready.torch_why
+        ),
         archs=spec.archs,
         pythons=ready.pythons,
         image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),

@@ -188,7 +188,12 @@ def plan(
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
     building, then every build option and where its value came from (command line,
     WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
-    variant = parse_variant(torch_variant, torch_index_url)
+    named = _build_only.get("pythons")
+    pythons = tuple(parse_python(str(p)) for p in named) if isinstance(named, tuple) and named else None
+    # What was looked up goes to stderr; the plan on stdout says the choice once.
+    variant, torch_why = preflight.planned_torch(
+        parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr)
+    )
     # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
     recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(parse_env(env_pairs))
     planned = preflight.plan_for(
@@ -199,6 +204,7 @@ def plan(
     )
     target = dist_target(dist, dist_network, None, dist_servers)
     click.echo(format_plan(preflight.governed(planned, target, admission, cicc_gate)))
+    click.echo(f"torch: {torch_why}")
     for line in provenance():
         click.echo(line)
 

@@ -48,17 +48,15 @@ from .nightly_publish import (
     read_outcomes,
     report_verdict,
 )
-from .pythons import (
-    choose_pythons,
-    torch_python_tags,
-)
+from .pythons import choose_pythons
 from .recipes import resolve_recipe
 from .requires_python import requires_python_of
 from .run.image import production_base
 from .run.ports import Engine, Images
 from .run.reporter import Reporter
-from .sources import cache_dir, prepare_source, resolve_lookup
+from .sources import prepare_source, resolve_lookup
 from .spec import parse_archs, resolve_ca_bundle
+from .torch_releases import torch_python_tags
 from .variants import CudaCompiler, arch_range, compiler_for, parse_variant, supports_arch
 
 TEST_BASE_ENV = "WHEELBUILD_NIGHTLY_TEST_BASE"  # tests only: a local base instead of production
@@ -241,9 +239,7 @@ def _feasible(
     tags = {}
     for torch in sorted({c.torch for c in matrix.cells}):
         variant = parse_variant(torch, torch_index_url)
-        tags[torch] = torch_python_tags(
-            variant.index_url, variant.torch_version, cache=cache_dir(), on_line=say
-        )
+        tags[torch] = torch_python_tags(variant.index_url, variant.torch_version, on_line=say)
     requires: dict[str, str | None] = {}
     releases: dict[str, tuple[str, str]] = {}
     for cell in matrix.cells:

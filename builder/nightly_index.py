@@ -19,7 +19,7 @@ from .errors import PublishedIndexUnreachable, PublishTargetMissing
 from .index import index as index_files
 from .index import publish as publishing
 from .index import remote
-from .pythons import IndexFile, anchors, files_on_page
+from .project_pages import IndexFile, anchors, files_on_page
 from .secrets import redact_url, without_credentials
 from .wheel.abi3 import stable_abi
 

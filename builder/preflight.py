@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .dist import DistTarget
-from .errors import CompilerUnavailable
+from .errors import CompilerUnavailable, TorchIndexUnreachable
 from .plan import cgroup
 from .plan.admission import with_admission
 from .plan.calibration import load_calibrated
@@ -32,8 +32,19 @@ from .run.ports import ImageIds, Images
 from .run.reporter import Reporter
 from .sources import PreparedSource, cache_dir
 from .spec import BuildSpec, Resources
+from .torch_releases import TorchIndex, asked_release, newest_release, read_torch_index
 from .units import format_bytes
-from .variants import CUDA13_VERSION, CudaCompiler, TorchVariant, arch_range, compiler_for, supports_arch
+from .variants import (
+    CUDA13_HOME,
+    CUDA13_VERSION,
+    DEFAULT_TORCH_AS_OF,
+    CudaCompiler,
+    TorchVariant,
+    arch_range,
+    builds_for,
+    compiler_for,
+    supports_arch,
+)
 
 __all__ = [
     "ImageOptions",
@@ -49,9 +60,12 @@ __all__ = [
     "model_for",
     "new_run_id",
     "plan_for",
+    "planned_torch",
     "remember_build",
+    "resolve_torch",
     "surveyed",
     "toolkit_for",
+    "torch_index",
 ]
 
 
@@ -120,14 +134,16 @@ def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
 
 
 def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
-    """The image's compiler for this variant and these archs (one table decides: variants.ARCH_SUPPORT)."""
+    """The image's compiler for this variant and these archs: variants.builds_for says which
+    compilers build for a torch, one table (variants.ARCH_SUPPORT) which archs each compiles."""
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
         cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
     compiler = compiler_for(variant, archs, cuda12)
     if compiler is not None:
         return compiler
-    same_major = [c for c in (compiler_for(variant, (), cuda12),) if c is not None]
+    in_image = [CudaCompiler(CUDA13_VERSION, CUDA13_HOME), *([cuda12] if cuda12 else [])]
+    same_major = [c for c in in_image if c.major == variant.cuda_major]
     if not same_major:
         raise CompilerUnavailable(
             f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
@@ -136,6 +152,14 @@ def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: Ima
             "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
         )
     compiler = same_major[0]
+    if not builds_for(compiler, variant):
+        raise CompilerUnavailable(
+            f"torch {variant} is built with CUDA {variant.cuda_version}, newer than the image's nvcc "
+            f"{compiler.version}: torch's CUDA library headers are {variant.cuda_version}'s, which an "
+            "older nvcc's own headers may not compile with",
+            f"build for a torch of CUDA {compiler.version} or older, or give the image a CUDA "
+            f"{variant.cuda_version} compiler",
+        )
     missing = [a for a in archs if not supports_arch(compiler, a)]
     raise CompilerUnavailable(
         f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
@@ -309,3 +333,52 @@ def build_network(spec: BuildSpec, environ: Mapping[str, str]) -> str:
     if shared_cache_env(environ):
         return "on: the compiler cache's shared storage is reached over it"
     return "off"
+
+
+def torch_index(variant: TorchVariant, pythons_named: bool, reporter: Reporter) -> TorchIndex | None:
+    """torch's page on the variant's index (kept a day). When it cannot be read: an error, unless
+    the Pythons were named (the install will tell), then None with a warning."""
+    try:
+        return read_torch_index(variant.index_url)
+    except TorchIndexUnreachable as unreachable:
+        if not pythons_named:
+            raise
+        reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
+        return None
+
+
+def resolve_torch(
+    variant: TorchVariant, index: TorchIndex | None, pythons: Sequence[str] | None, reporter: Reporter
+) -> tuple[TorchVariant, str]:
+    """The release the build uses, and why: for a bare tag (cu130) the index's newest built with
+    that CUDA and with a wheel for one of *pythons* (None: any CPython); for a full variant, the
+    one asked, its CUDA checked. Without the index, the table's release for the tag, with a
+    warning naming its date."""
+    if index is None:
+        why = f"torch {variant.torch_version}: as asked (its index could not be read)"
+        if variant.newest:
+            why = (
+                f"torch {variant.torch_version}: the newest {variant.tag} release wheelbuild knew of on "
+                f"{DEFAULT_TORCH_AS_OF} (its own table; the index could not be read)"
+            )
+            reporter.warn(why)
+        return replace(variant, newest=False), why
+    if variant.newest:
+        choice = newest_release(index, variant, pythons)
+    else:
+        choice = asked_release(index, variant, python=pythons[0] if pythons else None)
+    reporter.info(choice.why)
+    return replace(variant, torch_version=choice.version, newest=False), choice.why
+
+
+def planned_torch(
+    variant: TorchVariant, pythons: Sequence[str] | None, reporter: Reporter
+) -> tuple[TorchVariant, str]:
+    """The torch release a build would use (resolve_torch), for the Pythons named or, before the
+    image is known, any; for `plan`, an index that cannot be read is only a warning."""
+    try:
+        index: TorchIndex | None = read_torch_index(variant.index_url)
+    except TorchIndexUnreachable as unreachable:
+        reporter.warn(unreachable.cause)
+        index = None
+    return resolve_torch(variant, index, pythons, reporter)

@@ -74,6 +74,7 @@ class RecipeRecord(Record):
 class TorchRecord(Record):
     variant: str | None  # 2.11.0+cu130
     index_url: str | None  # credentials redacted
+    chosen: str = ""  # why this release: "torch 2.14.1: newest on https://... with cp311 wheels"
 
 
 @dataclass(frozen=True)

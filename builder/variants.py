@@ -20,12 +20,17 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # The SASS archs built when none are asked for (and checked when no build report says).
 DEFAULT_ARCHS = (100, 120)
 
-# Default torch release for each CUDA tag: the newest release published for it that we know of.
+# A bare CUDA tag (`--torch cu130`) means the newest release the variant's index has for it
+# (torch_releases.newest_release). This table is only the fallback when the index cannot be read:
+# the newest release for each tag that we knew of on DEFAULT_TORCH_AS_OF (PyTorch's index and
+# PyPI; PyPI's 2.15.0 is a CUDA 13.2 build, so cu132's).
+DEFAULT_TORCH_AS_OF = "2026-12-02"
 DEFAULT_TORCH: dict[str, str] = {
     "cu126": "2.10.0",
     "cu128": "2.10.0",
     "cu129": "2.8.0",
-    "cu130": "2.11.0",
+    "cu130": "2.14.1",
+    "cu132": "2.15.0",
 }
 
 # Where the image keeps each compiler. CUDA 13.1 is always there; a 12.x layer is optional.
@@ -46,6 +51,13 @@ class CudaCompiler:
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
+    @property
+    def headers_from_torch(self) -> bool:
+        """Whether its compiles take the CUDA libraries' headers (cuBLAS, cuSPARSE, cuSOLVER) from
+        torch's own wheels: the image's CUDA 13 is NVIDIA's compiler and runtime wheels only,
+        while a CUDA 12 layer or image carries its own."""
+        return self.major >= 13
+
     @classmethod
     def cuda12(cls, version: str) -> CudaCompiler:
         """The image's optional CUDA 12.x compiler (its layer or --cuda12-image): /usr/local/cuda-<version>."""
@@ -57,6 +69,9 @@ class TorchVariant:
     tag: str  # "cu130"
     torch_version: str  # "2.11.0"
     index_url: str
+    # Only the tag was given: the index's newest release for it replaces torch_version before
+    # the build (the table's fallback until then).
+    newest: bool = False
 
     @property
     def cuda_version(self) -> str:
@@ -66,6 +81,10 @@ class TorchVariant:
     @property
     def cuda_major(self) -> int:
         return int(self.tag[2:-1])
+
+    @property
+    def cuda_minor(self) -> int:
+        return int(self.tag[-1])
 
     @property
     def torch_minor(self) -> str:
@@ -111,7 +130,12 @@ def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
     version = match["version"] or DEFAULT_TORCH[tag]
     if version.count(".") == 1:
         version += ".0"
-    return TorchVariant(tag=tag, torch_version=version, index_url=index_url or PYTORCH_INDEX.format(tag=tag))
+    return TorchVariant(
+        tag=tag,
+        torch_version=version,
+        index_url=index_url or PYTORCH_INDEX.format(tag=tag),
+        newest=match["version"] is None,
+    )
 
 
 # The CUDA releases whose nvcc emits SASS for each arch: (first, last), last None while current.
@@ -163,15 +187,29 @@ def arch_range(arch: int) -> str:
     return f"CUDA {first[0]}.{first[1]}" + (f" to {last[0]}.{last[1]}" if last else " or later")
 
 
+def builds_for(compiler: CudaCompiler, variant: TorchVariant) -> bool:
+    """The rule for a compiler and a torch: the same CUDA major (torch's cpp_extension refuses
+    another); and where the compile takes the CUDA libraries' headers from torch's wheels, a minor
+    no older than torch's: a newer torch's cuBLAS or cuSPARSE headers use types and enums that an
+    older nvcc's runtime headers lack. An older torch runs on its own runtime, which CUDA's
+    minor-version compatibility covers."""
+    if compiler.major != variant.cuda_major:
+        return False
+    return not compiler.headers_from_torch or _version_tuple(compiler.version) >= (
+        variant.cuda_major,
+        variant.cuda_minor,
+    )
+
+
 def compiler_for(
     variant: TorchVariant, archs: Sequence[int], cuda12: CudaCompiler | None
 ) -> CudaCompiler | None:
     """The image compiler that can build against `variant` for every arch asked, or None.
-    torch needs the compiler's CUDA major to be its own; the arch table decides the rest."""
+    builds_for says which compilers can build for a torch; the arch table decides the rest."""
     candidates = [CudaCompiler(version=CUDA13_VERSION, home=CUDA13_HOME)]
     if cuda12 is not None:
         candidates.append(cuda12)
     for compiler in candidates:
-        if compiler.major == variant.cuda_major and all(supports_arch(compiler, a) for a in archs):
+        if builds_for(compiler, variant) and all(supports_arch(compiler, a) for a in archs):
             return compiler
     return None

@@ -6,20 +6,28 @@ as Basic auth and never shown, the answer cached so that a second call needs no 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import bcrypt
 import pytest
 from wheelbuild.errors import TorchIndexUnreachable
 from wheelbuild.index.publish import publish, yank
-from wheelbuild.pythons import choose_pythons, files_on_page, python_tags, torch_python_tags
+from wheelbuild.project_pages import HttpRefused, files_on_page
+from wheelbuild.pythons import choose_pythons
+from wheelbuild.remote_wheel import remote_metadata
+from wheelbuild.torch_releases import newest_release, python_tags, read_torch_index, torch_python_tags
+from wheelbuild.variants import DEFAULT_TORCH, DEFAULT_TORCH_AS_OF, parse_variant
 
 from tests.indexkit import make_wheel
 from tests.integration.serving import read_log, request, running_server
 
 SECRET = "alice-s3cr3t-pw"
+CUDA_13_0 = ('cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',)  # as torch 2.14.1 says
 LINUX = "manylinux_2_28_x86_64"
 
 
@@ -80,9 +88,9 @@ def test_torch_tags_come_from_the_served_page_once_then_from_the_cache(
         # PEP 440 equality: a plain version matches local labels, a labelled one only itself
         assert torch_python_tags(url, "2.10.0") == {"cp311", "cp312"}
         assert torch_python_tags(url, "2.10.0+cu128") == {"cp311"}
-        assert torch_python_tags(url, "2.9.0") == frozenset()  # not cached: asked again next time
+        assert torch_python_tags(url, "2.9.0") == frozenset()  # not on the kept page: asked again next time
     assert said == [f"torch 2.11.0 on {url.rstrip('/')} has wheels for cp311, cp313, cp313t"]
-    assert len(list((own_cache / "torch-pythons").glob("*.json"))) == 3
+    assert len(list((own_cache / "torch-index").glob("*.json"))) == 1  # the page, kept once
 
     # The server is gone: the cached answers need no request, an uncached one fails typed.
     assert torch_python_tags(url, "2.11.0", on_line=said.append) == {"cp311", "cp313", "cp313t"}
@@ -95,7 +103,7 @@ def test_torch_tags_come_from_the_served_page_once_then_from_the_cache(
     assert "--torch-index-url" in caught.value.remedy and "--python" in caught.value.remedy
 
     # A day later the cache is stale: the index is asked again.
-    for entry in (own_cache / "torch-pythons").glob("*.json"):
+    for entry in (own_cache / "torch-index").glob("*.json"):
         record = json.loads(entry.read_text())
         entry.write_text(json.dumps({**record, "fetched": record["fetched"] - 86400}))
     with pytest.raises(TorchIndexUnreachable):
@@ -139,8 +147,9 @@ def test_credentials_in_the_url_are_sent_and_never_shown(
         assert SECRET not in said[0] and "http://***@127.0.0.1" in said[0]
 
         for refused in (url, url.replace("http://", "http://alice:wrong-pw@")):
+            # a release the kept page lacks, so that the index is asked again
             with pytest.raises(TorchIndexUnreachable) as caught:
-                torch_python_tags(refused, "2.12.0")
+                torch_python_tags(refused, "2.16.0")
             assert "HTTP 401" in caught.value.cause and "credentials" in caught.value.cause
             assert "wrong-pw" not in str(caught.value)
     assert [hit.status for hit in read_log(log, at_least=3)] == [200, 401, 401]
@@ -160,7 +169,7 @@ def test_credentials_in_the_url_are_sent_and_never_shown(
 def _cp311_only_torch(tmp_path: Path) -> Path:
     made = tmp_path / "made-cli"
     root = tmp_path / "tree-cli"
-    publish([make_wheel(made, "torch", "2.11.0", tag=f"cp311-cp311-{LINUX}")], root)
+    publish([make_wheel(made, "torch", "2.11.0", tag=f"cp311-cp311-{LINUX}", requires_dist=CUDA_13_0)], root)
     return root
 
 
@@ -211,3 +220,112 @@ def test_default_pythons_leave_out_what_torch_lacks_and_say_why(cuda_image: str,
     import docker
 
     assert containers_of_run(docker.from_env(), run_id) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Which release a bare tag means: the CUDA of each release from its METADATA, over HTTP.
+
+CUDA_PINS = {
+    "2.15.0": 'cuda-toolkit[cublas,nvtx]==13.2.2; platform_system == "Linux"',
+    "2.14.1": CUDA_13_0[0],
+    "2.13.0": CUDA_13_0[0],
+    "2.10.0": 'nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"',
+}
+
+
+def _pypi_like(tmp_path: Path, big: int = 0) -> Path:
+    """Stand-in torch releases named as PyPI names them (no CUDA label), each pinning its CUDA
+    runtime as torch's METADATA does; *big* bytes of incompressible payload in each wheel."""
+    made, root = tmp_path / "made-pypi", tmp_path / "tree-pypi"
+    extra = {"torch/lib/libpayload.so": os.urandom(big)} if big else None
+    wheels = [
+        make_wheel(
+            made, "torch", version, tag=f"{python}-{python}-{LINUX}", requires_dist=(pin,), extra_files=extra
+        )
+        for version, pin in CUDA_PINS.items()
+        for python in ("cp311", "cp313")
+    ]
+    publish(wheels, root)
+    return root
+
+
+def test_a_bare_tag_means_the_newest_release_built_with_its_cuda(tmp_path: Path, own_cache: Path) -> None:
+    log = tmp_path / "access.log"
+    with running_server(_pypi_like(tmp_path), access_log=log) as url:
+        index = read_torch_index(url)
+        choice = newest_release(index, parse_variant("cu130"), ("cp311", "cp313"))
+        assert choice.version == "2.14.1"
+        assert choice.why == (
+            f"torch 2.14.1: newest on {url.rstrip('/')} built with CUDA 13.0 with cp311, cp313 wheels "
+            "(2.15.0 is CUDA 13.2)"
+        )
+        assert newest_release(index, parse_variant("cu128"), ("cp311",)).version == "2.10.0"
+        hits = read_log(log, at_least=1 + 4)
+    # The index serves METADATA apart (PEP 658): one small request per release read, no wheel.
+    metadata = [h.path for h in hits if h.path.endswith(".metadata")]
+    assert len(metadata) == len(set(metadata)) == 4  # each release once, each answer kept
+    assert not [h for h in hits if h.path.endswith(".whl")]
+    # Kept for good: without the server, the same answers from the cache.
+    assert newest_release(index, parse_variant("cu130"), ("cp311",)).version == "2.14.1"
+
+
+def test_a_wheels_metadata_is_read_through_byte_ranges_not_whole(tmp_path: Path, own_cache: Path) -> None:
+    """An index that does not serve METADATA apart (PyPI's for torch 2.15.0): the zip's directory
+    and the one member, a few hundred KiB of an 8 MiB wheel."""
+    log = tmp_path / "access.log"
+    with running_server(_pypi_like(tmp_path, big=8 << 20), access_log=log) as url:
+        index = read_torch_index(url)
+        bare = replace(index, files=tuple(replace(f, metadata=False) for f in index.files))
+        release = bare.release("2.15.0")
+        assert release is not None
+        assert bare.cuda_of(release, python="cp311") == "13.2"
+        hits = [h for h in read_log(log, at_least=3) if h.path.endswith(".whl")]
+    assert hits and all(h.status == 206 and h.range for h in hits)
+    assert sum(h.bytes for h in hits) < 1 << 20
+
+
+def test_a_server_without_byte_ranges_is_refused_not_downloaded(tmp_path: Path) -> None:
+    """http.server answers every GET whole (200): the reader stops after what it asked for."""
+    import http.server
+    import threading
+
+    made = tmp_path / "plain"
+    wheel = make_wheel(
+        made, "torch", "2.15.0", tag=f"cp311-cp311-{LINUX}", extra_files={"big": os.urandom(4 << 20)}
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(made))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(HttpRefused) as caught:
+            remote_metadata(f"http://127.0.0.1:{server.server_port}/{wheel.name}", wheel.name)
+    finally:
+        server.shutdown()
+    assert "does not serve byte ranges" in caught.value.why
+
+
+def test_plan_names_the_newest_release_and_without_the_index_the_tables_with_its_date(
+    tmp_path: Path, own_cache: Path
+) -> None:
+    from tests.integration.conftest import wheelbuild
+
+    with running_server(_pypi_like(tmp_path)) as url:
+        done = wheelbuild("plan", "wbdemo", "--torch", "cu130", env={"WHEELBUILD_TORCH_INDEX_URL": url})
+        # A release asked for whose CUDA is another than its tag's: refused before anything else.
+        wrong = wheelbuild(
+            "plan", "wbdemo", "--torch", "2.10.0+cu130", env={"WHEELBUILD_TORCH_INDEX_URL": url}
+        )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith("torch: ")]
+    assert said == [
+        f"torch: torch 2.14.1: newest on {url.rstrip('/')} built with CUDA 13.0 with cp311, cp313 wheels "
+        "(2.15.0 is CUDA 13.2)"
+    ]
+    # The server is gone and nothing was kept for this URL: the table, said as such, with its date.
+    gone = wheelbuild("plan", "wbdemo", "--torch", "cu130", env={"WHEELBUILD_TORCH_INDEX_URL": url + "x/"})
+    assert gone.returncode == 0, gone.stderr
+    table = f"torch {DEFAULT_TORCH['cu130']}: the newest cu130 release wheelbuild knew of on {DEFAULT_TORCH_AS_OF}"
+    assert f"warning: {table}" in gone.stderr
+    assert f"torch: {table}" in gone.stdout
+    assert wrong.returncode == 11
+    assert f"torch 2.10.0 on {url.rstrip('/')} is built with CUDA 12.8, not 13.0 (cu130)" in wrong.stderr

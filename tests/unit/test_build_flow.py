@@ -17,6 +17,7 @@ from wheelbuild.errors import CompileFailed, OutOfMemory
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
 from wheelbuild.preflight import ImageOptions
+from wheelbuild.project_pages import IndexFile
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report import GateSkipped, read_report
 from wheelbuild.run import results
@@ -36,6 +37,7 @@ from wheelbuild.run.image import Image, ImageInputs
 from wheelbuild.run.ports import Engine, GateJob
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec import BuildSpec, GpuMode, Resources
+from wheelbuild.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel
@@ -198,11 +200,14 @@ def test_an_attempts_end_is_one_of_three(make_result: Callable[..., AttemptResul
 def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, ImageOptions, list[Path]]:
     """The bundled example for cu130 on a local base, torch's index answered without a network;
     every report written is noted."""
-    monkeypatch.setattr(build, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp312"}))
+    served = tuple(
+        IndexFile(f"torch-2.11.0+cu130-{p}-{p}-manylinux_2_28_x86_64.whl", False) for p in ("cp311", "cp312")
+    )
+    monkeypatch.setattr(preflight, "read_torch_index", lambda url, **_: TorchIndex(url, served))
     written: list[Path] = []
     monkeypatch.setattr(report_html, "write_beside", written.append)
     spec = BuildSpec(
-        recipe=resolve_recipe(None), variant=parse_variant("cu130", None), archs=(100, 120), pythons=("cp311",),
+        recipe=resolve_recipe(None), variant=parse_variant("2.11.0+cu130", None), archs=(100, 120), pythons=("cp311",),
         gpus=GpuMode.NONE, resources=Resources(memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1),
         output_dir=tmp_path / "out",
     )  # fmt: skip

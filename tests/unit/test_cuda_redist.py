@@ -9,10 +9,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from wheelbuild.errors import BadArgument, CompilerUnavailable, CudaRedistMismatch, CudaRedistUnreachable
 from wheelbuild.preflight import compiler_in_image
 from wheelbuild.run.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
-from wheelbuild.run.image import ImageInputs
+from wheelbuild.run.image import NO_CUDA12, ImageInputs
 from wheelbuild.variants import parse_variant
 
 
@@ -235,3 +235,19 @@ def test_a_cu12_variant_compiles_with_the_layers_cuda_home() -> None:
         compiler_in_image(parse_variant("cu130"), (100, 120), inputs).home
         == "/usr/local/cuda-13.1/nvidia/cu13"
     )
+
+
+def test_a_torch_of_a_newer_cuda_minor_than_the_images_nvcc_fails_before_any_download() -> None:
+    """PyPI's torch 2.15.0 is CUDA 13.2 (cuda-toolkit==13.2.2): the image's nvcc 13.1 must not
+    compile against its CUDA library headers; said with the rule, before anything is fetched."""
+    inputs = ImageInputs(
+        dockerfile=b"", tool_requirements=b"", cuda_requirements=b"", ca_bundle=b"", admit_script=b"",
+        base_image="base", base_id="", cuda12_image=NO_CUDA12, cuda12_version="12.8", cuda12_layer=None,
+    )  # fmt: skip
+    with pytest.raises(CompilerUnavailable) as caught:
+        compiler_in_image(parse_variant("2.15.0+cu132"), (120,), inputs)
+    assert caught.value.cause.startswith(
+        "torch 2.15.0+cu132 is built with CUDA 13.2, newer than the image's nvcc 13.1"
+    )
+    assert "build for a torch of CUDA 13.1 or older" in caught.value.remedy
+    assert caught.value.exit_code == CompilerUnavailable.exit_code

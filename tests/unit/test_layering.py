@@ -40,6 +40,9 @@ TOP = {
     "matrix_runs": "pipeline",
     "sources": "pipeline",
     "pythons": "pipeline",
+    "project_pages": "pipeline",  # a simple index's project page, read over HTTP
+    "torch_releases": "pipeline",  # torch's releases on its index: Pythons, CUDA, the newest
+    "remote_wheel": "pipeline",  # a wheel on a server: one member by byte ranges, or whole
     "requires_python": "pipeline",
     "report": "pipeline",
     "report_attempts": "pipeline",

@@ -119,9 +119,9 @@ def test_tracking_adds_the_newest_release_where_versions_are_listed() -> None:
 
 def test_tracking_adds_a_newer_torch_for_each_cuda_tag() -> None:
     matrix = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130", "cu128"], "python": ["3.11"]}]})
-    tracked = tracking(matrix, {}, {"cu130": "2.12.0+cu130", "cu128": "2.9.1+cu128"})  # cu128's is older
+    tracked = tracking(matrix, {}, {"cu130": "2.16.0+cu130", "cu128": "2.9.1+cu128"})  # cu128's is older
     added = tracked.cells[len(matrix.cells) :]
-    assert [c.torch for c in added] == ["2.12.0+cu130"]
+    assert [c.torch for c in added] == ["2.16.0+cu130"]
 
 
 @pytest.mark.parametrize("kind", ["directory", "binary", "device"])

@@ -46,7 +46,7 @@ from wheelbuild.nightly import (
 )
 from wheelbuild.preflight import ImageOptions
 from wheelbuild.run.reporter import Reporter
-from wheelbuild.variants import CudaCompiler
+from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
 
 from tests.indexkit import make_wheel
 from tests.integration.serving import running_server
@@ -71,7 +71,10 @@ def test_a_cell_without_python_is_one_cell_per_python_the_image_and_torch_both_h
     good, skipped = _feasible({"build": [{"package": "wbdemo", "torch": ["cu130"]}]})
     assert [c.python for c in good] == ["cp310", "cp311", "cp312", "cp313", "cp314"]
     assert [(s.cell.id, s.why) for s in skipped] == [
-        ("wbdemo-cu130-cp315-100.120", "cp315: torch 2.11.0 has no cp315 wheel on its index")
+        (
+            "wbdemo-cu130-cp315-100.120",
+            f"cp315: torch {DEFAULT_TORCH['cu130']} has no cp315 wheel on its index",
+        )
     ]
 
 
@@ -239,7 +242,7 @@ def test_cells_an_upload_servers_index_holds_are_not_built_again(tmp_path: Path)
     tree = tmp_path / "tree"
     wheel = make_wheel(tmp_path / "w", version="0.1.0+cu130torch2.11", tag="cp311-cp311-linux_x86_64")
     publish([wheel], tree)
-    cells = [Cell("wbtiny", "0.1.0", "cu130", python, "100,120") for python in ("cp311", "cp312")]
+    cells = [Cell("wbtiny", "0.1.0", "2.11.0+cu130", python, "100,120") for python in ("cp311", "cp312")]
     releases = {source_of(c): ("wbtiny", "0.1.0") for c in cells}
     with running_server(tree) as url:
         held = held_cells(cells, "https://upload.example/{variant}/", url, releases, None)

@@ -1,136 +1,20 @@
-"""wheelbuild.pythons without network: project pages (PEP 691 JSON, PEP 503 HTML) read into the Python
-tags of one torch version, Requires-Python read from a real sdist and a project directory, the cache
-read back, and choose_pythons checked exhaustively over a small world of images, indexes,
-Requires-Python values and --python requests against an independent oracle."""
+"""wheelbuild.pythons without network: which Pythons a torch's tags serve, Requires-Python read from a
+real sdist and a project directory, and choose_pythons checked exhaustively over a small world of
+images, indexes, Requires-Python values and --python requests against an independent oracle."""
 
 from __future__ import annotations
 
 import gzip
 import itertools
-import json
-import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import pythons, requires_python
-from wheelbuild.errors import BadArgument, SourceUnavailable, TorchIndexUnreachable
-from wheelbuild.pythons import (
-    IndexFile,
-    LeftOut,
-    PythonChoice,
-    choose_pythons,
-    files_on_page,
-    has_wheel,
-    python_tags,
-    torch_python_tags,
-)
+from wheelbuild import requires_python
+from wheelbuild.errors import BadArgument, SourceUnavailable
+from wheelbuild.pythons import LeftOut, PythonChoice, choose_pythons, has_wheel
 from wheelbuild.requires_python import requires_python_of
-from wheelbuild.secrets import redact_url
 
 from tests.sdists import make_sdist
-
-SECRET = "s3cr3t-t0ken"
-
-# One torch page with every kind of file an index lists. Relative and absolute links, quoted "+".
-FILES = [
-    # PyTorch's index: local labels
-    ("torch-2.10.0+cu128-cp310-cp310-manylinux_2_28_x86_64.whl", False),
-    ("torch-2.10.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl", False),
-    ("torch-2.10.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl", False),
-    ("torch-2.10.0+cu128-cp313-cp313t-manylinux_2_28_x86_64.whl", False),  # free-threaded
-    ("torch-2.10.0+cu128-cp314-cp314-manylinux_2_28_x86_64.whl", True),  # yanked
-    ("torch-2.10.0+cu128-cp315-cp315-win_amd64.whl", False),  # not linux
-    ("torch-2.10.0+cu128-cp315-cp315-manylinux_2_28_aarch64.whl", False),  # not x86_64
-    ("torch-2.10.0+cu128-cp315-cp315-musllinux_1_2_x86_64.whl", False),  # not glibc
-    ("torch-2.10.0+cu128-cp316-cp316-macosx_11_0_arm64.whl", False),
-    ("torch-2.10.0-cp39-abi3-manylinux2014_x86_64.whl", False),  # stable ABI, PyPI-style name
-    ("torch-2.10.1+cu128-cp38-cp38-manylinux_2_28_x86_64.whl", False),  # another version
-    ("torch-2.10.0.dev20260101+cu128-cp37-cp37m-linux_x86_64.whl", False),  # a pre-release
-    ("torch-2.10.0.tar.gz", False),  # an sdist
-    ("torchvision-2.10.0-cp36-cp36m-manylinux_2_28_x86_64.whl", False),  # another project
-    ("torch-2.10.0-not-a-wheel.whl", False),
-]
-ALL_OF_2_10_0 = frozenset({"cp310", "cp311", "cp312", "cp313t", "cp39-abi3"})
-
-
-def _json_page() -> bytes:
-    files = []
-    for index, (name, yanked) in enumerate(FILES):
-        entry: dict[str, object] = {"filename": name, "url": f"../../files/{name}", "hashes": {}}
-        if yanked:
-            entry["yanked"] = "broken build" if index % 2 else True
-        elif index % 3 == 0:
-            entry["yanked"] = False
-        files.append(entry)
-    return json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}).encode()
-
-
-def _html_page() -> bytes:
-    links = []
-    for index, (name, yanked) in enumerate(FILES):
-        quoted = name.replace("+", "%2B")
-        href = f"/whl/cu128/{quoted}#sha256=00" if index % 2 else f"../../files/{quoted}"
-        links.append(f'<a href="{href}"{" data-yanked=" if yanked else ""}>{name}</a><br/>')
-    return (
-        "<!DOCTYPE html><html><body><h1>Links for torch</h1>" + "".join(links) + "</body></html>"
-    ).encode()
-
-
-# --- redaction --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("https://pypi.org/simple", "https://pypi.org/simple"),
-        (f"https://user:{SECRET}@host.example/simple/", "https://***@host.example/simple/"),
-        (f"https://{SECRET}@host.example:8443/simple", "https://***@host.example:8443/simple"),
-        (f"https://user:pa@ss{SECRET}@host.example/x", "https://***@host.example/x"),  # "@" in it
-        ("https://host.example/simple?to=a@b", "https://host.example/simple?to=***"),
-        (f"user:{SECRET}@host.example/simple", "***@host.example/simple"),  # no scheme
-    ],
-)
-def test_redact_url_hides_credentials_and_keeps_the_rest(url: str, shown: str) -> None:
-    assert redact_url(url) == shown
-    assert SECRET not in redact_url(url)
-
-
-# --- pages and tags ---------------------------------------------------------------------------
-
-
-def test_json_and_html_pages_list_the_same_files_and_yanks() -> None:
-    expected = tuple(IndexFile(name, yanked) for name, yanked in FILES)
-    assert files_on_page(_json_page(), "application/vnd.pypi.simple.v1+json") == expected
-    assert files_on_page(_html_page(), "text/html; charset=utf-8") == expected
-    assert files_on_page(_html_page(), "application/vnd.pypi.simple.v1+html") == expected
-
-
-@pytest.mark.parametrize("media", ["application/vnd.pypi.simple.v1+json", "text/html"])
-def test_the_tags_of_one_version_skip_yanked_foreign_and_other_files(media: str) -> None:
-    page = _json_page() if media.endswith("json") else _html_page()
-    assert python_tags(files_on_page(page, media), "2.10.0") == ALL_OF_2_10_0
-
-
-def test_a_local_label_in_the_version_asked_matches_only_that_label() -> None:
-    files = files_on_page(_json_page(), "application/vnd.pypi.simple.v1+json")
-    assert python_tags(files, "2.10.0+cu128") == {"cp310", "cp311", "cp313t"}
-    assert python_tags(files, "2.10.0+cu126") == {"cp312"}
-    assert python_tags(files, "2.10.1") == {"cp38"}
-    assert python_tags(files, "2.10") == ALL_OF_2_10_0  # PEP 440: 2.10 == 2.10.0
-    assert python_tags(files, "2.10.0.dev20260101") == {"cp37"}  # asked for exactly, it counts
-    assert python_tags(files, "2.9.0") == frozenset()
-
-
-def test_a_torch_version_that_is_not_a_version_is_a_bad_argument() -> None:
-    with pytest.raises(BadArgument) as caught:
-        python_tags((), "cu130")
-    assert "'cu130' is not a version" in caught.value.cause
-
-
-def test_json_that_is_not_a_project_page_is_refused() -> None:
-    for body in (b"not json", b"[]", b'{"meta": {}}', b'{"files": 3}'):
-        with pytest.raises(ValueError):
-            files_on_page(body, "application/vnd.pypi.simple.v1+json")
 
 
 def test_abi3_covers_every_later_cpython_but_not_free_threaded_ones() -> None:
@@ -143,61 +27,6 @@ def test_abi3_covers_every_later_cpython_but_not_free_threaded_ones() -> None:
     ]
     assert not has_wheel(frozenset({"cp311"}), "cp312")
     assert not has_wheel(frozenset({"cp311"}), "pp311")
-
-
-# --- the cache (no request: the URL cannot be reached) ---------------------------------------
-
-UNREACHABLE = f"http://user:{SECRET}@127.0.0.1:9/simple"  # port 9: refused at once
-
-
-def _put_in_cache(cache: Path, url: str, version: str, tags: list[str], fetched: float) -> Path:
-    path = pythons._cache_file(cache, url, version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"index": redact_url(url), "torch": version, "fetched": fetched, "tags": tags}
-    path.write_text(json.dumps(record))
-    return path
-
-
-def test_a_fresh_cached_answer_is_used_without_a_request(tmp_path: Path) -> None:
-    path = _put_in_cache(tmp_path, UNREACHABLE, "2.11.0", ["cp311", "cp313"], time.time() - 3600)
-    said: list[str] = []
-    assert torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path, on_line=said.append) == {"cp311", "cp313"}
-    assert said == ["torch 2.11.0 on http://***@127.0.0.1:9/simple has wheels for cp311, cp313 (cached)"]
-    assert SECRET not in path.name and SECRET not in path.read_text()
-    # the same index with other credentials shares the entry: the key holds none of them
-    assert torch_python_tags("http://other:pw@127.0.0.1:9/simple/", "2.11.0", cache=tmp_path) == {
-        "cp311",
-        "cp313",
-    }
-
-
-@pytest.mark.parametrize(
-    "spoil",
-    [
-        lambda record: record.update(fetched=record["fetched"] - 2 * 86400),  # a day old
-        lambda record: record.update(fetched=record["fetched"] + 3600),  # from the future
-        lambda record: record.update(tags="cp311"),
-        lambda record: record.update(torch="2.12.0"),
-        lambda record: record.pop("fetched"),
-    ],
-)
-def test_a_stale_or_garbled_cache_entry_is_not_trusted(tmp_path: Path, spoil: object) -> None:
-    path = _put_in_cache(tmp_path, UNREACHABLE, "2.11.0", ["cp311"], time.time() - 60)
-    record = json.loads(path.read_text())
-    spoil(record)  # type: ignore[operator]
-    path.write_text(json.dumps(record))
-    with pytest.raises(TorchIndexUnreachable) as caught:
-        torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path)
-    assert caught.value.exit_code == 25
-    assert "http://***@127.0.0.1:9/simple/torch/" in caught.value.cause
-    assert SECRET not in str(caught.value)
-    assert "--torch-index-url" in caught.value.remedy and "--python" in caught.value.remedy
-
-
-def test_garbage_in_the_cache_file_is_not_trusted(tmp_path: Path) -> None:
-    pythons._cache_file(tmp_path, UNREACHABLE, "2.11.0").write_bytes(b"\x00{not json")
-    with pytest.raises(TorchIndexUnreachable):
-        torch_python_tags(UNREACHABLE, "2.11.0", cache=tmp_path)
 
 
 # --- Requires-Python --------------------------------------------------------------------------
@@ -294,6 +123,7 @@ def test_a_broken_pyproject_is_source_unavailable(tmp_path: Path, text: str) -> 
 
 # --- choose_pythons: the examples -------------------------------------------------------------
 
+SECRET = "s3cr3t-t0ken"
 IMAGE = ("cp39", "cp310", "cp311", "cp312", "cp313", "cp314")
 TORCH = frozenset({"cp310", "cp311", "cp312", "cp313", "cp313t"})
 INDEX = f"https://user:{SECRET}@example.invalid/whl/cu130"

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from wheelbuild.errors import BadVariant
-from wheelbuild.variants import CudaCompiler, TorchVariant, arch_range, compiler_for, parse_variant
+from wheelbuild.variants import (
+    DEFAULT_TORCH,
+    CudaCompiler,
+    TorchVariant,
+    arch_range,
+    builds_for,
+    compiler_for,
+    parse_variant,
+)
 
 
-def test_cuda_tag_alone_picks_the_default_torch_its_cuda_and_pytorch_index() -> None:
+def test_cuda_tag_alone_asks_for_the_newest_release_with_the_table_as_fallback() -> None:
     variant = parse_variant("cu130")
     assert variant == TorchVariant(
-        tag="cu130", torch_version="2.11.0", index_url="https://download.pytorch.org/whl/cu130"
+        tag="cu130",
+        torch_version=DEFAULT_TORCH["cu130"],
+        index_url="https://download.pytorch.org/whl/cu130",
+        newest=True,
     )
     assert variant.cuda_version == "13.0"
     assert variant.cuda_major == 13
-    assert variant.torch_minor == "2.11"
-    assert variant.label == "cu130torch2.11"
-    assert variant.requirement == "torch==2.11.0"
-    assert str(variant) == "2.11.0+cu130"
+    # What the resolved release gives (preflight.resolve_torch replaces the version).
+    resolved = replace(variant, torch_version="2.11.0", newest=False)
+    assert resolved == parse_variant("2.11.0+cu130")
+    assert resolved.torch_minor == "2.11"
+    assert resolved.label == "cu130torch2.11"
+    assert resolved.requirement == "torch==2.11.0"
+    assert str(resolved) == "2.11.0+cu130"
 
 
 def test_full_version_plus_tag_uses_that_torch_version() -> None:
@@ -45,7 +61,7 @@ def test_surrounding_whitespace_is_ignored() -> None:
 def test_index_url_override_replaces_the_pytorch_index() -> None:
     variant = parse_variant("cu130", "https://mirror.example.invalid/torch/cu130")
     assert variant.index_url == "https://mirror.example.invalid/torch/cu130"
-    assert variant.torch_version == "2.11.0"
+    assert variant.torch_version == DEFAULT_TORCH["cu130"]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +78,7 @@ def test_bad_variant_strings_raise_bad_variant_with_exit_code_11(text: str) -> N
 def test_unsupported_cuda_tag_remedy_lists_the_supported_tags() -> None:
     with pytest.raises(BadVariant) as caught:
         parse_variant("cu999")
-    assert caught.value.remedy == "use one of cu126, cu128, cu129, cu130"
+    assert caught.value.remedy == "use one of cu126, cu128, cu129, cu130, cu132"
 
 
 def test_cu13_variant_compiles_with_the_image_cuda_13_1() -> None:
@@ -123,3 +139,17 @@ def test_arch_range_says_which_releases_compile_an_arch() -> None:
     assert arch_range(120) == "CUDA 12.8 or later"
     assert arch_range(70) == "CUDA 9.0 to 12.9"
     assert arch_range(99) == "no CUDA release wheelbuild knows"
+
+
+def test_a_torch_of_a_newer_cuda_minor_than_the_image_nvcc_has_no_compiler_here() -> None:
+    """The CUDA 13 compile takes cuBLAS and friends' headers from torch's wheels: torch 2.15.0 is
+    CUDA 13.2, and its headers need 13.2's runtime headers; 13.1's nvcc builds only for 13.0/13.1.
+    A CUDA 12 layer carries its own library headers: the major alone decides there."""
+    cuda13 = compiler_for(parse_variant("cu130"), (120,), None)
+    assert cuda13 is not None and cuda13.version == "13.1" and cuda13.headers_from_torch
+    assert builds_for(cuda13, parse_variant("2.14.1+cu130"))
+    assert not builds_for(cuda13, parse_variant("2.15.0+cu132"))
+    assert compiler_for(parse_variant("2.15.0+cu132"), (120,), None) is None
+    cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
+    assert not cuda12.headers_from_torch
+    assert builds_for(cuda12, parse_variant("2.8.0+cu129"))
