@@ -17,10 +17,10 @@ from pathlib import Path
 import tenacity
 
 from . import report_html
-from .check import first_problem, stamp_and_check
+from .check import check_wheel, expectation, first_problem, stamp_and_check
 from .dist import dist_summary
 from .errors import Interrupted, OutOfMemory, WheelbuildError
-from .import_gate import import_gate
+from .import_gate import GateRun, import_gate
 from .plan.admission import admission_file
 from .plan.planner import Plan, ninja_order_file
 from .preflight import (
@@ -41,6 +41,7 @@ from .preflight import (
     torch_index,
 )
 from .pythons import PythonConstraints, admitted_by
+from .range_gate import torch_ranges
 from .recipes import source_location, source_pin
 from .recipes.survey import Survey
 from .report import (
@@ -71,7 +72,7 @@ from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
 from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
-from .spec import BuildSpec
+from .spec import BuildSpec, PinMode
 from .torch_releases import TorchIndex
 from .units import format_bytes
 from .variants import CudaCompiler
@@ -79,6 +80,8 @@ from .wheel.abi import AbiReport, check_wheel_abi
 from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
 from .wheel.gate import GateResult, summary_of
 from .wheel.gate import failure as gate_failure
+from .wheel.stamp import stamp_wheel
+from .wheel.torch_range import TorchRange, written_pin
 from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = ["BuildResult", "run_build", "stamp_and_check"]
@@ -94,6 +97,7 @@ class BuildResult:
     report: Path
     gate: Mapping[str, str]  # wheel file name -> the import gate's one-line summary
     abi3: tuple[Abi3Use, ...] = ()  # the wheels that serve several Pythons, and how
+    ranges: tuple[TorchRange, ...] = ()  # each wheel against the torch releases around its own
 
     def gate_summary(self, wheel: WheelInfo) -> str:
         return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
@@ -135,6 +139,7 @@ class _Ready:
     survey: Survey  # what the package's build files ask for, read as text
     switches: tuple[str, ...]  # "NAME=VALUE: why" for each switch the survey set
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
+    torch_index: TorchIndex | None  # torch's page on its index; None when it could not be read
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class _Checked:
     abi: Mapping[str, AbiReport]
     gates: tuple[GateResult, ...]
     problems: list[WheelbuildError]
+    ranges: tuple[TorchRange, ...] = ()  # each wheel against the torch releases around its own
 
 
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
@@ -162,6 +168,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
         reporter.info(f"model for the next plan: {learned}")
     checked = _check_and_gate(run, ready.pythons, attempts[-1][1].wheels, reporter, engine)
+    checked = _torch_range(run, ready, checked, reporter, engine)
     uses = abi3_uses(
         [w.path.name for w in checked.wheels], ready.pythons, dict(attempts[-1][1].reused_wheels)
     )
@@ -179,9 +186,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
 def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> _Run:
     """A run id, its release pinned, its reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
-    reporter.step(
-        f"wheelbuild {spec.recipe.name} for torch {spec.variant}, archs {spec.archs} (run {run_id})"
-    )
+    torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
+    reporter.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {spec.archs} (run {run_id})")
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
@@ -220,7 +226,7 @@ def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Re
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
-    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why)
+    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why, index)
     return replace(run, spec=spec), ready
 
 
@@ -256,6 +262,7 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
         report=report,
         gate={wheel: f"passed in run {from_run}" for wheel in passed},
         abi3=tuple(Abi3Use(a.wheel, a.tag, a.built_under, a.reused_under) for a in earlier.abi3 or ()),
+        ranges=earlier.torch_range or (),
     )
 
 
@@ -350,6 +357,36 @@ def _check_and_gate(
     return _Checked(wheels, abi_reports, gates, problems)
 
 
+def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter, engine: Engine) -> _Checked:
+    """Once the gate passed every wheel: each against the torch releases around its own
+    (range_gate.py); with --pin proven, each wheel then requires the range it loaded with."""
+    spec = run.spec
+    if checked.problems or not (spec.gate and spec.torch_range):
+        return checked
+    if ready.torch_index is None:
+        reporter.warn("the torch range was not tried: torch's index could not be read")
+        return checked
+    gate = GateRun(engine, spec, run.options, run.gpus, run.id, run.dir, reporter)
+    try:
+        ranges = torch_ranges(gate, ready.torch_index, checked.wheels, checked.abi, ready.pythons)
+    except KeyboardInterrupt:
+        removed = engine.interrupt_cleanup(run.id)
+        raise Interrupted(
+            f"interrupted during the torch range; removed {removed} container(s) of run {run.id}",
+            f"the wheels in {run.dir} passed the import gate; rerun with --no-torch-range to skip the range",
+        ) from None
+    if spec.pin is not PinMode.PROVEN:
+        return replace(checked, ranges=ranges)
+    wheels, problems = [], list(checked.problems)
+    for wheel in checked.wheels:
+        pin = written_pin([r for r in ranges if r.wheel == wheel.path.name])
+        repinned = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin))
+        reporter.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
+        problems += check_wheel(repinned, replace(expectation(spec), pin=pin))
+        wheels.append(repinned)
+    return replace(checked, wheels=tuple(wheels), problems=problems, ranges=ranges)
+
+
 def _report(
     run: _Run,
     ready: _Ready,
@@ -370,7 +407,10 @@ def _report(
             ),
         ),
         torch=TorchRecord(
-            variant=str(spec.variant), index_url=redact_url(spec.variant.index_url), chosen=ready.torch_why
+            variant=str(spec.variant),
+            index_url=redact_url(spec.variant.index_url),
+            chosen=ready.torch_why,
+            pin=spec.pin.value,
         ),
         archs=spec.archs,
         pythons=ready.pythons,
@@ -382,6 +422,7 @@ def _report(
         abi=tuple(abi.to_json() for abi in checked.abi.values()),
         gate=tuple(GateRecord.of(g) for g in checked.gates) if spec.gate else GateSkipped(),
         abi3=tuple(Abi3Record.of(use, checked.gates) for use in uses) or None,
+        torch_range=checked.ranges or None,
         contract=ContractRecord(
             keep_package_archs=spec.keep_package_archs,
             ptx=spec.ptx,
@@ -422,6 +463,7 @@ def _ready_to_publish(
             if (found := [g for g in checked.gates if g.wheel == wheel.path.name])
         },
         abi3=uses,
+        ranges=checked.ranges,
     )
 
 

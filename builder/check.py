@@ -31,10 +31,11 @@ from .errors import (
     WheelbuildError,
 )
 from .report import REPORT_NAME, BuildReport, read_report
-from .spec import BuildSpec
+from .spec import BuildSpec, PinMode
 from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from .wheel.abi import check_wheel_abi
 from .wheel.stamp import stamp_wheel, torch_pin
+from .wheel.torch_range import written_pin
 from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = [
@@ -57,6 +58,9 @@ class Expectation:
     # The build kept the package's own arch list: SASS beyond `archs` is allowed.
     package_archs: bool = False
     ptx: tuple[int, ...] = ()  # PTX that must be present too (--archs 120+PTX)
+    # --pin proven: the torch specifier the wheel's proven range wrote (>=2.12,<2.15), which
+    # must admit the minor it was built with; None: that minor alone (torch==2.11.*).
+    pin: str | None = None
 
 
 def _damaged_report(wheel: Path, why: str) -> InvalidWheel:
@@ -104,7 +108,9 @@ def expectation_for(
     contract = report.contract if report else None
     kept = bool(contract and contract.keep_package_archs)
     ptx = contract.ptx if contract is not None and report is not None and archs == report.archs else ()
-    return variant, Expectation(archs=archs, variant=variant, package_archs=kept, ptx=ptx)
+    proven = report is not None and report.torch is not None and report.torch.pin == PinMode.PROVEN
+    pin = written_pin(report.ranges_of(wheel.name)) if report is not None and proven else None
+    return variant, Expectation(archs=archs, variant=variant, package_archs=kept, ptx=ptx, pin=pin)
 
 
 def _unreadable(path: Path, error: Exception) -> InvalidWheel:
@@ -225,9 +231,13 @@ def stamp_and_check(
     return wheels, problems
 
 
-def _pins(requirement: str, torch_minor: str) -> bool:
-    """Whether a torch requirement admits exactly the built minor: every 2.11.x, no other."""
+def _pins(requirement: str, torch_minor: str, proven: str | None = None) -> bool:
+    """Whether a torch requirement admits exactly the built minor (every 2.11.x, no other), or
+    is the proven range's specifier *proven* and admits the built minor."""
     specifier: SpecifierSet = Requirement(requirement).specifier
+    if proven is not None:
+        built = Version(f"{torch_minor}.0")
+        return specifier == SpecifierSet(proven) and specifier.contains(built, prereleases=True)
     major, minor = (int(p) for p in torch_minor.split("."))
     inside = [
         Version(f"{major}.{minor}.0"),
@@ -264,12 +274,14 @@ def check_wheel(wheel: WheelInfo, expected: Expectation) -> list[WheelbuildError
             )
         )
     pins = [r for r in wheel.torch_requirements if ";" not in r]
-    if not any(_pins(r, expected.variant.torch_minor) for r in pins):
+    wanted = torch_pin(expected.variant.torch_minor) if expected.pin is None else f"torch{expected.pin}"
+    if not any(_pins(r, expected.variant.torch_minor, expected.pin) for r in pins):
         problems.append(
             TorchNotPinned(
                 f"{name}: METADATA requires {', '.join(wheel.torch_requirements) or 'no torch'}, not "
-                f"{torch_pin(expected.variant.torch_minor)}; on another torch it fails at import with undefined symbols",
-                "build it with wheelbuild, which pins the torch the wheel was built against",
+                f"{wanted}; on another torch it fails at import with undefined symbols",
+                "build it with wheelbuild, which pins the torch the wheel was built against "
+                "(or, with --pin proven, the range it loaded with)",
             )
         )
     return problems + _arch_problems(wheel, expected)

@@ -42,6 +42,7 @@ from .spec import (
     DEFAULT_OUTPUT_DIR,
     BuildSpec,
     GpuMode,
+    PinMode,
     Resources,
     check_cpus,
     parse_archs,
@@ -87,6 +88,9 @@ def build(
     build_network: bool,
     rebuild: bool,
     gate: bool,
+    torch_range: bool,
+    torch_range_older: int,
+    pin: str,
     quiet: bool,
     image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by ConfiguredCommand
@@ -94,6 +98,12 @@ def build(
     """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
     (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo. Options also come
     from WHEELBUILD_* variables and [tool.wheelbuild] (see `wheelbuild plan`)."""
+    if pin == PinMode.PROVEN and not (gate and torch_range):
+        raise BadArgument(
+            "--pin proven writes the torch range each wheel loaded with, and this build tries none "
+            f"({'--no-gate' if not gate else '--no-torch-range'})",
+            "drop --pin proven, or let the gate and the torch range run",
+        )
     spec = BuildSpec(
         recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(
             parse_env(env_pairs)
@@ -111,6 +121,9 @@ def build(
         admission=admission,
         cicc_gate=cicc_gate,
         gate=gate,
+        torch_range=torch_range,
+        torch_range_older=torch_range_older,
+        pin=PinMode(pin),
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
     options = image_flags.options()
@@ -139,6 +152,10 @@ def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:
     click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
     click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
     click.echo(f"    import gate: {result.gate_summary(wheel)}")
+    ranges = [r for r in result.ranges if r.wheel == wheel.path.name]
+    for found in ranges:
+        under = f" under {found.python}" if len(ranges) > 1 else ""
+        click.echo(f"    torch range{under}: {found.summary}")
     for use in (u for u in result.abi3 if u.wheel == wheel.path.name):
         reused = f", reused under {', '.join(use.reused_under)}" if use.reused_under else ""
         click.echo(f"    {use.tag}: one wheel for every Python; built under {use.built_under}{reused}")

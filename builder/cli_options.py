@@ -19,6 +19,7 @@ from .recipes import known_recipes
 from .spec import (
     DEFAULT_OUTPUT_DIR,
     MAX_CPUS,
+    TORCH_RANGE_OLDER,
     GpuMode,
     resolve_ca_bundle,
 )
@@ -316,6 +317,32 @@ _build_flags = (
         show_default=True,
         help="Install and import each wheel in a fresh container of the base image before calling it done "
         "(--no-gate: publish then checks it statically only).",
+    ),
+    _build_option(
+        "torch-range",
+        "--torch-range/--no-torch-range",
+        default=True,
+        show_default=True,
+        help="After the gate, load each wheel under the torch releases around its own (same CUDA major: "
+        "the newest patch of each minor, every newer one and --torch-range-older older ones), each "
+        "checked first against that torch's exported symbols, and report the range it loads with.",
+    ),
+    _build_option(
+        "torch-range-older",
+        "--torch-range-older",
+        type=click.IntRange(min=0, max=20),
+        default=TORCH_RANGE_OLDER,
+        show_default=True,
+        help="How many minors older than the build's torch the range tries.",
+    ),
+    _build_option(
+        "pin",
+        "--pin",
+        type=click.Choice(["built", "proven"]),
+        default="built",
+        show_default=True,
+        help="What the wheel requires of torch: the minor it was built with (torch==2.14.*), or the "
+        "contiguous range it loaded with (torch>=2.12,<2.15; needs --torch-range).",
     ),
     _build_option(
         "quiet",

@@ -30,6 +30,7 @@ from .plan.planner import Plan
 from .records import OMIT, REQUIRED, Json, Record, RecordError, read_record
 from .wheel.abi3 import Abi3Use
 from .wheel.gate import GateResult
+from .wheel.torch_range import TorchRange
 from .wheel.wheels import WheelInfo
 
 __all__ = [
@@ -75,6 +76,7 @@ class TorchRecord(Record):
     variant: str | None  # 2.11.0+cu130
     index_url: str | None  # credentials redacted
     chosen: str = ""  # why this release: "torch 2.14.1: newest on https://... with cp311 wheels"
+    pin: str = "built"  # what each wheel requires of torch: the built minor, or its proven range
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,11 @@ class BuildReport(Record):
     # The abi3 wheels among `wheels`, each serving several Pythons; absent when there is none.
     abi3: tuple[Abi3Record, ...] | None = field(default=None, metadata=OMIT)
     contract: ContractRecord | None = field(default=None, metadata=OMIT)
+    # Each wheel (under each Python it was gated under) against the torch releases around its own.
+    torch_range: tuple[TorchRange, ...] | None = field(default=None, metadata=OMIT)
+
+    def ranges_of(self, wheel: str) -> tuple[TorchRange, ...]:
+        return tuple(r for r in self.torch_range or () if r.wheel == wheel)
 
     def gates_of(self, wheel: str) -> tuple[GateRecord, ...]:
         """The gate's records of one wheel: one, or one per Python for an abi3 wheel."""

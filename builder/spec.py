@@ -24,6 +24,18 @@ class GpuMode(StrEnum):
     NONE = "none"
 
 
+class PinMode(StrEnum):
+    """What a wheel's METADATA requires of torch: the minor it was built with (torch==2.14.*), or
+    the contiguous range its torch range proved (torch>=2.12,<2.15)."""
+
+    BUILT = "built"
+    PROVEN = "proven"
+
+
+# The torch range: releases older than the build's by up to this many minors are tried.
+TORCH_RANGE_OLDER = 3
+
+
 def check_cpus(cpus: float | None) -> float | None:
     """--cpus as docker takes it: a finite count of CPUs, fractions allowed (7.5). None: not given."""
     if cpus is not None and not MIN_CPUS <= cpus <= MAX_CPUS:  # nan compares false: refused too
@@ -123,4 +135,9 @@ class BuildSpec:
     # With admission, each cicc admitted on its own too (plan/admission.py says why it is the default).
     cicc_gate: bool = True
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
+    # After the gate, each wheel loaded under the torch releases around its own (same CUDA major:
+    # the newest patch of each minor, up to torch_range_older minors older, every newer one).
+    torch_range: bool = True
+    torch_range_older: int = TORCH_RANGE_OLDER
+    pin: PinMode = PinMode.BUILT
     dist: DistTarget | None = None  # --dist: device compiles on sccache-dist build servers

@@ -57,10 +57,11 @@ def stamped_version(version: str, label: str) -> str:
     return f"{public}+{label}"
 
 
-def stamped_metadata(metadata: bytes, version: str, variant: TorchVariant) -> bytes:
+def stamped_metadata(metadata: bytes, version: str, variant: TorchVariant, pin: str | None = None) -> bytes:
     """METADATA with Version set and every torch requirement pinned to the variant's minor (its
-    marker kept); an unconditional pin is added when none names torch. The body (description)
-    after the headers is untouched."""
+    marker kept), or to *pin* (``>=2.12,<2.15``: a proven range); an unconditional pin is added
+    when none names torch. The body (description) after the headers is untouched."""
+    specifier = pin or f"=={variant.torch_minor}.*"
     text = metadata.decode("utf-8")
     head, separator, body = text.partition("\n\n")
     lines = head.split("\n")
@@ -73,7 +74,7 @@ def stamped_metadata(metadata: bytes, version: str, variant: TorchVariant) -> by
         elif key == "Requires-Dist" and (requirement := _is_torch(value)) is not None:
             marker = f"; {requirement.marker}" if requirement.marker else ""
             extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-            out.append(f"Requires-Dist: torch{extras}=={variant.torch_minor}.*{marker}")
+            out.append(f"Requires-Dist: torch{extras}{specifier}{marker}")
             pinned = pinned or not requirement.marker
         else:
             out.append(line)
@@ -81,7 +82,7 @@ def stamped_metadata(metadata: bytes, version: str, variant: TorchVariant) -> by
         # After the last header that describes dependencies, or at the end of the headers.
         headers = ("Requires-Dist:", "Version:")
         at = max((i for i, line in enumerate(out) if line.startswith(headers)), default=len(out) - 1)
-        out.insert(at + 1, f"Requires-Dist: {torch_pin(variant.torch_minor)}")
+        out.insert(at + 1, f"Requires-Dist: torch{specifier}")
     return ("\n".join(out) + separator + body).encode("utf-8")
 
 
@@ -90,10 +91,11 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def stamp_wheel(path: Path, variant: TorchVariant) -> Path:
+def stamp_wheel(path: Path, variant: TorchVariant, pin: str | None = None) -> Path:
     """Label the wheel at `path` for `variant` (+cu130torch2.11) and pin its torch to the
-    variant's minor (torch==2.11.*), in place: a new file name when the version changes (the old
-    file is removed only once the new one is complete). Returns the stamped wheel's path."""
+    variant's minor (torch==2.11.*), or to *pin* (>=2.12,<2.15), in place: a new file name when
+    the version changes (the old file is removed only once the new one is complete). Returns the
+    stamped wheel's path."""
     _name, version, _build, _tags = parse_wheel_filename(path.name)
     new_version = stamped_version(str(version), variant.label)
     parts = path.name[: -len(".whl")].split("-")
@@ -103,7 +105,7 @@ def stamp_wheel(path: Path, variant: TorchVariant) -> Path:
 
     with zipfile.ZipFile(path) as source:
         metadata_member, metadata = metadata_of(source)
-        new_metadata = stamped_metadata(metadata, new_version, variant)
+        new_metadata = stamped_metadata(metadata, new_version, variant, pin)
         if new_name == path.name and new_metadata == metadata:
             return path  # already stamped
         dist_info = metadata_member.split("/")[0]
