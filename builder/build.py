@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import tenacity
-
 from . import report_html
-from .check import check_wheel, expectation, first_problem, stamp_and_check
-from .dist import dist_summary
-from .errors import Interrupted, OutOfMemory, WheelbuildError
+from .attempts import attempts_until_built
+from .check import first_problem, stamp_and_check
+from .errors import Interrupted, WheelbuildError
 from .import_gate import GateRun, import_gate
 from .plan.admission import admission_file
 from .plan.planner import Plan, ninja_order_file
@@ -41,7 +39,7 @@ from .preflight import (
     torch_index,
 )
 from .pythons import PythonConstraints, admitted_by
-from .range_gate import torch_ranges
+from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
 from .recipes.survey import Survey
 from .report import (
@@ -65,7 +63,7 @@ from .report import (
 from .report_attempts import attempt_record
 from .requires_python import requires_python_of
 from .run import results
-from .run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify, shared_cache_env
+from .run.attempt import AttemptConfig, AttemptResult, shared_cache_env
 from .run.image import Image, ImageInputs
 from .run.ports import Engine
 from .run.reporter import Reporter
@@ -80,8 +78,7 @@ from .wheel.abi import AbiReport, check_wheel_abi
 from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
 from .wheel.gate import GateResult, summary_of
 from .wheel.gate import failure as gate_failure
-from .wheel.stamp import stamp_wheel
-from .wheel.torch_range import TorchRange, written_pin
+from .wheel.torch_range import TorchRange
 from .wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = ["BuildResult", "run_build", "stamp_and_check"]
@@ -285,9 +282,9 @@ def _plan(spec: BuildSpec, ready: _Ready, reporter: Reporter) -> Plan:
 def _run_attempts(
     run: _Run, ready: _Ready, plan: Plan, reporter: Reporter, engine: Engine
 ) -> list[tuple[Plan, AttemptResult]]:
-    """The attempts (see _attempts); Ctrl-C stops cibuildwheel and removes the run's containers."""
+    """The attempts (attempts.py); Ctrl-C stops cibuildwheel and removes the run's containers."""
     try:
-        return _attempts(
+        return attempts_until_built(
             engine, plan, lambda number, current: _attempt_config(run, ready, number, current), reporter
         )
     except KeyboardInterrupt:
@@ -377,14 +374,8 @@ def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter
         ) from None
     if spec.pin is not PinMode.PROVEN:
         return replace(checked, ranges=ranges)
-    wheels, problems = [], list(checked.problems)
-    for wheel in checked.wheels:
-        pin = written_pin([r for r in ranges if r.wheel == wheel.path.name])
-        repinned = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin))
-        reporter.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
-        problems += check_wheel(repinned, replace(expectation(spec), pin=pin))
-        wheels.append(repinned)
-    return replace(checked, wheels=tuple(wheels), problems=problems, ranges=ranges)
+    wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, reporter)
+    return replace(checked, wheels=wheels, problems=checked.problems + problems, ranges=ranges)
 
 
 def _report(
@@ -464,62 +455,4 @@ def _ready_to_publish(
         },
         abi3=uses,
         ranges=checked.ranges,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# The steps' work
-
-
-def _attempts(
-    engine: Engine, plan: Plan, configure: Callable[[int, Plan], AttemptConfig], reporter: Reporter
-) -> list[tuple[Plan, AttemptResult]]:
-    """Attempts until one succeeds: an OOM kill retries at half the parallelism, keeping every
-    finished unit (sccache has them, so the retry resumes rather than restarts). Attempt n runs
-    plan.halved(n - 1). Any other failure is final, and so is an OOM kill of the smallest plan."""
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_result(lambda outcome: isinstance(outcome, OOMKilled)),
-        stop=lambda state: plan.halved(state.attempt_number) is None,
-        before_sleep=lambda state: _say_retry(state, plan.halved(state.attempt_number), reporter),
-        retry_error_callback=lambda state: state.outcome,  # stopped: the last outcome decides
-    )
-    done: list[tuple[Plan, Outcome]] = []
-    for attempt in retrying:
-        number = attempt.retry_state.attempt_number
-        current = plan.halved(number - 1)
-        assert current is not None  # the stop ends the loop first
-        done.append((current, _attempt(engine, number, current, configure(number, current), reporter)))
-        attempt.retry_state.set_result(done[-1][1])
-    last, outcome = done[-1]
-    if isinstance(outcome, OOMKilled):
-        raise OutOfMemory(
-            f"even the smallest plan (MAX_JOBS={last.max_jobs}, NVCC_THREADS={last.nvcc_threads}) was "
-            f"OOM-killed in {format_bytes(last.memory)} after {len(done)} attempt(s)",
-            f"give the build more memory than {format_bytes(last.memory)} (--memory), or fewer archs",
-            details=outcome.error.details,
-        )
-    if isinstance(outcome, Failed):
-        raise outcome.error
-    return [(p, o.result) for p, o in done]
-
-
-def _attempt(engine: Engine, number: int, plan: Plan, config: AttemptConfig, reporter: Reporter) -> Outcome:
-    reporter.step(
-        f"attempt {number}: MAX_JOBS={plan.max_jobs}, NVCC_THREADS={plan.nvcc_threads}, "
-        f"{format_bytes(plan.memory)} (log: {config.log_path})"
-    )
-    with reporter.build_view(plan.memory) as view:
-        outcome = classify(engine.run_attempt(config, view.line, view.memory))
-    if config.dist is not None:
-        reporter.info(dist_summary(outcome.result.dist_by_server, outcome.result.dist_local))
-    return outcome
-
-
-def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: Reporter) -> None:
-    assert state.outcome is not None and smaller is not None
-    killed: OOMKilled = state.outcome.result()
-    reporter.warn(
-        f"attempt {state.attempt_number} was OOM-killed ({'; '.join(killed.result.oom.fired)}); "
-        f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
-        "keeping every unit that finished"
     )

@@ -32,7 +32,7 @@ from .cli_options import (
 from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
 from .plan.planner import format_plan
-from .recipes import resolve_recipe
+from .recipes import Recipe, resolve_recipe
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine
@@ -98,16 +98,8 @@ def build(
     """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
     (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo. Options also come
     from WHEELBUILD_* variables and [tool.wheelbuild] (see `wheelbuild plan`)."""
-    if pin == PinMode.PROVEN and not (gate and torch_range):
-        raise BadArgument(
-            "--pin proven writes the torch range each wheel loaded with, and this build tries none "
-            f"({'--no-gate' if not gate else '--no-torch-range'})",
-            "drop --pin proven, or let the gate and the torch range run",
-        )
     spec = BuildSpec(
-        recipe=resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(
-            parse_env(env_pairs)
-        ),
+        recipe=_recipe(package, recipe_version, arch_env, env_pairs),
         variant=parse_variant(torch_variant, torch_index_url),
         archs=parse_archs(archs),
         ptx=parse_ptx(archs),
@@ -126,15 +118,25 @@ def build(
         pin=PinMode(pin),
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
-    options = image_flags.options()
     reporter = Reporter(quiet=quiet)
     _say_option_files(reporter)
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
-        result = build_pipeline.run_build(spec, options, reporter, engine)
+        result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
+    _echo_built(result, reporter)
+
+
+def _echo_built(result: build_pipeline.BuildResult, reporter: Reporter) -> None:
     reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
         _echo_wheel(result, wheel)
     click.echo(f"report: {result.report}")
+
+
+def _recipe(
+    package: str | None, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]
+) -> Recipe:
+    """PACKAGE as a recipe, with the --env variables the command line gave it."""
+    return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
 
 def _say_option_files(reporter: Reporter) -> None:
@@ -212,7 +214,7 @@ def plan(
         parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr)
     )
     # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
-    recipe = resolve_recipe(package, version=recipe_version, arch_env=arch_env).with_env(parse_env(env_pairs))
+    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
     planned = preflight.plan_for(
         recipe,
         parse_archs(archs),

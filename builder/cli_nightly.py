@@ -20,10 +20,9 @@ from .cli_options import (
     track_option,
     with_image_flags,
 )
+from .nightly import declared_matrix
 from .run.engine import DockerEngine
 from .run.reporter import Reporter
-from .sources import newest_release, newest_torch
-from .variants import parse_variant
 
 
 @click.command("matrix")
@@ -100,15 +99,9 @@ _nightly_index = click.option(
 
 
 def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
-    declared = matrix.load_matrix(config)
-    if track != "latest":
-        return declared
-    versioned = sorted({c.package for c in declared.cells if c.version})
-    variants = {parse_variant(c.torch, torch_index_url) for c in declared.cells}
-    torches = {v.tag: newest_torch(v.tag, v.index_url) for v in variants}
-    return matrix.tracking(
-        declared, {p: newest_release(p) for p in versioned}, {t: v for t, v in torches.items() if v}
-    )
+    """The matrix the file declares, tracked and with its torch rules read from the index; what
+    was looked up goes to stderr."""
+    return declared_matrix(config, track, torch_index_url, Reporter(sys.stderr).info)
 
 
 @click.group()

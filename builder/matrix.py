@@ -31,7 +31,7 @@ from .config import read_toml
 from .errors import BadArgument
 from .index.remote import DEFAULT_TO
 from .spec import format_archs, parse_archs, parse_ptx, parse_python
-from .variants import parse_variant
+from .variants import parse_torch_rule, parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 
@@ -105,8 +105,9 @@ def parse_matrix(config: dict[str, object], source: str = "wheelbuild.toml") -> 
             list(_strings(table, "versions", where)) if "versions" in table else [None]
         )
         torches = _strings(table, "torch", where)
-        for torch in torches:
-            parse_variant(torch)  # a bad variant fails here, not on a runner at night
+        for torch in torches:  # a bad one fails here, not on a runner at night
+            if parse_torch_rule(torch) is None:
+                parse_variant(torch)
         pythons: list[str | None] = (
             [parse_python(p) for p in _strings(table, "python", where)] if "python" in table else [None]
         )

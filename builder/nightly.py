@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -33,16 +33,13 @@ from .errors import (
     WheelbuildError,
 )
 from .index import remote
-from .matrix import Cell, Matrix
+from .matrix import Cell, Matrix, load_matrix, tracking
+from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows
 from .nightly_index import INDEX_URL_ENV, Release, held_wheel, published_keys, remote_inputs, served_wheels
 from .nightly_publish import (
     CELL_RECORD,
     PUBLISH_TO_ENV,
     CellOutcome,
-    Row,
-    coverage_html,
-    coverage_markdown,
-    coverage_rows,
     publish_night,
     publish_target,
     read_outcomes,
@@ -54,10 +51,11 @@ from .requires_python import requires_python_of
 from .run.image import production_base
 from .run.ports import Engine, Images
 from .run.reporter import Reporter
+from .sources import newest_release as newest_sdist
 from .sources import prepare_source, resolve_lookup
 from .spec import parse_archs, resolve_ca_bundle
-from .torch_releases import torch_python_tags
-from .variants import CudaCompiler, arch_range, compiler_for, parse_variant, supports_arch
+from .torch_releases import newest_release, read_torch_index, releases_by_rule, torch_python_tags
+from .variants import CudaCompiler, arch_range, compiler_for, parse_torch_rule, parse_variant, supports_arch
 
 TEST_BASE_ENV = "WHEELBUILD_NIGHTLY_TEST_BASE"  # tests only: a local base instead of production
 
@@ -88,6 +86,48 @@ def production_pythons() -> tuple[str, ...]:
             tags.add(name)
     tags.discard("cp39")  # as engine.image_pythons: cibuildwheel's own env-dump interpreter
     return tuple(sorted(tags, key=lambda t: int(t[3:])))
+
+
+# ---------------------------------------------------------------------------------------------
+# The matrix, as the night reads it
+
+
+def declared_matrix(
+    config: Path, track: str | None, torch_index_url: str | None, say: Callable[[str], None]
+) -> Matrix:
+    """wheelbuild.toml's matrix with --track latest's additions (each versioned package's newest
+    release, each CUDA tag's newest torch) and every torch rule (cu130, cu130:newest-3..newest)
+    read from its index: each cell names one torch release, as plan, build-cell and the keys
+    need it."""
+    declared = load_matrix(config)
+    if track == "latest":
+        versioned = sorted({c.package for c in declared.cells if c.version})
+        newest: dict[str, str] = {}
+        for torch in sorted({c.torch for c in declared.cells}):
+            variant = parse_variant(torch.partition(":")[0], torch_index_url)
+            index = read_torch_index(variant.index_url)
+            newest[variant.tag] = (
+                f"{newest_release(index, replace(variant, newest=True), None).version}+{variant.tag}"
+            )
+        declared = tracking(declared, {p: newest_sdist(p) for p in versioned}, newest)
+    return with_torch_releases(declared, torch_index_url, say)
+
+
+def with_torch_releases(matrix: Matrix, torch_index_url: str | None, say: Callable[[str], None]) -> Matrix:
+    """The matrix with each cell's torch rule replaced by the releases it names today, one cell
+    each (2.14.1+cu130); a full variant stays as written."""
+    releases: dict[str, tuple[str, ...]] = {}
+    for torch in dict.fromkeys(c.torch for c in matrix.cells):
+        rule = parse_torch_rule(torch)
+        if rule is None:
+            releases[torch] = (torch,)
+            continue
+        index = read_torch_index(parse_variant(rule.tag, torch_index_url).index_url)
+        chosen = releases_by_rule(index, rule)
+        say(f"{torch}: {', '.join(c.version for c in chosen)} on {index.shown}")
+        releases[torch] = tuple(f"{c.version}+{rule.tag}" for c in chosen)
+    cells = tuple(replace(cell, torch=torch) for cell in matrix.cells for torch in releases[cell.torch])
+    return replace(matrix, cells=tuple(dict.fromkeys(cells)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,17 +217,26 @@ class NightPlan:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "build": [
-                {"id": c.id, "args": c.build_args(), "torch": c.torch, "key": self.keys[c.id]}
-                for c in self.build
-            ],
+            "build": [_entry(c) | {"args": c.build_args(), "key": self.keys[c.id]} for c in self.build],
             "published": [
-                {"id": c.id, "torch": c.torch, "key": self.keys[c.id]}
+                _entry(c)
+                | {"key": self.keys[c.id]}
                 | ({"held": self.held[c.id]} if c.id in self.held else {})
                 for c in self.published
             ],
-            "skipped": [{"id": s.cell.id, "torch": s.cell.torch, "why": s.why} for s in self.skipped],
+            "skipped": [_entry(s.cell) | {"why": s.why} for s in self.skipped],
         }
+
+
+def _entry(cell: Cell) -> dict[str, object]:
+    """What the plan says of any cell: its id and what the coverage table sorts it by."""
+    return {
+        "id": cell.id,
+        "torch": cell.torch,
+        "package": cell.package,
+        "version": cell.version or "",
+        "python": cell.python or "",
+    }
 
 
 def github_output(plan: NightPlan) -> str:

@@ -7,7 +7,6 @@ the plan and build steps in wheelbuild.nightly write them."""
 
 from __future__ import annotations
 
-import html
 import json
 import shlex
 import subprocess
@@ -26,6 +25,7 @@ from .index import index as index_files
 from .index import publish as publishing
 from .index import remote
 from .matrix import Matrix
+from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows, plan_entries
 from .nightly_index import INDEX_URL_ENV, served_wheels
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
@@ -111,74 +111,6 @@ def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[s
             wheels = () if verdict else tuple(run / n for n in names)
             outcomes[cell_id] = CellOutcome(cell_id, torch, wheels, verdict)
     return tuple(outcomes.values()), plan
-
-
-@dataclass(frozen=True)
-class Row:
-    id: str
-    variant: str  # cu130
-    status: str  # published | failed | skipped
-    detail: str
-
-
-def _entries(plan: Mapping[str, object] | None, part: str) -> list[Mapping[str, str]]:
-    """The cells of one part of the night's plan (build, published, skipped), as `nightly plan` wrote them."""
-    found = (plan or {}).get(part, [])
-    return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
-
-
-def coverage_rows(
-    plan: Mapping[str, object] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
-) -> tuple[Row, ...]:
-    """One row per cell of the night (pure). *published_now*: cell id -> what was published
-    (a failed publish makes the cell a failure with that reason in *outcomes*)."""
-    rows: dict[str, Row] = {}
-
-    def tag(torch: str) -> str:
-        return parse_variant(torch).tag
-
-    for entry in _entries(plan, "published"):
-        why = f"the index already holds {entry['held']}" if entry.get("held") else "its inputs are unchanged"
-        rows[entry["id"]] = Row(entry["id"], tag(entry["torch"]), "published", f"earlier: {why}")
-    for entry in _entries(plan, "build"):
-        rows[entry["id"]] = Row(
-            entry["id"], tag(entry["torch"]), "failed", "no record: its build did not finish"
-        )
-    for outcome in outcomes:
-        if outcome.failure is not None:
-            rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "failed", outcome.failure)
-        elif outcome.id in published_now:
-            rows[outcome.id] = Row(outcome.id, tag(outcome.torch), "published", published_now[outcome.id])
-    for entry in _entries(plan, "skipped"):
-        rows[entry["id"]] = Row(entry["id"], tag(entry["torch"]), "skipped", entry["why"])
-    order = {"published": 0, "failed": 1, "skipped": 2}
-    return tuple(sorted(rows.values(), key=lambda r: (order[r.status], r.id)))
-
-
-def _counts(rows: Sequence[Row]) -> str:
-    return ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in ("published", "failed", "skipped"))
-
-
-def coverage_markdown(rows: Sequence[Row]) -> str:
-    def cell(text: str) -> str:
-        return " ".join(text.split()).replace("|", "\\|")
-
-    lines = [f"## wheelbuild nightly: {_counts(rows)}", "", "| cell | status | detail |", "|---|---|---|"]
-    lines += [f"| {cell(r.id)} | {r.status} | {cell(r.detail)} |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def coverage_html(rows: Sequence[Row], title: str = "wheelbuild nightly") -> str:
-    body = "".join(
-        f'<tr class="{r.status}"><td>{html.escape(r.id)}</td><td>{r.status}</td><td>{html.escape(r.detail)}</td></tr>\n'
-        for r in rows
-    )
-    return (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
-        "<style>td{padding:2px 8px}.published{background:#dfd}.failed{background:#fdd}.skipped{color:#777}</style>"
-        f"</head>\n<body><h1>{html.escape(title)}: {_counts(rows)}</h1>\n"
-        f"<table><tr><th>cell</th><th>status</th><th>detail</th></tr>\n{body}</table></body></html>\n"
-    )
 
 
 @dataclass(frozen=True)
@@ -327,7 +259,7 @@ def _passing_by_variant(
             by_tag[parse_variant(outcome.torch).tag].append(outcome)
         else:
             say(f"{outcome.id}: not published: {outcome.failure}")
-    for entry in [e for part in ("build", "published", "skipped") for e in _entries(plan, part)]:
+    for entry in [e for part in ("build", "published", "skipped") for e in plan_entries(plan, part)]:
         by_tag.setdefault(parse_variant(entry["torch"]).tag, [])
     return by_tag
 

@@ -24,20 +24,23 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from .errors import TorchIndexUnreachable
+from .check import check_wheel, expectation
+from .errors import TorchIndexUnreachable, WheelbuildError
 from .import_gate import GateRun
 from .pythons import has_wheel
 from .run.reporter import Reporter
 from .sources import cache_dir
+from .spec import BuildSpec
 from .torch_releases import TorchIndex, TorchRelease
 from .wheel.abi import AbiReport
 from .wheel.abi3 import gate_pythons
 from .wheel.gate import failure as gate_failure
-from .wheel.torch_range import TorchRange, TorchTrial, neighbours
+from .wheel.stamp import stamp_wheel
+from .wheel.torch_range import TorchRange, TorchTrial, neighbours, written_pin
 from .wheel.torch_symbols import first_missing, needed_from_torch, torch_exports
-from .wheel.wheels import WheelInfo
+from .wheel.wheels import WheelInfo, inspect_wheel
 
-__all__ = ["other_requirements", "torch_ranges"]
+__all__ = ["other_requirements", "pinned_to_ranges", "torch_ranges"]
 
 MAX_EXPORTS = 256 << 20  # a kept list is ~3 MB gzipped; a bigger file is not one
 
@@ -57,6 +60,21 @@ def torch_ranges(
         found.append(_range_of(gate, index, wheel, abi_reports[wheel.path.name], python))
         reporter.info(f"{wheel.path.name} under {python}: {found[-1].summary}")
     return tuple(found)
+
+
+def pinned_to_ranges(
+    wheels: tuple[WheelInfo, ...], ranges: tuple[TorchRange, ...], spec: BuildSpec, reporter: Reporter
+) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
+    """--pin proven: each wheel made to require the torch releases its range proved (written_pin),
+    then checked again; the wheels as they now are, and any problem the check finds."""
+    repinned, problems = [], []
+    for wheel in wheels:
+        pin = written_pin([r for r in ranges if r.wheel == wheel.path.name])
+        again = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin))
+        reporter.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
+        problems += check_wheel(again, replace(expectation(spec), pin=pin))
+        repinned.append(again)
+    return tuple(repinned), problems
 
 
 def _range_of(gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiReport, python: str) -> TorchRange:

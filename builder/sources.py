@@ -20,10 +20,8 @@ from urllib.parse import urljoin
 
 from packaging.utils import (
     InvalidSdistFilename,
-    InvalidWheelFilename,
     canonicalize_name,
     parse_sdist_filename,
-    parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
 
@@ -120,24 +118,6 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
         if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
             found.append((version, urljoin(page, str(entry["url"])), str(sha256)))
     return page, found
-
-
-def newest_torch(tag: str, index_url: str) -> str | None:
-    """The newest final torch on a variant's index built for that CUDA tag, by its local label
-    `+<tag>` (PyTorch's indexes label every build). None when there is none: an index without
-    labels (PyPI, whose torch is one CUDA build that changes between releases) cannot say."""
-    _page, files = _files(index_url, "torch")
-    versions: list[Version] = []
-    for entry in files:
-        try:
-            _name, version, _build, _tags = parse_wheel_filename(str(entry.get("filename", "")))
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        if entry.get("yanked") or version.is_prerelease:
-            continue
-        if version.local == tag:
-            versions.append(version)
-    return f"{max(versions).public}+{tag}" if versions else None
 
 
 def lookup_sdist(project: str, version: str) -> RemoteSdist:

@@ -141,3 +141,11 @@ class BuildSpec:
     torch_range_older: int = TORCH_RANGE_OLDER
     pin: PinMode = PinMode.BUILT
     dist: DistTarget | None = None  # --dist: device compiles on sccache-dist build servers
+
+    def __post_init__(self) -> None:
+        if self.pin is PinMode.PROVEN and not (self.gate and self.torch_range):
+            raise BadArgument(
+                "--pin proven writes the torch range each wheel loaded with, and this build tries none "
+                f"({'--no-gate' if not self.gate else '--no-torch-range'})",
+                "drop --pin proven, or let the gate and the torch range run",
+            )

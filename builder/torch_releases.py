@@ -40,7 +40,7 @@ from .pythons import has_wheel
 from .remote_wheel import METADATA_LIMIT, download_wheel, remote_metadata
 from .secrets import Redactor, redact_url, url_secrets
 from .sources import cache_dir
-from .variants import TorchVariant
+from .variants import TorchRule, TorchVariant, parse_variant
 
 CACHE_MAX_AGE_S = 24 * 3600
 PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is not an index page
@@ -450,4 +450,39 @@ def asked_release(
         )
     return TorchChoice(
         variant.torch_version, f"torch {variant.torch_version}: as asked (CUDA {cuda} on {index.shown})"
+    )
+
+
+def releases_by_rule(
+    index: TorchIndex, rule: TorchRule, *, cache: Path | None = None
+) -> tuple[TorchChoice, ...]:
+    """The releases a matrix rule names on *index*: among the final releases built with the
+    tag's CUDA, the newest patch of each minor, minors newest-*rule.oldest* to
+    newest-*rule.newest*, oldest first. Raises BadVariant when the index has too few, and
+    TorchIndexUnreachable when a release's METADATA cannot be read."""
+    wanted = parse_variant(rule.tag, index.url)
+    minors: list[TorchRelease] = []
+    seen: set[tuple[int, int]] = set()
+    for release in index.releases:  # newest first
+        if release.minor in seen or not any(_CPYTHON.fullmatch(p) for p in release.pythons):
+            continue
+        if index.cuda_of(release, cache=cache) != wanted.cuda_version:
+            continue
+        seen.add(release.minor)
+        minors.append(release)
+        if len(minors) > rule.oldest:
+            break
+    if len(minors) <= rule.oldest:
+        raise BadVariant(
+            f"{index.shown} has {len(minors)} torch minor(s) built with CUDA {wanted.cuda_version}; "
+            f"{rule} needs {rule.oldest + 1}",
+            f"name fewer minors ({rule.tag}:newest-{max(len(minors) - 1, 0)}..newest), or another index",
+        )
+    chosen = minors[rule.newest : rule.oldest + 1]
+    return tuple(
+        TorchChoice(
+            Version(r.version).public,
+            f"torch {Version(r.version).public}: newest-{i + rule.newest} of {rule} on {index.shown}",
+        )
+        for i, r in reversed(list(enumerate(chosen)))
     )

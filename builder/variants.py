@@ -112,6 +112,53 @@ class TorchVariant:
         return f"{self.torch_version}+{self.tag}"
 
 
+@dataclass(frozen=True)
+class TorchRule:
+    """Torch releases named by rule in a nightly matrix: ``cu130:newest-3..newest`` is the newest
+    patch of each of the newest four minors built with CUDA 13.0, read from the index at plan
+    time; ``cu130`` alone and ``cu130:newest`` are the newest one."""
+
+    tag: str
+    oldest: int  # minors below the newest: 3 in newest-3
+    newest: int  # 0 in ..newest
+
+    def __str__(self) -> str:
+        def end(minors: int) -> str:
+            return f"newest-{minors}" if minors else "newest"
+
+        span = "" if self.oldest == self.newest else f"..{end(self.newest)}"
+        return f"{self.tag}:{end(self.oldest)}{span}"
+
+
+_RULE_RE = re.compile(
+    r"^(?P<tag>cu\d{3})(?::newest(?:-(?P<oldest>\d{1,2}))?(?:\.\.newest(?:-(?P<newest>\d{1,2}))?)?)?$"
+)
+
+
+def parse_torch_rule(text: str) -> TorchRule | None:
+    """``cu130:newest-3..newest`` -> TorchRule; None for a full variant (``2.11.0+cu130``).
+    Raises BadVariant for a rule that is not understood or names an unknown CUDA tag."""
+    text = text.strip()
+    if "+" in text:
+        return None
+    match = _RULE_RE.match(text)
+    if match is None:
+        raise BadVariant(
+            f"torch entry {text!r} is not understood",
+            "write a CUDA tag (cu130), a rule (cu130:newest-3..newest) or a full version (2.14.1+cu130)",
+        )
+    parse_variant(match["tag"])  # an unknown tag fails as a variant does
+    oldest = int(match["oldest"] or 0)
+    # newest-2 alone is one minor; newest-3..newest-1 a span
+    newest = int(match["newest"] or 0) if ".." in text else oldest
+    if newest > oldest:
+        raise BadVariant(
+            f"torch rule {text!r} runs from a newer minor to an older one",
+            f"write the older end first: {match['tag']}:newest-{newest}..newest-{oldest}",
+        )
+    return TorchRule(match["tag"], oldest, newest)
+
+
 def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
     """`cu130` -> default torch for cu130; `2.11.0+cu130` -> that torch. Raises BadVariant."""
     match = _VARIANT_RE.match(text.strip())

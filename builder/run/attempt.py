@@ -324,6 +324,10 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         container_env["WHEELBUILD_NVCC_THREADS"] = str(config.nvcc_threads)
     # CMake takes its CUDA compiler from CUDACXX before PATH: the same nvcc.
     container_env["CUDACXX"] = f"{config.cuda_home}/bin/nvcc"
+    # torch 2.14's cpp_extension puts ccache or sccache, when one is on PATH, in front of every
+    # compiler it writes into build.ninja; wheelbuild's own wrappers already run sccache, and
+    # sccache in front of them fails each host compile ('Compiler not supported: ""').
+    container_env["TORCH_NO_COMPILER_WRAPPER"] = "1"
     if config.admission:
         container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
     if config.compiler_cache:

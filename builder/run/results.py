@@ -21,7 +21,7 @@ from typing import assert_never
 
 from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
 from ..secrets import without_credentials
-from ..spec import BuildSpec
+from ..spec import BuildSpec, PinMode
 from .attempt import ATTEMPT_SCRIPTS
 from .image import IMAGES_DIR, ImageInputs
 
@@ -125,7 +125,12 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         archs=spec.archs,
         pythons=pythons,
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label, ptx=spec.ptx),
-        contract={"keep_package_archs": spec.keep_package_archs, "build_network": spec.build_network},
+        contract={
+            "keep_package_archs": spec.keep_package_archs,
+            "build_network": spec.build_network,
+            # --pin proven writes the torch range into METADATA: other bytes than --pin built's
+            "pin_proven": spec.pin is PinMode.PROVEN,
+        },
         tools={
             "wheelbuild": f"{_version()}+{code_digest(_PACKAGE_DIR, _SCRIPTS)[:16]}",
             "cibuildwheel": _version("cibuildwheel"),

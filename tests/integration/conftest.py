@@ -6,6 +6,7 @@ alone, these fixtures make the base image themselves (reused when present).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,11 +19,40 @@ from pathlib import Path
 
 import docker
 import pytest
+from wheelbuild.torch_releases import newest_release, read_torch_index
+from wheelbuild.variants import parse_variant
 
 REPO = Path(__file__).resolve().parents[2]
 WHEELBUILD = str(Path(sys.executable).parent / "wheelbuild")
-# torch 2.11.0 on PyPI is the cu130 build; PyTorch's own index is not reachable here.
+# PyPI's torch 2.11-2.14 are CUDA 13.0 builds (2.15 is 13.2); PyTorch's own index is not
+# reachable here.
 TORCH_INDEX = "https://pypi.org/simple"
+
+# A build tries its wheels against the torch releases around its own by default, installing each
+# (~3 GB with its CUDA wheels): only the tests of that range run it (their --torch-range wins).
+os.environ.setdefault("WHEELBUILD_TORCH_RANGE", "false")
+
+
+@dataclass(frozen=True)
+class NewestTorch:
+    """The release `--torch cu130` means on TORCH_INDEX today, read as a build reads it."""
+
+    version: str  # 2.14.1
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def label(self) -> str:
+        return f"cu130torch{self.minor}"
+
+
+@functools.cache
+def newest_cu130() -> NewestTorch:
+    index = read_torch_index(TORCH_INDEX)
+    return NewestTorch(newest_release(index, parse_variant("cu130", TORCH_INDEX), ("cp311",)).version)
+
 
 HERE = Path(__file__).resolve().parent
 

@@ -25,12 +25,13 @@ from tests.integration.conftest import (
     compiler_processes,
     containers_of_run,
     default_sigint,
+    newest_cu130,
     wheelbuild,
 )
 
 
 def test_fixture_wheel_holds_sm100_and_sm120_code(fixture_build: FixtureBuild) -> None:
-    assert fixture_build.wheel.name.startswith("wbdemo-0.1.0+cu130torch2.11-cp311-cp311-manylinux_")
+    assert fixture_build.wheel.name.startswith(f"wbdemo-0.1.0+{newest_cu130().label}-cp311-cp311-manylinux_")
     modules = archs_in_wheel(fixture_build.wheel)
     assert set(modules) == {"wbdemo/_C.cpython-311-x86_64-linux-gnu.so"}
     assert modules["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"].sass == {100, 120}
@@ -61,7 +62,7 @@ def test_container_enforced_the_memory_limit_it_was_given(fixture_build: Fixture
     assert fixture_build.report["plan"]["memory"] == 4 * 1024**3
     log = (fixture_build.run_dir / "build.log").read_text()
     assert "wheelbuild: container memory limit: 4294967296 (asked 4294967296)" in log
-    assert "wheelbuild: torch 2.11.0" in log and "CUDA 13.0" in log
+    assert f"wheelbuild: torch {newest_cu130().version}" in log and "CUDA 13.0" in log
     # Memory was watched: a working set during the compile step, under the limit.
     assert 0 < attempt["peak_memory_compile"] <= attempt["peak_memory"] <= 4 * 1024**3
 
@@ -80,10 +81,10 @@ def test_build_report_records_the_wheel(fixture_build: FixtureBuild) -> None:
     assert entry["sha256"] == hashlib.sha256(fixture_build.wheel.read_bytes()).hexdigest()
     module = entry["extension_modules"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]
     assert module["sass"] == [100, 120] and module["cudart"] == ["libcudart.so.13"]
-    assert fixture_build.report["torch"]["variant"] == "2.11.0+cu130"
+    assert fixture_build.report["torch"]["variant"] == f"{newest_cu130().version}+cu130"
     # Stamped with the variant it was built against, inside METADATA and RECORD, and checked.
-    assert entry["version"] == entry["metadata"]["version"] == "0.1.0+cu130torch2.11"
-    assert entry["torch_requirement"] == ["torch==2.11.*"]
+    assert entry["version"] == entry["metadata"]["version"] == f"0.1.0+{newest_cu130().label}"
+    assert entry["torch_requirement"] == [f"torch=={newest_cu130().minor}.*"]
     assert fixture_build.report["checks"] == []
 
 

@@ -23,11 +23,17 @@ from elftools.elf.elffile import ELFFile
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.stamp import stamp_wheel
 
-from tests.integration.conftest import FixtureBuild, wheelbuild
+from tests.integration.conftest import FixtureBuild, newest_cu130, wheelbuild
 from tests.integration.serving import clean_env, read_log, run_ok, running_server, uv_binary
 
-PIN = "wbdemo==0.1.0+cu130torch2.11"
 SO = "wbdemo/_C.cpython-311-x86_64-linux-gnu.so"
+
+
+def _pin() -> str:
+    """The fixture wheel by name, as pip and uv ask for it."""
+    return f"wbdemo==0.1.0+{newest_cu130().label}"
+
+
 # One uv cache for these tests, kept between runs: torch and its CUDA wheels are ~3 GB.
 UV_CACHE = Path.home() / ".cache" / "wheelbuild-tests" / "uv"
 
@@ -69,8 +75,8 @@ def test_fixture_wheel_passes_inspect_and_its_checks(fixture_build: FixtureBuild
     done = wheelbuild("inspect", "--json", str(fixture_build.wheel))
     assert done.returncode == 0, done.stderr
     (info,) = json.loads(done.stdout)
-    assert info["version"] == info["metadata"]["version"] == "0.1.0+cu130torch2.11"
-    assert info["torch_requirement"] == ["torch==2.11.*"]
+    assert info["version"] == info["metadata"]["version"] == f"0.1.0+{newest_cu130().label}"
+    assert info["torch_requirement"] == [f"torch=={newest_cu130().minor}.*"]
     assert info["extension_modules"][SO] == {"sass": [100, 120], "ptx": [], "cudart": ["libcudart.so.13"]}
 
 
@@ -93,7 +99,10 @@ def test_publish_refuses_the_fixture_wheel_with_another_variants_label(
     relabelled = stamp_wheel(copy, parse_variant("2.10.0+cu128"))
     done = wheelbuild("publish", str(relabelled), "--torch", "cu130", "--to", str(tmp_path / "tree"))
     assert done.returncode == 45, done.stdout + done.stderr
-    assert "local version label is cu128torch2.10, but the wheel was built for cu130torch2.11" in done.stderr
+    assert (
+        f"local version label is cu128torch2.10, but the wheel was built for {newest_cu130().label}"
+        in done.stderr
+    )
     assert "also:" in done.stderr and "torch==2.10.*" in done.stderr  # the pin is wrong too
 
 
@@ -115,15 +124,26 @@ def test_pip_installs_the_fixture_by_name_from_the_served_index_and_imports_it(
     run_ok([shutil.which("python3.11") or "python3", "-m", "venv", str(venv)], env, tmp_path)
     python = str(venv / "bin" / "python")
     # torch (~3 GB with its CUDA wheels) from PyPI through uv's cache; then pip, from our index
-    # only, finds the fixture by name and sees its torch==2.11.* pin satisfied.
-    run_ok([uv_binary(), "pip", "install", "--python", python, "torch==2.11.0"], env, tmp_path, timeout=900)
+    # only, finds the fixture by name and sees its torch pin satisfied.
+    torch = newest_cu130()
+    run_ok(
+        [uv_binary(), "pip", "install", "--python", python, f"torch=={torch.version}"],
+        env,
+        tmp_path,
+        timeout=900,
+    )
     log = tmp_path / "access.log"
     with running_server(published, access_log=log) as url:
-        run_ok([python, "-m", "pip", "install", "--index-url", url, PIN], env, tmp_path, timeout=300)
+        run_ok(
+            [python, "-m", "pip", "install", "--index-url", url, f"wbdemo==0.1.0+{torch.label}"],
+            env,
+            tmp_path,
+            timeout=300,
+        )
     done = run_ok(
         [python, "-c", "import wbdemo, importlib.metadata as m; print(m.version('wbdemo'))"], env, tmp_path
     )
-    assert done.stdout.strip() == "0.1.0+cu130torch2.11"
+    assert done.stdout.strip() == f"0.1.0+{torch.label}"
     paths = [hit.path for hit in read_log(log, at_least=3)]
     assert paths[0] == "/simple/wbdemo/" and paths[-1].endswith("manylinux_2_34_x86_64.whl")
 
@@ -142,7 +162,7 @@ def test_uv_project_takes_the_fixture_from_our_index_and_torch_from_pypi(
 name = "consumer"
 version = "0"
 requires-python = ">=3.11,<3.12"
-dependencies = ["{PIN}"]
+dependencies = ["{_pin()}"]
 
 [tool.uv]
 environments = ["sys_platform == 'linux' and platform_machine == 'x86_64'"]
@@ -169,7 +189,7 @@ wbdemo = {{ index = "wheelbuild" }}
         env,
         project,
     )
-    assert done.stdout.strip().startswith("2.11.")
+    assert done.stdout.strip().startswith(f"{newest_cu130().minor}.")
     lock = (project / "uv.lock").read_text()
     assert 'name = "wbdemo"' in lock and url in lock  # from our index; torch from PyPI
 
@@ -253,7 +273,7 @@ def test_publish_uploads_to_a_pypi_compatible_server_with_credentials_from_env(
     env = clean_env(tmp_path)
     run_ok(
         [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path / "got"),
-         "--index-url", f"{url}simple/", PIN],
+         "--index-url", f"{url}simple/", _pin()],
         env, tmp_path,
     )  # fmt: skip
     assert [p.name for p in (tmp_path / "got").iterdir()] == [fixture_build.wheel.name]

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
-from wheelbuild.errors import BadArgument
+from wheelbuild.errors import BadArgument, BadVariant
 from wheelbuild.index.publish import publish
 from wheelbuild.recipes import RemoteSdist, resolve_recipe
-from wheelbuild.sources import lookup_sdist, newest_release, newest_torch, resolve_lookup
+from wheelbuild.sources import lookup_sdist, resolve_lookup
+from wheelbuild.sources import newest_release as newest_sdist
+from wheelbuild.torch_releases import newest_release, read_torch_index
+from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel
 from tests.integration.serving import running_server
@@ -45,7 +48,7 @@ def test_a_release_pypi_does_not_have_is_a_bad_argument() -> None:
 
 
 def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path) -> None:
-    newest = newest_release("flash-attn")
+    newest = newest_sdist("flash-attn")
     assert Version(newest) >= Version("2.8.3.post2")
     config = tmp_path / "wheelbuild.toml"
     config.write_text(
@@ -74,15 +77,18 @@ def test_a_release_pypi_lacks_fails_before_docker_is_touched() -> None:
 
 
 def test_newest_torch_per_cuda_tag_from_a_real_index(tmp_path: Path) -> None:
-    """A PyTorch-style index (local labels per CUDA tag), served by wheelbuild serve."""
+    """A PyTorch-style index (local labels per CUDA tag), served by wheelbuild serve: what
+    --track latest adds for each tag (no request for METADATA: the labels say the CUDA)."""
     wheels = [
         make_wheel(tmp_path / "in", "torch", version, tag="cp311-cp311-manylinux_2_28_x86_64")
         for version in ("2.11.0+cu130", "2.12.0+cu130", "2.13.0+cu128", "2.14.0.dev20261101+cu130")
     ]
     publish(wheels, tmp_path / "tree")
     with running_server(tmp_path / "tree") as url:
-        assert newest_torch("cu130", url) == "2.12.0+cu130"  # not the pre-release, not cu128's
-        assert newest_torch("cu128", url) == "2.13.0+cu128"
-        assert newest_torch("cu126", url) is None
-    # PyPI labels no torch with its CUDA: nothing to track there.
-    assert newest_torch("cu130", "https://pypi.org/simple") is None
+        index = read_torch_index(url, cache=tmp_path / "cache")
+        newest = {
+            tag: newest_release(index, parse_variant(tag, url), None).version for tag in ("cu130", "cu128")
+        }
+        assert newest == {"cu130": "2.12.0", "cu128": "2.13.0"}  # not the pre-release, not cu128's
+        with pytest.raises(BadVariant):
+            newest_release(index, parse_variant("cu126", url), None)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from wheelbuild import build, preflight, report_html, sources
-from wheelbuild.errors import CompileFailed, OutOfMemory
+from wheelbuild.attempts import attempts_until_built
+from wheelbuild.errors import BadArgument, CompileFailed, OutOfMemory
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
 from wheelbuild.preflight import ImageOptions
@@ -36,7 +38,7 @@ from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import Image, ImageInputs
 from wheelbuild.run.ports import Engine, GateJob
 from wheelbuild.run.reporter import Reporter
-from wheelbuild.spec import BuildSpec, GpuMode, Resources
+from wheelbuild.spec import BuildSpec, GpuMode, PinMode, Resources
 from wheelbuild.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant
 
@@ -142,7 +144,7 @@ def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(
 ) -> None:
     fake = _engine("oom", "ok")
     reporter, out = _reporter()
-    attempts = build._attempts(fake, _plan(4, 2), _configure(make_config), reporter)
+    attempts = attempts_until_built(fake, _plan(4, 2), _configure(make_config), reporter)
     assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["4", "2"]
     assert [c.attempt for c in fake.configs] == [1, 2]
     assert [plan.max_jobs for plan, _ in attempts] == [4, 2]
@@ -155,7 +157,7 @@ def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(
 
 def test_at_one_job_the_nvcc_threads_are_halved_next(make_config: Callable[..., AttemptConfig]) -> None:
     fake = _engine("oom", "ok")
-    build._attempts(fake, _plan(1, 2), _configure(make_config), _reporter()[0])
+    attempts_until_built(fake, _plan(1, 2), _configure(make_config), _reporter()[0])
     assert [(c.build_env["MAX_JOBS"], c.build_env["NVCC_THREADS"]) for c in fake.configs] == [
         ("1", "2"),
         ("1", "1"),
@@ -167,7 +169,7 @@ def test_an_oom_kill_of_the_smallest_plan_is_final_with_exit_43(
 ) -> None:
     fake = _engine("oom", "oom", "oom", "ok")
     with pytest.raises(OutOfMemory) as caught:
-        build._attempts(fake, _plan(2, 1), _configure(make_config), _reporter()[0])
+        attempts_until_built(fake, _plan(2, 1), _configure(make_config), _reporter()[0])
     assert caught.value.exit_code == 43
     assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["2", "1"]  # nothing smaller to try
     assert caught.value.cause == (
@@ -179,7 +181,7 @@ def test_an_oom_kill_of_the_smallest_plan_is_final_with_exit_43(
 def test_a_compile_error_is_final_and_not_retried(make_config: Callable[..., AttemptConfig]) -> None:
     fake = _engine("error", "ok")
     with pytest.raises(CompileFailed, match="identifier"):
-        build._attempts(fake, _plan(4, 2), _configure(make_config), _reporter()[0])
+        attempts_until_built(fake, _plan(4, 2), _configure(make_config), _reporter()[0])
     assert len(fake.configs) == 1
 
 
@@ -312,3 +314,15 @@ def test_an_engine_never_used_never_connects(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
     with pytest.raises(RuntimeError), DockerEngine():
         raise RuntimeError("before any Docker call")
+
+
+def test_pin_proven_is_an_input_of_the_result_store_key(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]],
+) -> None:
+    """--pin proven writes other METADATA than --pin built: a stored result of one is never the other's."""
+    spec, options, _written = flow
+    inputs = preflight.image_inputs(_engine(), options.for_variant(spec.variant))
+    proven = replace(spec, pin=PinMode.PROVEN)
+    assert results.inputs_key(proven, inputs, ("cp311",)) != results.inputs_key(spec, inputs, ("cp311",))
+    with pytest.raises(BadArgument, match="--pin proven writes the torch range"):
+        replace(spec, pin=PinMode.PROVEN, torch_range=False)

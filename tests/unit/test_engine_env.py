@@ -173,7 +173,7 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "CUDA_HOME=/usr/local/cuda-13.1/nvidia/cu13 WHEELBUILD_MEMORY_LIMIT=6442450944 "
         "CPATH=/tmp/wheelbuild-cuda/include LIBRARY_PATH=/tmp/wheelbuild-cuda/lib "
         "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 CUDACXX=/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc "
-        "WHEELBUILD_NVCC_LAUNCHER=sccache "
+        "TORCH_NO_COMPILER_WRAPPER=1 WHEELBUILD_NVCC_LAUNCHER=sccache "
         "CXX=/usr/local/bin/sccache-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
         f"{SITE_PACKAGES_BASEDIRS} "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
@@ -196,6 +196,8 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "WHEELBUILD_NVCC_ARCHS": "100,120",
         "WHEELBUILD_NVCC_THREADS": "2",
         "CUDACXX": "/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc",  # CMake's, before PATH
+        # torch >= 2.14 would put sccache in front of the wrappers, which run it already
+        "TORCH_NO_COMPILER_WRAPPER": "1",
         "WHEELBUILD_NVCC_LAUNCHER": "sccache",
         "CXX": "/usr/local/bin/sccache-c++",
         "SCCACHE_DIR": "/root/.cache/sccache",

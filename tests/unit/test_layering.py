@@ -30,9 +30,12 @@ TOP = {
     # the pipeline: orchestration and what it alone uses
     "build": "pipeline",
     "import_gate": "pipeline",
+    "attempts": "pipeline",
+    "range_gate": "pipeline",
     "nightly": "pipeline",
     "nightly_publish": "pipeline",
     "nightly_index": "pipeline",
+    "nightly_coverage": "pipeline",
     "calibrate": "pipeline",
     "preflight": "pipeline",
     "prune": "pipeline",

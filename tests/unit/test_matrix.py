@@ -134,3 +134,21 @@ def test_a_config_that_is_not_a_toml_file_is_a_bad_argument(tmp_path: Path, kind
         path.write_bytes(b"\xff\xfe\x00" * 100)
     with pytest.raises(BadArgument):
         load_matrix(path)
+
+
+def test_torch_entries_may_be_rules_read_at_plan_time_and_bad_ones_fail_at_parse() -> None:
+    matrix = parse_matrix(
+        {
+            "build": [
+                {"package": "wbdemo", "torch": ["cu130:newest-3..newest", "cu128:newest", "2.14.1+cu130"]}
+            ]
+        }
+    )
+    assert [c.torch for c in matrix.cells] == ["cu130:newest-3..newest", "cu128:newest", "2.14.1+cu130"]
+    for bad, said in (
+        ("cu130:latest", "is not understood"),
+        ("cu999:newest", "which wheelbuild does not support"),
+        ("cu130:newest..newest-2", "runs from a newer minor to an older one"),
+    ):
+        with pytest.raises(BadVariant, match=said):
+            parse_matrix({"build": [{"package": "wbdemo", "torch": [bad]}]})

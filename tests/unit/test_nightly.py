@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +16,7 @@ from wheelbuild import build, check, nightly, nightly_publish
 from wheelbuild.cli import main
 from wheelbuild.errors import (
     BadArgument,
+    BadVariant,
     BuildFailed,
     ImportGateFailed,
     NightIncomplete,
@@ -45,7 +47,9 @@ from wheelbuild.nightly import (
     source_of,
 )
 from wheelbuild.preflight import ImageOptions
+from wheelbuild.project_pages import IndexFile
 from wheelbuild.run.reporter import Reporter
+from wheelbuild.torch_releases import TorchIndex
 from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
 
 from tests.indexkit import make_wheel
@@ -123,6 +127,9 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nightly, "torch_python_tags", lambda *a, **k: frozenset({"cp311", "cp313"}))
+    # The index the cu130 rule is read from, answered without a network: a labelled release.
+    served = (IndexFile("torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl", False),)
+    monkeypatch.setattr(nightly, "read_torch_index", lambda url, **_: TorchIndex(url, served))
     seen: list[tuple[Any, ImageOptions]] = []
 
     def fake_run_build(spec: Any, options: ImageOptions, reporter: Any, engine: Any) -> Any:
@@ -133,7 +140,15 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     out = tmp_path / "out"
     result = CliRunner().invoke(
         main,
-        ["nightly", "build-cell", "wbdemo-cu130-cp311-100.120", "--config", str(FIXTURE), "--out", str(out)],
+        [
+            "nightly",
+            "build-cell",
+            "wbdemo-2.14.1-cu130-cp311-100.120",
+            "--config",
+            str(FIXTURE),
+            "--out",
+            str(out),
+        ],
         env={"WHEELBUILD_BASE_IMAGE": "wheelbuild-base:test", nightly.TEST_BASE_ENV: ""},
     )
     assert result.exit_code == BuildFailed.exit_code, result.output
@@ -142,7 +157,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     assert spec.gate and spec.pythons == ("cp311",) and spec.output_dir == out
     record = json.loads((out / "cell.json").read_text())
     assert record["status"] == "failed" and record["exit_code"] == BuildFailed.exit_code
-    assert record["args"] == ["wbdemo", "--torch", "cu130", "--python", "cp311", "--archs", "100,120"]
+    assert record["args"] == ["wbdemo", "--torch", "2.14.1+cu130", "--python", "cp311", "--archs", "100,120"]
 
 
 def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -474,3 +489,42 @@ def test_an_index_behind_basic_auth_is_read_with_the_urls_credentials_and_refusa
         with pytest.raises(PublishedIndexUnreachable, match="HTTP 401") as caught:
             remote_inputs(url.replace("http://", "http://ci:wrong@"))
         assert "wrong" not in caught.value.cause
+
+
+def test_a_torch_rule_is_one_cell_per_release_it_names_today() -> None:
+    """PyTorch-style labels: the CUDA of each release is its label's, so no METADATA is read."""
+    labelled = tuple(
+        IndexFile(f"torch-{v}-cp311-cp311-manylinux_2_28_x86_64.whl", False)
+        for v in (
+            "2.15.0+cu132",
+            "2.14.1+cu130",
+            "2.14.0+cu130",
+            "2.13.0+cu130",
+            "2.12.1+cu130",
+            "2.10.0+cu128",
+        )
+    )
+    matrix = parse_matrix(
+        {
+            "build": [
+                {"package": "wbdemo", "torch": ["cu130:newest-2..newest", "2.10.0+cu128"], "python": ["3.11"]}
+            ]
+        }
+    )
+    said: list[str] = []
+    with patch.object(nightly, "read_torch_index", lambda url, **_: TorchIndex(url, labelled)):
+        expanded = nightly.with_torch_releases(matrix, "https://torch.example/simple", said.append)
+    assert [c.torch for c in expanded.cells] == [
+        "2.12.1+cu130",
+        "2.13.0+cu130",
+        "2.14.1+cu130",
+        "2.10.0+cu128",
+    ]
+    assert expanded.cells[0].id == "wbdemo-2.12.1-cu130-cp311-100.120"
+    assert said == ["cu130:newest-2..newest: 2.12.1, 2.13.0, 2.14.1 on https://torch.example/simple"]
+    too_many = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130:newest-5..newest"]}]})
+    with (
+        patch.object(nightly, "read_torch_index", lambda url, **_: TorchIndex(url, labelled)),
+        pytest.raises(BadVariant, match=r"has 3 torch minor\(s\) built with CUDA 13.0; .* needs 6"),
+    ):
+        nightly.with_torch_releases(too_many, "https://torch.example/simple", said.append)
