@@ -42,6 +42,7 @@ __all__ = [
     "Expectation",
     "check_wheel",
     "check_wheels",
+    "describe_torch_range",
     "expectation_for",
     "first_problem",
     "inspect_or_refuse",
@@ -166,6 +167,14 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
             else "its shared objects need more than its tags allow"
         )
     )
+
+
+def describe_torch_range(wheel: Path) -> list[dict[str, object]]:
+    """The wheel's torch range as `wheelbuild inspect` shows it: per Python it was gated under,
+    the line and every trial; empty when the report beside it has none."""
+    report = _report_beside(wheel)
+    ranges = report.ranges_of(wheel.name) if report is not None else ()
+    return [{"summary": r.summary, "proven": list(r.proven), **r.to_json()} for r in ranges]
 
 
 def describe_gate(wheel: Path) -> dict[str, object]:

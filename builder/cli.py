@@ -445,7 +445,15 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
     if as_json:
         click.echo(
             json.dumps(
-                [{**info.to_json(), "gate": check.describe_gate(info.path)} for info in infos], indent=2
+                [
+                    {
+                        **info.to_json(),
+                        "gate": check.describe_gate(info.path),
+                        "torch_range": check.describe_torch_range(info.path),
+                    }
+                    for info in infos
+                ],
+                indent=2,
             )
         )
         return
@@ -457,6 +465,8 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
         _echo_modules(info)
         gate = check.describe_gate(info.path)
         click.echo(f"    import gate {gate['status']}: {gate['detail']}")
+        for found in check.describe_torch_range(info.path):
+            click.echo(f"    torch range under {found['python']}: {found['summary']}")
 
 
 @main.command("report")

@@ -4,9 +4,12 @@ build` each. Pure: a config in, cells out (tomllib to read, no Docker, no networ
     [[build]]
     package = "flash-attn"          # a recipe name, a project path, or an sdist URL#sha256=
     versions = ["2.8.3"]            # releases of a known recipe; omit for a path or an sdist
-    torch = ["cu130", "cu128"]      # torch variants
+    torch = ["cu130:newest-3..newest", "cu128"]   # torch variants: a CUDA tag or a rule means
+                                    # the newest release(s) on the index tonight
     python = ["3.11", "3.12"]       # one cell per Python; leave it out for the default Pythons
     archs = ["100,120"]             # each entry is one cell's arch list
+    pin = "proven"                  # wheels require the torch range they loaded with; a cell
+                                    # a published wheel's range covers is not built again
 
     [publish]
     to = "host:/srv/wheels/{variant}"   # where each variant's wheels go (`wheelbuild nightly`
@@ -35,7 +38,7 @@ from .variants import parse_torch_rule, parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 
-_KEYS = {"package", "versions", "torch", "python", "archs"}
+_KEYS = {"package", "versions", "torch", "python", "archs", "pin"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ class Cell:
     torch: str  # as written: cu130 or 2.11.0+cu130
     python: str | None  # cp311; None: the default Pythons (`wheelbuild nightly plan` expands it)
     archs: str  # 100,120
+    # "proven": the wheel requires the torch range it loaded with (--pin proven), and a cell whose
+    # torch a published wheel's range already covers is not built again.
+    pin: str = "built"
 
     @property
     def id(self) -> str:
@@ -59,6 +65,7 @@ class Cell:
         args = [self.package, "--torch", self.torch]
         args += ["--python", self.python] if self.python else []
         args += ["--archs", self.archs]
+        args += ["--pin", self.pin] if self.pin != "built" else []
         return args + (["--version", self.version] if self.version else [])
 
 
@@ -114,8 +121,13 @@ def parse_matrix(config: dict[str, object], source: str = "wheelbuild.toml") -> 
         archs = [
             format_archs(parse_archs(a), parse_ptx(a)) for a in _strings(table, "archs", where, ["100,120"])
         ]
+        pin = table.get("pin", "built")
+        if pin not in ("built", "proven"):
+            raise BadArgument(f"{where}: `pin` is {pin!r}", 'write pin = "proven" (or "built", the default)')
         for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
-            cells.append(Cell(package=package, version=version, torch=torch, python=python, archs=arch))
+            cells.append(
+                Cell(package=package, version=version, torch=torch, python=python, archs=arch, pin=pin)
+            )
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})

@@ -35,7 +35,17 @@ from .errors import (
 from .index import remote
 from .matrix import Cell, Matrix, load_matrix, tracking
 from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows
-from .nightly_index import INDEX_URL_ENV, Release, held_wheel, published_keys, remote_inputs, served_wheels
+from .nightly_index import (
+    INDEX_URL_ENV,
+    PublishedWheel,
+    Release,
+    covering_wheel,
+    held_wheel,
+    published_keys,
+    published_torch_pins,
+    remote_inputs,
+    served_wheels,
+)
 from .nightly_publish import (
     CELL_RECORD,
     PUBLISH_TO_ENV,
@@ -214,6 +224,8 @@ class NightPlan:
     keys: Mapping[str, str]  # cell id -> inputs key (build and published cells)
     # An upload URL's published cells: cell id -> the wheel of that name its index lists.
     held: Mapping[str, str] = field(default_factory=dict)
+    # Cells a published wheel's proven torch range serves (pin = "proven"): id -> that wheel.
+    covered: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -319,16 +331,41 @@ def plan_night(
         c.id: matrix_runs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
     }
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
-    published = published_keys(target, where, (parse_variant(c.torch).tag for c in good))
+    tags = {parse_variant(c.torch).tag for c in good}
+    published = published_keys(target, where, tags)
     held = held_cells(good, target, where, context.releases, torch_index_url)
-    done = {c.id for c in good if keys[c.id] in published or c.id in held}
+    proven = [c for c in good if c.pin == "proven"]
+    covered = covered_cells(
+        proven, published_torch_pins(target, where, tags) if proven else (), context.releases
+    )
+    done = {c.id for c in good if keys[c.id] in published or c.id in held or c.id in covered}
     return NightPlan(
         build=tuple(c for c in good if c.id not in done),
         published=tuple(c for c in good if c.id in done),
         skipped=skipped,
         keys=keys,
         held=held,
+        covered=covered,
     )
+
+
+def covered_cells(
+    cells: Sequence[Cell], published: Sequence[PublishedWheel], releases: Mapping[str, tuple[str, str]]
+) -> dict[str, str]:
+    """Cell id -> the published wheel whose proven torch range serves it (--pin proven), said as
+    the coverage table says it. Only a cell whose release is known: its wheel is named by it."""
+    covered: dict[str, str] = {}
+    for cell in cells:
+        release = releases.get(source_of(cell))
+        if release is None or cell.python is None:
+            continue
+        variant = parse_variant(cell.torch)
+        wheel = covering_wheel(
+            Release(*release, variant.label, cell.python), variant.torch_version, published
+        )
+        if wheel is not None:
+            covered[cell.id] = f"{wheel.filename} (torch{wheel.torch}, its proven range)"
+    return covered
 
 
 def held_cells(

@@ -70,7 +70,12 @@ def coverage_rows(
         )
 
     for entry in plan_entries(plan, "published"):
-        why = f"the index already holds {entry['held']}" if entry.get("held") else "its inputs are unchanged"
+        if entry.get("covered"):
+            why = f"{entry['covered']} serves it"
+        elif entry.get("held"):
+            why = f"the index already holds {entry['held']}"
+        else:
+            why = "its inputs are unchanged"
         rows[entry["id"]] = row(entry["id"], entry["torch"], "published", f"earlier: {why}")
     for entry in plan_entries(plan, "build"):
         rows[entry["id"]] = row(entry["id"], entry["torch"], "failed", "no record: its build did not finish")

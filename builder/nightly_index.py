@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -22,8 +24,19 @@ from .index import remote
 from .project_pages import IndexFile, anchors, files_on_page
 from .secrets import redact_url, without_credentials
 from .wheel.abi3 import stable_abi
+from .wheel.wheels import MAX_METADATA_SIZE
 
-__all__ = ["INDEX_URL_ENV", "Release", "held_wheel", "published_keys", "remote_inputs", "served_wheels"]
+__all__ = [
+    "INDEX_URL_ENV",
+    "PublishedWheel",
+    "Release",
+    "covering_wheel",
+    "held_wheel",
+    "published_keys",
+    "published_torch_pins",
+    "remote_inputs",
+    "served_wheels",
+]
 
 INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
 ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
@@ -161,4 +174,79 @@ def held_wheel(release: Release, served: Iterable[str]) -> str | None:
         abi3 = stable_abi(filename)
         if any(t.interpreter == release.python for t in tags) or (abi3 and abi3.serves(release.python)):
             return filename
+    return None
+
+
+@dataclass(frozen=True)
+class PublishedWheel:
+    """A wheel a target holds, with what its METADATA requires of torch."""
+
+    filename: str
+    torch: str  # the specifier of its torch requirement without a marker: >=2.12,<2.15; "" if none
+
+
+def _torch_specifier(metadata: bytes) -> str:
+    head = metadata.decode("utf-8", errors="replace").split("\n\n", 1)[0]
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() != "requires-dist":
+            continue
+        try:
+            requirement = Requirement(value.strip())
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
+            # lower bounds first, as a range is read: >=2.12,<2.15
+            return ",".join(sorted(map(str, requirement.specifier), key=lambda s: not s.startswith(">")))
+    return ""
+
+
+def published_torch_pins(to: str, index_url: str | None, tags: Iterable[str]) -> tuple[PublishedWheel, ...]:
+    """Each wheel published in each variant's tree of *to*, with its torch specifier: a local
+    tree's METADATA sidecars read directly, a remote one's over HTTP (PEP 658) from *index_url*."""
+    found: list[PublishedWheel] = []
+    for tag in sorted(set(tags)):
+        where = remote.target_for(to, tag, several=False)
+        if isinstance(where, Path):
+            for sidecar in sorted((where / index_files.FILES).glob(f"*.whl{index_files.METADATA_SUFFIX}")):
+                metadata = index_files.read_capped_metadata(sidecar)
+                found.append(
+                    PublishedWheel(
+                        sidecar.name.removesuffix(index_files.METADATA_SUFFIX), _torch_specifier(metadata)
+                    )
+                )
+            continue
+        if not index_url:
+            continue  # published_keys has said what a remote target needs
+        for project_url, file, auth in _served(index_url.replace("{variant}", tag)):
+            if not file.metadata:
+                continue
+            url = urljoin(project_url, file.url.split("#")[0]) + index_files.METADATA_SUFFIX
+            got = _get(url, auth(url), url, missing_ok=True)
+            if got is not None:
+                found.append(PublishedWheel(file.filename, _torch_specifier(got[0][:MAX_METADATA_SIZE])))
+    return tuple(found)
+
+
+def covering_wheel(
+    release: Release, torch_version: str, published: Iterable[PublishedWheel]
+) -> PublishedWheel | None:
+    """The published wheel whose proven torch range already serves a cell of *release* built for
+    *torch_version*: the same project, release, CUDA tag and Python (or an abi3 wheel that serves
+    it), and a torch requirement that admits that torch (pure)."""
+    tag = release.label.partition("torch")[0]
+    for wheel in sorted(published, key=lambda w: w.filename):
+        try:
+            name, version, _build, tags = parse_wheel_filename(wheel.filename)
+            admits = bool(wheel.torch) and SpecifierSet(wheel.torch).contains(torch_version)
+        except (InvalidWheelFilename, InvalidSpecifier, InvalidVersion):
+            continue
+        label = version.local or ""
+        if name != canonicalize_name(release.project) or version.public != release.version or not admits:
+            continue
+        if label.partition("torch")[0] != tag:
+            continue
+        abi3 = stable_abi(wheel.filename)
+        if any(t.interpreter == release.python for t in tags) or (abi3 and abi3.serves(release.python)):
+            return wheel
     return None

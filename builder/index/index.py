@@ -126,7 +126,7 @@ class IndexPlan:
     removes: tuple[str, ...] = ()
 
 
-def _read_capped_metadata(path: Path) -> bytes:
+def read_capped_metadata(path: Path) -> bytes:
     """A published .metadata sidecar, read no further than a METADATA may be long: one a zip bomb
     left before members were capped must not be loaded on every publish."""
     with path.open("rb") as sidecar:
@@ -270,7 +270,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             sidecars[f"{FILES}/{name}{SHA256_SUFFIX}"] = sha256_record(sha256, stat)
         metadata_path = files_dir / (name + METADATA_SUFFIX)
         try:
-            metadata = _read_capped_metadata(metadata_path)
+            metadata = read_capped_metadata(metadata_path)
         except FileNotFoundError:
             metadata = read_wheel(wheel).metadata
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata

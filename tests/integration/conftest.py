@@ -33,6 +33,9 @@ TORCH_INDEX = "https://pypi.org/simple"
 os.environ.setdefault("WHEELBUILD_TORCH_RANGE", "false")
 
 
+FIXTURE_RANGE_OLDER = 2  # the example's range: three minors of PyPI's CUDA 13.0 releases at least
+
+
 @dataclass(frozen=True)
 class NewestTorch:
     """The release `--torch cu130` means on TORCH_INDEX today, read as a build reads it."""
@@ -128,7 +131,8 @@ class FixtureBuild:
 
 @pytest.fixture(scope="session")
 def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> FixtureBuild:
-    """One real build of the bundled example for cu130, sm_100 + sm_120, in a 4 GiB container."""
+    """One real build of the bundled example for cu130, sm_100 + sm_120, in a 4 GiB container,
+    with its torch range: two minors older and every newer release (test_torch_range.py)."""
     out = tmp_path_factory.mktemp("wheelhouse")
     result = wheelbuild(
         "build",
@@ -138,7 +142,9 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
         "--python", "3.11",
         "--memory", "4g",
         "--output-dir", str(out),
+        "--torch-range", "--torch-range-older", str(FIXTURE_RANGE_OLDER),
         "--rebuild",  # a real build, even when an earlier run left one with the same inputs
+        timeout=3600,  # the range installs each torch release once per machine (~3 GB each)
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
     run_dir = out / "runs" / result.run_id

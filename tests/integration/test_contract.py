@@ -124,13 +124,31 @@ CUBLAS_FIXTURE = REPO / "tests" / "fixtures" / "wbcublas"
 CUBLAS_MODULE = "wbcublas/_C.cpython-311-x86_64-linux-gnu.so"
 
 
-@pytest.mark.usefixtures("cuda_image")
-def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loads(tmp_path: Path) -> None:
+# torch 2.14 changed c10::cuda::c10_cuda_check_implementation (C10_CUDA_KERNEL_LAUNCH_CHECK's
+# call) to take one more argument: wbcublas built with 2.13 cannot load with 2.14 or later.
+CUBLAS_TORCH = "2.13.0"
+
+
+@pytest.fixture(scope="module")
+def cublas_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Completed]:
+    """wbcublas built for torch 2.13.0, its range tried against every newer release (statically:
+    none has the symbol, so none is installed), its pin the range it proved."""
+    out = tmp_path_factory.mktemp("cublas")
+    done = _build(
+        CUBLAS_FIXTURE, out, "--torch", f"{CUBLAS_TORCH}+cu130", "--torch-range", "--torch-range-older", "0",
+        "--pin", "proven", memory="6g",  # its one unit holds torch's headers
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    return out, done
+
+
+def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loads(
+    cublas_build: tuple[Path, Completed],
+) -> None:
     """ATen/cuda/CUDAContext.h includes cuBLAS's, cuSPARSE's and cuSOLVER's headers, which the
     image's toolkit lacks: they come from torch's own CUDA library wheels, as -lcublas does. The
     module needs cuBLAS by its soname, which torch loads, and auditwheel does not graft a copy."""
-    done = _build(CUBLAS_FIXTURE, tmp_path, memory="6g")  # its one unit holds torch's headers
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    tmp_path, done = cublas_build
     report = _report(tmp_path, done)
     gates = report["gate"]
     assert isinstance(gates, list) and len(gates) == 1
@@ -143,6 +161,38 @@ def test_an_extension_that_includes_cuda_context_and_links_cublas_builds_and_loa
     assert "libcublas.so.13" in _needed(module)
     assert not [name for name in names if "libcublas" in name]  # nothing grafted
     assert archs_in_elf(module).sass == {120}
+
+
+def test_a_wheel_calling_what_a_later_torch_changed_fails_there_with_the_symbol_named(
+    cublas_build: tuple[Path, Completed], tmp_path: Path
+) -> None:
+    """Its torch range: every newer release lacks the 2.13 signature of c10_cuda_check_implementation,
+    found in that torch's own exported symbols before any install; --pin proven then pins 2.13."""
+    out, done = cublas_build
+    ranges = _report(out, done)["torch_range"]
+    assert isinstance(ranges, list)
+    (found,) = ranges
+    newer = [t for t in found["trials"] if t["torch"] != CUBLAS_TORCH]
+    assert newer, found
+    missing = (
+        "undefined symbol c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, "
+        "unsigned int, bool) (_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb)"
+    )
+    for trial in newer:  # 2.14.1, 2.15.0, ...: checked, never installed
+        assert trial["static"] == missing and trial["imported"] is None, trial
+    assert (
+        f"torch range: imports with torch {CUBLAS_TORCH}; fails on {newer[0]['torch']}: {missing}"
+        in done.stdout
+    )
+    (wheel,) = sorted((out / "runs" / done.run_id).glob("*.whl"))
+    shown = wheelbuild("inspect", "--json", str(wheel))
+    assert shown.returncode == 0, shown.stderr
+    (info,) = json.loads(shown.stdout)
+    assert info["torch_requirement"] == ["torch>=2.13,<2.14"]  # --pin proven: the range it loaded with
+    assert info["torch_range"][0]["proven"] == [CUBLAS_TORCH]
+    # publish reads the pin from the report beside it, and takes the wheel.
+    published = wheelbuild("publish", str(wheel), "--to", str(tmp_path / "tree"))
+    assert published.returncode == 0, published.stdout + published.stderr
 
 
 CMAKE_FIXTURE = REPO / "tests" / "fixtures" / "wbcmake"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -528,3 +529,35 @@ def test_a_torch_rule_is_one_cell_per_release_it_names_today() -> None:
         pytest.raises(BadVariant, match=r"has 3 torch minor\(s\) built with CUDA 13.0; .* needs 6"),
     ):
         nightly.with_torch_releases(too_many, "https://torch.example/simple", said.append)
+
+
+def test_a_cell_a_published_wheels_proven_range_serves_is_not_built_again(tmp_path: Path) -> None:
+    """pin = "proven": the wheel built with torch 2.13 that loaded with 2.12 to 2.14 serves the
+    cells of 2.12.1 and 2.14.1 (read from its METADATA, in the tree and over HTTP), not 2.15.0's,
+    another Python's or another release's."""
+    wheel = make_wheel(
+        tmp_path / "w",
+        version="0.1.0+cu130torch2.13",
+        tag="cp311-cp311-linux_x86_64",
+        requires_dist=("torch>=2.12,<2.15",),
+    )
+    publish([wheel], tmp_path / "cu130")
+    cells = [
+        Cell("wbtiny", "0.1.0", torch, python, "120", pin="proven")
+        for torch, python in (
+            ("2.12.1+cu130", "cp311"),
+            ("2.14.1+cu130", "cp311"),
+            ("2.15.0+cu130", "cp311"),
+            ("2.14.1+cu130", "cp312"),
+        )
+    ]
+    releases = {source_of(c): ("wbtiny", "0.1.0") for c in cells}
+    tree = nightly.published_torch_pins(str(tmp_path / "{variant}"), None, ["cu130"])
+    assert nightly.covered_cells(cells, tree, releases) == {
+        c.id: f"{wheel.name} (torch>=2.12,<2.15, its proven range)" for c in cells[:2]
+    }
+    with running_server(tmp_path / "cu130") as url:
+        served = nightly.published_torch_pins("https://upload.example/{variant}/", url, ["cu130"])
+    assert served == tree
+    assert nightly.covered_cells(cells, served, {}) == {}  # an unknown release is not matched by name
+    assert nightly.covered_cells([replace(cells[0], version="0.2.0")], tree, releases) == {}
