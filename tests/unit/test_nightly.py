@@ -561,3 +561,47 @@ def test_a_cell_a_published_wheels_proven_range_serves_is_not_built_again(tmp_pa
     assert served == tree
     assert nightly.covered_cells(cells, served, {}) == {}  # an unknown release is not matched by name
     assert nightly.covered_cells([replace(cells[0], version="0.2.0")], tree, releases) == {}
+
+
+def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_in_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wheelbuild nightly plan` as the workflow runs it (production base: no Docker), its torch
+    rules read from a real `wheelbuild serve` of stand-in torch wheels named as PyPI names them,
+    each pinning its CUDA runtime as torch's METADATA does; one wheel already published whose
+    proven range covers one cell."""
+    made = tmp_path / "made"
+    pins = {
+        "2.15.0": "cuda-toolkit[cudart]==13.2.2",
+        "2.14.1": "cuda-toolkit[cudart]==13.0.3",
+        "2.13.0": "cuda-toolkit[cudart]==13.0.3",
+        "2.12.1": "cuda-toolkit[cudart]==13.0.2",
+        "2.10.0": "nvidia-cuda-runtime-cu12==12.8.90",
+    }
+    torches = [
+        make_wheel(made, "torch", v, tag="cp311-cp311-manylinux_2_28_x86_64", requires_dist=(pin,))
+        for v, pin in pins.items()
+    ]
+    publish(torches, tmp_path / "torch-index")
+    config = tmp_path / "wheelbuild.toml"
+    config.write_text(
+        '[[build]]\npackage = "wbdemo"\ntorch = ["cu130:newest-2..newest", "cu128"]\npython = ["3.11"]\n'
+        'archs = ["120"]\npin = "proven"\n'
+    )
+    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(nightly.TEST_BASE_ENV, raising=False)
+    with running_server(tmp_path / "torch-index") as url:
+        done = CliRunner().invoke(
+            main,
+            ["nightly", "plan", "--config", str(config), "--to", str(tmp_path / "out" / "{variant}"),
+             "--torch-index-url", url],
+        )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    plan = json.loads(done.stdout)
+    built = sorted(c["torch"] for c in plan["build"])
+    # cu130's three newest minors of CUDA 13.0 (2.15.0 is 13.2); cu128's newest, which
+    # the image's CUDA 12 layer builds.
+    assert built == ["2.10.0+cu128", "2.12.1+cu130", "2.13.0+cu130", "2.14.1+cu130"]
+    assert all(c["args"][-2:] == ["--pin", "proven"] for c in plan["build"])
+    assert plan["skipped"] == [] and plan["published"] == []
+    assert "cu130:newest-2..newest: 2.12.1, 2.13.0, 2.14.1 on" in done.stderr
