@@ -13,7 +13,7 @@ from unittest.mock import patch
 
 import pytest
 from click.testing import CliRunner
-from wheelbuild import build, check, nightly, nightly_publish
+from wheelbuild import build, check, nightly, nightly_index, nightly_publish
 from wheelbuild.cli import main
 from wheelbuild.errors import (
     BadArgument,
@@ -552,12 +552,12 @@ def test_a_cell_a_published_wheels_proven_range_serves_is_not_built_again(tmp_pa
         )
     ]
     releases = {source_of(c): ("wbtiny", "0.1.0") for c in cells}
-    tree = nightly.published_torch_pins(str(tmp_path / "{variant}"), None, ["cu130"])
+    tree = nightly_index.published_torch_pins(str(tmp_path / "{variant}"), None, ["cu130"])
     assert nightly.covered_cells(cells, tree, releases) == {
         c.id: f"{wheel.name} (torch>=2.12,<2.15, its proven range)" for c in cells[:2]
     }
     with running_server(tmp_path / "cu130") as url:
-        served = nightly.published_torch_pins("https://upload.example/{variant}/", url, ["cu130"])
+        served = nightly_index.published_torch_pins("https://upload.example/{variant}/", url, ["cu130"])
     assert served == tree
     assert nightly.covered_cells(cells, served, {}) == {}  # an unknown release is not matched by name
     assert nightly.covered_cells([replace(cells[0], version="0.2.0")], tree, releases) == {}
