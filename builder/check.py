@@ -43,6 +43,7 @@ __all__ = [
     "check_wheel",
     "check_wheels",
     "describe_torch_range",
+    "describe_wheel",
     "expectation_for",
     "first_problem",
     "inspect_or_refuse",
@@ -167,6 +168,15 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
             else "its shared objects need more than its tags allow"
         )
     )
+
+
+def describe_wheel(wheel: WheelInfo) -> dict[str, object]:
+    """A wheel as `wheelbuild inspect --json` shows it: what it holds, its gate and its torch range."""
+    return {
+        **wheel.to_json(),
+        "gate": describe_gate(wheel.path),
+        "torch_range": describe_torch_range(wheel.path),
+    }
 
 
 def describe_torch_range(wheel: Path) -> list[dict[str, object]]:

@@ -443,19 +443,7 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
     CUDA runtime and the SASS/PTX archs of every extension module (read from .nv_fatbin)."""
     infos = [check.inspect_or_refuse(path) for path in wheels]
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        **info.to_json(),
-                        "gate": check.describe_gate(info.path),
-                        "torch_range": check.describe_torch_range(info.path),
-                    }
-                    for info in infos
-                ],
-                indent=2,
-            )
-        )
+        click.echo(json.dumps([check.describe_wheel(info) for info in infos], indent=2))
         return
     for info in infos:
         click.echo(info.path.name)
