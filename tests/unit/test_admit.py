@@ -120,9 +120,16 @@ class Bench:
         return process
 
     def queue(self, name: str, *extra: str) -> subprocess.Popen[str]:
-        """start(), then wait until the wrapper waits in the ledger."""
+        """start(), then wait until the wrapper waits in the ledger. The wrapper writes its
+        waiting entry under the lock of its first decision, so once it shows, that decision was
+        "not yet"; an entry among the running means it was admitted at once."""
         process = self.start(name, *extra)
-        self.wait_for(lambda: str(process.pid) in self.ledger()["waiting"], what=f"{name} to queue")
+        pid = str(process.pid)
+        self.wait_for(
+            lambda: pid in self.ledger()["waiting"] or pid in self.ledger()["running"],
+            what=f"{name} to queue",
+        )
+        assert pid not in self.ledger()["running"], f"{name} was admitted at once"
         return process
 
     def finish(self, process: subprocess.Popen[str], timeout: float = 15) -> int:
@@ -231,8 +238,9 @@ def test_compiles_holding_more_than_predicted_shrink_the_budget(bench: Bench, la
     first = bench.start("a.cu", "--hold")
     bench.wait_for(lambda: bench.started("a.cu"), what="a.cu to start")
     measured(2 + 4 + 3)  # a.cu holds 3 more than its prediction
+    # queue() returns once the ledger shows b.cu waiting: its first decision, made on the overrun
+    # just written, was "not yet" (admitted, the ledger would show it running).
     second = bench.queue("b.cu")
-    time.sleep(1.0)  # several polls
     assert bench.started("b.cu") is None, "b.cu was admitted although a.cu overran its prediction"
     measured(2 + 4)  # the overrun is gone
     bench.wait_for(lambda: bench.started("b.cu"), what="b.cu to start once the overrun is gone")
@@ -621,8 +629,9 @@ def test_slots_cap_the_compiles_at_once_and_a_fitting_unit_passes_one_that_waits
     big2 = bench.queue("big2.cu", "--hold")
     small = bench.start("small.cu", "--hold")
     bench.wait_for(lambda: bench.started("small.cu"), what="small.cu to pass big2.cu")
+    # 7 + 2 + 1 fits 10, but no slot is free: queue() returns once late.cu's first decision was
+    # "not yet".
     late = bench.queue("late.cu", "--hold")
-    time.sleep(1.0)  # several polls: 7 + 2 + 1 fits 10, but no slot is free
     assert bench.started("late.cu") is None and bench.started("big2.cu") is None
     bench.go("small.cu")  # a slot frees: big2 (older) still does not fit, late.cu takes it
     bench.wait_for(lambda: bench.started("late.cu"), what="late.cu to take the freed slot")
