@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from wheelbuild import build, preflight, report_html, sources
 from wheelbuild.attempts import attempts_until_built
@@ -36,7 +37,8 @@ from wheelbuild.run.buildlog import BuildLog, MemorySample
 from wheelbuild.run.cuda_redist import CudaLayer
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import Image, ImageInputs
-from wheelbuild.run.ports import Engine, GateJob
+from wheelbuild.run.ownership import RUN_LABEL
+from wheelbuild.run.ports import Engine, GateJob, UnitCompile
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec import BuildSpec, GpuMode, PinMode, Resources
 from wheelbuild.torch_releases import TorchIndex
@@ -269,12 +271,20 @@ def test_a_build_writes_its_report_once_with_every_attempt(
 
 
 # ---------------------------------------------------------------------------------------------
-# DockerEngine as a context manager
+# DockerEngine as a context manager: it notes each run it starts a container for, and an exception
+# removes those runs' containers. A fake client stands in for the Docker daemon, which unit tests
+# do not have; the engine's own code starts the containers and notes the runs.
 
 
 class _Container:
     def __init__(self, removed: list[str], name: str) -> None:
         self.removed, self.name = removed, name
+
+    def wait(self) -> dict[str, int]:
+        return {"StatusCode": 0}
+
+    def logs(self) -> bytes:
+        return b""
 
     def remove(self, force: bool) -> None:
         self.removed.append(self.name)
@@ -284,6 +294,12 @@ class _Containers:
     def __init__(self) -> None:
         self.removed: list[str] = []
         self.asked: list[dict[str, Any]] = []
+        self.started: list[dict[str, str]] = []  # the labels of each container run
+
+    def run(self, image: str, command: list[str], labels: dict[str, str], **kwargs: Any) -> Any:
+        """As docker's: a detached container, or else the output of one that ran and was removed."""
+        self.started.append(labels)
+        return _Container(self.removed, f"started {len(self.started)}") if kwargs.get("detach") else b""
 
     def list(self, all: bool, filters: dict[str, Any], ignore_removed: bool = False) -> list[_Container]:
         self.asked.append(filters)
@@ -294,19 +310,54 @@ class _Client:
     def __init__(self) -> None:
         self.containers = _Containers()
 
+    def events(self, **kwargs: Any) -> Any:
+        raise docker.errors.APIError("the daemon went away")
 
-def test_an_exception_inside_the_engine_removes_its_runs_containers(tmp_path: Path) -> None:
+
+def _unit_compile(run_id: str, tmp_path: Path) -> UnitCompile:
+    return UnitCompile(
+        run_id=run_id, image="wheelbuild-cuda131:test", source_dir=tmp_path, torch_volume="torch",
+        unit="csrc/a.cu", flags=(), include_dirs=(), archs=(120,), threads=1, memory=GIB, cpus=1.0,
+        cuda_home="/usr/local/cuda",
+    )  # fmt: skip
+
+
+def test_a_container_the_engine_starts_for_a_run_carries_its_label_and_is_removed_on_an_exception(
+    tmp_path: Path,
+) -> None:
     client = _Client()
     with pytest.raises(RuntimeError), DockerEngine(client) as engine:
-        engine._runs.add("run-1")  # as run_attempt, run_gate and calibration compiles note theirs
+        engine.compile_unit_alone(_unit_compile("run-1", tmp_path))  # as calibrate and the gate start theirs
         raise RuntimeError("a bug above the engine")
-    assert client.containers.removed == ["of wheelbuild.run=run-1"]
+    assert [labels[RUN_LABEL] for labels in client.containers.started] == ["run-1"]
+    assert client.containers.removed == ["started 1", "of wheelbuild.run=run-1"]
 
 
-def test_a_normal_end_leaves_the_engine_nothing_to_clean() -> None:
+def test_an_attempt_that_fails_before_its_container_still_has_its_run_cleaned_up(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    """cibuildwheel creates the attempt's container, so the engine notes the run before it
+    starts anything: here the daemon refuses the watcher's events first."""
+    client = _Client()
+    with pytest.raises(docker.errors.APIError), DockerEngine(client) as engine:
+        engine.run_attempt(make_config(run_id="run-2"), lambda line, log: None)
+    assert client.containers.removed == ["of wheelbuild.run=run-2"]
+
+
+def test_a_normal_end_leaves_the_engine_nothing_to_clean(tmp_path: Path) -> None:
     client = _Client()
     with DockerEngine(client) as engine:
-        engine._runs.add("run-1")
+        engine.compile_unit_alone(_unit_compile("run-1", tmp_path))
+    assert client.containers.removed == ["started 1"]  # the compile removed its own container
+    assert client.containers.asked == []
+
+
+def test_a_container_of_no_run_leaves_the_engine_no_run_to_clean() -> None:
+    client = _Client()
+    with pytest.raises(RuntimeError), DockerEngine(client) as engine:
+        engine.image_pythons("wheelbuild-cuda131:test")  # a probe: the owner's label, no run's
+        raise RuntimeError("a bug above the engine")
+    assert RUN_LABEL not in client.containers.started[0]
     assert client.containers.asked == []
 
 
