@@ -50,13 +50,14 @@ OOM = OomEvidence(docker_oom_events=1, cgroup_oom_kills=1)
 COMPILE_ERROR = '/project/csrc/saxpy.cu(5): error: identifier "x" is undefined'
 
 # What an attempt does in the fake: "oom", "ok" (a wheel appears), or "error" (a compile error).
-Script = Iterator[str]
+Script = Iterator[str | AttemptResult]
 
 
 class FakeEngine:
-    """ports.Engine without Docker: each attempt ends as the script says; every call is noted."""
+    """ports.Engine without Docker: each attempt ends as the script says (or is the result given);
+    every call is noted."""
 
-    def __init__(self, *ends: str) -> None:
+    def __init__(self, *ends: str | AttemptResult) -> None:
         self.ends: Script = iter(ends)
         self.configs: list[AttemptConfig] = []
         self.reapers: list[str] = []
@@ -90,6 +91,8 @@ class FakeEngine:
     ) -> AttemptResult:
         self.configs.append(config)
         end = next(self.ends)
+        if isinstance(end, AttemptResult):
+            return end
         wheels: tuple[Path, ...] = ()
         if end == "ok":
             wheels = (
@@ -114,7 +117,7 @@ class FakeEngine:
         return 0
 
 
-def _engine(*ends: str) -> FakeEngine:
+def _engine(*ends: str | AttemptResult) -> FakeEngine:
     fake = FakeEngine(*ends)
     _: Engine = fake  # the fake is an Engine, as mypy sees it
     return fake
@@ -178,6 +181,45 @@ def test_an_oom_kill_of_the_smallest_plan_is_final_with_exit_43(
         "even the smallest plan (MAX_JOBS=1, NVCC_THREADS=1) was OOM-killed in 4.0 GiB after 2 attempt(s)"
     )
     assert caught.value.details == "Killed"  # the last attempt's log tail
+
+
+CICC_KILLED = "nvcc error   : 'cicc' died due to signal 9 (Kill signal)"
+
+
+@pytest.mark.parametrize(
+    ("evidence", "named"),
+    [
+        (OomEvidence(docker_oom_events=3), "docker oom event x3"),
+        (OomEvidence(state_oom_killed=True), "State.OOMKilled"),
+        (OomEvidence(cgroup_oom_kills=2), "cgroup oom_kill +2"),
+        (
+            OomEvidence(cgroup_oom_kills=1, killed_lines=(CICC_KILLED,)),
+            f"cgroup oom_kill +1; log: {CICC_KILLED}",
+        ),
+    ],
+)
+def test_what_a_build_says_of_an_oom_kill_names_its_evidence(
+    make_config: Callable[..., AttemptConfig],
+    make_result: Callable[..., AttemptResult],
+    evidence: OomEvidence,
+    named: str,
+) -> None:
+    """The messages a user sees: the retry line names the evidence; once the smallest plan is
+    killed too, the error (exit 43) says so, its details the last attempt's log."""
+    killed = make_result(f"[3/5] nvcc -c /project/csrc/scale.cu\n{CICC_KILLED}", oom=evidence)
+    reporter, out = _reporter()
+    with pytest.raises(OutOfMemory) as caught:
+        attempts_until_built(_engine(killed, killed), _plan(2, 1), _configure(make_config), reporter)
+    assert (
+        f"attempt 1 was OOM-killed ({named}); retrying at MAX_JOBS=1, NVCC_THREADS=1, "
+        "keeping every unit that finished"
+    ) in out.getvalue()
+    assert caught.value.exit_code == 43
+    assert caught.value.cause == (
+        "even the smallest plan (MAX_JOBS=1, NVCC_THREADS=1) was OOM-killed in 4.0 GiB after 2 attempt(s)"
+    )
+    assert "--memory" in caught.value.remedy
+    assert caught.value.details == f"[3/5] nvcc -c /project/csrc/scale.cu\n{CICC_KILLED}"
 
 
 def test_a_compile_error_is_final_and_not_retried(make_config: Callable[..., AttemptConfig]) -> None:

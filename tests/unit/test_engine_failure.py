@@ -1,5 +1,10 @@
-"""wheelbuild.run.attempt.raise_for_failure on log tails shaped like real cibuildwheel logs, and the
-ownership tokens that let a later run sweep an orphaned container."""
+"""How an attempt's end is classified (wheelbuild.run.attempt.classify) on log tails shaped like
+real cibuildwheel logs, with the error a build raises for it, and the ownership tokens that let a
+later run sweep an orphaned container.
+
+A build raises a failed attempt's error as it is, and retries an OOM kill at half the jobs: what
+it says of an OOM kill (the retry line naming the evidence, the final error) is tested through
+attempts_until_built in tests/unit/test_build_flow.py."""
 
 from __future__ import annotations
 
@@ -15,9 +20,13 @@ from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied,
 from wheelbuild.run.attempt import (
     AttemptConfig,
     AttemptResult,
+    Failed,
     OomEvidence,
+    OOMKilled,
+    Outcome,
+    Succeeded,
     cibuildwheel_env,
-    raise_for_failure,
+    classify,
 )
 from wheelbuild.run.buildlog import is_kill_line
 from wheelbuild.run.ownership import owner_alive as _owner_alive
@@ -67,18 +76,28 @@ def _log(*middle: str) -> str:
     return PREAMBLE + NINJA_FAILED + "".join(m + "\n" for m in middle) + TRACEBACK_END
 
 
+def _raise_as_the_build_does(result: AttemptResult) -> Outcome:
+    """What attempts_until_built does with an attempt's end: a failed one's error is raised as it is;
+    a success or an OOM kill (retried) is returned."""
+    outcome = classify(result)
+    if isinstance(outcome, Failed):
+        raise outcome.error
+    return outcome
+
+
 # ---------------------------------------------------------------------------------------------
 # Success
 
 
 def test_returncode_zero_with_a_wheel_does_not_raise(make_result: MakeResult, tmp_path: Path) -> None:
     wheel = tmp_path / "wbdemo-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
-    raise_for_failure(make_result("all good", returncode=0, wheels=(wheel,)))  # no exception
+    ended = _raise_as_the_build_does(make_result("all good", returncode=0, wheels=(wheel,)))
+    assert isinstance(ended, Succeeded)
 
 
 def test_returncode_zero_without_a_wheel_is_build_failed(make_result: MakeResult, tmp_path: Path) -> None:
     with pytest.raises(BuildFailed) as caught:
-        raise_for_failure(make_result("nothing to build", returncode=0))
+        _raise_as_the_build_does(make_result("nothing to build", returncode=0))
     assert type(caught.value) is BuildFailed
     assert caught.value.exit_code == 42
     assert caught.value.cause == "cibuildwheel exited with code 0 without a wheel"
@@ -88,7 +107,9 @@ def test_returncode_zero_without_a_wheel_is_build_failed(make_result: MakeResult
 def test_nonzero_returncode_with_a_stale_wheel_still_fails(make_result: MakeResult, tmp_path: Path) -> None:
     wheel = tmp_path / "old.whl"
     with pytest.raises(BuildFailed):
-        raise_for_failure(make_result("auditwheel: error: cannot repair", returncode=1, wheels=(wheel,)))
+        _raise_as_the_build_does(
+            make_result("auditwheel: error: cannot repair", returncode=1, wheels=(wheel,))
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +120,7 @@ def test_nonzero_returncode_with_a_stale_wheel_still_fails(make_result: MakeResu
 def test_compiler_diagnostic_is_compile_failed_naming_that_line(make_result: MakeResult, line: str) -> None:
     log = _log("/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc --generate-dependencies-with-compile ...", line)
     with pytest.raises(CompileFailed) as caught:
-        raise_for_failure(make_result(log))
+        _raise_as_the_build_does(make_result(log))
     assert caught.value.exit_code == 40
     assert caught.value.cause == f"compile failed: {line}"
     assert "not an out-of-memory kill" in caught.value.remedy
@@ -109,20 +130,20 @@ def test_compiler_diagnostic_is_compile_failed_naming_that_line(make_result: Mak
 def test_first_compiler_diagnostic_is_the_one_reported(make_result: MakeResult) -> None:
     log = _log(NVCC_ERROR, '/project/csrc/saxpy.cu(9): error: expected a ";"')
     with pytest.raises(CompileFailed) as caught:
-        raise_for_failure(make_result(log))
+        _raise_as_the_build_does(make_result(log))
     assert caught.value.cause == f"compile failed: {NVCC_ERROR}"
 
 
 def test_details_are_the_last_25_lines_of_the_tail(make_result: MakeResult) -> None:
     log = _log(NVCC_ERROR)
     with pytest.raises(CompileFailed) as caught:
-        raise_for_failure(make_result(log))
+        _raise_as_the_build_does(make_result(log))
     assert caught.value.details == "\n".join(log.splitlines()[-25:])
 
 
 def test_pip_and_python_error_lines_alone_are_not_compile_errors(make_result: MakeResult) -> None:
     with pytest.raises(BuildFailed) as caught:
-        raise_for_failure(make_result(_log(), returncode=1))
+        _raise_as_the_build_does(make_result(_log(), returncode=1))
     assert type(caught.value) is BuildFailed
     assert caught.value.cause == "cibuildwheel exited with code 1 without a wheel"
 
@@ -134,7 +155,7 @@ def test_pip_and_python_error_lines_alone_are_not_compile_errors(make_result: Ma
 def test_compiler_diagnostic_indented_by_pip_is_compile_failed(make_result: MakeResult, line: str) -> None:
     log = _log("  FAILED: /project/build/temp.linux-x86_64-cpython-311/csrc/saxpy.o", "  " + line)
     with pytest.raises(CompileFailed) as caught:
-        raise_for_failure(make_result(log))
+        _raise_as_the_build_does(make_result(log))
     assert caught.value.cause == f"compile failed: {line}"
 
 
@@ -171,14 +192,10 @@ def test_other_lines_are_not_kill_lines(line: str) -> None:
 @pytest.mark.parametrize("line", KILL_LINES)
 def test_killed_compiler_is_out_of_memory_not_compile_failed(make_result: MakeResult, line: str) -> None:
     evidence = OomEvidence(cgroup_oom_kills=1, killed_lines=(line.strip(),))
-    with pytest.raises(OutOfMemory) as caught:
-        raise_for_failure(make_result(_log(line), oom=evidence))
-    assert caught.value.exit_code == 43
-    assert caught.value.cause == (
-        f"a compiler was OOM-killed in attempt 1 (evidence: cgroup oom_kill +1; log: {line.strip()})"
-    )
-    assert "--memory" in caught.value.remedy
-    assert "--max-jobs" in caught.value.remedy
+    outcome = _raise_as_the_build_does(make_result(_log(line), oom=evidence))
+    assert isinstance(outcome, OOMKilled)  # retried at half the jobs, not reported as a compile error
+    # The evidence as the build's retry line names it (test_build_flow.py), the kill line agreed with.
+    assert outcome.result.oom.fired == ("cgroup oom_kill +1", f"log: {line.strip()}")
 
 
 @pytest.mark.parametrize("line", KILL_LINES)
@@ -188,7 +205,7 @@ def test_a_kill_line_alone_is_not_an_oom(make_result: MakeResult, line: str) -> 
     evidence = OomEvidence(killed_lines=(line.strip(),))
     assert evidence.fired == ()
     with pytest.raises(WheelbuildError) as caught:
-        raise_for_failure(make_result(_log(line), oom=evidence))
+        _raise_as_the_build_does(make_result(_log(line), oom=evidence))
     assert not isinstance(caught.value, OutOfMemory)
 
 
@@ -204,20 +221,21 @@ def test_each_kind_of_evidence_alone_is_out_of_memory(
     make_result: MakeResult, evidence: OomEvidence, named: str
 ) -> None:
     # The exit code says nothing (cibuildwheel exits 1, the container's PID 1 exits 0).
-    with pytest.raises(OutOfMemory) as caught:
-        raise_for_failure(make_result(_log(), oom=evidence))
-    assert named in caught.value.cause
+    outcome = _raise_as_the_build_does(make_result(_log(), oom=evidence))
+    assert isinstance(outcome, OOMKilled)
+    assert outcome.result.oom.fired == (named,)
 
 
 def test_kill_wins_over_a_compiler_diagnostic_in_the_same_tail(make_result: MakeResult) -> None:
     evidence = OomEvidence(docker_oom_events=1, killed_lines=("Killed",))
-    with pytest.raises(OutOfMemory):
-        raise_for_failure(make_result(_log(NVCC_ERROR, "Killed"), oom=evidence))
+    assert isinstance(
+        _raise_as_the_build_does(make_result(_log(NVCC_ERROR, "Killed"), oom=evidence)), OOMKilled
+    )
 
 
 def test_kill_text_without_evidence_is_not_an_oom(make_result: MakeResult) -> None:
     with pytest.raises(CompileFailed):
-        raise_for_failure(make_result(_log(NVCC_ERROR)))
+        _raise_as_the_build_does(make_result(_log(NVCC_ERROR)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +250,7 @@ def test_memory_not_applied_mark_is_memory_limit_not_applied(make_result: MakeRe
         "cibuildwheel: error: Command sh -c ... failed with code 86.\n"
     )
     with pytest.raises(MemoryLimitNotApplied) as caught:
-        raise_for_failure(make_result(log, returncode=1, memory_seen=None))
+        _raise_as_the_build_does(make_result(log, returncode=1, memory_seen=None))
     assert caught.value.exit_code == 41
     assert caught.value.cause == (
         "the build container runs without the memory limit it was given (it read no limit); Docker ignored --memory"
@@ -242,7 +260,7 @@ def test_memory_not_applied_mark_is_memory_limit_not_applied(make_result: MakeRe
 def test_memory_not_applied_reports_the_limit_it_read(make_result: MakeResult) -> None:
     log = "wheelbuild: memory limit not applied: the container runs without the requested limit\n"
     with pytest.raises(MemoryLimitNotApplied) as caught:
-        raise_for_failure(make_result(log, memory_seen=9223372036854771712))
+        _raise_as_the_build_does(make_result(log, memory_seen=9223372036854771712))
     assert "(it read 9223372036854771712)" in caught.value.cause
 
 
@@ -253,7 +271,7 @@ def test_torch_mismatch_mark_is_build_failed_naming_what_was_installed(make_resu
     )
     log = f"Running before_build...\nSuccessfully installed torch-2.10.0+cu128\n{line}\n"
     with pytest.raises(BuildFailed) as caught:
-        raise_for_failure(make_result(log))
+        _raise_as_the_build_does(make_result(log))
     assert type(caught.value) is BuildFailed
     assert caught.value.cause == (
         "torch mismatch: 2.10.0+cu128 with CUDA 12.8 was installed; the variant needs torch 2.11.* with CUDA 13.x"
@@ -294,28 +312,32 @@ def test_echoed_torch_check_command_is_not_a_torch_mismatch(
     echoed = _echoed_before_build(make_config())
     assert "wheelbuild: torch mismatch:" not in echoed
     with pytest.raises(CompileFailed):
-        raise_for_failure(make_result(echoed + _log(NVCC_ERROR)))
+        _raise_as_the_build_does(make_result(echoed + _log(NVCC_ERROR)))
 
 
 # cibuildwheel logs its options summary and `    + sh -c '<before_all>'`, both holding the
 # memory-missing mark's text: a whole wbdemo log is ~350 lines, so they sit inside the 400-line tail.
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [(NVCC_ERROR, CompileFailed), ("Killed", OutOfMemory)],
-    ids=["compile-error", "oom-kill"],
-)
+def _echoed_log(config: AttemptConfig, line: str) -> str:
+    return _options_summary(config) + _echoed_before_all(config) + _echoed_before_build(config) + _log(line)
+
+
 def test_echoed_memory_check_command_is_not_a_missing_memory_limit(
-    make_result: MakeResult,
-    make_config: Callable[..., AttemptConfig],
-    line: str,
-    expected: type[Exception],
+    make_result: MakeResult, make_config: Callable[..., AttemptConfig]
 ) -> None:
-    config = make_config()
-    log = _options_summary(config) + _echoed_before_all(config) + _echoed_before_build(config) + _log(line)
-    with pytest.raises(expected) as caught:
-        evidence = OomEvidence(docker_oom_events=1, killed_lines=("Killed",)) if line == "Killed" else None
-        raise_for_failure(make_result(log, memory_seen=6442450944, oom=evidence))
-    assert type(caught.value) is expected
+    log = _echoed_log(make_config(), NVCC_ERROR)
+    with pytest.raises(CompileFailed) as caught:
+        _raise_as_the_build_does(make_result(log, memory_seen=6442450944))
+    assert type(caught.value) is CompileFailed
+
+
+def test_echoed_memory_check_command_does_not_hide_an_oom_kill(
+    make_result: MakeResult, make_config: Callable[..., AttemptConfig]
+) -> None:
+    log = _echoed_log(make_config(), "Killed")
+    evidence = OomEvidence(docker_oom_events=1, killed_lines=("Killed",))
+    assert isinstance(
+        _raise_as_the_build_does(make_result(log, memory_seen=6442450944, oom=evidence)), OOMKilled
+    )
 
 
 # ---------------------------------------------------------------------------------------------
