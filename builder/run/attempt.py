@@ -477,10 +477,3 @@ def classify(result: AttemptResult) -> Outcome:
             details=tail,
         ),
     )
-
-
-def raise_for_failure(result: AttemptResult) -> None:
-    """Turn a failed attempt into the typed error that explains it."""
-    outcome = classify(result)
-    if isinstance(outcome, (OOMKilled, Failed)):
-        raise outcome.error
