@@ -13,12 +13,16 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
+from wheelbuild.run import ownership
 from wheelbuild.torch_releases import newest_release, read_torch_index
 from wheelbuild.variants import parse_variant
 
@@ -158,9 +162,100 @@ def containers_of_run(client: docker.DockerClient, run_id: str) -> list[str]:
     return [
         c.name
         for c in client.containers.list(
-            all=True, filters={"label": f"wheelbuild.run={run_id}"}, ignore_removed=True
+            all=True, filters={"label": f"{ownership.RUN_LABEL}={run_id}"}, ignore_removed=True
         )
     ]
+
+
+@dataclass(frozen=True)
+class Created:
+    """A container the engine reported created: its id, and its labels with the image and name."""
+
+    id: str
+    attributes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A wheelbuild run as a user would, and every container that process created while it ran,
+    read from the engine's events (each carries ownership.OWNER_LABEL naming its pid)."""
+
+    result: Completed
+    created: tuple[Created, ...]
+
+    def of_a_run(self) -> list[Created]:
+        """Those labelled with a run (attempts, gates, calibration compiles)."""
+        return [c for c in self.created if ownership.RUN_LABEL in c.attributes]
+
+    def left(self, client: docker.DockerClient) -> list[str]:
+        """Those still there."""
+        return [c.id[:12] for c in self.created if client.containers.list(all=True, filters={"id": c.id})]
+
+
+def wheelbuild_watched(
+    client: docker.DockerClient,
+    marker_image: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 1200,
+) -> Watched:
+    """wheelbuild(*args), with the engine's container events followed meanwhile. The events end
+    with a marker container this test creates and removes after the command: the engine sends
+    events in order, so once the marker's arrives, every earlier one has."""
+    # Subscribed once this returns (the engine has answered), before the command starts.
+    events = client.events(decode=True, filters={"type": "container", "label": ownership.OWNER_LABEL})
+    seen: list[dict[str, Any]] = []
+    threading.Thread(target=_follow, args=(events, seen), daemon=True).start()
+    try:
+        proc = subprocess.Popen(
+            [WHEELBUILD, *args], env={**os.environ, **(env or {})}, cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        stdout, stderr = proc.communicate(timeout=timeout)
+        marker = client.containers.create(
+            marker_image, ["true"], labels={ownership.OWNER_LABEL: ownership.owner_token()}
+        )
+        marker.remove()
+        deadline = time.monotonic() + 60
+        while not any(_created(e) and e["id"] == marker.id for e in list(seen)):
+            assert time.monotonic() < deadline, "the engine never reported the marker container"
+            time.sleep(0.05)
+    finally:
+        events.close()
+    created = tuple(
+        Created(e["id"], dict(e["Actor"]["Attributes"]))
+        for e in seen
+        if _created(e) and _owner_pid(e["Actor"]["Attributes"].get(ownership.OWNER_LABEL, "")) == proc.pid
+    )
+    return Watched(Completed(proc.returncode, stdout, stderr), created)
+
+
+def _follow(events: Any, seen: list[dict[str, Any]]) -> None:
+    try:
+        for event in events:
+            seen.append(event)
+    except Exception:  # the stream ends with an error when closed: that is how it stops
+        return
+
+
+def _created(event: dict[str, Any]) -> bool:
+    return event.get("Type") == "container" and event.get("Action") == "create"
+
+
+def _owner_pid(token: str) -> int | None:
+    """The pid in an owner token (host/boot/pidns:pid:start)."""
+    pid = token.partition(":")[2].partition(":")[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def poll_until(condition: Callable[[], object], timeout_s: float, step_s: float = 0.2) -> bool:
+    """The condition polled until it holds or the deadline passes: whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step_s)
+    return True
 
 
 def default_sigint() -> None:

@@ -29,7 +29,7 @@ import pytest
 from wheelbuild.run.cuda_redist import PINS_FILE, load_layer
 from wheelbuild.run.image import IMAGES_DIR
 
-from tests.integration.conftest import containers_of_run, wheelbuild
+from tests.integration.conftest import wheelbuild, wheelbuild_watched
 from tests.integration.cuda12_standins import CMAKE_WHEEL, cached_wheel, compiler_archives, cublas_archive
 
 STANDIN_NVCC = """#!/bin/sh
@@ -188,20 +188,21 @@ def test_wrong_hash_is_refused_and_nothing_is_kept(
     assert [p for p in cache.rglob("*") if p.is_file()] == []  # no partial, no poisoned cache entry
 
 
-def test_cu128_build_fails_fast_when_the_redist_server_is_unreachable(
-    cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
+def test_cu128_build_fails_before_any_container_when_the_redist_server_is_unreachable(
+    cuda_image: str, base_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/redist"
-    started = time.monotonic()
-    result = wheelbuild("build", "--torch", "cu128", "--output-dir", str(tmp_path / "out"), env={
-        "WHEELBUILD_CUDA_REDIST_URL": url, "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    watched = wheelbuild_watched(
+        docker_client, base_image, "build", "--torch", "cu128", "--output-dir", str(tmp_path / "out"),
+        env={"WHEELBUILD_CUDA_REDIST_URL": url, "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    result = watched.result
     assert result.returncode == 23, result.stdout[-2000:] + result.stderr
-    assert time.monotonic() - started < 60
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
     assert f"{url}/cuda_nvcc/linux-x86_64/cuda_nvcc-linux-x86_64-12.8.93-archive.tar.xz" in error
     assert "WHEELBUILD_CUDA_REDIST_URL" in result.stderr and "--cuda12-image" in result.stderr
     assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
-    assert containers_of_run(docker_client, result.run_id) == []
+    assert watched.created == ()  # no image probe, no attempt: it stopped at the download
 
 
 def _paths(pins: Path) -> list[str]:
