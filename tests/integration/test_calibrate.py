@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.plan.calibration import read_measurements
 
-from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes
+from tests.integration.conftest import REPO, TORCH_INDEX, WHEELBUILD, compiler_processes, poll_until
 
 SHARED = REPO.parent / "shared" / "calibration" / "flash-attn-2.8.3-cuda13.0.tsv"
 GIB = 1024**3
@@ -33,13 +33,16 @@ def _calibrate(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     cuda_image: str, tmp_path: Path
 ) -> None:
+    started = time.monotonic()
     done = _calibrate(tmp_path, "--sample", "1", "--archs", "100", "--threads", "1")
+    ran_s = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     profile = tmp_path / "profiles" / "flash-attn-2.8.3-cuda13.1.tsv"
     (row,) = read_measurements(profile.with_suffix(".measured.tsv").read_text())
     assert row.unit.endswith("flash_fwd_hdim32_bf16_causal_sm80.cu") and row.archs == (100,) and not row.oom
     # A forward kernel for one arch: the shared table measured 4.0-4.8 GiB and ~110 s on 2 cores.
-    assert 1 * GIB < row.peak < 10 * GIB and 10 < row.wall_s < 1200, row
+    # Its time depends on the machine and its load; it is measured within the command's own.
+    assert 1 * GIB < row.peak < 10 * GIB and 0 < row.wall_s < ran_s, row
     assert f"profile: {profile}" in done.stdout
 
     plan = subprocess.run(
@@ -48,8 +51,7 @@ def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     )  # fmt: skip
     assert plan.returncode == 0, plan.stderr
     assert "calibrated on CUDA 13.1 from 1 sampled unit" in plan.stdout
-    time.sleep(1)
-    assert compiler_processes() == []
+    assert poll_until(lambda: compiler_processes() == [], timeout_s=30), compiler_processes()
 
 
 @pytest.mark.hours

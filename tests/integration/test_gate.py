@@ -4,8 +4,8 @@ every extension module and package imported. A good wheel passes; an extension t
 function nobody defines builds, links, and is refused at the gate with the symbol named,
 demangled; publish refuses it too, and checks a wheel without a report statically, saying so.
 
-No GPU here and no NVIDIA runtime: the smoke test is recorded as skipped with that reason (it
-runs where a daemon has the runtime; images/smoke/)."""
+Without an NVIDIA runtime in the Docker daemon (as on these machines) the smoke test is recorded as
+skipped with that reason; where a daemon has one it runs on the GPU (images/smoke/)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,21 @@ import docker
 from tests.integration.conftest import TORCH_INDEX, FixtureBuild, containers_of_run, newest_cu130, wheelbuild
 
 
-def test_a_good_wheel_passes_the_gate_and_inspect_shows_it(fixture_build: FixtureBuild) -> None:
+def test_a_good_wheel_passes_the_gate_and_inspect_shows_it(
+    fixture_build: FixtureBuild, docker_client: docker.DockerClient
+) -> None:
     gates = fixture_build.report["gate"]
     assert [g["wheel"] for g in gates] == [fixture_build.wheel.name]
     gate = gates[0]
     assert gate["passed"] is True and gate["install_error"] is None
     assert [(i["module"], i["ok"]) for i in gate["imports"]] == [("wbdemo._C", True), ("wbdemo", True)]
     assert gate["torch"].startswith(newest_cu130().version) and "CUDA 13" in gate["torch"]
-    assert gate["smoke"]["status"] == "skipped" and "no NVIDIA runtime" in gate["smoke"]["reason"]
+    smoke = gate["smoke"]
+    if "nvidia" in (docker_client.info().get("Runtimes") or {}):
+        # A GPU reached the gate: the kernels ran on it, or it is one the wheel holds no code for.
+        assert smoke["status"] == "passed" or "the wheel holds [100, 120]" in smoke["reason"], smoke
+    else:
+        assert smoke["status"] == "skipped" and "no NVIDIA runtime" in smoke["reason"], smoke
     assert fixture_build.report["abi"][0]["fits"] is True
     assert "import gate: passed (imported wbdemo._C, wbdemo" in fixture_build.result.stdout
     shown = wheelbuild("inspect", str(fixture_build.wheel))

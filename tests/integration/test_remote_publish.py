@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from tests.indexkit import check_tree
-from tests.integration.conftest import REPO, FixtureBuild
+from tests.integration.conftest import REPO, FixtureBuild, poll_until
 
 SSHD_DIR = REPO / "tests" / "fixtures" / "sshd"
 TREE = "/srv/wheels/cu130"
@@ -124,25 +124,33 @@ def test_publish_to_a_remote_tree_over_ssh_and_rsync(
 def test_a_remote_publish_waits_for_the_remote_trees_lock(
     fixture_build: FixtureBuild, ssh_host: SshHost, tmp_path: Path
 ) -> None:
-    ssh_host.sh(f"rm -rf {TREE} && mkdir -p {TREE}")
-    # Another publisher (here: flock on the host itself) holds the tree's lock.
-    holder = ssh_host.container.exec_run(
-        ["sh", "-c", f"flock -x {TREE}/.lock sh -c 'touch /tmp/held; sleep 6'"], detach=True
-    )
+    ssh_host.sh(f"rm -rf {TREE} /tmp/held /tmp/release && mkdir -p {TREE}")
+    # Another publisher (here: flock on the host itself) holds the tree's lock until told to let go.
+    hold = "touch /tmp/held; until [ -e /tmp/release ]; do sleep 0.1; done"
+    holder = ssh_host.container.exec_run(["sh", "-c", f"flock -x {TREE}/.lock sh -c '{hold}'"], detach=True)
     del holder
-    deadline = time.monotonic() + 10
-    while "held" not in ssh_host.sh("ls /tmp"):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    started = time.monotonic()
+    assert poll_until(lambda: "held" in ssh_host.sh("ls /tmp"), timeout_s=30), (
+        "the holder never took the lock"
+    )
     waiting = _publish(ssh_host, fixture_build.wheel)
-    time.sleep(3)
-    assert waiting.poll() is None, "publish did not wait for the lock"
-    assert ssh_host.sh(f"ls -A {TREE}").split() == [".lock"]  # nothing written meanwhile
+    try:
+        # The publish's own flock (the one with a wait limit) is on the host, waiting for the lock.
+        assert poll_until(lambda: _lock_waiters(ssh_host) == 1, timeout_s=120), (
+            "publish never asked for the lock"
+        )
+        assert waiting.poll() is None, "publish ended while another held the lock"
+        assert ssh_host.sh(f"ls -A {TREE}").split() == [".lock"]  # nothing written meanwhile
+    finally:
+        ssh_host.sh("touch /tmp/release")
     out, err = waiting.communicate(timeout=300)
     assert waiting.returncode == 0, out + err
-    assert time.monotonic() - started >= 4  # it got the lock only when the holder let go
     assert list(check_tree(ssh_host.fetch_tree(tmp_path))) == ["wbdemo"]
+
+
+def _lock_waiters(host: SshHost) -> int:
+    """Processes on the host running publish's `flock -x -w ...` on the tree's lock."""
+    listing = host.sh("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null")
+    return sum(line.startswith("flock -x -w ") and f"{TREE}/.lock" in line for line in listing.splitlines())
 
 
 def test_an_unreachable_host_is_a_clear_error(fixture_build: FixtureBuild, tmp_path: Path) -> None:

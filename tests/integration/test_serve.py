@@ -600,8 +600,9 @@ def test_a_files_folder_that_is_a_link_serves_its_wheels(tmp_path: Path) -> None
 
 def test_load_with_auth_good_and_bad_clients(tree: Path, tmp_path: Path) -> None:
     """4 good clients (200 requests: pages, JSON, metadata, the wheel) and 3 bad-credential
-    clients (150 requests, each client from its own address) at once, for at most ~20 s: no 500, every
-    good request a 200; the good ones' p50/p99 go to stdout and to a JSON file."""
+    clients (150 requests, each client from its own address) at once, each to its last request:
+    no 500, every good request a 200; the good ones' p50/p99 go to stdout and to a JSON file
+    (figures, not limits: a loaded machine is slower, not wrong)."""
     path = tmp_path / "htpasswd"
     path.write_text(
         f"alice:{bcrypt.hashpw(b'alice-pw', bcrypt.gensalt(rounds=10)).decode()}\n"
@@ -609,7 +610,6 @@ def test_load_with_auth_good_and_bad_clients(tree: Path, tmp_path: Path) -> None
         + base64.b64encode(hashlib.sha1(b"carol-pw").digest()).decode()
         + "\n"
     )
-    deadline = time.monotonic() + 20
     good_paths = [
         ("/simple/", {}),
         ("/simple/wbtiny/", {"Accept": PIP_ACCEPT}),
@@ -624,8 +624,6 @@ def test_load_with_auth_good_and_bad_clients(tree: Path, tmp_path: Path) -> None
         source = "127.0.0.1" if kind == "good" else f"127.0.4.{number + 1}"
         user = ("alice", "alice-pw") if number % 2 == 0 else ("carol", "carol-pw")
         for n in range(count):
-            if time.monotonic() > deadline:
-                return
             if kind == "good":
                 where, headers = good_paths[n % len(good_paths)]
                 auth = user
@@ -643,11 +641,11 @@ def test_load_with_auth_good_and_bad_clients(tree: Path, tmp_path: Path) -> None
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=30)
+            thread.join(timeout=600)  # a hang guard
         assert not any(thread.is_alive() for thread in threads)
 
     good = [took for _status, took in results["good"]]
-    assert len(good) == 200, "the load did not finish within its 20 s"
+    assert len(good) == 200
     assert {status for status, _took in results["good"]} == {200}
     assert {status for status, _took in results["bad"]} <= {401, 429}
     assert 429 in {status for status, _took in results["bad"]}

@@ -10,12 +10,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -349,54 +351,71 @@ def test_a_command_without_a_source_is_not_admitted(bench: Bench) -> None:
 # --- (f) fairness ---------------------------------------------------------------------------------
 
 
-def relay(bench: Bench, *, seconds: float) -> tuple[float | None, list[str]]:
+@dataclass(frozen=True)
+class Relay:
+    big_started: bool
+    big_arrived: float  # time.time() of big.cu's arrival, as its wrapper wrote it in the ledger
+    passed: dict[str, float]  # small unit -> when it was admitted past big.cu, as its wrapper wrote it
+
+
+def relay(bench: Bench, *, passes: int | None, start_within: float, window: float = math.inf) -> Relay:
     """Budget 10: small units of 5 (two fit) keep one always running, handing over one by one, so
     big.cu (10, needs an empty ledger) only gets in when newer small units stop passing it.
-    Returns when big.cu started after it queued (None: not within `seconds`) and the small units
-    that started before it."""
+    Each newer small unit is given `start_within` seconds to start; one that does not is taken as
+    refused, and every small unit is let go so that big.cu can get in. Ends once big.cu started,
+    once `passes` small units passed it, or once one passed it later than `window` seconds after
+    it arrived (by the wrappers' clock)."""
     small = iter(f"small{i}.cu" for i in range(100))
     running = [next(small), next(small)]
     for name in running:
         bench.start(name, "--hold")
     bench.wait_for(lambda: all(bench.started(n) for n in running), what="the first small units")
-    bench.queue("big.cu", "--sleep", "0.1")
-    queued = time.monotonic()
-    passed: list[str] = []
-    while time.monotonic() - queued < seconds and not bench.started("big.cu"):
+    big = bench.queue("big.cu", "--sleep", "0.1")
+    arrived = bench.ledger()["waiting"][str(big.pid)]["since"]
+    passed: dict[str, float] = {}
+    guard = time.monotonic() + 60  # a hang guard, not a time limit
+
+    def more() -> bool:
+        late = any(at - arrived > window for at in passed.values())
+        return not bench.started("big.cu") and not late and (passes is None or len(passed) < passes)
+
+    while more():
+        assert time.monotonic() < guard, f"the relay did not end: {passed}"
         name = next(small)
-        bench.queue(name, "--hold")
+        pid = str(bench.queue(name, "--hold").pid)
         bench.go(running.pop(0))  # one small unit ends: room for 5 again, not for 10
-        deadline = time.monotonic() + 0.8
+        deadline = time.monotonic() + start_within
         while time.monotonic() < deadline and not (bench.started(name) or bench.started("big.cu")):
             time.sleep(0.02)
-        if bench.started(name):
-            passed.append(name)
+        if bench.started(name) and (admitted := bench.ledger()["running"].get(pid)):
+            passed[name] = admitted["since"]
             running.append(name)
-        else:  # refused though it fits: big.cu waited too long; let the last running one end
-            for other in running:
+        else:  # refused though it fits: big.cu waited too long; let every small unit end
+            for other in [*running, name]:
                 bench.go(other)
             running = []
-            bench.wait_for(lambda: bench.started("big.cu"), timeout=3, what="big.cu after the drain")
-    big_start = bench.started("big.cu")
-    return (None if big_start is None else time.monotonic() - queued), passed
+            bench.wait_for(lambda: bench.started("big.cu"), what="big.cu after the drain")
+    return Relay(bench.started("big.cu") is not None, arrived, passed)
 
 
 def test_fairness_a_big_unit_is_not_passed_after_the_window(bench: Bench) -> None:
     bench.configure(budget=10, default=5, units={"big.cu": 10}, fairness=1.0)
-    waited, passed = relay(bench, seconds=6)
+    done = relay(bench, passes=None, start_within=0.8, window=1.0)
     # Passed while within its window (how often depends on the machine's speed), then no more:
-    # the running small unit ends and big.cu gets in.
-    assert waited is not None and waited < 1.0 + 2.0, f"big.cu waited {waited}"
-    assert len(passed) <= 5
+    # the running small unit ends and big.cu gets in. Each pass is judged by the wrappers' own
+    # clock, as the rule is: admitted at most 1 s (the window) after big.cu arrived.
+    late = {name: at - done.big_arrived for name, at in done.passed.items() if at - done.big_arrived > 1.0}
+    assert late == {}, f"passed big.cu after its window: {late}"
+    assert done.big_started
     bench.wait_for(lambda: (bench.record / "big.cu.json").exists(), what="big.cu to finish")
 
 
 def test_without_the_fairness_window_small_units_keep_passing(bench: Bench) -> None:
-    # The control: with a window longer than the test, big.cu waits for as long as the relay runs.
+    # The control: with a window longer than the test, every newer small unit passes big.cu.
     bench.configure(budget=10, default=5, units={"big.cu": 10}, fairness=3600)
-    waited, passed = relay(bench, seconds=2.5)
-    assert waited is None
-    assert len(passed) >= 3
+    done = relay(bench, passes=3, start_within=30)
+    assert not done.big_started
+    assert len(done.passed) == 3
 
 
 # --- the pieces -----------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -283,14 +282,13 @@ def test_reach_all_gives_up_at_its_deadline_on_a_server_that_never_answers(serve
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections (the kernel does), never answers
     try:
-        started = time.monotonic()
         found = doctor_facts.reach_all(
             {"a": f"http://127.0.0.1:{silent.getsockname()[1]}/", "b": f"http://{server}/ok/"}, deadline_s=1.0
         )
-        assert time.monotonic() - started < 2.5
     finally:
         silent.close()
-    assert found["a"].status is None and "no answer within 1 s" in found["a"].error
+    # Only the deadline says this: a request that waited out its own timeout (5 s) would say "timed out".
+    assert found["a"].status is None and found["a"].error == "no answer within 1 s"
     assert found["b"].status == 200
 
 

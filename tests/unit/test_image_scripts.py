@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,10 +70,12 @@ def test_calibrate_unit_runs_the_compiler_with_pythons_include_and_reports_its_c
     _cgroup_v1(tmp_path / "cg", peak=2_500_000_000, ooms=0)
     argv = tmp_path / "argv"
     nvcc = _stub(tmp_path / "nvcc", f'printf "%s\\n" "$@" > {argv}; echo compiling\n')
+    started = time.monotonic()
     done = _sh(
         "wheelbuild-calibrate-unit", str(nvcc), "-c", "/src/csrc/unit.cu",
         env={"WHEELBUILD_CGROUP_ROOT": str(tmp_path / "cg"), "PYTHON": sys.executable},
     )  # fmt: skip
+    ran_s = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     include = subprocess.run(
         [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
@@ -83,7 +86,7 @@ def test_calibrate_unit_runs_the_compiler_with_pythons_include_and_reports_its_c
     assert lines[-1].startswith(CALIBRATE_MARK)
     result = parse_unit_report(lines, 0)
     assert (result.returncode, result.peak, result.oom) == (0, 2_500_000_000, False)
-    assert 0 <= result.wall_s < 30
+    assert 0 <= result.wall_s <= ran_s  # the compiler's time, measured within the script's run
 
 
 def test_calibrate_unit_reports_a_compiler_killed_at_the_limit_as_an_oom(tmp_path: Path) -> None:
