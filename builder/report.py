@@ -52,6 +52,9 @@ __all__ = [
 SCHEMA = 1  # the newest this wheelbuild writes and reads; absent in a file means 1
 REPORT_NAME = "build-report.json"
 MAX_REPORT_SIZE = 64 * 1024**2  # a report is tens of KiB; this only bounds a hostile one
+# Every number a report holds is a size in bytes (an int64 at most), a time or a count: past
+# this it is damage, and a page that drew it to scale would need memory without end.
+MAX_REPORT_NUMBER = 2**64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,7 +374,12 @@ def read_report_json(path: Path) -> Json:
     target = path / REPORT_NAME if path.is_dir() else path
     try:
         # JSONDecodeError and UnicodeDecodeError are ValueErrors; deep nesting is a RecursionError.
-        found = json.loads(read_bounded(target, MAX_REPORT_SIZE))
+        found = json.loads(
+            read_bounded(target, MAX_REPORT_SIZE),
+            parse_int=_bounded_int,
+            parse_float=_bounded_float,
+            parse_constant=_no_constant,
+        )
         if not isinstance(found, dict):
             raise RecordError(f"it holds a JSON {type(found).__name__}, not an object")
         _schema(found)
@@ -387,6 +395,36 @@ def read_report_json(path: Path) -> Json:
     except (ValueError, RecursionError) as error:
         raise _unreadable(target, f"it is not readable JSON ({error})") from None
     return dict(found)
+
+
+def _out_of_range(text: str) -> RecordError:
+    shown = text if len(text) <= 24 else f"{text[:12]}…({len(text)} characters)"
+    return RecordError(
+        f"it holds the number {shown}, out of any real range (no size, time or count in a report "
+        f"passes 2**64)"
+    )
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer within ±MAX_REPORT_NUMBER; its digits are counted before it is converted
+    (Python refuses over 4,300 of them, and nothing real has over 20)."""
+    if len(text.lstrip("-")) > 20 or abs(number := int(text)) > MAX_REPORT_NUMBER:
+        raise _out_of_range(text)
+    return number
+
+
+def _bounded_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, finite and within ±MAX_REPORT_NUMBER (1e400
+    reads as inf)."""
+    number = float(text)
+    if not abs(number) <= MAX_REPORT_NUMBER:
+        raise _out_of_range(text)
+    return number
+
+
+def _no_constant(text: str) -> float:
+    """NaN, Infinity and -Infinity: Python's JSON reads them, JSON has none, and no report holds one."""
+    raise RecordError(f"it holds {text}, which is not a number a report holds")
 
 
 def read_report(path: Path) -> BuildReport:

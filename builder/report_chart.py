@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .units import MAX_MEMORY
+
 if TYPE_CHECKING:  # the page reads the attempt; the chart only draws it
     from .report_html import ChartedAttempt
 
@@ -16,18 +18,47 @@ if TYPE_CHECKING:  # the page reads the attempt; the chart only draws it
 WIDTH, HEIGHT = 860, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 16, 40
 
+# What a page draws or prints, at most. No machine has 4 EiB, so a memory limit above it is
+# cgroup v1's "no limit" (2**63 - 4096), and any other size above it is not a measurement; no
+# attempt runs for a year. Values past these are left out with a note, never drawn to scale.
+MAX_BYTES = MAX_MEMORY
+MAX_SECONDS = 366 * 24 * 3600
+OUT_OF_RANGE = "out of range"
+MIB = 1024**2
+
 
 def number_of(value: object) -> float | None:
-    """A finite JSON number, or None (bool is not a number here; NaN and inf are refused)."""
+    """A finite JSON number, or None (bool is not a number here; NaN, inf and an int past a
+    float's range are refused)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        n = float(value)
+    except OverflowError:  # 10**400
+        return None
+    return n if math.isfinite(n) else None
+
+
+def within(value: object, top: float) -> float | None:
+    """A number from 0 to *top* (MAX_BYTES, MAX_SECONDS), or None."""
+    n = number_of(value)
+    return n if n is not None and 0 <= n <= top else None
+
+
+def out_of_range(value: object, top: float) -> bool:
+    """A number (infinite or past a float's range included; NaN is none), but not one from 0 to
+    *top*: to be left out with a note."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not (isinstance(value, float) and math.isnan(value)) and within(value, top) is None
 
 
 def size_text(value: object) -> str:
     n = number_of(value)
     if n is None:
         return "—"
+    if abs(n) > MAX_BYTES:
+        return OUT_OF_RANGE
     for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(n) >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -38,6 +69,8 @@ def seconds_text(value: object) -> str:
     n = number_of(value)
     if n is None:
         return "—"
+    if abs(n) > MAX_SECONDS:
+        return OUT_OF_RANGE
     if n >= 3600:
         return f"{int(n // 3600)} h {int(n % 3600 // 60)} min"
     if n >= 120:
@@ -46,13 +79,13 @@ def seconds_text(value: object) -> str:
 
 
 def _ticks(top: float) -> list[float]:
-    """Gridlines for 0..top bytes: a round step in GiB or MiB, about five of them."""
-    step = 1024**2
-    for candidate in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
-        step = candidate * 1024**2
-        if top / step <= 6:
-            break
-    return [i * step for i in range(int(top // step) + 1)]
+    """Gridlines for 0..top bytes: a step of 64 MiB times a power of two, the smallest that
+    makes at most six steps, so there are at most seven lines whatever *top* is."""
+    if not (math.isfinite(top) and top > 0):
+        return [0.0]
+    doublings = max(0, math.ceil(math.log2(top / (6 * 64 * MIB))))
+    step = 64 * MIB * 2.0**doublings
+    return [i * step for i in range(min(int(top // step), 6) + 1)]
 
 
 @dataclass(frozen=True)
@@ -136,6 +169,8 @@ def _levels(a: ChartedAttempt, s: _Scale) -> list[str]:
             f'<line class="limit" x1="{LEFT}" x2="{LEFT + s.plot_w}" y1="{s.y(a.limit)}" y2="{s.y(a.limit)}"/>'
         )
         labels.append((s.y(a.limit), "limit-label", f"limit {size_text(a.limit)}"))
+    elif a.unlimited:
+        labels.append((float(TOP), "limit-label", "no limit"))
     if a.predicted is not None:
         parts.append(
             f'<line class="predicted" x1="{LEFT}" x2="{LEFT + s.plot_w}" y1="{s.y(a.predicted)}" y2="{s.y(a.predicted)}"/>'

@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .report import read_report_json
-from .report_chart import chart, number_of, seconds_text, size_text
+from .report_chart import (
+    MAX_BYTES,
+    MAX_SECONDS,
+    OUT_OF_RANGE,
+    chart,
+    number_of,
+    out_of_range,
+    seconds_text,
+    size_text,
+    within,
+)
 from .wheel.abi3 import python_tag
 
 __all__ = ["HTML_NAME", "load_report", "render", "write_beside"]
@@ -71,10 +81,25 @@ class ChartedAttempt:
     unit_times: tuple[float, ...]
     units_finished: float | None
     returncode: float | None
+    unlimited: bool = False  # the container saw no memory limit (cgroup v1's 2**63 - 4096)
+    left_out: tuple[str, ...] = ()  # the fields out of range, not drawn: "peak_memory"
+    samples_left_out: int = 0  # memory samples out of range, not drawn
 
     @property
     def killed(self) -> bool:
         return bool(self.oom_evidence)
+
+    @property
+    def limit_text(self) -> str:
+        return "no limit" if self.unlimited else self.size("limit", self.limit)
+
+    @property
+    def duration_text(self) -> str:
+        return OUT_OF_RANGE if "duration_s" in self.left_out else seconds_text(self.duration)
+
+    def size(self, key: str, value: float | None) -> str:
+        """The size read from the report's *key*, or that it was out of range."""
+        return OUT_OF_RANGE if key in self.left_out else size_text(value)
 
     @property
     def outcome(self) -> str:
@@ -88,29 +113,51 @@ class ChartedAttempt:
 def _attempt(record: Mapping[str, object], plan: Mapping[str, object], last: bool) -> ChartedAttempt:
     series = _dict(record.get("memory_series"))
     points = []
+    dropped = 0
     for point in _list(series.get("points"))[:MAX_POINTS]:
         pair = _list(point)
-        if len(pair) == 2 and (t := number_of(pair[0])) is not None and (v := number_of(pair[1])) is not None:
+        if len(pair) != 2:
+            continue
+        t, v = number_of(pair[0]), number_of(pair[1])
+        if t is not None and v is not None and t <= MAX_SECONDS and v <= MAX_BYTES:
             points.append((max(0.0, t), max(0.0, v)))
+        elif (t is not None or out_of_range(pair[0], MAX_SECONDS)) and (
+            v is not None or out_of_range(pair[1], MAX_BYTES)
+        ):
+            dropped += 1  # numbers, but past what a clock or a machine reaches; junk goes unmentioned
     points.sort()
     units = [_dict(u) for u in _list(record.get("units"))[:MAX_ROWS]]
     # Reports from before attempts carried their own prediction: the plan's is the last attempt's.
-    predicted = number_of(record.get("predicted_peak"))
-    if predicted is None and last:
-        predicted = number_of(plan.get("predicted_peak"))
+    predicted = record.get("predicted_peak")
+    if number_of(predicted) is None and last:
+        predicted = plan.get("predicted_peak")
+    seen = number_of(record.get("memory_limit_seen"))
+    unlimited = seen is not None and seen > MAX_BYTES  # cgroup v1 writes "no limit" as 2**63 - 4096
+    limit = None if unlimited else (record.get("memory_limit_seen") if seen else record.get("memory"))
+    sizes = {"limit": limit, "peak_memory": record.get("peak_memory"), "predicted_peak": predicted}
+    left_out = [key for key, value in sizes.items() if out_of_range(value, MAX_BYTES)]
+    left_out += ["duration_s"] if out_of_range(record.get("duration_s"), MAX_SECONDS) else []
     return ChartedAttempt(
         number=_plain(record.get("attempt")),
-        limit=number_of(record.get("memory_limit_seen")) or number_of(record.get("memory")),
-        predicted=predicted,
-        peak=number_of(record.get("peak_memory")),
-        duration=number_of(record.get("duration_s")),
+        limit=within(limit, MAX_BYTES),
+        predicted=within(predicted, MAX_BYTES),
+        peak=within(record.get("peak_memory"), MAX_BYTES),
+        duration=within(record.get("duration_s"), MAX_SECONDS),
         points=tuple(points),
-        oom_at=tuple(t for t in map(number_of, _list(record.get("oom_at_s"))[:100]) if t is not None),
+        oom_at=_times(_list(record.get("oom_at_s"))[:100]),
         oom_evidence=tuple(_text(e) for e in _list(record.get("oom_evidence"))[:20]),
-        unit_times=tuple(t for t in (number_of(u.get("finished_s")) for u in units) if t is not None),
+        unit_times=_times([u.get("finished_s") for u in units]),
         units_finished=number_of(record.get("units_finished")),
         returncode=number_of(record.get("returncode")),
+        unlimited=unlimited,
+        left_out=tuple(left_out),
+        samples_left_out=dropped,
     )
+
+
+def _times(values: Sequence[object]) -> tuple[float, ...]:
+    """The times among *values* that can be drawn: seconds from 0 to MAX_SECONDS."""
+    return tuple(t for t in (within(v, MAX_SECONDS) for v in values) if t is not None)
 
 
 def _model_error(record: Mapping[str, object]) -> list[str]:
@@ -127,11 +174,11 @@ def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
     facts = [
         f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
         f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
-        f"peak {size_text(a.peak)} of {size_text(a.limit)}",
-        f"predicted {size_text(a.predicted)}",
+        f"peak {a.size('peak_memory', a.peak)} of {a.limit_text}",
+        f"predicted {a.size('predicted_peak', a.predicted)}",
         *_model_error(record),
         f"units finished {_e(a.units_finished) if a.units_finished is not None else '—'}",
-        f"{seconds_text(a.duration)}",
+        f"{a.duration_text}",
     ]
     why = ""
     if a.killed:
@@ -140,12 +187,18 @@ def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
         )
     note = (
         ""
-        if a.points
+        if a.points or a.samples_left_out
         else (
             '<p class="note">No memory series in this report (written before wheelbuild recorded one): '
             "only the sampled peak is drawn.</p>"
         )
     )
+    left_out = [*a.left_out, *([f"{a.samples_left_out} memory sample(s)"] if a.samples_left_out else [])]
+    if left_out:
+        note += (
+            '<p class="note out-of-range">Not drawn, out of any real range (a damaged report?): '
+            f"{html.escape(', '.join(left_out))}.</p>"
+        )
     return (
         f'<section class="attempt" id="attempt-{html.escape(a.number)}">\n'
         f"<h3>Attempt {html.escape(a.number)}</h3>\n"
@@ -197,13 +250,13 @@ def _attempt_rows(
                 html.escape(a.outcome),
                 _e(r.get("max_jobs")),
                 _e(r.get("nvcc_threads")),
-                size_text(a.limit),
-                size_text(a.peak),
+                a.limit_text,
+                a.size("peak_memory", a.peak),
                 size_text(r.get("peak_memory_compile")),
-                size_text(a.predicted),
+                a.size("predicted_peak", a.predicted),
                 _e(a.units_finished) if a.units_finished is not None else "—",
                 f"{_e(r.get('cache_hits'))} / {_e(r.get('cache_misses'))}",
-                seconds_text(a.duration),
+                a.duration_text,
                 seconds_text(r.get("build_s")),
                 "; ".join(html.escape(e) for e in a.oom_evidence) or "—",
             ]

@@ -6,6 +6,7 @@ import html
 import itertools
 import json
 import re
+import resource
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -234,3 +235,79 @@ def test_the_contract_shows_what_the_build_set_rewrote_linked_and_kept_off_escap
 def test_a_report_from_before_the_contract_says_it_was_not_recorded() -> None:
     page = report_html.render(synthetic_report())
     assert "Not recorded in this report." in page[page.index("Built here, for the archs asked") :]
+
+
+# -- numbers no machine measures ----------------------------------------------------------------
+
+CGROUP_V1_NO_LIMIT = 9223372036854771712  # memory.limit_in_bytes of a v1 cgroup without a limit
+ADDRESS_SPACE_CAP = 1024**3  # a page needs tens of MiB; over this the command fails, not the machine
+
+
+def _capped_report(path: Path) -> subprocess.CompletedProcess[str]:
+    """`wheelbuild report` on *path*, run under a 1 GiB address-space limit: a renderer that
+    sizes anything by a number in the report fails here (MemoryError) instead of filling the
+    machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
+
+    return subprocess.run(
+        [WHEELBUILD, "report", str(path)], capture_output=True, text=True, check=False, preexec_fn=cap
+    )
+
+
+def test_a_cgroup_without_a_limit_is_drawn_as_no_limit_and_absurd_sizes_are_left_out(tmp_path: Path) -> None:
+    report = synthetic_report()
+    killed = report["attempts"][0]
+    killed["memory_limit_seen"] = CGROUP_V1_NO_LIMIT
+    killed["peak_memory"] = 2**64 - 1  # a JSON number the reader takes, but no machine's size
+    killed["duration_s"] = 10.0**15
+    killed["memory_series"]["points"].append([5.0, 2**63])
+    (tmp_path / "build-report.json").write_text(json.dumps(report))
+    done = _capped_report(tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "build-report.html").read_text()
+    first, second = (
+        section.split("</section>")[0] for section in page.split('<section class="attempt"')[1:3]
+    )
+    assert "no limit" in first and "no limit" not in second  # the second attempt ran in 3 GiB
+    assert 'class="limit"' not in first and 'class="limit"' in second  # no line drawn for it
+    for chart in (first, second):
+        assert 1 < chart.count('class="grid"') <= 7  # gridlines bounded whatever the top
+    note = dom(first).having("p", "out-of-range")
+    assert note and "peak_memory, duration_s, 1 memory sample(s)" in first
+    killed_row = _rows(page, "attempts")[0]
+    assert killed_row[4:6] == ["no limit", "out of range"]  # the limit and peak cells
+
+
+@pytest.mark.parametrize(
+    "number",
+    ["1e308", "1e400", str(10**400), "9" * 5000, "NaN", "-Infinity", str(2**64 + 1)],
+    ids=["1e308", "inf-by-exponent", "10**400", "5000-digits", "nan", "minus-infinity", "2**64+1"],
+)
+def test_a_report_with_a_number_past_any_real_range_is_refused_in_one_line(
+    tmp_path: Path, number: str
+) -> None:
+    report = synthetic_report()
+    text = json.dumps(report).replace('"memory_limit_seen": 3221225472', f'"memory_limit_seen": {number}', 1)
+    assert number in text
+    (tmp_path / "build-report.json").write_text(text)
+    done = _capped_report(tmp_path)
+    assert done.returncode == 19, done.stderr
+    cause, remedy = done.stderr.splitlines()  # one line of cause, one of remedy, no traceback
+    assert cause.startswith("error: cannot read a build report") and remedy.startswith("remedy:")
+    assert "range" in cause or "not a number" in cause
+    assert not (tmp_path / "build-report.html").exists()
+
+
+def test_numbers_past_a_floats_range_given_to_the_renderer_are_left_out() -> None:
+    """render() draws any object it is handed (not only what the reader let through)."""
+    report = synthetic_report()
+    attempt = report["attempts"][0]
+    attempt["peak_memory"] = 10**400
+    attempt["predicted_peak"] = -(10**400)
+    attempt["memory_series"]["points"] = [[0, 10**400], [1, 1024**3]]
+    page = report_html.render(report)
+    first = page.split('<section class="attempt"')[1]
+    assert "peak_memory, predicted_peak, 1 memory sample(s)" in first
+    assert (dom(first).having("path", "series")[0]["d"] or "").count("L") == 0  # the one good sample
