@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 # A Docker endpoint that cannot answer: anything that reaches Docker fails with exit code 20.
 NO_DOCKER = "unix:///nonexistent.sock"
+# The address space a capped command runs in: the CLI needs a few hundred MiB; a reader that sizes
+# a buffer by a hostile header fails under it (MemoryError) instead of filling the machine.
+ADDRESS_SPACE_CAP = 1024**3
+
+
+def _cap_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
 
 
 @pytest.fixture
@@ -80,9 +88,10 @@ def make_result(tmp_path: Path) -> Callable[..., AttemptResult]:
 
 @pytest.fixture
 def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run the installed `wheelbuild` console script for real, with Docker unreachable."""
+    """Run the installed `wheelbuild` console script for real, with Docker unreachable; with
+    capped=True, in an address space of ADDRESS_SPACE_CAP."""
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, capped: bool = False) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELBUILD_", "CIBW_"))}
         env["DOCKER_HOST"] = NO_DOCKER
         env["NO_COLOR"] = "1"
@@ -95,6 +104,7 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             timeout=60,
             check=False,
+            preexec_fn=_cap_address_space if capped else None,
         )
 
     return run

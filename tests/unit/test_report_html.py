@@ -6,8 +6,8 @@ import html
 import itertools
 import json
 import re
-import resource
 import subprocess
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -240,23 +240,11 @@ def test_a_report_from_before_the_contract_says_it_was_not_recorded() -> None:
 # -- numbers no machine measures ----------------------------------------------------------------
 
 CGROUP_V1_NO_LIMIT = 9223372036854771712  # memory.limit_in_bytes of a v1 cgroup without a limit
-ADDRESS_SPACE_CAP = 1024**3  # a page needs tens of MiB; over this the command fails, not the machine
 
 
-def _capped_report(path: Path) -> subprocess.CompletedProcess[str]:
-    """`wheelbuild report` on *path*, run under a 1 GiB address-space limit: a renderer that
-    sizes anything by a number in the report fails here (MemoryError) instead of filling the
-    machine."""
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
-
-    return subprocess.run(
-        [WHEELBUILD, "report", str(path)], capture_output=True, text=True, check=False, preexec_fn=cap
-    )
-
-
-def test_a_cgroup_without_a_limit_is_drawn_as_no_limit_and_absurd_sizes_are_left_out(tmp_path: Path) -> None:
+def test_a_cgroup_without_a_limit_is_drawn_as_no_limit_and_absurd_sizes_are_left_out(
+    tmp_path: Path, run_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     report = synthetic_report()
     killed = report["attempts"][0]
     killed["memory_limit_seen"] = CGROUP_V1_NO_LIMIT
@@ -264,7 +252,7 @@ def test_a_cgroup_without_a_limit_is_drawn_as_no_limit_and_absurd_sizes_are_left
     killed["duration_s"] = 10.0**15
     killed["memory_series"]["points"].append([5.0, 2**63])
     (tmp_path / "build-report.json").write_text(json.dumps(report))
-    done = _capped_report(tmp_path)
+    done = run_cli("report", str(tmp_path), capped=True)  # a renderer sized by a number fails
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "build-report.html").read_text()
     first, second = (
@@ -286,13 +274,13 @@ def test_a_cgroup_without_a_limit_is_drawn_as_no_limit_and_absurd_sizes_are_left
     ids=["1e308", "inf-by-exponent", "10**400", "5000-digits", "nan", "minus-infinity", "2**64+1"],
 )
 def test_a_report_with_a_number_past_any_real_range_is_refused_in_one_line(
-    tmp_path: Path, number: str
+    tmp_path: Path, run_cli: Callable[..., subprocess.CompletedProcess[str]], number: str
 ) -> None:
     report = synthetic_report()
     text = json.dumps(report).replace('"memory_limit_seen": 3221225472', f'"memory_limit_seen": {number}', 1)
     assert number in text
     (tmp_path / "build-report.json").write_text(text)
-    done = _capped_report(tmp_path)
+    done = run_cli("report", str(tmp_path), capped=True)  # a renderer sized by a number fails
     assert done.returncode == 19, done.stderr
     cause, remedy = done.stderr.splitlines()  # one line of cause, one of remedy, no traceback
     assert cause.startswith("error: cannot read a build report") and remedy.startswith("remedy:")
