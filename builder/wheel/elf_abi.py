@@ -3,7 +3,8 @@
 GLIBCXX_3.4.29 from libstdc++.so.6), its undefined and exported dynamic symbols; and C++ names
 demangled through libstdc++. Whether that fits a platform tag is abi.py's to say.
 
-The file is untrusted input: a section that points past the end of the file is refused, not read.
+The file is untrusted input: its sections are read through elf_sections, so one that points
+past the end of the file, or holds no bytes in it, is refused, not read.
 Pure: reads bytes and files, returns values; ``demangle`` uses libstdc++ through ctypes, no
 subprocess.
 """
@@ -20,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
-from elftools.elf.sections import Section, StringTableSection, SymbolTableSection
+from elftools.elf.sections import StringTableSection, SymbolTableSection
+
+from .elf_sections import CORRUPT_ELF, check_bounds, open_elf, section_bytes
 
 FAMILIES = ("GLIBC", "GLIBCXX", "CXXABI")  # libc, libstdc++, the C++ ABI (also libstdc++)
 
@@ -108,34 +110,11 @@ def symbol_versions(elf: bytes | str | os.PathLike[str]) -> ElfAbi:
 
 
 def _read_elf(stream: IO[bytes]) -> ElfAbi:
-    file_size = stream.seek(0, io.SEEK_END)
-    stream.seek(0)
     try:
-        return _abi_of(ELFFile(stream), stream, file_size)
-    except (
-        ELFError,
-        ValueError,
-        struct.error,
-        OverflowError,
-        IndexError,
-        KeyError,
-        ZeroDivisionError,
-    ) as exc:
-        # pyelftools on a corrupt file: bad offsets and counts surface as any of these
+        elf, file_size = open_elf(stream)
+        return _abi_of(elf, stream, file_size)
+    except CORRUPT_ELF as exc:  # SectionRefused is a ValueError too
         raise ValueError(f"not a readable ELF file: {exc}") from exc
-
-
-def _check_bounds(section: Section, file_size: int) -> None:
-    """Refuse a section that claims to run past the end of the file (its count would be a lie)."""
-    if int(section["sh_offset"]) + int(section["sh_size"]) > file_size:
-        raise ValueError(f"section {section.name} extends past the end of the file")
-
-
-def _section_bytes(stream: IO[bytes], section: Section, file_size: int) -> bytes:
-    """A section's bytes as stored (never decompressed)."""
-    _check_bounds(section, file_size)
-    stream.seek(int(section["sh_offset"]))
-    return stream.read(int(section["sh_size"]))
 
 
 def _version_needs(data: bytes, little_endian: bool, strings: StringTableSection) -> dict[int, str]:
@@ -171,9 +150,6 @@ def _version_needs(data: bytes, little_endian: bool, strings: StringTableSection
 
 
 def _abi_of(elf: ELFFile, stream: IO[bytes], file_size: int) -> ElfAbi:
-    # A corrupt header can claim 2**64 sections (e_shnum 0 defers to section 0's sh_size).
-    if elf.num_sections() * elf.structs.Elf_Shdr.sizeof() > file_size:
-        raise ValueError(f"{elf.num_sections()} section headers do not fit in {file_size} bytes")
     required: dict[int, str] = {}  # .gnu.version index -> version name (vna_other -> vna_name)
     needed: list[str] = []
     dynsym: SymbolTableSection | None = None
@@ -183,15 +159,15 @@ def _abi_of(elf: ELFFile, stream: IO[bytes], file_size: int) -> ElfAbi:
             strings = elf.get_section(section["sh_link"])
             if not isinstance(strings, StringTableSection):
                 raise ValueError(f"{section.name} does not link a string table")
-            data = _section_bytes(stream, section, file_size)
+            data = section_bytes(stream, section, file_size)
             required.update(_version_needs(data, elf.little_endian, strings))
         elif isinstance(section, GNUVerSymSection):
-            versym = _section_bytes(stream, section, file_size)
+            versym = section_bytes(stream, section, file_size)
         elif isinstance(section, DynamicSection):
-            _check_bounds(section, file_size)
+            check_bounds(section, file_size)
             needed += [str(getattr(tag, "needed")) for tag in section.iter_tags("DT_NEEDED")]  # noqa: B009
         elif isinstance(section, SymbolTableSection) and section["sh_type"] == "SHT_DYNSYM":
-            _check_bounds(section, file_size)
+            check_bounds(section, file_size)
             if section["sh_entsize"] != elf.structs.Elf_Sym.sizeof():
                 raise ValueError(f"{section.name} has entries of {section['sh_entsize']} bytes")
             dynsym = section

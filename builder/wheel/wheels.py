@@ -31,7 +31,9 @@ linking) is ignored: the CUDA runtime only loads ``.nv_fatbin``.
 
 A wheel is untrusted input (publish takes files from anywhere): every member is read through
 :func:`read_member`, which refuses, before reading a byte, one whose declared size or compression
-ratio is over a cap, and stops a stream that runs past its declared size.
+ratio is over a cap, and stops a stream that runs past its declared size; and every ELF section
+through elf_sections, which reads only the bytes the file holds (never an SHT_NOBITS section's
+claimed size, never a compressed one past the same caps).
 """
 
 from __future__ import annotations
@@ -47,11 +49,19 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from .elf_sections import (
+    CORRUPT_ELF,
+    MAX_INFLATED_SIZE,
+    MAX_INFLATION_RATIO,
+    SectionRefused,
+    check_bounds,
+    open_elf,
+    section_bytes,
+)
 
 __all__ = [
     "CudaArchs",
@@ -78,16 +88,14 @@ _KIND_PTX = 1
 _KIND_ELF = 2
 
 # Caps on what is read out of a wheel. Real METADATA is a few KiB (a long README inlined makes it
-# tens); a RECORD has a line of about 150 bytes per file (16 MiB: some 100k files). Extension
-# modules can be hundreds of MiB, but machine code does not deflate 100:1; zeros do.
+# tens); a RECORD has a line of about 150 bytes per file (16 MiB: some 100k files). Any other
+# member inflates no further than anything compressed in a wheel may (elf_sections' caps).
 MAX_METADATA_SIZE = 1024**2
 MAX_RECORD_SIZE = 16 * 1024**2
-MAX_MEMBER_SIZE = 2 * 1024**3
-MAX_COMPRESSION_RATIO = 100.0
+MAX_MEMBER_SIZE = MAX_INFLATED_SIZE
+MAX_COMPRESSION_RATIO = MAX_INFLATION_RATIO
 _CHUNK = 1 << 20
 _READABLE = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
-# pyelftools on a corrupt file: bad offsets and counts surface as any of these (as in wheelbuild.wheel.abi)
-_CORRUPT_ELF = (ELFError, ValueError, struct.error, OverflowError, IndexError, KeyError, ZeroDivisionError)
 
 
 class FatbinFormatError(ValueError):
@@ -201,18 +209,23 @@ def archs_in_elf(data: bytes) -> CudaArchs:
     """Archs in one ELF shared object/object file; empty if it has no device code.
 
     Raises ``ValueError`` if *data* is not a readable ELF file and
-    ``FatbinFormatError`` if its fatbin is corrupt.
+    ``FatbinFormatError`` if its fatbin is corrupt: past the end of the file, without bytes in it
+    (SHT_NOBITS), or compressed past the caps (elf_sections reads it).
     """
+    stream = io.BytesIO(data)
+    section = None
     try:
-        section = ELFFile(io.BytesIO(data)).get_section_by_name(".nv_fatbin")
+        elf, file_size = open_elf(stream)
+        section = elf.get_section_by_name(".nv_fatbin")
         if section is None:
             return EMPTY
-        raw, expected = section.data(), section.data_size
-    except _CORRUPT_ELF as exc:
+        raw = section_bytes(stream, section, file_size)
+    except SectionRefused as refused:
+        if section is None:  # the headers themselves, before the fatbin was found
+            raise ValueError(f"not a readable ELF file: {refused}") from refused
+        raise FatbinFormatError(str(refused)) from refused
+    except CORRUPT_ELF as exc:
         raise ValueError(f"not a readable ELF file: {exc}") from exc
-    if len(raw) != expected:
-        # pyelftools hands back short data when sh_offset/sh_size lie.
-        raise FatbinFormatError(".nv_fatbin section extends past the end of the file")
     return archs_in_fatbin(raw)
 
 
@@ -231,11 +244,13 @@ def archs_in_wheel(path: Path) -> dict[str, CudaArchs]:
 def _needed(data: bytes) -> tuple[str, ...]:
     """DT_NEEDED entries (the sonames a shared object links) of one ELF file."""
     try:
-        dynamic = ELFFile(io.BytesIO(data)).get_section_by_name(".dynamic")
+        elf, file_size = open_elf(io.BytesIO(data))
+        dynamic = elf.get_section_by_name(".dynamic")
         if not isinstance(dynamic, DynamicSection):
             return ()
+        check_bounds(dynamic, file_size)
         return tuple(str(getattr(tag, "needed")) for tag in dynamic.iter_tags("DT_NEEDED"))  # noqa: B009
-    except _CORRUPT_ELF as exc:
+    except CORRUPT_ELF as exc:
         raise ValueError(f"not a readable ELF file: {exc}") from exc
 
 
@@ -322,6 +337,18 @@ def metadata_of(wheel: zipfile.ZipFile) -> tuple[str, bytes]:
     return infos[0].filename, read_member(wheel, infos[0], MAX_METADATA_SIZE, max_ratio=None)
 
 
+def _extension_module(wheel: zipfile.ZipFile, info: zipfile.ZipInfo) -> ExtensionModule:
+    """One ``.so`` member read: its archs and the CUDA runtime it links. A refusal names it."""
+    so = read_member(wheel, info)  # its refusals name the member already
+    try:
+        cudart = tuple(n for n in _needed(so) if n.startswith("libcudart"))
+        return ExtensionModule(member=info.filename, archs=archs_in_elf(so), cudart=cudart)
+    except FatbinFormatError as exc:
+        raise FatbinFormatError(f"{info.filename}: {exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"{info.filename}: {exc}") from exc
+
+
 def inspect_wheel(path: Path) -> WheelInfo:
     """Read a wheel. Raises ValueError when it is not a well-formed wheel."""
     try:
@@ -338,9 +365,7 @@ def inspect_wheel(path: Path) -> WheelInfo:
             for info in wheel.infolist():
                 if info.is_dir() or not info.filename.endswith(".so"):
                     continue
-                so = read_member(wheel, info)
-                cudart = tuple(n for n in _needed(so) if n.startswith("libcudart"))
-                modules.append(ExtensionModule(member=info.filename, archs=archs_in_elf(so), cudart=cudart))
+                modules.append(_extension_module(wheel, info))
     except zipfile.BadZipFile as exc:
         raise ValueError(f"{path.name} is not a zip archive: {exc}") from exc
     fields = metadata_fields(metadata)
