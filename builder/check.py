@@ -253,10 +253,17 @@ def stamp_and_check(
 def _pins(requirement: str, torch_minor: str, proven: str | None = None) -> bool:
     """Whether a torch requirement admits exactly the built minor (every 2.11.x, no other), or
     is the proven range's specifier *proven* and admits the built minor."""
-    specifier: SpecifierSet = Requirement(requirement).specifier
-    if proven is not None:
-        built = Version(f"{torch_minor}.0")
-        return specifier == SpecifierSet(proven) and specifier.contains(built, prereleases=True)
+    try:
+        specifier: SpecifierSet = Requirement(requirement).specifier
+        if proven is not None:
+            built = Version(f"{torch_minor}.0")
+            return specifier == SpecifierSet(proven) and specifier.contains(built, prereleases=True)
+        return _admits_only(specifier, torch_minor)
+    except ValueError:  # a number past Python's 4,300-digit limit, met when the specifier compares
+        return False
+
+
+def _admits_only(specifier: SpecifierSet, torch_minor: str) -> bool:
     major, minor = (int(p) for p in torch_minor.split("."))
     inside = [
         Version(f"{major}.{minor}.0"),

@@ -46,11 +46,11 @@ class DistTarget:
 
 def scheduler_address(text: str) -> tuple[SplitResult, int] | None:
     """An http(s)://host:port URL split, with its port; None where it is not one."""
-    parts = urlsplit(text.strip())
     try:
+        parts = urlsplit(text.strip())  # ValueError for a bracket left open: http://[::1
         port = parts.port
     except ValueError:
-        port = None
+        return None
     if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
         return None
     return parts, port

@@ -50,7 +50,8 @@ def _arch_parts(text: str) -> list[tuple[int, bool]]:
     """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too."""
     parts = [p.strip().lower().removeprefix("sm_").removeprefix("sm") for p in re.split(r"[,;\s]+", text)]
     found = [(p.removesuffix("+ptx"), p.endswith("+ptx")) for p in parts if p]
-    if not found or not all(n.isdigit() and 50 <= int(n) <= 200 for n, _ in found):
+    # ASCII digits, three at most: str.isdigit() takes '²', and int() refuses over 4,300 digits.
+    if not found or not all(re.fullmatch(r"[0-9]{2,3}", n) and 50 <= int(n) <= 200 for n, _ in found):
         raise BadArgument(
             f"CUDA arch list {text!r} is not understood",
             "give SM numbers separated by commas, e.g. --archs 100,120 (120+PTX: its PTX too)",

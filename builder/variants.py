@@ -37,7 +37,9 @@ DEFAULT_TORCH: dict[str, str] = {
 CUDA13_HOME = "/usr/local/cuda-13.1/nvidia/cu13"
 CUDA13_VERSION = "13.1"
 
-_VARIANT_RE = re.compile(r"^(?:(?P<version>\d+\.\d+(?:\.\d+)?)\+)?(?P<tag>cu\d{3})$")
+# ASCII digits, a few per part: no torch version part has more, and Python refuses to read
+# an int of over 4,300 digits (packaging's Version raises ValueError, not InvalidVersion).
+_VARIANT_RE = re.compile(r"^(?:(?P<version>\d{1,6}\.\d{1,6}(?:\.\d{1,6})?)\+)?(?P<tag>cu\d{3})$", re.ASCII)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ..errors import BadArgument
 from ..plan.memory_model import flash_attn_model
@@ -59,7 +59,7 @@ def flash_attn_recipe(version: str | None) -> Recipe:
     version = version or DEFAULT_VERSION
     try:
         Version(version)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past Python's 4,300-digit limit
         raise BadArgument(
             f"flash-attn version {version!r} is not a version",
             f"use one of {', '.join(sorted(SDISTS))}, or another release on PyPI (e.g. 2.8.1)",

@@ -53,6 +53,7 @@ TOP = {
     "report_chart": "pipeline",
     "check": "pipeline",
     "cli": "cli",
+    "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
     "cli_options": "cli",
     "cli_index": "cli",
     "cli_nightly": "cli",
@@ -79,7 +80,7 @@ ALLOWED = {
 IMPORTED_ONLY_BY = {
     "wheelbuild.build": {"wheelbuild.cli", "wheelbuild.nightly"},
     "wheelbuild.nightly": {"wheelbuild.cli_nightly"},
-    "wheelbuild.cli": set(),
+    "wheelbuild.cli": {"wheelbuild.entry"},
 }
 
 

@@ -1,0 +1,121 @@
+"""Values that used to end in a traceback, each now one line of cause and one of remedy with its
+own exit code, run through the real console script: numbers past Python's 4,300-digit limit for
+int() (packaging raises ValueError, not InvalidVersion, on them), a URL whose bracket is left open
+(urllib's ValueError), and a Ctrl-C while the CLI is still loading."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.indexkit import make_wheel
+
+from .conftest import NO_DOCKER, WHEELBUILD
+
+DIGITS = "9" * 5000  # past sys.get_int_max_str_digits() (4,300)
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _one_line_refusal(done: subprocess.CompletedProcess[str], code: int, says: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == code, done.stderr[-2000:]
+    *_details, cause, remedy = done.stderr.splitlines()
+    assert cause.startswith("error: ") and says in cause, cause[:300]
+    assert remedy.startswith("remedy: ") and len(remedy) > len("remedy: ")
+
+
+@pytest.mark.parametrize("command", ["plan", "build"])
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (("flash-attn", "--version", DIGITS), 13, "flash-attn version"),
+        (("flash-attn", "--version", f"2.{DIGITS}"), 13, "flash-attn version"),
+        (("--archs", DIGITS), 13, "CUDA arch list"),
+        (("--archs", f"100,{DIGITS}"), 13, "CUDA arch list"),
+        (("--torch", f"2.11.{DIGITS}+cu130"), 11, "torch variant"),
+        (("--torch", f"2.{DIGITS}+cu130"), 11, "torch variant"),
+        (("--dist", "http://[::1"), 13, "is not a scheduler URL"),
+        (("--dist", "http://[::1]:10600x"), 13, "is not a scheduler URL"),
+    ],
+    ids=[
+        "version-digits",
+        "version-minor-digits",
+        "archs-digits",
+        "archs-second-digits",
+        "torch-patch-digits",
+        "torch-minor-digits",
+        "dist-open-bracket",
+        "dist-bad-port",
+    ],
+)
+def test_a_value_past_what_python_reads_is_a_one_line_refusal(
+    run_cli: Run, command: str, args: tuple[str, ...], code: int, says: str
+) -> None:
+    """`build` refuses before it looks for Docker (which would be exit 20 here), and `plan` the same."""
+    _one_line_refusal(run_cli(command, *args), code, says)
+
+
+def test_publish_with_a_torch_past_what_python_reads_is_a_bad_variant(run_cli: Run, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "in", requires_dist=("torch==2.11.*",))
+    done = run_cli("publish", str(wheel), "--torch", f"2.{DIGITS}+cu130", "--to", str(tmp_path / "tree"))
+    _one_line_refusal(done, 11, "torch variant")
+    assert not (tmp_path / "tree").exists()
+
+
+@pytest.mark.parametrize(
+    "pin", [f"torch=={DIGITS}.*", f"torch>=2.{DIGITS}", f"torch==2.11.*,!=2.11.{DIGITS}"]
+)
+def test_a_torch_pin_in_metadata_past_what_python_reads_is_not_a_pin(
+    run_cli: Run, tmp_path: Path, pin: str
+) -> None:
+    """The METADATA is the wheel's, from anywhere: its pin is judged, not a traceback."""
+    wheel = make_wheel(tmp_path / "in", requires_dist=(pin,))
+    done = run_cli("publish", str(wheel), "--torch", "cu130", "--to", str(tmp_path / "tree"))
+    _one_line_refusal(done, 46, "METADATA requires torch")
+    assert not (tmp_path / "tree").exists()
+
+
+# The test's hold on one import of the real CLI: a sitecustomize (Python imports it at startup,
+# from PYTHONPATH) puts a finder first on sys.meta_path that, when wheelbuild.build is about to
+# load, says so on a pipe and waits for a signal. The test sends SIGINT only after it has read that,
+# so the Ctrl-C lands inside the CLI's imports every time, with no sleep and no race.
+_HOLD = """
+import os, signal, sys
+
+class _HoldImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "wheelbuild.build":
+            sys.meta_path.remove(self)
+            os.write(int(os.environ["HOLD_FD"]), b"loading\\n")
+            signal.pause()  # the default SIGINT handler raises KeyboardInterrupt here
+        return None
+
+sys.meta_path.insert(0, _HoldImport())
+"""
+
+
+def test_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_HOLD)
+    read_end, write_end = os.pipe()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELBUILD_", "CIBW_"))}
+    env.update(PYTHONPATH=str(tmp_path), HOLD_FD=str(write_end), DOCKER_HOST=NO_DOCKER)
+    child = subprocess.Popen(
+        [sys.executable, str(WHEELBUILD), "--help"],
+        env=env,
+        pass_fds=(write_end,),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)  # the child's copy alone is left: EOF if it dies before the hold
+    with os.fdopen(read_end, "rb") as events:
+        assert events.readline() == b"loading\n", child.communicate(timeout=60)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, err, out) == (130, "error: interrupted\n", "")
