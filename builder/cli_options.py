@@ -212,7 +212,7 @@ _build_flags = (
         "--archs",
         default=",".join(map(str, DEFAULT_ARCHS)),
         show_default=True,
-        help="CUDA SM archs to compile SASS for (120+PTX: its PTX too).",
+        help="CUDA SM archs to compile SASS for, plain numbers (120+PTX: its PTX too; a package's own 90a or 100f variant is kept).",
     ),
     _build_option(
         "python",

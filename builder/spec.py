@@ -47,16 +47,32 @@ def check_cpus(cpus: float | None) -> float | None:
 
 
 def _arch_parts(text: str) -> list[tuple[int, bool]]:
-    """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too."""
-    parts = [p.strip().lower().removeprefix("sm_").removeprefix("sm") for p in re.split(r"[,;\s]+", text)]
+    """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too.
+    Separated by one comma or semicolon (spaces around it allowed) or by spaces alone."""
+    entries = re.split(r"\s*[,;]\s*|\s+", text.strip())
+    if "" in entries[1:-1]:  # 100,,120; one separator at either end is tolerated, as it always was
+        raise BadArgument(
+            f"CUDA arch list {text!r} has an empty entry",
+            "separate SM numbers by single commas, e.g. --archs 100,120",
+        )
+    parts = [p.lower().removeprefix("sm_").removeprefix("sm") for p in entries]
     found = [(p.removesuffix("+ptx"), p.endswith("+ptx")) for p in parts if p]
     # ASCII digits, three at most: str.isdigit() takes '²', and int() refuses over 4,300 digits.
     if not found or not all(re.fullmatch(r"[0-9]{2,3}", n) and 50 <= int(n) <= 200 for n, _ in found):
-        raise BadArgument(
-            f"CUDA arch list {text!r} is not understood",
-            "give SM numbers separated by commas, e.g. --archs 100,120 (120+PTX: its PTX too)",
-        )
+        raise BadArgument(f"CUDA arch list {text!r} is not understood", _arch_remedy(found))
     return [(int(n), ptx) for n, ptx in found]
+
+
+def _arch_remedy(found: list[tuple[str, bool]]) -> str:
+    """How to write the list; for an arch-specific or family variant (90a, 100f), what to ask instead."""
+    variant = next((n for n, _ in found if re.fullmatch(r"[0-9]{2,3}[af]", n)), None)
+    if variant is None:
+        return "give SM numbers separated by commas, e.g. --archs 100,120 (120+PTX: its PTX too)"
+    return (
+        f"ask for {variant[:-1]}: --archs takes plain SM numbers, and where the package's own nvcc "
+        f"flags name compute_{variant} (kernels that need its instructions), wheelbuild-nvcc "
+        f"keeps that variant for sm_{variant[:-1]}"
+    )
 
 
 def parse_archs(text: str) -> tuple[int, ...]:

@@ -119,3 +119,8 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130(tmp_path: Path) -> 
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=60)
     assert (child.returncode, err, out) == (130, "error: interrupted\n", "")
+
+
+@pytest.mark.parametrize("command", ["plan", "build"])
+def test_an_arch_list_with_an_empty_entry_is_refused_by_plan_and_build(run_cli: Run, command: str) -> None:
+    _one_line_refusal(run_cli(command, "flash-attn", "--archs", "100,,120"), 13, "has an empty entry")

@@ -187,3 +187,21 @@ def test_a_plus_ptx_arch_asks_for_its_ptx_besides_its_sass(
 def test_a_plus_ptx_form_is_refused_where_it_names_no_sm_number(text: str) -> None:
     with pytest.raises(BadArgument):
         parse_archs(text)
+
+
+@pytest.mark.parametrize("text", ["100,,120", "100;;120", "100 ,, 120", "100,;120", ",,"])
+def test_an_empty_entry_in_an_arch_list_is_refused(text: str) -> None:
+    with pytest.raises(BadArgument) as caught:
+        parse_archs(text)
+    assert caught.value.exit_code == 13
+    assert caught.value.cause == f"CUDA arch list {text!r} has an empty entry"
+    assert "single commas" in caught.value.remedy
+
+
+@pytest.mark.parametrize(("text", "plain"), [("90a", "90"), ("sm_100a", "100"), ("100,120f", "120")])
+def test_an_arch_specific_variant_is_refused_with_the_plain_arch_to_ask_for(text: str, plain: str) -> None:
+    """--archs takes SM numbers; wheelbuild-nvcc keeps a package's own compute_90a for sm_90."""
+    with pytest.raises(BadArgument) as caught:
+        parse_archs(text)
+    assert caught.value.remedy.startswith(f"ask for {plain}: ")
+    assert "wheelbuild-nvcc keeps that variant" in caught.value.remedy
