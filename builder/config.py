@@ -17,7 +17,6 @@ the file's own folder. Secrets are never read from a file.
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from .bounded import FileRefused, read_bounded
 from .errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
-from .secrets import redact_url, url_secrets
+from .secrets import BY_NAME_ONLY, SECRET_NAME, SECRET_VALUE, redact_url, url_secrets
 from .spec import MAX_CPUS, check_cpus, parse_archs, parse_env, parse_python
 from .units import parse_memory
 from .variants import parse_variant
@@ -51,16 +50,7 @@ DEFAULT_FILE = Path("wheelbuild.toml")
 # tables it has (build, publish: builder/matrix.py; tool.wheelbuild: here).
 _OWN_FILE_TABLES = ("build", "publish", "tool")
 
-# A key or env name that names a credential, and values shaped like well-known tokens.
-_SECRET_NAME = re.compile(r"token|passw|secret|credential|api[-_]?key|auth|private[-_]?key", re.IGNORECASE)
-_SECRET_VALUE = re.compile(
-    r"^(gh[pousr]_|github_pat_|glpat-|hf_[A-Za-z0-9]{20}|xox[abpr]-|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-)
-_NO_SECRETS = (
-    "leave credentials out of config files (they are committed and shared); they reach wheelbuild "
-    "by environment variable (a credentialed WHEELBUILD_TORCH_INDEX_URL, SCCACHE_*/AWS_*) or a mounted file"
-)
+_NO_SECRETS = f"leave credentials out of config files (they are committed and shared); they reach wheelbuild {BY_NAME_ONLY}"
 
 
 class Kind(StrEnum):
@@ -269,6 +259,7 @@ def _typed(option: Option, value: object, label: str, base: Path) -> object:
         and isinstance(value, dict)
         and all(isinstance(v, str) for v in value.values())
     ):
+        _env_names(option, value, label)
         out = tuple(f"{k}={v}" for k, v in value.items())
     if out is None:
         raise ConfigValueInvalid(
@@ -296,14 +287,26 @@ def _typed(option: Option, value: object, label: str, base: Path) -> object:
     return out
 
 
+def _env_names(option: Option, table: dict[str, object], label: str) -> None:
+    """An env table's key with '=' in it is no variable's name: {"A=B" = "x"} would be read as
+    A=B=x, the variable A. (Other bad names reach parse_env, which refuses them as --env does.)"""
+    for name in table:
+        if "=" in name:
+            raise ConfigValueInvalid(
+                f"{label}: {TABLE} {option.key} sets {_short(name)}, which is not an environment "
+                f"variable name ('=' would end it: it would set {name.partition('=')[0]})",
+                f"name each variable with letters, digits and _, e.g. {option.key} = {option.example}",
+            )
+
+
 def _refuse_secrets(option: Option, value: object, label: str) -> None:
     if isinstance(value, dict):  # env: names and values both
         for name, text in value.items():
-            if _SECRET_NAME.search(name) or (isinstance(text, str) and _SECRET_VALUE.search(text)):
+            if SECRET_NAME.search(name) or (isinstance(text, str) and SECRET_VALUE.search(text)):
                 raise ConfigValueInvalid(
                     f"{label}: {TABLE} {option.key} sets {name}, which looks like a credential", _NO_SECRETS
                 )
-    elif isinstance(value, str) and _SECRET_VALUE.search(value):
+    elif isinstance(value, str) and SECRET_VALUE.search(value):
         raise ConfigValueInvalid(f"{label}: {TABLE} {option.key} looks like a credential", _NO_SECRETS)
 
 
@@ -334,7 +337,7 @@ def _read(path: Path, label: str, base: Path, *, missing: str) -> dict[str, obje
     table = _options_table(data, label, own_file=path.name != "pyproject.toml")
     values: dict[str, object] = {}
     for key, value in table.items():
-        if _SECRET_NAME.search(key):
+        if SECRET_NAME.search(key):
             raise ConfigValueInvalid(f"{label}: {TABLE} {key} looks like a credential", _NO_SECRETS)
         option = BY_KEY.get(key)
         if option is None:

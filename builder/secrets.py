@@ -20,6 +20,18 @@ TORCH_INDEX_FILE = "torch-index-url"
 SCCACHE_ENV_FILE = "sccache.env"  # sourced only by the sccache server's start: it alone needs them
 MIN_SECRET = 4  # shorter values are not hunted in text: they would redact half of every line
 
+# A variable or key name that names a credential, and values shaped like well-known tokens:
+# refused wherever a value is shown (a config file, --env), since those reach logs and reports.
+SECRET_NAME = re.compile(r"token|passw|secret|credential|api[-_]?key|auth|private[-_]?key", re.IGNORECASE)
+SECRET_VALUE = re.compile(
+    r"^(gh[pousr]_|github_pat_|glpat-|hf_[A-Za-z0-9]{20}|xox[abpr]-|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9]{20})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
+# How a credential reaches wheelbuild instead: read by name, mounted as a file, never shown.
+BY_NAME_ONLY = (
+    "by environment variable (a credentialed WHEELBUILD_TORCH_INDEX_URL, SCCACHE_*/AWS_*) or a mounted file"
+)
+
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.IGNORECASE)
 _QUERY_VALUE = re.compile(r"([?&][^=&#]*=)[^&#]*")
 

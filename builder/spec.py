@@ -10,12 +10,14 @@ from pathlib import Path
 from .dist import DistTarget
 from .errors import BadArgument, CaBundleMissing
 from .recipes import Recipe
+from .secrets import BY_NAME_ONLY, SECRET_NAME, SECRET_VALUE
 from .variants import DEFAULT_ARCHS, TorchVariant
 
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 DEFAULT_OUTPUT_DIR = Path("wheelhouse")
 # Docker's --cpus runs from 0.01; Linux builds for at most 8192 CPUs (CONFIG_NR_CPUS with MAXSMP).
 MIN_CPUS, MAX_CPUS = 0.01, 8192
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell (and docker -e) takes as a name
 
 
 class GpuMode(StrEnum):
@@ -99,12 +101,20 @@ def parse_python(text: str) -> str:
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    """`--env KEY=VALUE` pairs for the build's environment."""
+    """`--env KEY=VALUE` pairs for the build's environment. Their values are shown (build.log,
+    the report), so a name or value that looks like a credential is refused, its value unsaid."""
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        if not sep or not ENV_NAME.fullmatch(key):
             raise BadArgument(f"--env {pair!r} is not KEY=VALUE", "write it as --env NAME=value")
+        if SECRET_NAME.search(key) or SECRET_VALUE.search(value):
+            raise BadArgument(
+                f"--env {key}=... gives what looks like a credential by value, and --env values are "
+                "shown in build.log and the report",
+                f"never pass a secret with --env; credentials reach wheelbuild {BY_NAME_ONLY}, "
+                "read by name and never shown",
+            )
         env[key] = value
     return env
 

@@ -124,3 +124,43 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130(tmp_path: Path) -> 
 @pytest.mark.parametrize("command", ["plan", "build"])
 def test_an_arch_list_with_an_empty_entry_is_refused_by_plan_and_build(run_cli: Run, command: str) -> None:
     _one_line_refusal(run_cli(command, "flash-attn", "--archs", "100,,120"), 13, "has an empty entry")
+
+
+# -- the build's environment: names that are names, and no credential by value -------------------
+
+
+@pytest.mark.parametrize("where", ["wheelbuild.toml", "--config-file"])
+def test_an_env_table_key_with_an_equals_sign_is_refused(run_cli: Run, tmp_path: Path, where: str) -> None:
+    """{"A=B" = "x"} was read as the variable A set to B=x."""
+    config = tmp_path / ("wheelbuild.toml" if where == "wheelbuild.toml" else "other.toml")
+    config.write_text('[tool.wheelbuild]\nenv = { "A=B" = "x" }\n')
+    args = ("--config-file", str(config)) if where == "--config-file" else ()
+    for command in ("plan", "build"):
+        _one_line_refusal(
+            run_cli(command, *args), 18, "env sets 'A=B', which is not an environment variable name"
+        )
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        "HF_TOKEN=hunter2-canary",
+        "DB_PASSWORD=hunter2-canary",
+        "MY_API_KEY=hunter2-canary",
+        f"NOTE=ghp_{'x' * 36}",
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "build"])
+def test_a_credential_given_by_value_with_env_is_refused_without_saying_it(
+    run_cli: Run, command: str, pair: str
+) -> None:
+    done = run_cli(command, "--env", "A=1", "--env", pair)
+    _one_line_refusal(done, 13, f"--env {pair.partition('=')[0]}=... gives what looks like a credential")
+    assert pair.partition("=")[2] not in done.stdout + done.stderr
+    assert "never pass a secret with --env" in done.stderr
+
+
+def test_a_setting_given_with_env_still_reaches_the_build(run_cli: Run) -> None:
+    """Names and values that are not credentials pass parsing: the build gets as far as Docker."""
+    done = run_cli("build", "--env", "FLASH_ATTENTION_FORCE_BUILD=TRUE", "--env", "A=B=x")
+    assert done.returncode == 20, done.stderr  # no Docker here: every option was taken
