@@ -76,7 +76,7 @@ def test_a_torch_pin_in_metadata_past_what_python_reads_is_not_a_pin(
 ) -> None:
     """The METADATA is the wheel's, from anywhere: its pin is judged, not a traceback."""
     wheel = make_wheel(tmp_path / "in", requires_dist=(pin,))
-    done = run_cli("publish", str(wheel), "--torch", "cu130", "--to", str(tmp_path / "tree"))
+    done = run_cli("publish", str(wheel), "--torch", "2.11.0+cu130", "--to", str(tmp_path / "tree"))
     _one_line_refusal(done, 46, "METADATA requires torch")
     assert not (tmp_path / "tree").exists()
 
