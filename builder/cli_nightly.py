@@ -101,7 +101,7 @@ _nightly_index = click.option(
 def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
     """The matrix the file declares, tracked and with its torch rules read from the index; what
     was looked up goes to stderr."""
-    return declared_matrix(config, track, torch_index_url, Reporter(sys.stderr).info)
+    return declared_matrix(matrix.load_matrix(config), track, torch_index_url, Reporter(sys.stderr).info)
 
 
 @click.group()
@@ -144,13 +144,14 @@ def nightly_plan(
     reporter = Reporter(sys.stderr)
     with DockerEngine() as engine:  # asked only for a local test base
         planned = night.plan_night(
-            _declared_matrix(config, track, torch_index_url),
+            matrix.load_matrix(config),
             os.environ,
             to=to,
             index_url=index_url,
             torch_index_url=torch_index_url,
             reporter=reporter,
             engine=engine,
+            track=track,
         )
     for skipped in planned.skipped:
         reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
@@ -184,13 +185,14 @@ def nightly_build_cell(
 
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = night.build_cell(
-            _declared_matrix(config, track, torch_index_url),
+            matrix.load_matrix(config),
             cell_id,
             out,
             os.environ,
             torch_index_url=torch_index_url,
             reporter=Reporter(quiet=quiet),
             engine=engine,
+            track=track,
         )
     for wheel in result.wheels:
         click.echo(f"built {wheel.path}")

@@ -33,7 +33,7 @@ from .errors import (
     WheelbuildError,
 )
 from .index import remote
-from .matrix import Cell, Matrix, load_matrix, tracking
+from .matrix import Cell, Matrix, tracking
 from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows
 from .nightly_index import (
     INDEX_URL_ENV,
@@ -103,13 +103,12 @@ def production_pythons() -> tuple[str, ...]:
 
 
 def declared_matrix(
-    config: Path, track: str | None, torch_index_url: str | None, say: Callable[[str], None]
+    declared: Matrix, track: str | None, torch_index_url: str | None, say: Callable[[str], None]
 ) -> Matrix:
     """wheelbuild.toml's matrix with --track latest's additions (each versioned package's newest
     release, each CUDA tag's newest torch) and every torch rule (cu130, cu130:newest-3..newest)
     read from its index: each cell names one torch release, as plan, build-cell and the keys
     need it."""
-    declared = load_matrix(config)
     if track == "latest":
         versioned = sorted({c.package for c in declared.cells if c.version})
         newest: dict[str, str] = {}
@@ -324,8 +323,12 @@ def plan_night(
     torch_index_url: str | None,
     reporter: Reporter,
     engine: Images,
+    track: str | None = None,
 ) -> NightPlan:
+    """The night's plan for the matrix as the file declares it (its torch rules and --track's
+    additions are read from the indexes here, once there is a target)."""
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
+    matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
     good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
     keys = {
         c.id: matrix_runs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
@@ -408,9 +411,11 @@ def build_cell(
     torch_index_url: str | None,
     reporter: Reporter,
     engine: Engine,
+    track: str | None = None,
 ) -> build.BuildResult:
     """Build the cell named *cell_id* into *out* and record the outcome in ``out/cell.json``
     (written on failure too, then the error is raised)."""
+    matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
     good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
     cell = next((c for c in good if c.id == cell_id), None)
     if cell is None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.indexkit import check_tree
-from tests.integration.conftest import REPO, TORCH_INDEX
+from tests.integration.conftest import REPO, TORCH_INDEX, newest_cu130
 from tests.integration.serving import clean_env, read_log, request, run_ok, running_server
 
 FIXTURE = REPO / "tests" / "fixtures" / "nightly.toml"
@@ -45,15 +45,19 @@ def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_buil
         env=env, capture_output=True, text=True, timeout=2400, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "nightly: [1/2] wbdemo-cu130-cp311-100.120" in done.stderr
-    assert "nightly: [2/2] wbdemo-cu130-cp313-100.120" in done.stderr
+    torch = newest_cu130()  # the fixture's cu130 is the index's newest CUDA 13.0 release tonight
+    assert f"nightly: [1/2] wbdemo-{torch.version}-cu130-cp311-100.120" in done.stderr
+    assert f"nightly: [2/2] wbdemo-{torch.version}-cu130-cp313-100.120" in done.stderr
 
     tree = tmp_path / "wheelhouse" / "cu130"
     (names,) = check_tree(tree).values()  # one project, every page valid
     assert sorted(n.split("-")[2] for n in names) == ["cp311", "cp313"]
     # Built on the base named, every wheel gated: each cell's report says so.
     (night,) = (tmp_path / "out").iterdir()
-    for cell in ("wbdemo-cu130-cp311-100.120", "wbdemo-cu130-cp313-100.120"):
+    for cell in (
+        f"wbdemo-{torch.version}-cu130-cp311-100.120",
+        f"wbdemo-{torch.version}-cu130-cp313-100.120",
+    ):
         record = json.loads((night / "cells" / cell / "cell.json").read_text())
         assert record["status"] == "passed"
         report = json.loads((night / "cells" / cell / record["run"] / "build-report.json").read_text())
@@ -69,11 +73,11 @@ def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_buil
             run_ok(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                  "--python-version", python, "-d", str(tmp_path / "got"), "--index-url", url,
-                 "wbdemo==0.1.0+cu130torch2.11"],
+                 f"wbdemo==0.1.0+{torch.label}"],
                 clean_env(tmp_path), tmp_path,
             )  # fmt: skip
         page = request(url, "/coverage.html")
-        assert page.status == 200 and b"wbdemo-cu130-cp311-100.120" in page.body
+        assert page.status == 200 and f"wbdemo-{torch.version}-cu130-cp311-100.120".encode() in page.body
 
         # The next night, nothing changed: no cell is left to build, whether the tree is read
         # directly or, for a remote target, its index over HTTP.
@@ -90,8 +94,8 @@ def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_buil
     wider.write_text(FIXTURE.read_text().replace('archs = ["100,120"]', 'archs = ["100,120", "100"]'))
     left = _plan(wider, env)
     assert [line.split()[0] for line in left.stdout.splitlines()] == [
-        "wbdemo-cu130-cp311-100",
-        "wbdemo-cu130-cp313-100",
+        f"wbdemo-{torch.version}-cu130-cp311-100",
+        f"wbdemo-{torch.version}-cu130-cp313-100",
     ]
 
 

@@ -163,11 +163,13 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
 
 def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nightly, "torch_python_tags", lambda *a, **k: frozenset({"cp311"}))
+    served = (IndexFile("torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl", False),)
+    monkeypatch.setattr(nightly, "read_torch_index", lambda url, **_: TorchIndex(url, served))
     matrix = parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130"], "archs": ["70"]}]})
     with pytest.raises(BadArgument, match="cannot compile sm_70"):
         nightly.build_cell(
             matrix,
-            "wbdemo-cu130-70",
+            "wbdemo-2.14.1-cu130-70",
             Path("/nonexistent"),
             {},
             torch_index_url=None,
