@@ -10,6 +10,7 @@ import stat
 import tarfile
 from collections.abc import Generator
 from pathlib import Path
+from typing import BinaryIO
 
 from .units import format_bytes
 
@@ -19,26 +20,34 @@ class FileRefused(ValueError):
 
     def __init__(self, path: Path, too_big: bool) -> None:
         super().__init__(f"{path} is {'over the size cap' if too_big else 'not a regular file'}")
+        self.path = path
         self.too_big = too_big
+
+
+def open_regular(path: Path, limit: int | None = None, *, follow_links: bool = True) -> BinaryIO:
+    """*path* opened for reading if it is a regular file (and, with *limit*, no larger): opened
+    without blocking (a FIFO with no writer, a device) and checked on the descriptor itself, so a
+    file swapped in between cannot slip past. Raises FileRefused, or the OSError of opening it
+    (FileNotFoundError among them; ELOOP for a link when *follow_links* is false)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    descriptor = os.open(path, flags)
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):  # checked first: a directory cannot even be wrapped
+            raise FileRefused(path, too_big=False)
+        if limit is not None and status.st_size > limit:
+            raise FileRefused(path, too_big=True)
+        return os.fdopen(descriptor, "rb")  # owns the descriptor from here on
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def read_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     """At most *limit* bytes of the regular file at *path*: its size is checked before anything
     is read (a hostile file is not read at all), and the read is bounded all the same. Raises
     FileRefused, or the OSError of opening it (FileNotFoundError among them)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
-    descriptor = os.open(path, flags)
-    try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):  # checked first: a directory cannot even be wrapped
-            raise FileRefused(path, too_big=False)
-        if status.st_size > limit:
-            raise FileRefused(path, too_big=True)
-        file = os.fdopen(descriptor, "rb")  # owns the descriptor from here on
-    except BaseException:
-        os.close(descriptor)
-        raise
-    with file:
+    with open_regular(path, limit, follow_links=follow_links) as file:
         data = file.read(limit + 1)
     if len(data) > limit:  # it grew since fstat
         raise FileRefused(path, too_big=True)

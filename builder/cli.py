@@ -382,7 +382,7 @@ def gc_command(
     )
     reporter = Reporter()
     with DockerEngine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
-        planned = prune.collect(engine, options, reporter.step)
+        planned = prune.collect(engine, options, reporter.step, reporter.warn)
         for decision in planned.decisions:
             click.echo(decision.line(dry_run))
         if dry_run or not planned.removals:

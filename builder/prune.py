@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .bounded import read_bounded
+from .bounded import FileRefused, read_bounded
 from .errors import ReportUnreadable
 from .index import index
 from .names import DIST_DOCKERFILE, dist_image_tag
@@ -122,18 +122,38 @@ def _report(folder: Path) -> BuildReport | None:
         return None
 
 
-def _wheel_hashes(folder: Path, report: BuildReport | None) -> tuple[str, ...]:
+Skipped = Callable[[str], None]  # told of each file gc did not read, and why
+
+
+def _not_read(on_skip: Skipped, refused: FileRefused) -> None:
+    why = (
+        "over its size cap"
+        if refused.too_big
+        else "not a regular file (a FIFO, a device or a directory is never read)"
+    )
+    on_skip(f"skipped {refused.path}: {why}")
+
+
+def _wheel_hashes(folder: Path, report: BuildReport | None, on_skip: Skipped) -> tuple[str, ...]:
     """The report's wheels' sha256, and the hash of each .whl there the report does not list."""
     listed = {w.file: w.sha256 for w in (report.wheels if report else ()) if w.file and w.sha256}
     hashes = set(listed.values())
     for wheel in folder.glob("*.whl"):
         if wheel.name not in listed:
-            with contextlib.suppress(OSError):
+            try:
                 hashes.add(index.hash_file(wheel))
+            except FileRefused as refused:
+                _not_read(on_skip, refused)
+            except OSError:
+                pass
     return tuple(sorted(hashes))
 
 
-def scan_runs(runs_dir: Path) -> tuple[gc.Run, ...]:
+def _ignore(_note: str) -> None:
+    pass
+
+
+def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[gc.Run, ...]:
     """Every folder of runs/ named like a run id (anything else there is not ours: left alone)."""
     if not runs_dir.is_dir():
         return ()
@@ -151,7 +171,7 @@ def scan_runs(runs_dir: Path) -> tuple[gc.Run, ...]:
                 size=size,
                 has_report=report is not None,
                 inputs_key=(report.inputs_key or None) if report else None,
-                wheel_sha256=_wheel_hashes(folder, report),
+                wheel_sha256=_wheel_hashes(folder, report, on_skip),
                 published_to=tuple(sorted({str(m.get("target", "?")) for m in marks})),
                 last_write=newest,
                 holds_index=any(folder.rglob(f"{index.SIMPLE}/index.html"))
@@ -161,7 +181,7 @@ def scan_runs(runs_dir: Path) -> tuple[gc.Run, ...]:
     return tuple(found)
 
 
-def scan_results(store: Path) -> tuple[gc.StoredResult, ...]:
+def scan_results(store: Path, on_skip: Skipped = _ignore) -> tuple[gc.StoredResult, ...]:
     """Entries of the result store (a staging or retired entry, dot-named, is a save in progress)."""
     if not store.is_dir():
         return ()
@@ -172,11 +192,12 @@ def scan_results(store: Path) -> tuple[gc.StoredResult, ...]:
         size, newest = _usage(entry)
         report = entry / REPORT_NAME
         saved = report.stat().st_mtime if report.is_file() else newest
-        found.append(gc.StoredResult(entry.name, entry, size, _wheel_hashes(entry, _report(entry)), saved))
+        hashes = _wheel_hashes(entry, _report(entry), on_skip)
+        found.append(gc.StoredResult(entry.name, entry, size, hashes, saved))
     return tuple(found)
 
 
-def published_in(output_dir: Path) -> gc.Published:
+def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> gc.Published:
     """The wheels of the published trees directly under the output dir (wheelhouse/cu130/ ...):
     their sha256 and the inputs keys publish wrote beside them."""
     sha256: dict[str, str] = {}
@@ -188,10 +209,18 @@ def published_in(output_dir: Path) -> gc.Published:
         if tree.name == "runs" or not files.is_dir():
             continue
         for wheel in files.glob("*.whl"):
-            with contextlib.suppress(OSError):
+            try:
                 sha256[index.file_sha256(wheel)] = str(tree)
-            with contextlib.suppress(OSError):
-                inputs |= index.inputs_keys(wheel.with_name(wheel.name + index.INPUTS_SUFFIX).read_text())
+            except FileRefused as refused:
+                _not_read(on_skip, refused)
+            except OSError:
+                pass
+            try:
+                inputs |= index.read_inputs(wheel)
+            except FileRefused as refused:
+                _not_read(on_skip, refused)
+            except (OSError, ValueError):  # unreadable, or a sidecar that is not text
+                pass
     return gc.Published(sha256, frozenset(inputs))
 
 
@@ -216,11 +245,13 @@ def current_images(images: ImageIds, options: ImageOptions, scope: gc.Scope) -> 
     return frozenset(current)
 
 
-def collect(engine: GcEngine, options: GcOptions, on_step: Callable[[str], None]) -> gc.GcPlan:
+def collect(
+    engine: GcEngine, options: GcOptions, on_step: Callable[[str], None], on_skip: Skipped = _ignore
+) -> gc.GcPlan:
     on_step(f"reading {options.output_dir / 'runs'} and the result store {options.store}")
-    runs = scan_runs(options.output_dir / "runs")
-    results = scan_results(options.store)
-    published = published_in(options.output_dir)
+    runs = scan_runs(options.output_dir / "runs", on_skip)
+    results = scan_results(options.store, on_skip)
+    published = published_in(options.output_dir, on_skip)
     on_step("reading Docker's images, volumes and containers (sizes as Docker counts them)")
     state = engine.gc_state(options.scope)
     base = options.image_options.base_image or production_base()

@@ -48,6 +48,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
@@ -69,6 +70,7 @@ __all__ = [
     "inputs_keys",
     "normalize",
     "plan_index",
+    "read_inputs",
     "read_wheel",
     "render",
     "scan",
@@ -87,6 +89,8 @@ ARCHS_SUFFIX = ".archs"
 # wheelbuild nightly plan): the build that made it, and for an abi3 wheel the nightly's cells of
 # the other Pythons that built the same file name.
 INPUTS_SUFFIX = ".inputs"
+# A sidecar lists the cells one wheel serves (one per Python of a nightly): a few 65-byte lines.
+MAX_INPUTS_SIZE = 64 * 1024
 TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -161,8 +165,10 @@ def read_wheel(path: Path) -> IndexEntry:
     and Version agree with the file name."""
     project, version = parse_filename(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path) as file, zipfile.ZipFile(file) as archive:
             _member, metadata = metadata_of(archive)
+    except FileRefused:
+        raise _bad(path, "it is not a regular file (a FIFO, a device or a directory is never read)") from None
     except (OSError, zipfile.BadZipFile) as error:
         raise _bad(path, f"cannot read it as a zip file ({error})") from None
     except ValueError as error:
@@ -192,9 +198,22 @@ def inputs_keys(text: str) -> set[str]:
     return {line.strip() for line in text.splitlines() if line.strip()}
 
 
+def read_inputs(wheel: Path) -> set[str]:
+    """The inputs keys in the sidecar beside a published *wheel*; none when it has none. Raises
+    FileRefused (a ValueError) for a sidecar that is not a regular file or is over its cap, and
+    UnicodeDecodeError (a ValueError too) for one that is not text."""
+    try:
+        data = read_bounded(wheel.with_name(wheel.name + INPUTS_SUFFIX), MAX_INPUTS_SIZE)
+    except FileNotFoundError:
+        return set()
+    return inputs_keys(data.decode())
+
+
 def hash_file(path: Path) -> str:
+    """sha256 of the regular file at *path*. Raises FileRefused (a ValueError) for anything else
+    (a FIFO or a device named like a wheel would block or never end), or the OSError of opening."""
     digest = hashlib.sha256()
-    with path.open("rb") as file:
+    with open_regular(path) as file:
         while chunk := file.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

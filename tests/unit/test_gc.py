@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -427,3 +429,50 @@ def test_the_dist_fleets_images_are_gcs_too_under_a_tests_prefix_its_own() -> No
     assert not test.owns_image("wbdist-sccache:0123456789abcdef")  # a test never sees the real fleet's
     assert test.owns_image("wbgctest-1234-dist-sccache:0123456789abcdef")
     assert not real.owns_image("wbdist-sccache") and not real.owns_image("wbdist-other:0123456789abcdef")
+
+
+SCAN_IN_A_CHILD = """
+import sys
+from pathlib import Path
+from wheelbuild import prune
+out = Path(sys.argv[1])
+runs = prune.scan_runs(out / "runs", print)
+published = prune.published_in(out, print)
+print("hashes", *sorted(h for r in runs for h in r.wheel_sha256))
+print("published", *sorted(published.sha256))
+"""
+
+
+def test_gc_reads_no_fifo_or_device_named_like_a_wheel_and_says_what_it_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    run_id = "20261101-120000-000001"
+    wheel = make_run(out / "runs", run_id, "real", report=False)
+    os.mkfifo(out / "runs" / run_id / "fifo-1.0-py3-none-any.whl")  # no writer: a read blocks for ever
+    (out / "runs" / run_id / "zero-1.0-py3-none-any.whl").symlink_to("/dev/zero")  # a read never ends
+    published = make_wheel(tmp_path / "in", "served", "1.0")
+    publishing.publish([published], out / "cu130")
+    os.mkfifo(out / "cu130" / "files" / "fifo-2.0-py3-none-any.whl")
+    os.mkfifo(out / "cu130" / "files" / f"{published.name}.inputs")
+    # In a child, so that a scan that blocks fails this test instead of hanging the suite.
+    child = subprocess.run(
+        [sys.executable, "-c", SCAN_IN_A_CHILD, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    skipped = sorted(line for line in lines if line.startswith("skipped "))
+    files = out / "cu130" / "files"
+    assert skipped == sorted(
+        f"skipped {path}: not a regular file (a FIFO, a device or a directory is never read)"
+        for path in (
+            out / "runs" / run_id / "fifo-1.0-py3-none-any.whl",
+            out / "runs" / run_id / "zero-1.0-py3-none-any.whl",
+            files / "fifo-2.0-py3-none-any.whl",
+            files / f"{published.name}.inputs",
+        )
+    )
+    assert f"hashes {_sha(wheel)}" in lines  # the real wheels are still read
+    assert f"published {_sha(published)}" in lines

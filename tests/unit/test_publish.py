@@ -4,6 +4,7 @@ SIGKILL at any write, and two publishers at once (real processes, real filesyste
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -127,6 +128,38 @@ def test_an_invalid_wheel_is_refused_before_anything_is_written(tmp_path: Path) 
     bad.write_bytes(b"not a zip")
     with pytest.raises(InvalidWheel):
         publish([make_wheel(tmp_path / "in"), bad], tmp_path / "tree")
+    assert not (tmp_path / "tree").exists()
+
+
+PUBLISH_IN_A_CHILD = """
+import sys
+from pathlib import Path
+from wheelbuild.errors import WheelbuildError
+from wheelbuild.index.publish import publish
+try:
+    publish([Path(sys.argv[1])], Path(sys.argv[2]))
+except WheelbuildError as error:
+    print(error.exit_code, error.cause)
+"""
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link to a device"])
+def test_a_fifo_or_device_named_like_a_wheel_is_refused_unread(tmp_path: Path, shape: str) -> None:
+    wheel = tmp_path / "wbtiny-1.0-py3-none-any.whl"
+    if shape == "fifo":
+        os.mkfifo(wheel)  # no writer: opening it to read would block for ever
+    else:
+        wheel.symlink_to("/dev/zero")  # a read that never ends
+    # In a child, so that a publish that blocks fails this test instead of hanging the suite.
+    child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(tmp_path / "tree"))
+    try:
+        said, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        pytest.fail("publish blocked on a file that is not a regular one")
+    assert child.returncode == 0, err
+    assert said.startswith("52 wbtiny-1.0-py3-none-any.whl is not a usable wheel: it is not a regular"), said
     assert not (tmp_path / "tree").exists()
 
 
