@@ -4,6 +4,7 @@ and the file names an upload server lists, which `nightly publish-night` never u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -117,7 +118,8 @@ def remote_inputs(index_url: str) -> set[str]:
         sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
         found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
         if found is not None:
-            keys |= index_files.inputs_keys(found[0].decode())
+            with contextlib.suppress(ValueError):  # not text, or not keys: its cells are built again
+                keys |= index_files.inputs_keys(found[0].decode())
     return keys
 
 

@@ -219,7 +219,9 @@ def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> gc.Published:
                 inputs |= index.read_inputs(wheel)
             except FileRefused as refused:
                 _not_read(on_skip, refused)
-            except (OSError, ValueError):  # unreadable, or a sidecar that is not text
+            except ValueError:  # not text, or a line that is no key: it names none
+                on_skip(f"skipped {wheel}{index.INPUTS_SUFFIX}: not a list of inputs keys")
+            except OSError:
                 pass
     return gc.Published(sha256, frozenset(inputs))
 

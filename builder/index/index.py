@@ -68,6 +68,7 @@ __all__ = [
     "file_sha256",
     "hash_file",
     "inputs_keys",
+    "is_inputs_key",
     "normalize",
     "plan_index",
     "read_inputs",
@@ -93,6 +94,7 @@ INPUTS_SUFFIX = ".inputs"
 MAX_INPUTS_SIZE = 64 * 1024
 TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
+_INPUTS_KEY = re.compile(r"[0-9a-f]{64}")  # what run/results.py's inputs_key makes: a sha256
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 # Called with the relative path of each file just before it is renamed into place (its temp file
@@ -193,9 +195,23 @@ def read_wheel(path: Path) -> IndexEntry:
     )
 
 
+def is_inputs_key(text: str) -> bool:
+    """Whether *text* is an inputs key: a sha256 hex digest and nothing else (a newline in one
+    would turn a sidecar, read a key a line, into several keys)."""
+    return bool(_INPUTS_KEY.fullmatch(text))
+
+
 def inputs_keys(text: str) -> set[str]:
-    """The inputs keys a wheel's INPUTS_SUFFIX sidecar lists, one per line."""
-    return {line.strip() for line in text.splitlines() if line.strip()}
+    """The inputs keys a wheel's INPUTS_SUFFIX sidecar lists, one per line. Raises ValueError
+    when a line is not one: such a sidecar is damaged and names no key at all."""
+    keys: set[str] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if not is_inputs_key(line.strip()):
+            raise ValueError(f"line {number} of an inputs sidecar is not an inputs key (a sha256 hex digest)")
+        keys.add(line.strip())
+    return keys
 
 
 def read_inputs(wheel: Path) -> set[str]:

@@ -153,6 +153,7 @@ def publish(
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
     had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write. *hook* is
     called before each file is renamed into place (for tests)."""
+    _check_inputs(inputs or {})
     checked = [(path, index.read_wheel(path), index.hash_file(path)) for path in wheels]
     by_name: dict[str, str] = {}
     for path, info, sha256 in checked:
@@ -177,6 +178,18 @@ def publish(
         present=tuple(present),
         written=written,
     )
+
+
+def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
+    """Each key is written on a line of its own: one with a newline in it would become several."""
+    for name, keys in inputs.items():
+        for key in keys:
+            if not index.is_inputs_key(key):
+                raise BadArgument(
+                    f"the inputs key {key!r} given for {name} is not a sha256 hex digest",
+                    "publish the wheel from the run folder `wheelbuild build` wrote (its build "
+                    "report names the key), or from a folder without a build report",
+                )
 
 
 _Checked = tuple[Path, index.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256

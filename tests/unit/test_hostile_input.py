@@ -188,7 +188,7 @@ def _report(wheel: Path, report: object) -> None:
 
 def _good_report(wheel: Path, **changes: object) -> dict[str, Any]:
     report: dict[str, Any] = {
-        "inputs_key": "abc123",
+        "inputs_key": "abc123" * 10 + "abcd",
         "torch": {"variant": "2.11.0+cu130"},
         "archs": [100, 120],
         "gate": [
@@ -220,6 +220,7 @@ def _good_report(wheel: Path, **changes: object) -> dict[str, Any]:
         {"torch": {"variant": "cu130"}, "archs": [100], "gate": [{"wheel": NAME, "imports": [7]}]},
         {"torch": {"variant": "cu130"}, "archs": [100], "gate": [{"wheel": NAME, "passed": "yes"}]},
         {"torch": {"variant": "cu130"}, "archs": [100], "gate": "passed"},
+        {"torch": {"variant": "cu130"}, "archs": [100], "inputs_key": "a" * 64 + "\n" + "b" * 64},
     ],
     ids=[
         "not-json",
@@ -234,6 +235,7 @@ def _good_report(wheel: Path, **changes: object) -> dict[str, Any]:
         "import-not-a-table",
         "passed-not-a-bool",
         "gate-not-a-list",
+        "inputs-key-of-two-lines",
     ],
 )
 def test_a_damaged_build_report_is_a_clear_refusal(tmp_path: Path, report: object) -> None:
@@ -254,7 +256,7 @@ def test_a_damaged_build_report_is_a_clear_refusal(tmp_path: Path, report: objec
 def test_a_good_build_report_still_drives_the_checks_and_the_gate(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, requires_dist=("torch==2.11.*",))
     _report(wheel, _good_report(wheel))
-    assert inputs_key_beside(wheel) == "abc123"
+    assert inputs_key_beside(wheel) == "abc123" * 10 + "abcd"
     assert gate_verdict(wheel) == ([], None)
     assert describe_gate(wheel)["status"] == "passed"
     _report(wheel, _good_report(wheel, gate={"skipped": "--no-gate"}))

@@ -3,6 +3,7 @@ and the coverage table. Pure parts directly; the index read over HTTP from a rea
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -209,6 +210,11 @@ def test_the_repositorys_matrix_uses_the_default_pythons_and_the_default_cuda12_
     assert "cuda12" not in (REPO / "wheelbuild.toml").read_text().replace("CUDA 12 layer", "")
 
 
+def _key(label: str) -> str:
+    """An inputs key (a sha256 hex digest, as a build makes one) that stands for *label*."""
+    return hashlib.sha256(label.encode()).hexdigest()
+
+
 def _tree_with(tmp_path: Path, keys: dict[str, str]) -> Path:
     tree = tmp_path / "tree"
     wheels = [
@@ -222,12 +228,12 @@ def _tree_with(tmp_path: Path, keys: dict[str, str]) -> Path:
 def test_published_keys_are_read_from_a_local_tree_and_over_http_from_the_served_index(
     tmp_path: Path,
 ) -> None:
-    tree = _tree_with(tmp_path, {"a": "key-a", "b": "key-b"})
+    tree = _tree_with(tmp_path, {"a": _key("a"), "b": _key("b")})
     assert published_keys(str(tmp_path / "{variant}"), None, []) == set()
-    assert published_keys(str(tree), None, ["cu130"]) == {"key-a", "key-b"}
+    assert published_keys(str(tree), None, ["cu130"]) == {_key("a"), _key("b")}
     with running_server(tree) as url:
-        assert remote_inputs(url) == {"key-a", "key-b"}
-        assert published_keys("ci@wheels.example:/srv/{variant}", url, ["cu130"]) == {"key-a", "key-b"}
+        assert remote_inputs(url) == {_key("a"), _key("b")}
+        assert published_keys("ci@wheels.example:/srv/{variant}", url, ["cu130"]) == {_key("a"), _key("b")}
         assert remote_inputs(url.replace("/simple/", "/nothing-here/")) == set()  # no index yet
 
 
@@ -282,7 +288,7 @@ def _cell_dir(
         run, payload=cell_id, version="0.1.0+cu130torch2.11", tag=tag or f"{cell_id.split('-')[2]}-none-any"
     )
     report = {
-        "inputs_key": f"key-{cell_id}",
+        "inputs_key": _key(cell_id),
         "torch": {"variant": "2.11.0+cu130"},
         "archs": [100, 120],
         "checks": [],
@@ -354,7 +360,7 @@ def test_a_failed_cell_is_reported_the_others_publish_and_the_coverage_table_is_
         "wbtiny-0.1.0+cu130torch2.11-cp311-none-any.whl"
     ]
     assert (tree / "files" / "wbtiny-0.1.0+cu130torch2.11-cp311-none-any.whl.inputs").read_text().strip() == (
-        "key-wbdemo-cu130-cp311-100.120"
+        _key("wbdemo-cu130-cp311-100.120")
     )
     table = summary.read_text()
     assert "## wheelbuild nightly: 2 published, 4 failed, 1 skipped" in table
@@ -395,7 +401,7 @@ def test_an_abi3_wheel_the_cells_of_several_pythons_built_is_published_once_for_
         name,
     ]
     assert (tree / "files" / name).read_bytes() == built[0].read_bytes()
-    keys = {"key-wbabi-cu130-cp311-100.120", "key-wbabi-cu130-cp313-100.120"}
+    keys = {_key("wbabi-cu130-cp311-100.120"), _key("wbabi-cu130-cp313-100.120")}
     assert set((tree / "files" / f"{name}.inputs").read_text().split()) == keys
     # The next night plans neither Python's cell again, whether it reads the tree or its index.
     assert keys <= published_keys(str(tree), None, ["cu130"])
@@ -444,13 +450,13 @@ def test_a_static_server_of_the_tree_is_read_too(tmp_path: Path) -> None:
     import http.server
     import threading
 
-    tree = _tree_with(tmp_path, {"a": "key-a"})
+    tree = _tree_with(tmp_path, {"a": _key("a")})
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tree))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        assert remote_inputs(f"http://127.0.0.1:{server.server_address[1]}/simple/") == {"key-a"}
+        assert remote_inputs(f"http://127.0.0.1:{server.server_address[1]}/simple/") == {_key("a")}
     finally:
         server.shutdown()
         server.server_close()
@@ -484,11 +490,11 @@ def test_an_index_behind_basic_auth_is_read_with_the_urls_credentials_and_refusa
     import base64
     import hashlib
 
-    tree = _tree_with(tmp_path, {"a": "key-a"})
+    tree = _tree_with(tmp_path, {"a": _key("a")})
     htpasswd = tmp_path / "htpasswd"
     htpasswd.write_text("ci:{SHA}" + base64.b64encode(hashlib.sha1(b"s3cret").digest()).decode() + "\n")
     with running_server(tree, htpasswd=htpasswd) as url:
-        assert remote_inputs(url.replace("http://", "http://ci:s3cret@")) == {"key-a"}
+        assert remote_inputs(url.replace("http://", "http://ci:s3cret@")) == {_key("a")}
         with pytest.raises(PublishedIndexUnreachable, match="HTTP 401") as caught:
             remote_inputs(url.replace("http://", "http://ci:wrong@"))
         assert "wrong" not in caught.value.cause
