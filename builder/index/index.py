@@ -36,6 +36,7 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.message import Message
 from email.parser import BytesParser
 from email.policy import compat32
 from pathlib import Path
@@ -50,6 +51,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
+from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
 from .pages import API_VERSION, FILES, SIMPLE, Distribution, render
@@ -162,19 +164,35 @@ def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
     return name, version
 
 
-def read_wheel(path: Path) -> IndexEntry:
+def read_wheel(path: Path, *, installable: bool = True) -> IndexEntry:
     """Read and check a wheel: its name parses, it is a zip with exactly one METADATA whose Name
-    and Version agree with the file name."""
+    and Version agree with the file name, and (*installable*) an installer would take it as it
+    is: its layout, WHEEL and RECORD, every member hashed against RECORD (wheel/layout.py)."""
     project, version = parse_filename(path)
     try:
         with open_regular(path) as file, zipfile.ZipFile(file) as archive:
             _member, metadata = metadata_of(archive)
+            headers = _agreeing_metadata(path, metadata, project, version)
+            if installable:
+                check_layout(archive, path.name)
     except FileRefused:
         raise _bad(path, "it is not a regular file (a FIFO, a device or a directory is never read)") from None
     except (OSError, zipfile.BadZipFile) as error:
         raise _bad(path, f"cannot read it as a zip file ({error})") from None
     except ValueError as error:
         raise _bad(path, str(error)) from None
+    requires = headers.get("Requires-Python")
+    return IndexEntry(
+        filename=path.name,
+        project=project,
+        version=version,
+        metadata=metadata,
+        requires_python=str(requires).strip() if requires else None,
+    )
+
+
+def _agreeing_metadata(path: Path, metadata: bytes, project: NormalizedName, version: Version) -> Message:
+    """METADATA's headers, once its Name and Version are the file name's; InvalidWheel if not."""
     headers = metadata_fields(metadata)  # text, never email.header.Header objects
     meta_name, meta_version = headers.get("Name"), headers.get("Version")
     if not meta_name or canonicalize_name(str(meta_name)) != project:
@@ -185,14 +203,7 @@ def read_wheel(path: Path) -> IndexEntry:
         same_version = False
     if not same_version:
         raise _bad(path, f"its METADATA has version {meta_version!r}, the file name says {version}")
-    requires = headers.get("Requires-Python")
-    return IndexEntry(
-        filename=path.name,
-        project=project,
-        version=version,
-        metadata=metadata,
-        requires_python=str(requires).strip() if requires else None,
-    )
+    return headers
 
 
 def is_inputs_key(text: str) -> bool:
@@ -307,7 +318,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
         try:
             metadata = read_capped_metadata(metadata_path)
         except FileNotFoundError:
-            metadata = read_wheel(wheel).metadata
+            metadata = read_wheel(wheel, installable=False).metadata  # published: checked then
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
         requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
         try:

@@ -46,6 +46,7 @@ import lzma
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,7 @@ __all__ = [
     "archs_in_fatbin",
     "archs_in_wheel",
     "inspect_wheel",
+    "member_chunks",
     "metadata_fields",
     "metadata_of",
     "read_member",
@@ -117,6 +119,17 @@ def read_member(
     Raises ``UnsafeMember`` for a member over a cap, ``ValueError`` for one that cannot be read
     (a compression method zipfile lacks, encryption, corrupt compressed data), and lets
     ``zipfile.BadZipFile`` through (a bad CRC: the archive itself is damaged)."""
+    return b"".join(member_chunks(wheel, info, max_size, max_ratio))
+
+
+def member_chunks(
+    wheel: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    max_size: int = MAX_MEMBER_SIZE,
+    max_ratio: float | None = MAX_COMPRESSION_RATIO,
+) -> Iterator[bytes]:
+    """A member's bytes a chunk at a time (to hash one without holding it), under the caps and
+    with the errors of :func:`read_member`; the caps are checked before the first chunk."""
     if info.file_size > max_size:
         raise UnsafeMember(
             f"{info.filename}: {info.file_size} bytes uncompressed, over the cap of {max_size} bytes"
@@ -132,7 +145,10 @@ def read_member(
         )
     if info.flag_bits & 0x1:
         raise ValueError(f"{info.filename}: the member is encrypted")
-    chunks: list[bytes] = []
+    return _chunks(wheel, info)
+
+
+def _chunks(wheel: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
     size = 0
     try:
         with wheel.open(info) as stream:
@@ -140,11 +156,10 @@ def read_member(
                 size += len(chunk)
                 if size > info.file_size:  # zipfile stops at the declared size; never trust that alone
                     raise UnsafeMember(f"{info.filename}: longer than its declared {info.file_size} bytes")
-                chunks.append(chunk)
+                yield chunk
     # OSError: bz2's word for corrupt data. zipfile.BadZipFile (a bad CRC) is none of these.
     except (NotImplementedError, RuntimeError, EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
         raise ValueError(f"{info.filename}: cannot be decompressed ({exc})") from exc
-    return b"".join(chunks)
 
 
 def metadata_fields(metadata: bytes) -> email.message.Message:

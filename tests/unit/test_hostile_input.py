@@ -4,6 +4,8 @@ says about them. Every refusal is a typed error with a cause and a remedy, never
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from packaging.version import Version
 from wheelbuild.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
 from wheelbuild.cli import main
 from wheelbuild.errors import (
@@ -157,6 +160,133 @@ def test_stamp_refuses_a_record_over_its_cap(tmp_path: Path) -> None:
     wheel = _deflated(tmp_path, {record: rows + b"\n" * (17 * 1024**2)}, version="0.1.0")
     with pytest.raises(UnsafeMember, match=r"RECORD: .* over the cap"):
         stamp_wheel(wheel, parse_variant("2.11.0+cu130"))
+
+
+# -- 1b. a wheel an installer would refuse (or install where it must not) -------------------------
+
+DIST_INFO = "wbtiny-0.1.0+cu130torch2.11.dist-info"
+RECORD = f"{DIST_INFO}/RECORD"
+Members = dict[str, bytes]
+
+
+def _with_record(members: Members) -> Members:
+    """*members* with a RECORD that tells the truth about each of them."""
+    rows = [f"{path},{_record_hash(data)},{len(data)}\n" for path, data in members.items() if path != RECORD]
+    return {**members, RECORD: "".join([*rows, f"{RECORD},,\n"]).encode()}
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _renamed_dist_info(members: Members, folder: str) -> Members:
+    return {name.replace(DIST_INFO, folder): data for name, data in members.items()}
+
+
+def _lying_record(members: Members, row: str) -> Members:
+    """A RECORD whose line for the module says *row* instead of the truth."""
+    lines = _with_record(members)[RECORD].decode().splitlines()
+    told = [row if line.startswith("wbtiny/__init__.py,") else line for line in lines]
+    return {**members, RECORD: ("\n".join(told) + "\n").encode()}
+
+
+def _metadata(members: Members, text: bytes) -> Members:
+    return _with_record({**members, f"{DIST_INFO}/METADATA": text})
+
+
+UNINSTALLABLE: dict[str, tuple[Callable[[Members], Members], str]] = {
+    "no WHEEL": (
+        lambda m: _with_record({k: v for k, v in m.items() if not k.endswith("/WHEEL")}),
+        f"it has no {DIST_INFO}/WHEEL",
+    ),
+    "WHEEL of another major version": (
+        lambda m: _with_record({**m, f"{DIST_INFO}/WHEEL": b"Wheel-Version: 2.0\n\n"}),
+        "Wheel-Version 2.0",
+    ),
+    "no RECORD": (lambda m: {k: v for k, v in m.items() if k != RECORD}, f"it has no {RECORD}"),
+    "an absolute member": (lambda m: _with_record({**m, "/etc/evil.pth": b"import os"}), "an absolute path"),
+    "a member up two folders": (lambda m: _with_record({**m, "../../evil.py": b"x"}), "a '..' in its path"),
+    "a dist-info of another name": (
+        lambda m: _renamed_dist_info(_with_record(m), "evil-0.1.0+cu130torch2.11.dist-info"),
+        "is not that of wbtiny",
+    ),
+    "a second dist-info": (
+        lambda m: _with_record({**m, "evil-1.0.dist-info/entry_points.txt": b"[console_scripts]\n"}),
+        "2 .dist-info folders",
+    ),
+    "a member RECORD does not list": (
+        lambda m: {**_with_record(m), "wbtiny/extra.py": b"x = 1\n"},
+        "does not list 'wbtiny/extra.py'",
+    ),
+    "a RECORD hash that lies": (
+        lambda m: _lying_record(
+            m, f"wbtiny/__init__.py,{_record_hash(b'other bytes')},{len(m['wbtiny/__init__.py'])}"
+        ),
+        "hash of 'wbtiny/__init__.py' is not that of its bytes",
+    ),
+    "a RECORD size that lies": (
+        lambda m: _lying_record(m, f"wbtiny/__init__.py,{_record_hash(m['wbtiny/__init__.py'])},1"),
+        "says 'wbtiny/__init__.py' has 1 bytes",
+    ),
+    "an md5 in RECORD": (
+        lambda m: _lying_record(m, "wbtiny/__init__.py,md5=AAAA,1"),
+        "gives 'wbtiny/__init__.py' no sha256",
+    ),
+    "METADATA that is not UTF-8": (
+        lambda m: _metadata(m, m[f"{DIST_INFO}/METADATA"].replace(b"Summary: a", b"Summary: \xff\xfe a")),
+        "METADATA is not UTF-8",
+    ),
+    "METADATA without Metadata-Version": (
+        lambda m: _metadata(m, m[f"{DIST_INFO}/METADATA"].replace(b"Metadata-Version: 2.1\n", b"")),
+        "has no Metadata-Version",
+    ),
+    "a .data folder of no scheme": (
+        lambda m: _with_record({**m, "wbtiny-0.1.0+cu130torch2.11.data/../x": b"x"}),
+        "a '..' in its path",
+    ),
+    "a .data folder of an unknown scheme": (
+        lambda m: _with_record({**m, "wbtiny-0.1.0+cu130torch2.11.data/etc/evil.conf": b"x"}),
+        "in no install scheme",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNINSTALLABLE)
+def test_a_wheel_an_installer_would_refuse_is_not_published(tmp_path: Path, case: str) -> None:
+    change, says = UNINSTALLABLE[case]
+    source = make_wheel(tmp_path / "src")
+    with zipfile.ZipFile(source) as good:
+        members = change({info.filename: good.read(info) for info in good.infolist()})
+    wheel = tmp_path / "in" / source.name
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as crafted:
+        for name, data in members.items():
+            crafted.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
+    with pytest.raises(InvalidWheel) as refused:
+        publish([wheel], tmp_path / "cu130")
+    assert refused.value.exit_code == 52
+    assert refused.value.cause.startswith(f"{wheel.name} is not a usable wheel: ")
+    assert says in refused.value.cause, refused.value.cause
+    assert not (tmp_path / "cu130").exists()
+
+
+def test_a_wheel_whose_members_unpack_to_far_more_than_it_holds_is_refused_unread(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path)
+    _declare_size(wheel, "wbtiny/__init__.py", 1024**3)  # says 1 GiB, from a wheel of 1 KiB
+    with pytest.raises(InvalidWheel, match=r"a ratio over the cap of 100 \(a zip bomb\)"):
+        publish([wheel], tmp_path / "cu130")
+    assert not (tmp_path / "cu130").exists()
+
+
+def test_the_wheels_the_tests_make_and_stamp_writes_are_ones_an_installer_takes(tmp_path: Path) -> None:
+    plain = make_wheel(
+        tmp_path / "plain", version="0.1.0", requires_dist=("torch>=2",), tag="cp312-cp312-linux_x86_64"
+    )
+    stamped = stamp_wheel(plain, parse_variant("2.11.0+cu130"))  # METADATA, RECORD and names rewritten
+    assert stamped.name == "wbtiny-0.1.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl"
+    assert index.read_wheel(stamped).version == Version("0.1.0+cu130torch2.11")
+    with zipfile.ZipFile(stamped) as archive:
+        assert "wbtiny-0.1.0+cu130torch2.11.dist-info/RECORD" in archive.namelist()
 
 
 def test_a_unicode_project_name_is_shown_as_text(tmp_path: Path) -> None:
