@@ -41,6 +41,7 @@ from email.parser import BytesParser
 from email.policy import compat32
 from pathlib import Path
 
+from packaging.tags import Tag
 from packaging.utils import (
     InvalidWheelFilename,
     NormalizedName,
@@ -65,12 +66,14 @@ __all__ = [
     "Distribution",
     "IndexEntry",
     "IndexPlan",
+    "WheelIdentity",
     "WriteHook",
     "atomic_write",
     "file_sha256",
     "hash_file",
     "inputs_keys",
     "is_inputs_key",
+    "is_served_name",
     "normalize",
     "plan_index",
     "read_inputs",
@@ -96,6 +99,10 @@ INPUTS_SUFFIX = ".inputs"
 MAX_INPUTS_SIZE = 64 * 1024
 TEMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
+# The file names `wheelbuild serve` answers under files/ (a wheel and its sidecars); publish
+# takes no wheel whose name, or whose .metadata's, is not one: it would be listed and then 404.
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?")
+NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
 _INPUTS_KEY = re.compile(r"[0-9a-f]{64}")  # what run/results.py's inputs_key makes: a sha256
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -156,6 +163,35 @@ def _bad(path: Path, why: str) -> InvalidWheel:
     )
 
 
+def is_served_name(name: str) -> bool:
+    """Whether `wheelbuild serve` answers for a file of this name under files/."""
+    return len(name) <= NAME_MAX and bool(_SERVED_NAME.fullmatch(name))
+
+
+@dataclass(frozen=True)
+class WheelIdentity:
+    """What a wheel's file name means to an installer, whatever its spelling: the project and
+    version canonical (Foo_Bar-0.1.0 is foo-bar 0.1), and the tags it installs under. The build
+    tag is left out: an installer takes the file with the highest one, so a second file that
+    differs only by its build tag would silently replace the first."""
+
+    project: NormalizedName
+    version: Version
+    tags: frozenset[Tag]
+
+    @classmethod
+    def of(cls, filename: str) -> WheelIdentity:
+        """Raises InvalidWheelFilename or InvalidVersion (ValueErrors) for a name that does not parse."""
+        project, version, _build, tags = parse_wheel_filename(filename)
+        return cls(project, version, tags)
+
+    def same_slot(self, other: WheelIdentity) -> bool:
+        """Whether an installer could take either file for the same environment."""
+        return (
+            self.project == other.project and self.version == other.version and bool(self.tags & other.tags)
+        )
+
+
 def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
     try:
         name, version, _build, _tags = parse_wheel_filename(path.name)
@@ -164,16 +200,23 @@ def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
     return name, version
 
 
-def read_wheel(path: Path, *, installable: bool = True) -> IndexEntry:
+def read_wheel(path: Path, *, publishable: bool = True) -> IndexEntry:
     """Read and check a wheel: its name parses, it is a zip with exactly one METADATA whose Name
-    and Version agree with the file name, and (*installable*) an installer would take it as it
-    is: its layout, WHEEL and RECORD, every member hashed against RECORD (wheel/layout.py)."""
+    and Version agree with the file name, and (*publishable*) this index can serve it (its name
+    and its sidecars') and an installer would take it as it is: its layout, WHEEL and RECORD,
+    every member hashed against RECORD (wheel/layout.py)."""
     project, version = parse_filename(path)
+    if publishable and not is_served_name(path.name + METADATA_SUFFIX):
+        raise _bad(
+            path,
+            "its name cannot be served (letters, digits and . _ + ! - only, and at most "
+            f"{NAME_MAX - len(METADATA_SUFFIX)} characters, so that its .metadata fits too)",
+        )
     try:
         with open_regular(path) as file, zipfile.ZipFile(file) as archive:
             _member, metadata = metadata_of(archive)
             headers = _agreeing_metadata(path, metadata, project, version)
-            if installable:
+            if publishable:
                 check_layout(archive, path.name)
     except FileRefused:
         raise _bad(path, "it is not a regular file (a FIFO, a device or a directory is never read)") from None
@@ -318,7 +361,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
         try:
             metadata = read_capped_metadata(metadata_path)
         except FileNotFoundError:
-            metadata = read_wheel(wheel, installable=False).metadata  # published: checked then
+            metadata = read_wheel(wheel, publishable=False).metadata  # published: checked then
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
         requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
         try:

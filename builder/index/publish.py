@@ -155,13 +155,7 @@ def publish(
     called before each file is renamed into place (for tests)."""
     _check_inputs(inputs or {})
     checked = [(path, index.read_wheel(path), index.hash_file(path)) for path in wheels]
-    by_name: dict[str, str] = {}
-    for path, info, sha256 in checked:
-        if by_name.setdefault(info.filename, sha256) != sha256:
-            raise WheelConflict(
-                f"two different wheels named {info.filename} were given (one is {path})",
-                "publish one of them; a wheel's file name must name exactly one content",
-            )
+    _one_file_per_distribution(checked)
     files = root / index.FILES
     with _locked(root, lock_timeout):
         _remove_temp_files(root)
@@ -195,25 +189,74 @@ def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
 _Checked = tuple[Path, index.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256
 
 
+def _shared_tag(one: index.WheelIdentity, other: index.WheelIdentity) -> str:
+    return min(str(tag) for tag in one.tags & other.tags)
+
+
+def _one_file_per_distribution(checked: Sequence[_Checked]) -> None:
+    """WheelConflict when the wheels given name one distribution by two contents or two spellings."""
+    given: dict[str, tuple[index.WheelIdentity, str]] = {}
+    for path, info, sha256 in checked:
+        mine = index.WheelIdentity.of(info.filename)
+        for name, (theirs, their_sha256) in given.items():
+            if name == info.filename and their_sha256 != sha256:
+                raise WheelConflict(
+                    f"two different wheels named {info.filename} were given (one is {path})",
+                    "publish one of them; a wheel's file name must name exactly one content",
+                )
+            if name != info.filename and theirs.same_slot(mine):
+                raise WheelConflict(
+                    f"{name} and {info.filename} were both given, and both are {mine.project} "
+                    f"{mine.version} for {_shared_tag(mine, theirs)}",
+                    "publish one of them; an installer would pick one of the two by its build tag or at random",
+                )
+        given.setdefault(info.filename, (mine, sha256))
+
+
+def _published_identities(files: Path) -> dict[str, index.WheelIdentity]:
+    """Every wheel in files/ by its file name (one whose name does not parse is not served)."""
+    found: dict[str, index.WheelIdentity] = {}
+    if not files.is_dir():
+        return found
+    with os.scandir(files) as entries:
+        for entry in entries:
+            if entry.name.endswith(".whl") and not entry.name.startswith("."):
+                with contextlib.suppress(ValueError):
+                    found[entry.name] = index.WheelIdentity.of(entry.name)
+    return found
+
+
 def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Checked], list[str]]:
     """The wheels to add, and the names already published with the same bytes; WheelConflict
-    (before anything is copied) for a name published with other bytes."""
+    (before anything is copied) for a name published with other bytes, or a distribution
+    published under another spelling of its name (a build tag, the project's case, 0.1 as 0.1.0)."""
     added: list[_Checked] = []
     present: list[str] = []
     seen: set[str] = set()
+    published = _published_identities(files)
     for path, info, sha256 in checked:
         if info.filename in seen:
             continue
         seen.add(info.filename)
         existing = files / info.filename
-        if not existing.exists():
+        if info.filename not in published:
+            mine = index.WheelIdentity.of(info.filename)
+            for name, theirs in published.items():
+                if theirs.same_slot(mine):
+                    raise WheelConflict(
+                        f"{info.filename} is {mine.project} {mine.version} for {_shared_tag(mine, theirs)}, "
+                        f"already published as {name}; nothing was copied",
+                        "give the new build another version or local label (e.g. +cu130torch2.11.post1); "
+                        "a published distribution is never replaced, whatever its file name's spelling "
+                        "or build tag",
+                    )
             added.append((path, info, sha256))
             continue
-        published = index.file_sha256(existing)
-        if published != sha256:
+        published_sha256 = index.file_sha256(existing)
+        if published_sha256 != sha256:
             raise WheelConflict(
                 f"{info.filename} is already published with different contents (sha256 "
-                f"{published[:16]}..., this one {sha256[:16]}...); nothing was copied",
+                f"{published_sha256[:16]}..., this one {sha256[:16]}...); nothing was copied",
                 "give the new build another version or local label (e.g. +cu130torch2.11.post1), "
                 "or yank the old one; a published file is never replaced",
             )

@@ -17,7 +17,9 @@ a client address with too many failed logins in a window gets 429 without a pass
 One access-log line per request (client, user, method, path, status, body bytes sent, time, Range
 asked, user agent; client values escaped) goes to the ``wheelbuild.serve.access`` logger and, if
 asked, to a file. No client input makes a 500: an unexpected error is logged here and answered
-with a plain 500.
+with a plain 500, and a malformed request gets aiohttp's 400 and one log line. A request's head
+must come within a header timeout, an idle connection is closed after an idle timeout, and the
+open connections are capped below what the open-file limit holds (:class:`ServeLimits`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import hashlib
 import itertools
 import logging
 import os
-import re
 import stat
 import sys
 import threading
@@ -67,9 +68,7 @@ _OFFERS = (MEDIA_JSON, MEDIA_HTML_V1, MEDIA_HTML)
 INDEX_CACHE = "max-age=60"
 FILE_CACHE = "public, max-age=31536000, immutable"
 ACCESS_LOGGER = "wheelbuild.serve.access"
-_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?$")
 COVERAGE_PAGE = "coverage.html"  # written by `wheelbuild nightly publish-night`
-_NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
 
 log = logging.getLogger("wheelbuild.serve")
 
@@ -202,7 +201,7 @@ def _wants_page(accept: str | None) -> bool:
 
 def _project(name: str) -> str | None:
     """The normalized project name *name* asks for, or None when it cannot be one."""
-    if len(name) > _NAME_MAX:
+    if len(name) > index.NAME_MAX:
         return None
     normalized = index.normalize(name)
     return normalized if index.is_project_name(normalized) else None
@@ -280,7 +279,7 @@ class _Tree:
 
     async def file(self, request: web.Request) -> StreamResponse:
         name = request.match_info["name"]
-        if len(name) > _NAME_MAX or not _FILE_NAME.match(name):
+        if not index.is_served_name(name):
             raise _not_found()
         try:
             # A link inside files/ may point at a file beside it, never out of the folder.

@@ -135,6 +135,50 @@ def test_a_different_wheel_under_a_published_name_is_refused_and_nothing_is_copi
     assert check_tree(tree) == {"oldpkg": [clash.name]}
 
 
+@pytest.mark.parametrize(
+    ("name", "version", "tag"),
+    [
+        ("Foo_Bar", "0.1.0+cu130torch2.11", "py3-none-any"),  # the project's case
+        ("foo_bar", "0.1.0.0+cu130torch2.11", "py3-none-any"),  # one version, spelled longer
+        ("foo_bar", "0.1.0+cu130torch2.11", "1-py3-none-any"),  # a build tag: installers prefer it
+        ("foo.bar", "0.1+cu130torch2.11", "py2.py3-none-any"),  # tags that include py3-none-any
+    ],
+)
+def test_a_published_distribution_is_never_replaced_under_another_spelling(
+    tmp_path: Path, name: str, version: str, tag: str
+) -> None:
+    root = tmp_path / "cu130"
+    first = make_wheel(tmp_path / "first", "foo_bar", "0.1.0+cu130torch2.11")
+    publish([first], root)
+    other = make_wheel(tmp_path / "other", name, version, tag=tag, payload="rebuilt with other flags")
+    assert other.name != first.name
+    with pytest.raises(WheelConflict) as raised:
+        publish([other], root)
+    assert raised.value.exit_code == 51
+    assert f"already published as {first.name}" in raised.value.cause
+    assert sorted(p.name for p in (root / "files").glob("*.whl")) == [first.name]
+    # Both at once, into an empty tree: refused too, before anything is copied.
+    with pytest.raises(WheelConflict, match="were both given"):
+        publish([first, other], tmp_path / "fresh")
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_another_platform_of_a_published_version_is_its_own_distribution(tmp_path: Path) -> None:
+    root = tmp_path / "cu130"
+    publish([make_wheel(tmp_path / "a", "foo_bar", "0.1.0", tag="cp312-cp312-linux_x86_64")], root)
+    other = make_wheel(tmp_path / "b", "Foo_Bar", "0.1.0", tag="cp313-cp313-linux_x86_64")
+    assert publish([other], root).added == (other.name,)
+
+
+@pytest.mark.parametrize("tag", ["py3-none-linux x86_64", "py3-none-linux%5fx86_64", "py3-none-linux'x86_64"])
+def test_a_name_the_server_would_not_answer_for_is_refused(tmp_path: Path, tag: str) -> None:
+    wheel = make_wheel(tmp_path / "in", tag=tag)
+    with pytest.raises(InvalidWheel) as refused:
+        publish([wheel], tmp_path / "tree")
+    assert refused.value.exit_code == 52 and "its name cannot be served" in refused.value.cause
+    assert not (tmp_path / "tree").exists()
+
+
 def test_two_different_wheels_of_one_name_in_one_call_are_refused(tmp_path: Path) -> None:
     one = make_wheel(tmp_path / "a", "dup", "1.0", payload="a")
     two = make_wheel(tmp_path / "b", "dup", "1.0", payload="b")
