@@ -11,7 +11,7 @@ Pure: a WheelInfo in, the problems out, each as the typed error that explains it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,7 @@ __all__ = [
     "Expectation",
     "check_wheel",
     "check_wheels",
+    "copies_check",
     "describe_torch_range",
     "describe_wheel",
     "expectation_for",
@@ -137,10 +138,11 @@ def inputs_key_beside(wheel: Path) -> str | None:
     return (report.inputs_key or None) if report else None
 
 
-def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
+def gate_verdict(wheel: Path, content: Path | None = None) -> tuple[list[WheelbuildError], str | None]:
     """What the build report beside a wheel says of its import gate: a refusal is a problem; a
     gate that never ran (no report, --no-gate) leaves the static checks (symbol versions against
-    the platform tag), and a note that says so."""
+    the platform tag) of *content* (a copy of the wheel, by default the wheel), and a note that
+    says so."""
     report = _report_beside(wheel)
     entry = report.gate_of(wheel.name) if report else None
     if entry is not None and entry.passed:
@@ -160,7 +162,7 @@ def gate_verdict(wheel: Path) -> tuple[list[WheelbuildError], str | None]:
         ], None
     where = "no build report beside it" if report is None else "its build ran with --no-gate"
     try:
-        static = check_wheel_abi(wheel)
+        static = check_wheel_abi(content or wheel)
     except (OSError, ValueError) as error:  # over a cap, not ELF: inspect reads .so only, this .so.N too
         raise _unreadable(wheel, error) from error
     return list(static.errors()), (
@@ -218,24 +220,42 @@ def check_wheels(
     variant: TorchVariant | None,
     archs: tuple[int, ...] | None,
     on_note: Callable[[str], None] = lambda _note: None,
+    *,
+    copies: Mapping[Path, Path] | None = None,
 ) -> dict[str, tuple[TorchVariant, tuple[Path, ...]]]:
     """Inspect and check every wheel, the import gate's verdict included; raise the first
     problem (the others in its details). Returns the wheels grouped by the variant they were
-    built for (tag -> variant, paths): each variant is its own wheelhouse tree."""
+    built for (tag -> variant, paths): each variant is its own wheelhouse tree. *copies* maps a
+    path to the copy whose bytes to judge (publish's, the file it will serve); the build report
+    beside the path still says what the wheel must hold."""
     groups: dict[str, tuple[TorchVariant, list[Path]]] = {}
     problems: list[WheelbuildError] = []
     for path in paths:
-        wheel = inspect_or_refuse(path)
+        content = (copies or {}).get(path, path)
+        wheel = inspect_or_refuse(content)
         wheel_variant, expected = expectation_for(path, variant, archs)
         groups.setdefault(wheel_variant.tag, (wheel_variant, []))[1].append(path)
         problems += check_wheel(wheel, expected)
-        refused, note = gate_verdict(path)
+        refused, note = gate_verdict(path, content)
         problems += refused
         if note:
             on_note(note)
     if problem := first_problem(problems):
         raise problem
     return {tag: (v, tuple(group)) for tag, (v, group) in groups.items()}
+
+
+def copies_check(
+    variant: TorchVariant | None, archs: tuple[int, ...] | None
+) -> Callable[[Mapping[Path, Path]], None]:
+    """The checks of :func:`check_wheels`, for publish to run again on the copies it made in the
+    tree under its lock (wheel -> copy): what was checked is then what is served, even if a
+    wheel was replaced after the first check. Its notes were said the first time."""
+
+    def check(copies: Mapping[Path, Path]) -> None:
+        check_wheels(tuple(copies), variant, archs, copies=copies)
+
+    return check
 
 
 def expectation(spec: BuildSpec) -> Expectation:

@@ -48,24 +48,33 @@ def publish_command(
         parse_archs(archs) if archs is not None else None,
         on_note=lambda note: click.echo(f"note: {note}", err=True),
     )
+    # Checked again on the copies publish makes, under its lock: those are what is served.
+    again = check.copies_check(
+        parse_variant(torch_variant) if torch_variant is not None else None,
+        parse_archs(archs) if archs is not None else None,
+    )
     for tag, (_variant, paths) in groups.items():
-        _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths)
+        _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths, again)
 
 
-def _publish_to(where: Path | remote.UploadEndpoint | remote.RsyncTarget, wheels: tuple[Path, ...]) -> None:
+def _publish_to(
+    where: Path | remote.UploadEndpoint | remote.RsyncTarget,
+    wheels: tuple[Path, ...],
+    again: publishing.CopiesCheck,
+) -> None:
     inputs = {w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
-        remote.upload(wheels, where)
-        prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
+        sha256 = remote.upload(wheels, where, check=again)
+        prune.record_published(wheels, where.url, sha256)  # gc keeps a run whose wheels were published
         for wheel in wheels:
             click.echo(f"uploaded {wheel.name} to {where.url}")
         return
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
-        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs)
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs, again)
     else:
-        result = publishing.publish(wheels, where, inputs=inputs)
-    prune.record_published(wheels, str(where))
+        result = publishing.publish(wheels, where, inputs=inputs, check=again)
+    prune.record_published(wheels, str(where), result.sha256)
     for name in result.added:
         click.echo(f"added {name}")
     for name in result.present:

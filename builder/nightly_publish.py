@@ -171,20 +171,21 @@ def _publish(
     say: Callable[[str], None],
 ) -> Path | None:
     """Publish into one target; returns the tree whose coverage page to write (local or mirror)."""
+    again = check.copies_check(None, None)  # the cells' checks, on the copies publish makes
     if isinstance(where, remote.UploadEndpoint):
         if wheels:
-            remote.upload(wheels, where)
-            prune.record_published(wheels, where.url)  # gc keeps a run whose wheels were published
+            sha256 = remote.upload(wheels, where, check=again)
+            prune.record_published(wheels, where.url, sha256)  # gc keeps a run whose wheels were published
         return None
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
         if wheels:
-            remote.publish_rsync(wheels, where, mirror, say, inputs)
-            prune.record_published(wheels, str(where))
+            result = remote.publish_rsync(wheels, where, mirror, say, inputs, again)
+            prune.record_published(wheels, str(where), result.sha256)
         return mirror
     if wheels:
-        publishing.publish(wheels, where, inputs=inputs)
-        prune.record_published(wheels, str(where))
+        result = publishing.publish(wheels, where, inputs=inputs, check=again)
+        prune.record_published(wheels, str(where), result.sha256)
     return where
 
 

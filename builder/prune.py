@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -45,10 +45,12 @@ class GcOptions:
 # Marking a published run (written by publish, read by gc)
 
 
-def record_published(wheels: Iterable[Path], target: str) -> None:
+def record_published(wheels: Iterable[Path], target: str, sha256: Mapping[str, str] | None = None) -> None:
     """Note in each wheel's run folder (one with build-report.json) that its wheels were published
-    to *target*, so that gc keeps the run whatever its age. Best effort: a folder that cannot be
-    written is left unmarked (gc still finds wheels published into a tree of the output dir)."""
+    to *target*, so that gc keeps the run whatever its age. *sha256* is each published file's (by
+    name), as publish hashed it; a wheel missing there is hashed here. Best effort: a folder that
+    cannot be written is left unmarked (gc still finds wheels published into a tree of the
+    output dir)."""
     by_folder: dict[Path, list[Path]] = {}
     for wheel in wheels:
         by_folder.setdefault(wheel.resolve().parent, []).append(wheel)
@@ -60,9 +62,10 @@ def record_published(wheels: Iterable[Path], target: str) -> None:
         if entries is None:
             continue  # damaged or oversized: left as it is, and gc keeps such a run anyway
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        entries += [
-            {"wheel": w.name, "sha256": index.hash_file(w), "target": target, "time": stamp} for w in mine
-        ]
+        for wheel in mine:
+            with contextlib.suppress(OSError, ValueError):  # gone, or no longer a regular file
+                published = (sha256 or {}).get(wheel.name) or index.hash_file(wheel)
+                entries.append({"wheel": wheel.name, "sha256": published, "target": target, "time": stamp})
         with contextlib.suppress(OSError):
             index.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
 

@@ -6,14 +6,23 @@ link names). Shared by tests/unit/test_index.py, test_publish.py and tests/integ
 from __future__ import annotations
 
 import base64
+import ctypes
 import hashlib
 import json
+import os
+import select
 import struct
+import subprocess
+import time
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin
+
+from filelock import FileLock
 
 
 def _record_hash(data: bytes) -> str:
@@ -191,3 +200,37 @@ def set_compression_method(path: Path, member: str, method: int) -> None:
                 struct.pack_into("<H", data, at + method_at, method)
             at = data.find(signature, at + 4)
     path.write_bytes(bytes(data))
+
+
+IN_OPEN = 0x20  # inotify: the file was opened
+
+
+@contextmanager
+def lock_held(root: Path) -> Iterator[Callable[[subprocess.Popen[str]], None]]:
+    """Hold the tree's lock (root/.lock) as another publish would, and yield a function that
+    returns once the process given opens the lock file: a publish that has read its wheels and
+    now waits for the lock (inotify, a real kernel event, not a guess at how long that takes),
+    or fails when that process ended first. The lock is released on leaving the block."""
+    root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(root / ".lock")
+    lock.acquire()
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_CLOEXEC)
+    if watch < 0 or libc.inotify_add_watch(watch, os.fsencode(root / ".lock"), IN_OPEN) < 0:
+        raise OSError(ctypes.get_errno(), "inotify")
+
+    def waited(publisher: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing
+        while not select.select([watch], [], [], 0.1)[0]:
+            if publisher.poll() is not None:
+                out, err = publisher.communicate()
+                raise AssertionError(
+                    f"it ended (exit {publisher.returncode}) before it took the lock: {out}{err}"
+                )
+            assert time.monotonic() < deadline, f"nothing opened {root / '.lock'}"
+
+    try:
+        yield waited
+    finally:
+        os.close(watch)
+        lock.release()

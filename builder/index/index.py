@@ -75,6 +75,7 @@ __all__ = [
     "is_inputs_key",
     "is_served_name",
     "normalize",
+    "place",
     "plan_index",
     "read_inputs",
     "read_wheel",
@@ -446,13 +447,19 @@ def atomic_write(path: Path, data: bytes | Path, *, hook: WriteHook | None = Non
             out.flush()
             os.fsync(out.fileno())
         os.chmod(temp, 0o644)  # served by whatever serves the tree; mkstemp made it 0600
-        if hook is not None:
-            hook(rel or path.name)
-        os.replace(temp, path)
+        place(Path(temp), path, hook=hook, rel=rel)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+
+
+def place(temp: Path, path: Path, *, hook: WriteHook | None = None, rel: str = "") -> None:
+    """Rename the complete, synced file *temp* (on the same file system) over *path*, and sync
+    the folder: a reader sees the old file or the new one, never a part."""
+    if hook is not None:
+        hook(rel or path.name)
+    os.replace(temp, path)
     _fsync_dir(path.parent)
 
 

@@ -4,11 +4,15 @@ One exclusive lock (``<root>/.lock``) covers a whole publish: checking names aga
 copying, and regenerating every page from the full listing. Two publishers therefore run one after
 the other, and the second one's pages list the first one's wheels too.
 
-A wheel that is already there with the same sha256 is left alone; one with the same file name and
-different bytes is refused, all wheels being checked before any is copied. Every file goes in
-through :func:`wheelbuild.index.index.atomic_write`, so a publish killed at any moment (or stopped by a full
+Each wheel is copied into the tree first (a temporary folder in ``files/``), and that copy is what
+is read, checked, hashed and renamed into place: a file replaced after it was first checked cannot
+be served unchecked, and the index's sha256 is the served file's. A wheel that is already there
+with the same sha256 is left alone; one of the same distribution with other bytes (or under
+another spelling of its name) is refused, all wheels being checked before any is renamed into
+place. Every file goes in atomically (:func:`wheelbuild.index.index.atomic_write`,
+:func:`wheelbuild.index.index.place`), so a publish killed at any moment (or stopped by a full
 disk) leaves the previous pages whole, and each page only links files that exist with the hash it
-names; the next publish removes the killed one's temp files and finishes the job.
+names; the next publish removes the killed one's temp files and copies and finishes the job.
 
 Only the local tree is written here. A later remote target (S3, rsync, twine) can reuse the same
 pieces: :func:`wheelbuild.index.index.render` turns a listing into pages without touching any disk.
@@ -19,17 +23,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..bounded import FileRefused, open_regular
 from ..errors import (
     BadArgument,
     IndexWriteFailed,
+    InvalidWheel,
     NotPublished,
     PublishLocked,
     WheelConflict,
@@ -38,12 +46,14 @@ from . import index, index_page
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
+    "CopiesCheck",
     "PublishResult",
     "YankResult",
     "only_tree",
     "publish",
     "published_inputs",
     "reindex",
+    "staged",
     "unyank",
     "yank",
 ]
@@ -58,6 +68,7 @@ class PublishResult:
     added: tuple[str, ...]  # wheel file names copied in
     present: tuple[str, ...]  # already there with the same sha256: nothing done
     written: tuple[str, ...]  # index files written or removed, relative to root
+    sha256: Mapping[str, str] = field(default_factory=dict)  # each wheel's, as published
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -125,15 +136,23 @@ def _remove_temp_files(root: Path) -> None:
     for folder in (root / index.FILES, root / index.SIMPLE):
         if not folder.is_dir():
             continue
-        for dirpath, _dirs, names in os.walk(folder):
+        for dirpath, dirs, names in os.walk(folder):
             for name in names:
                 if name.startswith(".") and name.endswith(index.TEMP_SUFFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(dirpath, name))
+            for name in [d for d in dirs if d.startswith(".") and d.endswith(index.TEMP_SUFFIX)]:
+                dirs.remove(name)  # a killed publish's copies (staged): gone with their folder
+                shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
 
 
 def _regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
     return index.write_plan(root, index.plan_index(root), hook=hook)
+
+
+# What publish runs on the copies it made in the tree (wheel given -> its copy), under the lock,
+# before any is renamed into place: the caller's checks (archs, label, pin, gate), which raise.
+CopiesCheck = Callable[[Mapping[Path, Path]], None]
 
 
 def publish(
@@ -143,35 +162,89 @@ def publish(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     hook: index.WriteHook | None = None,
     inputs: Mapping[str, tuple[str, ...]] | None = None,
+    check: CopiesCheck | None = None,
 ) -> PublishResult:
     """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *inputs* maps a
     wheel's file name to the inputs keys of the builds it serves (the one that made it; for an
     abi3 wheel, the nightly's cells of every Python), kept beside it (``<wheel>.inputs``) so that
     a nightly can skip cells whose wheels are already published.
 
+    Each wheel is read and checked as given first (a bad one is refused before the tree is
+    touched); then, under the lock, copied into the tree under a temporary name, and that copy is
+    read, checked (*check* too), hashed and renamed into place: what was checked is what is
+    served, even if a file given is replaced meanwhile.
+
     Raises InvalidWheel for a file that is not a good wheel, WheelConflict when a published file
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
-    had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write. *hook* is
-    called before each file is renamed into place (for tests)."""
+    had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write, and what
+    *check* raises. *hook* is called before each file is renamed into place (for tests)."""
     _check_inputs(inputs or {})
-    checked = [(path, index.read_wheel(path), index.hash_file(path)) for path in wheels]
-    _one_file_per_distribution(checked)
+    _one_file_per_distribution([(path, index.read_wheel(path), index.hash_file(path)) for path in wheels])
     files = root / index.FILES
     with _locked(root, lock_timeout):
         _remove_temp_files(root)
-        added, present = _new_and_present(checked, files)
+        made = not files.is_dir()
         try:
-            for path, info, sha256 in added:
-                _add_wheel(files, path, info, sha256, (inputs or {}).get(info.filename, ()), hook)
+            files.mkdir(exist_ok=True)
+            with staged(wheels, files) as copies:
+                checked = [
+                    (path, index.read_wheel(copy), index.hash_file(copy)) for path, copy in copies.items()
+                ]
+                _one_file_per_distribution(checked)
+                if check is not None:
+                    check(copies)
+                added, present = _new_and_present(checked, files)
+                for path, info, sha256 in added:
+                    keys = (inputs or {}).get(info.filename, ())
+                    _add_wheel(files, copies[path], info, sha256, keys, hook)
             written = _regenerate(root, hook)
         except OSError as error:
             raise _write_failed(root, error) from error
+        finally:
+            if made:
+                with contextlib.suppress(OSError):
+                    files.rmdir()  # only when nothing went in: a refused publish leaves no trace
     return PublishResult(
         root=root,
         added=tuple(info.filename for _p, info, _s in added),
         present=tuple(present),
         written=written,
+        sha256={info.filename: sha256 for _p, info, sha256 in checked},
     )
+
+
+@contextlib.contextmanager
+def staged(wheels: Sequence[Path], folder: Path) -> Iterator[dict[Path, Path]]:
+    """A copy of each wheel, under its own name, in a new temporary folder in *folder* (so that
+    a copy can be renamed into *folder*): wheel -> copy. Only a regular file is copied
+    (InvalidWheel for a FIFO or a device). The folder goes on the way out, with any copy still in
+    it; one a killed publish left is removed by the next (its name is a temp file's)."""
+    stage = Path(tempfile.mkdtemp(prefix=".stage-", suffix=index.TEMP_SUFFIX, dir=folder))
+    try:
+        copies: dict[Path, Path] = {}
+        for number, wheel in enumerate(dict.fromkeys(wheels)):
+            (stage / str(number)).mkdir()  # two wheels may share a name: one folder each
+            copies[wheel] = _copy(wheel, stage / str(number) / wheel.name)
+        yield copies
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _copy(wheel: Path, to: Path) -> Path:
+    try:
+        source = open_regular(wheel)
+    except FileRefused:
+        raise InvalidWheel(
+            f"{wheel.name} is not a usable wheel: it is not a regular file (a FIFO, a device or a "
+            "directory is never read)",
+            "publish wheels built by `wheelbuild build`",
+        ) from None
+    with source, open(to, "xb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chmod(to, 0o644)  # served by whatever serves the tree
+    return to
 
 
 def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
@@ -266,14 +339,15 @@ def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Ch
 
 def _add_wheel(
     files: Path,
-    path: Path,
+    copy: Path,
     info: index.IndexEntry,
     sha256: str,
     inputs_keys: tuple[str, ...],
     hook: index.WriteHook | None,
 ) -> None:
-    """One wheel into files/: its METADATA and inputs key first, then the wheel, then its sha256
-    cache (each atomically), so no page can link a wheel whose metadata is missing."""
+    """One wheel into files/: its METADATA and inputs key first, then the checked *copy* renamed
+    into place, then its sha256 cache (each atomically), so no page can link a wheel whose
+    metadata is missing."""
     target = files / info.filename
     rel = f"{index.FILES}/{info.filename}"
     index.atomic_write(
@@ -289,7 +363,7 @@ def _add_wheel(
             hook=hook,
             rel=rel + index.INPUTS_SUFFIX,
         )
-    index.atomic_write(target, path, hook=hook, rel=rel)
+    index.place(copy, target, hook=hook, rel=rel)
     index.atomic_write(
         target.with_name(target.name + index.SHA256_SUFFIX),
         index.sha256_record(sha256, target.stat()),

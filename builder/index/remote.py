@@ -27,13 +27,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import BadArgument, UploadFailed
-from . import index_page
+from . import index, index_page
 from . import publish as publishing
 
 __all__ = [
@@ -127,9 +128,31 @@ def _plain_text(body: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
 
 
-def upload(wheels: Sequence[Path], endpoint: UploadEndpoint, *, progress: bool = False) -> None:
-    """Upload with twine. A file the server already has is an error (never overwritten), as
-    the server reports it."""
+def upload(
+    wheels: Sequence[Path],
+    endpoint: UploadEndpoint,
+    *,
+    progress: bool = False,
+    check: publishing.CopiesCheck | None = None,
+) -> dict[str, str]:
+    """Upload with twine a private copy of each wheel, read and checked (*check* too) after it
+    was copied, so that what was checked is what the server gets; returns each one's sha256. A
+    file the server already has is an error (never overwritten), as the server reports it."""
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelbuild-upload-") as folder,
+        publishing.staged(wheels, Path(folder)) as copies,
+    ):
+        sha256 = {}
+        for copy in copies.values():
+            index.read_wheel(copy)
+            sha256[copy.name] = index.hash_file(copy)
+        if check is not None:
+            check(copies)
+        _twine_upload(list(copies.values()), endpoint, progress)
+    return sha256
+
+
+def _twine_upload(wheels: Sequence[Path], endpoint: UploadEndpoint, progress: bool) -> None:
     # Imported here: twine pulls in much that the rest of wheelbuild never needs.
     import requests
     from twine.commands.upload import upload as twine_upload
@@ -235,8 +258,10 @@ def publish_rsync(
     mirror: Path,
     progress: Callable[[str], None],
     inputs: Mapping[str, tuple[str, ...]] | None = None,
+    check: publishing.CopiesCheck | None = None,
 ) -> publishing.PublishResult:
-    """Publish into the remote tree (see the module docstring for the order of things)."""
+    """Publish into the remote tree (see the module docstring for the order of things); *check*
+    as for a local publish."""
     for tool in ("rsync", target.ssh()[0]):
         if shutil.which(tool) is None:
             raise UploadFailed(
@@ -255,7 +280,7 @@ def publish_rsync(
             [*rsync, "--delete", *keep_out, "--", f"{remote}/", f"{mirror}/"],
             "pulling the remote tree",
         )
-        result = publishing.publish(wheels, mirror, inputs=inputs)
+        result = publishing.publish(wheels, mirror, inputs=inputs, check=check)
         progress(f"pushing {len(result.added)} new wheel(s), then {len(result.pages)} page(s)")
         # Files before pages: a page never links a file the host does not have yet. Files are
         # immutable: --ignore-existing never replaces one (conflicts were refused above).

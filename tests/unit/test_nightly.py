@@ -324,7 +324,9 @@ def test_a_failed_cell_is_reported_the_others_publish_and_the_coverage_table_is_
 ) -> None:
     # The per-cell re-check is check.check_wheels (real wheels need SASS: the integration test);
     # here it refuses one cell's wheels the way a real refusal would.
-    def fake_check(paths: Any, variant: Any, archs: Any, on_note: Any = None) -> dict[str, Any]:
+    def fake_check(
+        paths: Any, variant: Any, archs: Any, on_note: Any = None, **_copies: Any
+    ) -> dict[str, Any]:
         if any("refused" in str(p) for p in paths):
             raise ImportGateFailed("x.whl: its build report says the import gate refused it", "rebuild")
         return {}

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from wheelbuild.errors import (
 from wheelbuild.index import index
 from wheelbuild.index.publish import publish, published_inputs, reindex, unyank, yank
 
-from tests.indexkit import check_tree, make_wheel, parse_page
+from tests.indexkit import check_tree, lock_held, make_wheel, parse_page
 
 REPO = Path(__file__).resolve().parents[2]
 # A publish of one new wheel writes: its .metadata, the wheel, its .sha256 and .archs caches, its
@@ -225,6 +226,46 @@ def test_a_fifo_or_device_named_like_a_wheel_is_refused_unread(tmp_path: Path, s
     assert child.returncode == 0, err
     assert said.startswith("52 wbtiny-1.0-py3-none-any.whl is not a usable wheel: it is not a regular"), said
     assert not (tmp_path / "tree").exists()
+
+
+def _without_record(wheel: Path, to: Path) -> Path:
+    """*wheel* with its RECORD left out, at *to*: a wheel installers refuse."""
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(to, "w") as copy:
+        for info in source.infolist():
+            if not info.filename.endswith("/RECORD"):
+                copy.writestr(info, source.read(info))
+    return to
+
+
+@pytest.mark.parametrize("swapped_in", ["a wheel installers refuse", "a good wheel of other bytes"])
+def test_what_is_checked_is_what_is_published_when_the_file_is_replaced_midway(
+    tmp_path: Path, swapped_in: str
+) -> None:
+    wheel = make_wheel(tmp_path / "in")
+    checked = wheel.read_bytes()
+    other = make_wheel(tmp_path / "other", payload="other bytes")
+    if swapped_in == "a wheel installers refuse":
+        other = _without_record(other, tmp_path / "other" / "refused.whl")
+    root = tmp_path / "tree"
+    with lock_held(root) as waited:
+        child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(root))
+        waited(child)  # it has read and checked the wheel, and waits for the lock
+        os.replace(other, wheel)  # replaced, all at once, before it copies anything
+    said, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    published = root / "files" / wheel.name
+    if swapped_in == "a wheel installers refuse":
+        assert said.startswith(f"52 {wheel.name} is not a usable wheel: it has no "), said
+        assert not published.exists()
+        return
+    assert said == "", said  # published what it read under the lock, the new bytes
+    assert check_tree(root) == {"wbtiny": [wheel.name]}  # the index's sha256 is the served file's
+    assert published.read_bytes() == wheel.read_bytes() != checked
+    (tmp_path / "again").mkdir()
+    first = tmp_path / "again" / wheel.name
+    first.write_bytes(checked)
+    with pytest.raises(WheelConflict):  # the bytes first given were never published
+        publish([first], root)
 
 
 HOLD_LOCK = """

@@ -7,7 +7,9 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import subprocess
+import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -20,9 +22,10 @@ from wheelbuild.wheel.stamp import stamp_wheel, stamped_metadata
 from wheelbuild.wheel.wheels import inspect_wheel
 
 from tests import toolchain
-from tests.indexkit import make_wheel
+from tests.indexkit import lock_held, make_wheel
 
 NVCC = toolchain.require("nvcc")
+WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 
 KERNEL = '__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nextern "C" void l(float* x) { k<<<1, 32>>>(x); }\n'
 STAMP = parse_variant("2.11.0+cu130")  # label cu130torch2.11, torch pinned to 2.11.*
@@ -254,3 +257,24 @@ def test_check_refuses_a_wheel_without_the_ptx_asked_for_and_allows_it_with_it(
     (problem,) = check_wheel(inspect_wheel(stamped), replace(EXPECT, ptx=(120,)))
     assert isinstance(problem, ArchMissing)
     assert problem.cause.endswith("has no PTX for compute_120")
+
+
+def test_publish_judges_the_copy_it_serves_so_a_wheel_replaced_midway_is_refused(
+    shared_objects: dict[str, bytes], tmp_path: Path
+) -> None:
+    labelled = {"version": "0.1.0+cu130torch2.11", "requires_dist": ("torch==2.11.*",)}
+    wheel = _wheel(tmp_path / "in", shared_objects["both"], **labelled)
+    stripped = _wheel(tmp_path / "other", shared_objects["sm100"], **labelled)  # no sm_120: refused
+    tree = tmp_path / "tree"
+    torch, archs = "2.11.0+cu130", "100,120"  # what it was built for (cu130 alone: the newest torch)
+    command = [str(WHEELBUILD), "publish", str(wheel), "--torch", torch, "--archs", archs, "--to", str(tree)]
+    with lock_held(tree) as waited:
+        child = subprocess.Popen(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        waited(child)  # publish checked the wheel it was given, and now waits for the tree's lock
+        os.replace(stripped, wheel)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 44, out + err
+    assert "no SASS for sm_120" in err
+    assert not list(tree.rglob("*.whl"))
