@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -103,6 +104,14 @@ def yank(target: str, root: Path, reason: str, undo: bool) -> None:
         click.echo(f"unchanged {name}")
 
 
+_MAX_TIMEOUT = 24 * 3600.0
+
+
+def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    help_text = f"Seconds {what}; then the connection is closed."
+    return click.option(name, type=float, default=default, show_default=True, help=help_text)
+
+
 @click.command()
 @click.argument("directory", required=False, type=GIVEN_PATH)
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -111,11 +120,32 @@ def yank(target: str, root: Path, reason: str, undo: bool) -> None:
 )
 @click.option("--htpasswd", type=GIVEN_PATH, help="Require basic auth (bcrypt or {SHA} entries).")
 @click.option("--access-log", type=GIVEN_PATH, help="Also append the access log here.")
+@_timeout("--header-timeout", serving.DEFAULT_HEADER_TIMEOUT, "a request's head may take to arrive")
+@_timeout("--idle-timeout", serving.DEFAULT_IDLE_TIMEOUT, "a connection may wait for its next request")
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    help=f"Open connections at most [default: {serving.DEFAULT_MAX_CONNECTIONS}, or fewer if the "
+    "open-file limit holds fewer]; past it the longest idle one is closed, or a 503 answered.",
+)
 def serve(
-    directory: Path | None, host: str, port: int, htpasswd: Path | None, access_log: Path | None
+    directory: Path | None,
+    host: str,
+    port: int,
+    htpasswd: Path | None,
+    access_log: Path | None,
+    header_timeout: float,
+    idle_timeout: float,
+    max_connections: int | None,
 ) -> None:
     """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
     404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
+    for option, seconds in (("--header-timeout", header_timeout), ("--idle-timeout", idle_timeout)):
+        if not 0 < seconds <= _MAX_TIMEOUT:  # nan and inf too
+            raise BadArgument(
+                f"{option} {seconds:g} is not a number of seconds between 0 and {_MAX_TIMEOUT:g}",
+                f"give e.g. {option} 30",
+            )
     if not host.strip():
         raise BadArgument(
             f"--host {host!r} is empty, which would listen on every interface",
@@ -138,7 +168,10 @@ def serve(
             f"{root} cannot be served: {error.strerror or error}",
             "name a tree, e.g. wheelbuild serve wheelhouse/cu130",
         ) from None
-    serving.serve(root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True)
+    limits = serving.ServeLimits(header_timeout, idle_timeout, max_connections)
+    serving.serve(
+        root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True, limits=limits
+    )
 
 
 def _is_file(path: Path) -> bool:

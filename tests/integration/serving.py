@@ -8,6 +8,7 @@ import http.client
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from wheelbuild.index.serve import serve
+from wheelbuild.index.serve import ServeLimits, serve
 
 
 def clean_env(tmp_path: Path, *, uv_cache: Path | None = None) -> dict[str, str]:
@@ -56,7 +57,11 @@ def uv_binary() -> str:
 
 @contextmanager
 def running_server(
-    root: Path, *, htpasswd: Path | None = None, access_log: Path | None = None
+    root: Path,
+    *,
+    htpasswd: Path | None = None,
+    access_log: Path | None = None,
+    limits: ServeLimits | None = None,
 ) -> Iterator[str]:
     """serve() in a thread on 127.0.0.1, a free port; yields the index URL (http://.../simple/)."""
     urls: queue.Queue[str] = queue.Queue()
@@ -65,7 +70,7 @@ def running_server(
 
     def run() -> None:
         try:
-            serve(root, htpasswd=htpasswd, access_log=access_log, ready=urls.put, stop=stop)
+            serve(root, htpasswd=htpasswd, access_log=access_log, ready=urls.put, stop=stop, limits=limits)
         except BaseException as error:
             failed.append(error)
             urls.put("")
@@ -81,6 +86,50 @@ def running_server(
         stop.set()
         thread.join(timeout=10)
         assert not thread.is_alive(), "the server did not stop"
+
+
+_LIMITED = """
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[1])))
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def limited(open_files: int | None, *args: str) -> list[str]:
+    """The command line of `wheelbuild ARGS`, under an open-file limit of *open_files* if given
+    (set in the child itself, then exec'd: no preexec_fn in a test process with threads)."""
+    command = [str(Path(sys.executable).parent / "wheelbuild"), *args]
+    return command if open_files is None else [sys.executable, "-c", _LIMITED, str(open_files), *command]
+
+
+@dataclass
+class ServeProcess:
+    """A `wheelbuild serve` of its own: its index URL, and its stderr once it has stopped."""
+
+    url: str
+    process: subprocess.Popen[str]
+    stderr: str = ""
+
+
+@contextmanager
+def serve_process(root: Path, *options: str, open_files: int | None = None) -> Iterator[ServeProcess]:
+    """`wheelbuild serve ROOT --port 0 OPTIONS` as a process, under an open-file limit of
+    *open_files* if given; it is stopped with SIGINT (Ctrl-C) on leaving the block, after which
+    `.stderr` holds all it wrote there."""
+    command = limited(open_files, "serve", str(root), "--port", "0", *options)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()  # "serving ROOT at URL ...", once it listens
+    found = re.search(r" at (http://\S+/simple/)", first)
+    if found is None:
+        process.kill()
+        raise AssertionError(f"the server did not start: {first}{process.stderr.read()}")
+    served = ServeProcess(found[1], process)
+    try:
+        yield served
+    finally:
+        process.send_signal(signal.SIGINT)
+        _out, served.stderr = process.communicate(timeout=60)
 
 
 @dataclass(frozen=True)

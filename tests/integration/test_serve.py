@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import http.client
 import itertools
 import json
 import logging
+import os
 import re
+import select
 import socket
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ from wheelbuild.index.serve import (
     MEDIA_JSON,
     Htpasswd,
     LoginLimit,
+    ServeLimits,
     _escape,
     negotiate,
     serve,
@@ -41,10 +45,12 @@ from tests.integration.serving import (
     LINE,
     Hit,
     clean_env,
+    limited,
     read_log,
     request,
     run_ok,
     running_server,
+    serve_process,
     uv_binary,
 )
 
@@ -563,6 +569,110 @@ def test_client_values_in_the_access_log_are_escaped(tree: Path, tmp_path: Path)
     assert quote["path"] == "/simple/x\\x22y/"
     assert forged["user"] == "eve\\x0a127.0.0.1\\x20alice\\x20GET\\x20/files/x.whl\\x20200\\x201\\x201.0ms"
     assert 'status="200' not in text and '"x"' not in text
+
+
+# --- connections: timeouts, a cap, malformed requests ---------------------------------------
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed *sock*: a read returns end of file (at most 60 s of waiting, a
+    guard against a server that never does, not a measure of how soon it did)."""
+    sock.settimeout(60)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def _port(url: str) -> int:
+    return int(url.split(":")[2].split("/")[0])
+
+
+def test_a_silent_a_half_sent_and_an_idle_connection_are_each_closed(tree: Path) -> None:
+    limits = ServeLimits(header_timeout=0.5, idle_timeout=0.5)
+    with running_server(tree, limits=limits) as url:
+        silent = socket.create_connection(("127.0.0.1", _port(url)))
+        half = socket.create_connection(("127.0.0.1", _port(url)))
+        half.sendall(b"GET /simple/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/html\r\n")  # never ends
+        kept = http.client.HTTPConnection("127.0.0.1", _port(url), timeout=60)
+        kept.request("GET", "/simple/")
+        answer = kept.getresponse()
+        assert answer.status == 200 and answer.read() and not answer.will_close  # kept alive
+        assert kept.sock is not None
+        for sock in (silent, half, kept.sock):
+            with sock:
+                assert _closed_by_server(sock)
+
+
+def test_idle_sockets_past_the_file_limit_never_keep_a_request_from_an_answer(tree: Path) -> None:
+    # 70 connections that never send a byte, under an open-file limit of 64 (the header timeout
+    # set long, so only the connection cap can make room).
+    with serve_process(tree, "--header-timeout", "600", open_files=64) as served:
+        idle = [socket.create_connection(("127.0.0.1", _port(served.url))) for _ in range(70)]
+        try:
+            reply = request(served.url, "/simple/wbtiny/", {"Accept": MEDIA_JSON})
+            assert reply.status == 200 and json.loads(reply.body)["name"] == "wbtiny"
+            readable, _, _ = select.select(idle, [], [], 0)
+            closed = [sock for sock in readable if sock.recv(1) == b""]
+            # The longest idle made room, one at a time; the newest are still open (no timeout
+            # closed them: the cap did).
+            assert len(closed) > len(idle) // 2 and len(closed) < len(idle)
+            assert closed == idle[: len(closed)]
+        finally:
+            for sock in idle:
+                sock.close()
+    assert "Traceback" not in served.stderr and "Too many open files" not in served.stderr, served.stderr
+
+
+def test_when_every_connection_is_answering_the_next_gets_a_503(tmp_path: Path) -> None:
+    big = make_wheel(
+        tmp_path / "in", "wbbig", "1.0", extra_files={"wbbig/blob.bin": os.urandom(16 * 1024**2)}
+    )
+    publish([big], tmp_path / "cu130")
+    with serve_process(tmp_path / "cu130", "--max-connections", "1") as served, socket.socket() as busy:
+        # A small receive buffer: the server's answer stops once ~4 MiB are in flight, and it
+        # goes on answering (blocked) while this client reads nothing past the head.
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        busy.connect(("127.0.0.1", _port(served.url)))
+        busy.sendall(f"GET /files/{big.name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        busy.settimeout(60)
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += busy.recv(1)
+        assert head.startswith(b"HTTP/1.1 200")
+        refused = request(served.url, "/simple/")
+    assert refused.status == 503
+    assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+    assert refused.body == b"503: every connection is busy; try again\n"
+    assert "refused a connection from 127.0.0.1: all 1 are answering requests" in served.stderr
+
+
+def test_a_connection_cap_the_open_file_limit_cannot_hold_is_refused_before_listening(tree: Path) -> None:
+    done = subprocess.run(
+        limited(64, "serve", str(tree), "--port", "0", "--max-connections", "1000"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 13, done.stdout + done.stderr
+    assert (
+        "--max-connections 1000 is more than the open-file limit holds (ulimit -n 64: at most" in done.stderr
+    )
+    assert "serving" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_malformed_request_is_answered_400_and_logged_in_one_line(tree: Path) -> None:
+    with serve_process(tree) as served:
+        sock = socket.create_connection(("127.0.0.1", _port(served.url)))
+        with sock:
+            sock.sendall(b"GET /simple/ HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n")
+            sock.settimeout(60)
+            assert sock.recv(12).split(b" ")[1] == b"400"
+    logged = [line for line in served.stderr.splitlines() if "malformed request" in line]
+    assert len(logged) == 1, served.stderr
+    assert logged[0].startswith("malformed request from 127.0.0.1: ")
+    assert "Traceback" not in served.stderr, served.stderr
 
 
 # --- links ----------------------------------------------------------------------------------
