@@ -99,6 +99,7 @@ INPUTS_SUFFIX = ".inputs"
 # A sidecar lists the cells one wheel serves (one per Python of a nightly): a few 65-byte lines.
 MAX_INPUTS_SIZE = 64 * 1024
 TEMP_SUFFIX = ".tmp"
+_MAX_CACHE_SIZE = 64 * 1024  # a .sha256 or .archs cache line, a yank reason
 _CHUNK = 1 << 20
 # The file names `wheelbuild serve` answers under files/ (a wheel and its sidecars); publish
 # takes no wheel whose name, or whose .metadata's, is not one: it would be listed and then 404.
@@ -144,17 +145,22 @@ class IndexPlan:
 
 def read_capped_metadata(path: Path) -> bytes:
     """A published .metadata sidecar, read no further than a METADATA may be long: one a zip bomb
-    left before members were capped must not be loaded on every publish."""
-    with path.open("rb") as sidecar:
-        data = sidecar.read(MAX_METADATA_SIZE + 1)
-    if len(data) > MAX_METADATA_SIZE:
+    left before members were capped must not be loaded on every publish, and only a regular file
+    (a FIFO there would block every publish). Raises FileNotFoundError when there is none."""
+    try:
+        return read_bounded(path, MAX_METADATA_SIZE)
+    except FileRefused as refused:
+        why = (
+            f"over the {MAX_METADATA_SIZE} bytes a METADATA may have (a zip bomb published before "
+            "wheelbuild capped them): it would be served to every client"
+            if refused.too_big
+            else "not a regular file (a FIFO or a device where a METADATA belongs): it is never read"
+        )
         raise InvalidWheel(
-            f"{path} is over the {MAX_METADATA_SIZE} bytes a METADATA may have (a zip bomb published "
-            "before wheelbuild capped them): it would be served to every client",
+            f"{path} is {why}",
             f"remove {path.name.removesuffix(METADATA_SUFFIX)} and its sidecars from {path.parent} by hand, "
             "then publish again",
-        )
-    return data
+        ) from None
 
 
 def _bad(path: Path, why: str) -> InvalidWheel:
@@ -297,8 +303,8 @@ def sha256_record(sha256: str, stat: os.stat_result) -> bytes:
 
 def _cached_sha256(wheel: Path, stat: os.stat_result) -> str | None:
     try:
-        text = wheel.with_name(wheel.name + SHA256_SUFFIX).read_text()
-    except (OSError, UnicodeDecodeError):
+        text = read_bounded(wheel.with_name(wheel.name + SHA256_SUFFIX), _MAX_CACHE_SIZE).decode()
+    except (OSError, ValueError):  # not there, not a regular file, not text: computed again
         return None
     parts = text.split()
     if (
@@ -318,8 +324,8 @@ def file_sha256(wheel: Path) -> str:
 
 def _cached_archs(wheel: Path, sha256: str) -> tuple[int, ...] | None:
     try:
-        parts = wheel.with_name(wheel.name + ARCHS_SUFFIX).read_text().split()
-    except (OSError, UnicodeDecodeError):
+        parts = read_bounded(wheel.with_name(wheel.name + ARCHS_SUFFIX), _MAX_CACHE_SIZE).decode().split()
+    except (OSError, ValueError):  # not there, not a regular file, not text: read again
         return None
     if parts and parts[0] == sha256 and all(p.isdigit() and len(p) <= 4 for p in parts[1:]):
         return tuple(int(p) for p in parts[1:])
@@ -334,6 +340,17 @@ def read_archs(wheel: Path) -> tuple[int, ...] | None:
     except (OSError, ValueError, zipfile.BadZipFile):
         return None
     return tuple(sorted({arch for module in found.values() for arch in module.sass}))
+
+
+def read_yank(marker: Path) -> str | None:
+    """The reason a yank marker gives (PEP 592; "" for none), or None when there is no marker.
+    One that is not a regular file still marks the yank; it is not read."""
+    try:
+        return read_bounded(marker, _MAX_CACHE_SIZE).decode("utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except FileRefused:
+        return ""
 
 
 def _is_wheel_entry(entry: os.DirEntry[str]) -> bool:
@@ -365,10 +382,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             metadata = read_wheel(wheel, publishable=False).metadata  # published: checked then
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
         requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
-        try:
-            yanked: str | None = (files_dir / (name + YANKED_SUFFIX)).read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            yanked = None
+        yanked = read_yank(files_dir / (name + YANKED_SUFFIX))
         archs = _cached_archs(wheel, sha256)
         if archs is None and (archs := read_archs(wheel)) is not None:
             sidecars[f"{FILES}/{name}{ARCHS_SUFFIX}"] = " ".join([sha256, *map(str, archs)]).encode() + b"\n"
@@ -491,8 +505,9 @@ def write_plan(root: Path, plan: IndexPlan, *, hook: WriteHook | None = None) ->
         if link is not None:
             link.unlink()
         else:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                if target.read_bytes() == data:
+            # Only a regular file of the same size is read (a FIFO there would block): else replaced.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, FileRefused):
+                if read_bounded(target, len(data)) == data:
                     continue
         atomic_write(target, data, hook=hook, rel=rel)
         changed.append(rel)

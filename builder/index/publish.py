@@ -472,15 +472,10 @@ def _set_yank(
                     else:
                         unchanged.append(name)
                     continue
-                data = reason.encode()
-                try:
-                    same = marker.read_bytes() == data
-                except FileNotFoundError:
-                    same = False
-                if same:
+                if index.read_yank(marker) == reason:
                     unchanged.append(name)
                 else:
-                    index.atomic_write(marker, data, hook=hook, rel=f"{index.FILES}/{marker.name}")
+                    index.atomic_write(marker, reason.encode(), hook=hook, rel=f"{index.FILES}/{marker.name}")
                     changed.append(name)
             written = _regenerate(root, hook)
         except OSError as error:

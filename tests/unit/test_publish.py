@@ -228,6 +228,36 @@ def test_a_fifo_or_device_named_like_a_wheel_is_refused_unread(tmp_path: Path, s
     assert not (tmp_path / "tree").exists()
 
 
+@pytest.mark.parametrize("sidecar", [".sha256", ".archs", ".yanked", ".metadata"])
+def test_a_fifo_planted_as_a_published_wheels_sidecar_never_blocks_a_publish(
+    tmp_path: Path, tree: Path, sidecar: str
+) -> None:
+    published = tree / "files" / "oldpkg-1.0-py3-none-any.whl"
+    (published.parent / (published.name + sidecar)).unlink(missing_ok=True)
+    os.mkfifo(published.parent / (published.name + sidecar))  # no writer: a read blocks for ever
+    wheel = make_wheel(tmp_path / "in", "newpkg", "1.0")
+    child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(tree))
+    try:
+        said, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        pytest.fail(f"publish blocked on the {sidecar} FIFO")
+    assert child.returncode == 0, err
+    if sidecar == ".metadata":  # what would be served to every client: refused, said what to do
+        assert said.startswith(f"52 {published.parent / (published.name + sidecar)} is not a regular file"), (
+            said
+        )
+        return
+    assert said == "", said
+    assert check_tree(tree) == {"newpkg": [wheel.name], "oldpkg": [published.name]}
+    yanked = [
+        a.attrs.get("data-yanked")
+        for a in parse_page((tree / "simple/oldpkg/index.html").read_bytes()).anchors
+    ]
+    assert yanked == ([""] if sidecar == ".yanked" else [None])  # a marker, even one that is not read
+
+
 def _without_record(wheel: Path, to: Path) -> Path:
     """*wheel* with its RECORD left out, at *to*: a wheel installers refuse."""
     with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(to, "w") as copy:
