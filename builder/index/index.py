@@ -41,7 +41,6 @@ from email.parser import BytesParser
 from email.policy import compat32
 from pathlib import Path
 
-from packaging.tags import Tag
 from packaging.utils import (
     InvalidWheelFilename,
     NormalizedName,
@@ -55,18 +54,21 @@ from ..errors import InvalidWheel
 from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
+from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
 from .pages import API_VERSION, FILES, SIMPLE, Distribution, render
+from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [
     "API_VERSION",
     "FILES",
+    "INPUTS_SUFFIX",
     "MEDIA_HTML_V1",
     "MEDIA_JSON",
+    "NAME_MAX",
     "SIMPLE",
     "Distribution",
     "IndexEntry",
     "IndexPlan",
-    "WheelIdentity",
     "WriteHook",
     "atomic_write",
     "file_sha256",
@@ -92,20 +94,9 @@ METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
 ARCHS_SUFFIX = ".archs"
-# The inputs keys of the builds the wheel serves, one per line (wheelbuild matrix --skip-published,
-# wheelbuild nightly plan): the build that made it, and for an abi3 wheel the nightly's cells of
-# the other Pythons that built the same file name.
-INPUTS_SUFFIX = ".inputs"
-# A sidecar lists the cells one wheel serves (one per Python of a nightly): a few 65-byte lines.
-MAX_INPUTS_SIZE = 64 * 1024
 TEMP_SUFFIX = ".tmp"
 _MAX_CACHE_SIZE = 64 * 1024  # a .sha256 or .archs cache line, a yank reason
 _CHUNK = 1 << 20
-# The file names `wheelbuild serve` answers under files/ (a wheel and its sidecars); publish
-# takes no wheel whose name, or whose .metadata's, is not one: it would be listed and then 404.
-_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?")
-NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
-_INPUTS_KEY = re.compile(r"[0-9a-f]{64}")  # what run/results.py's inputs_key makes: a sha256
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 # Called with the relative path of each file just before it is renamed into place (its temp file
@@ -170,35 +161,6 @@ def _bad(path: Path, why: str) -> InvalidWheel:
     )
 
 
-def is_served_name(name: str) -> bool:
-    """Whether `wheelbuild serve` answers for a file of this name under files/."""
-    return len(name) <= NAME_MAX and bool(_SERVED_NAME.fullmatch(name))
-
-
-@dataclass(frozen=True)
-class WheelIdentity:
-    """What a wheel's file name means to an installer, whatever its spelling: the project and
-    version canonical (Foo_Bar-0.1.0 is foo-bar 0.1), and the tags it installs under. The build
-    tag is left out: an installer takes the file with the highest one, so a second file that
-    differs only by its build tag would silently replace the first."""
-
-    project: NormalizedName
-    version: Version
-    tags: frozenset[Tag]
-
-    @classmethod
-    def of(cls, filename: str) -> WheelIdentity:
-        """Raises InvalidWheelFilename or InvalidVersion (ValueErrors) for a name that does not parse."""
-        project, version, _build, tags = parse_wheel_filename(filename)
-        return cls(project, version, tags)
-
-    def same_slot(self, other: WheelIdentity) -> bool:
-        """Whether an installer could take either file for the same environment."""
-        return (
-            self.project == other.project and self.version == other.version and bool(self.tags & other.tags)
-        )
-
-
 def parse_filename(path: Path) -> tuple[NormalizedName, Version]:
     try:
         name, version, _build, _tags = parse_wheel_filename(path.name)
@@ -254,36 +216,6 @@ def _agreeing_metadata(path: Path, metadata: bytes, project: NormalizedName, ver
     if not same_version:
         raise _bad(path, f"its METADATA has version {meta_version!r}, the file name says {version}")
     return headers
-
-
-def is_inputs_key(text: str) -> bool:
-    """Whether *text* is an inputs key: a sha256 hex digest and nothing else (a newline in one
-    would turn a sidecar, read a key a line, into several keys)."""
-    return bool(_INPUTS_KEY.fullmatch(text))
-
-
-def inputs_keys(text: str) -> set[str]:
-    """The inputs keys a wheel's INPUTS_SUFFIX sidecar lists, one per line. Raises ValueError
-    when a line is not one: such a sidecar is damaged and names no key at all."""
-    keys: set[str] = set()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if not is_inputs_key(line.strip()):
-            raise ValueError(f"line {number} of an inputs sidecar is not an inputs key (a sha256 hex digest)")
-        keys.add(line.strip())
-    return keys
-
-
-def read_inputs(wheel: Path) -> set[str]:
-    """The inputs keys in the sidecar beside a published *wheel*; none when it has none. Raises
-    FileRefused (a ValueError) for a sidecar that is not a regular file or is over its cap, and
-    UnicodeDecodeError (a ValueError too) for one that is not text."""
-    try:
-        data = read_bounded(wheel.with_name(wheel.name + INPUTS_SUFFIX), MAX_INPUTS_SIZE)
-    except FileNotFoundError:
-        return set()
-    return inputs_keys(data.decode())
 
 
 def hash_file(path: Path) -> str:

@@ -42,7 +42,7 @@ from ..errors import (
     PublishLocked,
     WheelConflict,
 )
-from . import index, index_page
+from . import index, index_page, wheel_names
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
@@ -179,7 +179,9 @@ def publish(
     had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write, and what
     *check* raises. *hook* is called before each file is renamed into place (for tests)."""
     _check_inputs(inputs or {})
-    _one_file_per_distribution([(path, index.read_wheel(path), index.hash_file(path)) for path in wheels])
+    wheel_names.refuse_two_of_one_slot(
+        [(path, index.read_wheel(path).filename, index.hash_file(path)) for path in wheels]
+    )
     files = root / index.FILES
     with _locked(root, lock_timeout):
         _remove_temp_files(root)
@@ -190,7 +192,9 @@ def publish(
                 checked = [
                     (path, index.read_wheel(copy), index.hash_file(copy)) for path, copy in copies.items()
                 ]
-                _one_file_per_distribution(checked)
+                wheel_names.refuse_two_of_one_slot(
+                    [(path, info.filename, sha256) for path, info, sha256 in checked]
+                )
                 if check is not None:
                     check(copies)
                 added, present = _new_and_present(checked, files)
@@ -262,43 +266,6 @@ def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
 _Checked = tuple[Path, index.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256
 
 
-def _shared_tag(one: index.WheelIdentity, other: index.WheelIdentity) -> str:
-    return min(str(tag) for tag in one.tags & other.tags)
-
-
-def _one_file_per_distribution(checked: Sequence[_Checked]) -> None:
-    """WheelConflict when the wheels given name one distribution by two contents or two spellings."""
-    given: dict[str, tuple[index.WheelIdentity, str]] = {}
-    for path, info, sha256 in checked:
-        mine = index.WheelIdentity.of(info.filename)
-        for name, (theirs, their_sha256) in given.items():
-            if name == info.filename and their_sha256 != sha256:
-                raise WheelConflict(
-                    f"two different wheels named {info.filename} were given (one is {path})",
-                    "publish one of them; a wheel's file name must name exactly one content",
-                )
-            if name != info.filename and theirs.same_slot(mine):
-                raise WheelConflict(
-                    f"{name} and {info.filename} were both given, and both are {mine.project} "
-                    f"{mine.version} for {_shared_tag(mine, theirs)}",
-                    "publish one of them; an installer would pick one of the two by its build tag or at random",
-                )
-        given.setdefault(info.filename, (mine, sha256))
-
-
-def _published_identities(files: Path) -> dict[str, index.WheelIdentity]:
-    """Every wheel in files/ by its file name (one whose name does not parse is not served)."""
-    found: dict[str, index.WheelIdentity] = {}
-    if not files.is_dir():
-        return found
-    with os.scandir(files) as entries:
-        for entry in entries:
-            if entry.name.endswith(".whl") and not entry.name.startswith("."):
-                with contextlib.suppress(ValueError):
-                    found[entry.name] = index.WheelIdentity.of(entry.name)
-    return found
-
-
 def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Checked], list[str]]:
     """The wheels to add, and the names already published with the same bytes; WheelConflict
     (before anything is copied) for a name published with other bytes, or a distribution
@@ -306,23 +273,14 @@ def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Ch
     added: list[_Checked] = []
     present: list[str] = []
     seen: set[str] = set()
-    published = _published_identities(files)
+    published = wheel_names.published_slots(files)
     for path, info, sha256 in checked:
         if info.filename in seen:
             continue
         seen.add(info.filename)
         existing = files / info.filename
         if info.filename not in published:
-            mine = index.WheelIdentity.of(info.filename)
-            for name, theirs in published.items():
-                if theirs.same_slot(mine):
-                    raise WheelConflict(
-                        f"{info.filename} is {mine.project} {mine.version} for {_shared_tag(mine, theirs)}, "
-                        f"already published as {name}; nothing was copied",
-                        "give the new build another version or local label (e.g. +cu130torch2.11.post1); "
-                        "a published distribution is never replaced, whatever its file name's spelling "
-                        "or build tag",
-                    )
+            wheel_names.refuse_another_spelling(info.filename, published)
             added.append((path, info, sha256))
             continue
         published_sha256 = index.file_sha256(existing)

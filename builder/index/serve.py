@@ -27,32 +27,41 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
-import itertools
 import logging
 import os
-import resource
 import stat
-import sys
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from ..errors import BadArgument, NoIndex, ServeFailed
+from ..errors import NoIndex, ServeFailed
 from . import index, index_page
 from .index import MEDIA_HTML_V1, MEDIA_JSON
-from .serve_auth import USER, Htpasswd, LoginLimit, auth_middleware
+from .serve_auth import Htpasswd, LoginLimit, auth_middleware
+from .serve_connections import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    MAX_BACKLOG,
+    Connection,
+    Connections,
+    ServeLimits,
+    loop_error,
+    request_started,
+)
+from .serve_log import ACCESS_LOGGER, AccessLog, access_logger, escape
+from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [
+    "ACCESS_LOGGER",
+    "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
     "MEDIA_HTML",
     "MEDIA_HTML_V1",
     "MEDIA_JSON",
@@ -72,7 +81,6 @@ _ALIASES = {
 _OFFERS = (MEDIA_JSON, MEDIA_HTML_V1, MEDIA_HTML)
 INDEX_CACHE = "max-age=60"
 FILE_CACHE = "public, max-age=31536000, immutable"
-ACCESS_LOGGER = "wheelbuild.serve.access"
 COVERAGE_PAGE = "coverage.html"  # written by `wheelbuild nightly publish-night`
 
 log = logging.getLogger("wheelbuild.serve")
@@ -206,7 +214,7 @@ def _wants_page(accept: str | None) -> bool:
 
 def _project(name: str) -> str | None:
     """The normalized project name *name* asks for, or None when it cannot be one."""
-    if len(name) > index.NAME_MAX:
+    if len(name) > NAME_MAX:
         return None
     normalized = index.normalize(name)
     return normalized if index.is_project_name(normalized) else None
@@ -221,7 +229,7 @@ async def _no_500_tracebacks(request: web.Request, handler: _Handler) -> StreamR
     except web.HTTPException:
         raise
     except Exception:
-        log.exception("error answering %s %s", _escape(request.method), _escape(request.raw_path))
+        log.exception("error answering %s %s", escape(request.method), escape(request.raw_path))
         return web.Response(status=500, text="500: Internal Server Error\n")
 
 
@@ -284,7 +292,7 @@ class _Tree:
 
     async def file(self, request: web.Request) -> StreamResponse:
         name = request.match_info["name"]
-        if not index.is_served_name(name):
+        if not is_served_name(name):
             raise _not_found()
         try:
             # A link inside files/ may point at a file beside it, never out of the folder.
@@ -319,7 +327,7 @@ def make_app(
 ) -> web.Application:
     """The aiohttp application serving the tree at *root*."""
     tree = _Tree.at(root)
-    middlewares: list[Middleware] = [_request_started, _no_500_tracebacks]
+    middlewares: list[Middleware] = [request_started, _no_500_tracebacks]
     auth = None
     if htpasswd is not None:
         require_auth, auth = auth_middleware(htpasswd, login_limit or LoginLimit())
@@ -338,275 +346,7 @@ def make_app(
 
 
 # ---------------------------------------------------------------------------------------------
-# Access log and the server's life
-
-
-def _body_bytes(request: BaseRequest, response: StreamResponse) -> int:
-    """Body bytes sent. A file goes out by sendfile(), which aiohttp does not count: its body is
-    the Content-Length it announced (sendfile raises if it cannot send it all). Other responses
-    are counted with their status line and headers, so take off those, serialized as aiohttp does
-    (status line, "k: v" lines, blank line)."""
-    if isinstance(response, web.FileResponse):
-        if request.method == "HEAD" or response.status not in (200, 206):
-            return 0
-        return response.content_length or 0
-    sent = response.body_length
-    if not sent:
-        return 0
-    version = request.version
-    head = len(f"HTTP/{version.major}.{version.minor} {response.status} {response.reason}\r\n".encode())
-    head += sum(len(f"{key}: {value}\r\n".encode()) for key, value in response.headers.items()) + 2
-    return max(sent - head, 0)
-
-
-# Bytes kept as they are in a log field: printable ASCII but the quote and the backslash.
-_KEPT = frozenset(range(0x21, 0x7F)) - {ord('"'), ord("\\")}
-_KEPT_QUOTED = _KEPT | {ord(" ")}
-
-
-def _escape(value: str, *, quoted: bool = False) -> str:
-    """*value* fit for one field of one log line: printable ASCII stays; anything else (quote,
-    backslash, control characters, newlines, non-ASCII, and a space outside quotes) becomes
-    ``\\xHH`` of its UTF-8 bytes, as nginx escapes, so a client can neither end a field nor
-    start a line."""
-    try:
-        data = value.encode("utf-8", "surrogateescape")  # bytes aiohttp could not decode, as sent
-    except UnicodeEncodeError:
-        data = value.encode("utf-8", "surrogatepass")
-    kept = _KEPT_QUOTED if quoted else _KEPT
-    return "".join(chr(byte) if byte in kept else f"\\x{byte:02x}" for byte in data)
-
-
-class _AccessLog(AbstractAccessLogger):
-    """One line per request: client, user (- for none), method, path as sent, status, body bytes
-    sent, time, and the Range asked for and the user agent, if any. Every value a client chose is
-    escaped (:func:`_escape`)."""
-
-    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
-        asked = request.headers.get("Range")
-        agent = request.headers.get("User-Agent")
-        self.logger.info(
-            "%s %s %s %s %s %s %.1fms%s%s",
-            _escape(request.remote or "-"),
-            _escape(request.get(USER) or "-"),
-            _escape(request.method),
-            _escape(request.raw_path),
-            response.status,
-            _body_bytes(request, response),
-            time * 1000,
-            f' range="{_escape(asked, quoted=True)}"' if asked is not None else "",
-            f' agent="{_escape(agent, quoted=True)}"' if agent is not None else "",
-        )
-
-
-_loggers = itertools.count()
-
-
-def _access_logger(access_log: Path | None, echo: bool) -> tuple[logging.Logger, list[logging.Handler]]:
-    """A logger of its own for one server (a child of ``wheelbuild.serve.access``), so two servers
-    in one process never write into each other's files."""
-    logger = logging.getLogger(f"{ACCESS_LOGGER}.{next(_loggers)}")
-    logger.setLevel(logging.INFO)
-    handlers: list[logging.Handler] = []
-    if access_log is not None:
-        access_log.parent.mkdir(parents=True, exist_ok=True)
-        to_file = logging.FileHandler(access_log, encoding="utf-8")
-        to_file.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-        handlers.append(to_file)
-    if echo:
-        handlers.append(logging.StreamHandler(sys.stderr))
-    for handler in handlers:
-        logger.addHandler(handler)
-    return logger, handlers
-
-
-# ---------------------------------------------------------------------------------------------
-# Connections: header and idle timeouts, and a cap the open-file limit can hold
-
-DEFAULT_HEADER_TIMEOUT = 15.0
-DEFAULT_IDLE_TIMEOUT = 30.0
-DEFAULT_MAX_CONNECTIONS = 256
-# Descriptors kept free of connections: the logs, the event loop's, a page or file being opened.
-_RESERVED_FDS = 32
-_MAX_BACKLOG = 128
-_BUSY_TEXT = b"503: every connection is busy; try again\n"
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-    b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT)
-)
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """How long a connection may take and how many there may be.
-
-    *header_timeout*: a request's head must arrive within it, counted from the connection's
-    opening (the first request) or from the head's first byte (the next ones).
-    *idle_timeout*: a connection waiting for its next request is closed after it.
-    *max_connections*: open connections at most (None: DEFAULT_MAX_CONNECTIONS, or fewer if the
-    open-file limit holds fewer). When a new one would pass it, the one that has waited longest
-    for a request is closed; when every one is answering a request, the new one gets a 503.
-    *backlog*: connections the event loop accepts in one go, before the cap above sees them
-    (None: from the open-file limit); the kernel queues up to _MAX_BACKLOG."""
-
-    header_timeout: float = DEFAULT_HEADER_TIMEOUT
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    max_connections: int | None = None
-    backlog: int | None = None
-
-    def fitted(self) -> ServeLimits:
-        """These limits with the cap and the backlog decided, against this process's open-file
-        limit: a connection holds its socket and, while it sends one, a file; and up to a few
-        backlogs of sockets are accepted (or closing) before the cap has counted them.
-        BadArgument for a cap the limit cannot hold, ServeFailed when it holds none at all."""
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        try:
-            in_use = len(os.listdir("/proc/self/fd"))
-        except OSError:
-            in_use = _RESERVED_FDS
-        free = 1 << 20 if soft == resource.RLIM_INFINITY else soft - in_use - _RESERVED_FDS
-        backlog = self.backlog or min(max(free // 8, 1), _MAX_BACKLOG)
-        room = (free - 4 * backlog) // 2
-        if room < 1:
-            raise ServeFailed(
-                f"the open-file limit ({soft}) leaves no room for connections",
-                "raise it (ulimit -n 1024) and start the server again",
-            )
-        if self.max_connections is not None and self.max_connections > room:
-            raise BadArgument(
-                f"--max-connections {self.max_connections} is more than the open-file limit holds "
-                f"(ulimit -n {soft}: at most {room})",
-                f"give --max-connections {room} or fewer, or raise the limit (ulimit -n)",
-            )
-        return replace(
-            self, max_connections=self.max_connections or min(DEFAULT_MAX_CONNECTIONS, room), backlog=backlog
-        )
-
-
-class _Connection(RequestHandler):
-    """aiohttp's connection, telling :class:`_Connections` when it opens, when a request's head
-    begins and when its answer went out, and logging a malformed request in one line."""
-
-    def __init__(self, manager: web.Server, connections: _Connections, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self.connections = connections
-        self.waiting_since: float | None = None  # None: answering a request
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.connections.opened(self, transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.connections.closed(self)
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        self.connections.receiving(self)
-        super().data_received(data)
-
-    def log_access(self, request: BaseRequest, response: StreamResponse, time: float | None) -> None:
-        super().log_access(request, response, time)
-        self.connections.waiting(self, self.connections.limits.idle_timeout)  # answered: idle now
-
-    def log_exception(self, *args: Any, **kw: Any) -> None:
-        error = kw.get("exc_info")
-        if not isinstance(error, HttpProcessingError):
-            super().log_exception(*args, **kw)  # the server's own fault: its traceback helps
-            return
-        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
-        said = " ".join(str(error).split())[:300]
-        log.warning(
-            "malformed request from %s: %s",
-            _escape(str(peer[0]) if peer else "-"),
-            _escape(said, quoted=True),
-        )
-
-
-class _Connections:
-    """Every open connection of one server, each either answering a request or waiting for
-    one, with the deadline by which its next request's head must have come."""
-
-    def __init__(self, limits: ServeLimits, loop: asyncio.AbstractEventLoop) -> None:
-        assert limits.max_connections is not None  # ServeLimits.fitted() decided it
-        self.limits = limits
-        self.cap = limits.max_connections
-        self.loop = loop
-        self.open: set[_Connection] = set()
-
-    def opened(self, connection: _Connection, transport: asyncio.BaseTransport) -> None:
-        self.open.add(connection)
-        self.waiting(connection, self.limits.header_timeout)
-        if len(self.open) <= self.cap:
-            return
-        waiting = [c for c in self.open if c is not connection and c.waiting_since is not None]
-        if waiting:  # the one that has waited longest makes room: it asked for nothing
-            longest = min(waiting, key=lambda c: c.waiting_since or 0.0)
-            self.closed(longest)  # now, not when its close is done: the next one counts without it
-            longest.force_close()
-            return
-        peer = transport.get_extra_info("peername")
-        log.warning(
-            "refused a connection from %s: all %d are answering requests (--max-connections)",
-            _escape(str(peer[0]) if peer else "-"),
-            self.cap,
-        )
-        if isinstance(transport, asyncio.WriteTransport):
-            transport.write(_BUSY)
-        self.closed(connection)
-        connection.force_close()
-
-    def waiting(self, connection: _Connection, seconds: float) -> None:
-        """It waits for a request from now on, for *seconds* at most."""
-        connection.waiting_since = self.loop.time()
-        self._expire_at(connection, connection.waiting_since + seconds)
-
-    def receiving(self, connection: _Connection) -> None:
-        """Bytes came: if it was waiting, a request's head began, and has header_timeout to end."""
-        if connection.waiting_since is not None:
-            self._expire_at(
-                connection, min(connection.deadline, self.loop.time() + self.limits.header_timeout)
-            )
-
-    def started(self, connection: _Connection) -> None:
-        """A request's head came whole: it is answered, however long that takes."""
-        connection.waiting_since = None
-        if connection.timer is not None:
-            connection.timer.cancel()
-            connection.timer = None
-
-    def closed(self, connection: _Connection) -> None:
-        self.started(connection)
-        self.open.discard(connection)
-
-    def _expire_at(self, connection: _Connection, deadline: float) -> None:
-        if connection.timer is not None:
-            connection.timer.cancel()
-        connection.deadline = deadline
-        connection.timer = self.loop.call_at(deadline, self._expired, connection)
-
-    def _expired(self, connection: _Connection) -> None:
-        connection.timer = None
-        if connection.waiting_since is not None:
-            connection.force_close()
-
-
-@web.middleware
-async def _request_started(request: web.Request, handler: _Handler) -> StreamResponse:
-    if isinstance(request.protocol, _Connection):
-        request.protocol.connections.started(request.protocol)
-    return await handler(request)
-
-
-def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The event loop's own errors: one for a system call (accept() out of file descriptors, a
-    socket reset) is a line, not a traceback; anything else as asyncio reports it."""
-    error = context.get("exception")
-    if isinstance(error, OSError):
-        log.error("%s: %s", context.get("message", "error"), error.strerror or error)
-        return
-    loop.default_exception_handler(context)
+# The server's life
 
 
 def _url(host: str, port: int) -> str:
@@ -623,21 +363,20 @@ async def _run(
     stop: threading.Event | None,
 ) -> None:
     host, port = where
-    runner = web.AppRunner(app, access_log_class=_AccessLog, access_log=logger)
+    runner = web.AppRunner(app, access_log_class=AccessLog, access_log=logger)
     await runner.setup()
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_loop_error)
-    connections = _Connections(limits, loop)
+    loop.set_exception_handler(loop_error)
+    connections = Connections(limits, loop)
     manager = runner.server
     assert manager is not None  # set up above
 
-    def connection() -> _Connection:
-        return _Connection(
+    def connection() -> Connection:
+        return Connection(
             manager,
             connections,
             loop=loop,
-            keepalive_timeout=limits.idle_timeout,
-            access_log_class=_AccessLog,
+            access_log_class=AccessLog,
             access_log=logger,
         )
 
@@ -645,13 +384,13 @@ async def _run(
     try:
         try:
             listening = await loop.create_server(
-                connection, host, port, reuse_address=True, backlog=limits.backlog or _MAX_BACKLOG
+                connection, host, port, reuse_address=True, backlog=limits.backlog or MAX_BACKLOG
             )
             for sock in listening.sockets:
                 # asyncio listens with the number it accepts in one go; the kernel may queue more
                 # (they hold none of our descriptors), so that no connection waits for a SYN retry.
                 with sock.dup() as same:
-                    same.listen(_MAX_BACKLOG)
+                    same.listen(MAX_BACKLOG)
         except OSError as error:
             raise ServeFailed(
                 f"cannot listen on {host}:{port}: {error.strerror or error}",
@@ -705,7 +444,7 @@ def serve(
         )
     limits = (limits or ServeLimits()).fitted()
     users = Htpasswd.load(htpasswd) if htpasswd is not None else None
-    logger, handlers = _access_logger(access_log, echo_log)
+    logger, handlers = access_logger(access_log, echo_log)
     app = make_app(root, htpasswd=users, login_limit=login_limit)
     try:
         asyncio.run(_run(app, (host, port), limits, logger, ready or _print_ready(root), stop))

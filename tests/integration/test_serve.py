@@ -34,11 +34,11 @@ from wheelbuild.index.serve import (
     Htpasswd,
     LoginLimit,
     ServeLimits,
-    _escape,
     negotiate,
     serve,
 )
 from wheelbuild.index.serve_auth import _Failures
+from wheelbuild.index.serve_log import escape as _escape
 
 from tests.indexkit import make_wheel, parse_page
 from tests.integration.serving import (
