@@ -69,7 +69,7 @@ from .run.ports import Engine
 from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
-from .sources import PreparedSource, cache_dir, prepare_source, resolve_lookup
+from .sources import PreparedSource, SourceDate, cache_dir, prepare_source, resolve_lookup, source_date
 from .spec import BuildSpec, PinMode
 from .torch_releases import TorchIndex
 from .units import format_bytes
@@ -137,6 +137,7 @@ class _Ready:
     switches: tuple[str, ...]  # "NAME=VALUE: why" for each switch the survey set
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
     torch_index: TorchIndex | None  # torch's page on its index; None when it could not be read
+    date: SourceDate  # SOURCE_DATE_EPOCH, from the inputs: every zip entry's date
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     archs = compiled_archs(run.spec, ready.survey)
     if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
         reporter.info(f"model for the next plan: {learned}")
-    checked = _check_and_gate(run, ready.pythons, attempts[-1][1].wheels, reporter, engine)
+    checked = _check_and_gate(run, ready, attempts[-1][1].wheels, reporter, engine)
     checked = _torch_range(run, ready, checked, reporter, engine)
     uses = abi3_uses(
         [w.path.name for w in checked.wheels], ready.pythons, dict(attempts[-1][1].reused_wheels)
@@ -223,7 +224,10 @@ def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Re
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
-    ready = _Ready(inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why, index)
+    date = source_date(source)
+    ready = _Ready(
+        inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why, index, date
+    )
     return replace(run, spec=spec), ready
 
 
@@ -307,9 +311,13 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         memory=plan.memory,
         cpus=plan.cpus,
         gpus=run.gpus,
-        build_env=spec.recipe.build_env(
-            spec.archs, plan.max_jobs, plan.nvcc_threads, spec.variant.label, ptx=spec.ptx
-        ),
+        # SOURCE_DATE_EPOCH: the build backend and auditwheel date their zip entries by it too.
+        build_env={
+            **spec.recipe.build_env(
+                spec.archs, plan.max_jobs, plan.nvcc_threads, spec.variant.label, ptx=spec.ptx
+            ),
+            "SOURCE_DATE_EPOCH": str(ready.date.epoch),
+        },
         cuda_home=ready.compiler.home,
         torch=spec.variant,
         output_dir=run.dir,
@@ -323,17 +331,19 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
         nvcc_threads=plan.nvcc_threads,
         build_requires=ready.survey.build_requires,
         offline_build=build_network(spec, os.environ) == "off",
+        recache=not spec.compiler_cache,
     )
 
 
 def _check_and_gate(
-    run: _Run, pythons: tuple[str, ...], built: tuple[Path, ...], reporter: Reporter, engine: Engine
+    run: _Run, ready: _Ready, built: tuple[Path, ...], reporter: Reporter, engine: Engine
 ) -> _Checked:
     """Stamp and check the wheels (archs, label, torch pin, symbol versions, an abi3 wheel's tag
     against the build's Pythons), then, if all is well and the gate is on, install and import
     each in a fresh base container: an abi3 wheel once under each Python it was built for."""
     reporter.step("stamp and check")
-    wheels, problems = stamp_and_check(built, run.spec)
+    pythons = ready.pythons
+    wheels, problems = stamp_and_check(built, run.spec, ready.date.epoch)
     abi_reports = {w.path.name: check_wheel_abi(w.path) for w in wheels}
     problems += [error for abi in abi_reports.values() for error in abi.errors()]
     problems += [error for w in wheels if (error := unserved_problem(w.path.name, pythons)) is not None]
@@ -374,7 +384,7 @@ def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter
         ) from None
     if spec.pin is not PinMode.PROVEN:
         return replace(checked, ranges=ranges)
-    wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, reporter)
+    wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, reporter, ready.date.epoch)
     return replace(checked, wheels=wheels, problems=checked.problems + problems, ranges=ranges)
 
 
@@ -395,6 +405,8 @@ def _report(
             source=SourceRecord(
                 location=redact_url(source_location(spec.recipe.source)),
                 sha256=source_pin(spec.recipe.source),
+                date_epoch=ready.date.epoch,
+                date_from=ready.date.why,
             ),
         ),
         torch=TorchRecord(

@@ -265,10 +265,12 @@ def expectation(spec: BuildSpec) -> Expectation:
 
 
 def stamp_and_check(
-    paths: tuple[Path, ...], spec: BuildSpec
+    paths: tuple[Path, ...], spec: BuildSpec, date_epoch: int | None = None
 ) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
-    """Label and pin each built wheel (METADATA and RECORD rewritten together), then judge it."""
-    wheels = tuple(inspect_wheel(stamp_wheel(path, spec.variant)) for path in paths)
+    """Label and pin each built wheel (METADATA and RECORD rewritten together; with
+    *date_epoch*, every entry written the same way whatever wrote it: see stamp_wheel), then
+    judge it."""
+    wheels = tuple(inspect_wheel(stamp_wheel(path, spec.variant, date_epoch=date_epoch)) for path in paths)
     problems = [problem for wheel in wheels for problem in check_wheel(wheel, expectation(spec))]
     return wheels, problems
 

@@ -14,7 +14,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, cli_dist, cli_index, cli_nightly, config, preflight, prune, report_html
+from . import check, cli_dist, cli_index, cli_nightly, cli_verify, config, preflight, prune, report_html
 from .cli_options import (
     CONFIG_FILES_KEY,
     GIVEN_PATH,
@@ -86,6 +86,7 @@ def build(
     dist_servers: str | None,
     keep_package_archs: bool,
     build_network: bool,
+    compiler_cache: bool,
     rebuild: bool,
     gate: bool,
     torch_range: bool,
@@ -110,6 +111,7 @@ def build(
         rebuild=rebuild,
         keep_package_archs=keep_package_archs,
         build_network=build_network,
+        compiler_cache=compiler_cache,
         admission=admission,
         cicc_gate=cicc_gate,
         gate=gate,
@@ -467,7 +469,7 @@ def report_command(run: Path) -> None:
 
 # The command groups kept in their own modules: the index's (publish, yank, serve) and the
 # nightly's (matrix, nightly plan/build-cell/publish-night) and the sccache-dist fleet's.
-for _command in (*cli_index.COMMANDS, *cli_nightly.COMMANDS, *cli_dist.COMMANDS):
+for _command in (*cli_index.COMMANDS, *cli_nightly.COMMANDS, *cli_dist.COMMANDS, *cli_verify.COMMANDS):
     main.add_command(_command)
 
 

@@ -308,6 +308,14 @@ _build_flags = (
         "off it, so no setup.py fetches a prebuilt binary); for a package that truly needs it.",
     ),
     _build_option(
+        "compiler-cache",
+        "--compiler-cache/--no-compiler-cache",
+        default=True,
+        show_default=True,
+        help="Compile through the machine's sccache (retries and rebuilds resume from it); "
+        "--no-compiler-cache compiles every unit for real.",
+    ),
+    _build_option(
         "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
     ),
     _build_option(

@@ -145,6 +145,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("dist-servers", "dist_servers", Kind.TEXT, '"2x16x64g"', unset="assumed"),
     Option("keep-package-archs", "keep_package_archs", Kind.BOOL, "true"),
     Option("build-network", "build_network", Kind.BOOL, "true"),
+    Option("compiler-cache", "compiler_cache", Kind.BOOL, "false"),
     Option("rebuild", "rebuild", Kind.BOOL, "true"),
     Option("gate", "gate", Kind.BOOL, "false"),
     Option("torch-range", "torch_range", Kind.BOOL, "false"),

@@ -9,6 +9,7 @@ of the interface (scripts and CI branch on them), so they never change meaning:
     30-39    the image
     40-49    the build itself
     50-59    publish and serve
+    70-79    reproducibility and provenance: diff, verify
     130      interrupted (Ctrl-C or SIGTERM)
 """
 
@@ -299,3 +300,10 @@ class GcIncomplete(WheelbuildError):
     the rest was done, and nothing it keeps was touched."""
 
     exit_code = 27
+
+
+class WheelsDiffer(WheelbuildError):
+    """`wheelbuild diff`: two wheels that should be the same bytes are not (the cause names the
+    first member and, for an ELF file, the first section where they differ)."""
+
+    exit_code = 70

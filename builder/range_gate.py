@@ -63,14 +63,18 @@ def torch_ranges(
 
 
 def pinned_to_ranges(
-    wheels: tuple[WheelInfo, ...], ranges: tuple[TorchRange, ...], spec: BuildSpec, reporter: Reporter
+    wheels: tuple[WheelInfo, ...],
+    ranges: tuple[TorchRange, ...],
+    spec: BuildSpec,
+    reporter: Reporter,
+    date_epoch: int | None = None,
 ) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
     """--pin proven: each wheel made to require the torch releases its range proved (written_pin),
     then checked again; the wheels as they now are, and any problem the check finds."""
     repinned, problems = [], []
     for wheel in wheels:
         pin = written_pin([r for r in ranges if r.wheel == wheel.path.name])
-        again = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin))
+        again = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin, date_epoch))
         reporter.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
         problems += check_wheel(again, replace(expectation(spec), pin=pin))
         repinned.append(again)

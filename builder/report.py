@@ -65,6 +65,9 @@ MAX_REPORT_NUMBER = 2**64
 class SourceRecord(Record):
     location: str | None  # credentials redacted
     sha256: str | None
+    # SOURCE_DATE_EPOCH: every zip entry's date, taken from the inputs; None before it was recorded
+    date_epoch: int | None = None
+    date_from: str = ""  # where it came from: "the newest file in causal_conv1d-1.7.0.tar.gz"
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,14 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import assert_never
@@ -25,6 +29,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from .bounded import ArchiveRefused, tar_gz_members
 from .errors import BadArgument, SourceUnavailable
 from .index.index import MEDIA_JSON
 from .recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
@@ -192,3 +197,57 @@ def _downloaded(url: str, sha256: str, on_line: Callable[[str], None]) -> Prepar
         raise
     on_line(f"source {name}, sha256 {sha256[:16]}... verified")
     return PreparedSource(project_dir=dest.parent, package=name)
+
+
+# The date a wheel's zip entries carry when the inputs name none: 1980-01-01T00:00:00Z, the
+# earliest a zip entry can say.
+ZIP_EPOCH = 315532800
+SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist to find its newest member
+SDIST_MEMBERS = 100_000
+
+
+@dataclass(frozen=True)
+class SourceDate:
+    """SOURCE_DATE_EPOCH for a build, taken from its inputs, and where it came from."""
+
+    epoch: int
+    why: str
+
+
+def source_date(source: PreparedSource) -> SourceDate:
+    """The date the wheel's zip entries carry, the same on every machine that builds these
+    inputs: an sdist's newest member, else a git checkout's last commit of the project's folder,
+    else 1980-01-01 (the zip epoch)."""
+    if source.package != ".":
+        sdist = source.project_dir / source.package
+        newest = 0
+        try:
+            with closing(tar_gz_members(sdist, SDIST_LIMIT, SDIST_MEMBERS)) as members:
+                newest = max((int(member.mtime) for member, _archive in members), default=0)
+        except (ArchiveRefused, OSError, EOFError, tarfile.TarError, zlib.error, ValueError):
+            newest = 0  # unreadable here: the build will say so; no date from it
+        if newest >= ZIP_EPOCH:
+            return SourceDate(newest, f"the newest file in {source.package}")
+    else:
+        committed = _last_commit(source.project_dir)
+        if committed is not None:
+            return SourceDate(
+                committed[0], f"the last commit of {source.project_dir.name}/ ({committed[1][:12]})"
+            )
+    return SourceDate(ZIP_EPOCH, "no date in the inputs: 1980-01-01, the zip epoch")
+
+
+def _last_commit(folder: Path) -> tuple[int, str] | None:
+    """(commit time, hash) of the last commit that touched *folder*, if git can say; git runs
+    on the host, reading the repository only (no package code runs)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), "log", "-1", "--format=%ct %H", "--", "."],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = done.stdout.split()
+    if done.returncode != 0 or len(fields) != 2 or not fields[0].isdigit():
+        return None
+    return int(fields[0]), fields[1]

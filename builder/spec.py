@@ -156,6 +156,9 @@ class BuildSpec:
     # still be among them): for kernels that build only for an arch list of their own.
     keep_package_archs: bool = False
     build_network: bool = False  # keep the network on while the package builds
+    # Compile through the machine's sccache (a retry, a second Python, tonight's rebuild resume
+    # from it); off: every unit compiles for real, as a rebuild that proves a wheel must.
+    compiler_cache: bool = True
     # Admit compiles by memory (images/wheelbuild-admit): on by default since it cut a real
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True

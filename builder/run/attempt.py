@@ -80,6 +80,9 @@ class AttemptConfig:
     output_dir: Path
     log_path: Path
     compiler_cache: bool = True
+    # With the compiler cache: compile every unit for real, reading nothing from it (sccache's
+    # SCCACHE_RECACHE), through the same path a cached build takes, so the objects are alike.
+    recache: bool = False
     # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
     admission: tuple[int, str] | None = None
     # images/wheelbuild-ninja's order (JSON text): ninja launches the longest compiles first.
@@ -330,6 +333,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     container_env["TORCH_NO_COMPILER_WRAPPER"] = "1"
     if config.admission:
         container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
+    if config.compiler_cache and config.recache:
+        container_env["SCCACHE_RECACHE"] = "1"
     if config.compiler_cache:
         container_env.update(
             {

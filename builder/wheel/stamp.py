@@ -21,7 +21,9 @@ import functools
 import hashlib
 import io
 import os
+import stat
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,8 @@ from ..variants import TorchVariant
 from .wheels import MAX_RECORD_SIZE, metadata_of, read_member
 
 __all__ = ["stamp_wheel", "stamped_metadata", "torch_pin"]
+
+_ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z: a zip entry's time cannot be earlier
 
 
 def torch_pin(torch_minor: str) -> str:
@@ -91,11 +95,15 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def stamp_wheel(path: Path, variant: TorchVariant, pin: str | None = None) -> Path:
+def stamp_wheel(
+    path: Path, variant: TorchVariant, pin: str | None = None, date_epoch: int | None = None
+) -> Path:
     """Label the wheel at `path` for `variant` (+cu130torch2.11) and pin its torch to the
     variant's minor (torch==2.11.*), or to *pin* (>=2.12,<2.15), in place: a new file name when
-    the version changes (the old file is removed only once the new one is complete). Returns the
-    stamped wheel's path."""
+    the version changes (the old file is removed only once the new one is complete). With
+    *date_epoch* (SOURCE_DATE_EPOCH) the zip is written the same way whatever wrote it before:
+    every entry's time that date, its permissions 644 or 755, .dist-info last with RECORD at the
+    end; so the same members always give the same bytes. Returns the stamped wheel's path."""
     _name, version, _build, _tags = parse_wheel_filename(path.name)
     new_version = stamped_version(str(version), variant.label)
     parts = path.name[: -len(".whl")].split("-")
@@ -106,7 +114,7 @@ def stamp_wheel(path: Path, variant: TorchVariant, pin: str | None = None) -> Pa
     with zipfile.ZipFile(path) as source:
         metadata_member, metadata = metadata_of(source)
         new_metadata = stamped_metadata(metadata, new_version, variant, pin)
-        if new_name == path.name and new_metadata == metadata:
+        if new_name == path.name and new_metadata == metadata and date_epoch is None:
             return path  # already stamped
         dist_info = metadata_member.split("/")[0]
         if dist_info != f"{old_prefix}.dist-info":
@@ -115,22 +123,21 @@ def stamp_wheel(path: Path, variant: TorchVariant, pin: str | None = None) -> Pa
         renamed = functools.partial(_renamed, old_prefix, new_prefix)
         record_member = f"{old_prefix}.dist-info/RECORD"
         new_record = _stamped_record(source, record_member, metadata_member, new_metadata, renamed)
+        entries = source.infolist()
+        if date_epoch is not None:
+            entries = sorted(entries, key=lambda i: _zip_order(i.filename, record_member))
 
         # Write beside the original, then rename: a crash leaves the original whole.
         fd, temp = tempfile.mkstemp(prefix=f".{new_name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as target:
-                for info in source.infolist():
+                for info in entries:
                     data = source.read(info)
                     if info.filename == metadata_member:
                         data = new_metadata
                     elif info.filename == record_member:
                         data = new_record
-                    clone = zipfile.ZipInfo(renamed(info.filename), date_time=info.date_time)
-                    clone.external_attr = info.external_attr
-                    clone.compress_type = info.compress_type
-                    clone.create_system = info.create_system
-                    target.writestr(clone, data)
+                    target.writestr(_entry(info, renamed(info.filename), date_epoch), data)
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(temp, path.parent / new_name)
@@ -140,6 +147,32 @@ def stamp_wheel(path: Path, variant: TorchVariant, pin: str | None = None) -> Pa
     if new_name != path.name:
         path.unlink()
     return path.parent / new_name
+
+
+def _zip_order(member: str, record: str) -> tuple[bool, bool, str]:
+    """Packages first, then the .dist-info, RECORD last (as installers expect), each by name."""
+    return (".dist-info/" in member, member == record, member)
+
+
+def _entry(info: zipfile.ZipInfo, name: str, date_epoch: int | None) -> zipfile.ZipInfo:
+    """The stamped wheel's entry for *info*: as it was, or (with *date_epoch*) normalized: that
+    date, written from Unix, 755 for a directory or an executable, 644 otherwise."""
+    if date_epoch is None:
+        clone = zipfile.ZipInfo(name, date_time=info.date_time)
+        clone.external_attr = info.external_attr
+        clone.compress_type = info.compress_type
+        clone.create_system = info.create_system
+        return clone
+    clone = zipfile.ZipInfo(name, date_time=time.gmtime(max(date_epoch, _ZIP_EPOCH))[:6])
+    mode = (info.external_attr >> 16) & 0o777
+    if info.is_dir():
+        clone.external_attr = (stat.S_IFDIR | 0o755) << 16 | 0x10  # 0x10: the MS-DOS directory flag
+        clone.compress_type = zipfile.ZIP_STORED
+    else:
+        clone.external_attr = (stat.S_IFREG | (0o755 if mode & 0o111 else 0o644)) << 16
+        clone.compress_type = zipfile.ZIP_DEFLATED
+    clone.create_system = 3  # Unix: the mode above is read by installers
+    return clone
 
 
 def _renamed(old_prefix: str, new_prefix: str, member: str) -> str:

@@ -58,6 +58,7 @@ TOP = {
     "cli_index": "cli",
     "cli_nightly": "cli",
     "cli_dist": "cli",
+    "cli_verify": "cli",
 }
 
 _BELOW_PIPELINE = {"shared", "plan", "wheel", "recipes", "spec", "run", "index"}
