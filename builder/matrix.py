@@ -10,6 +10,7 @@ build` each. Pure: a config in, cells out (tomllib to read, no Docker, no networ
     archs = ["100,120"]             # each entry is one cell's arch list
     pin = "proven"                  # wheels require the torch range they loaded with; a cell
                                     # a published wheel's range covers is not built again
+    torch-range = false             # try no torch release but the cell's (default: true)
 
     [publish]
     to = "host:/srv/wheels/{variant}"   # where each variant's wheels go (`wheelbuild nightly`
@@ -38,7 +39,7 @@ from .variants import parse_torch_rule, parse_variant
 
 __all__ = ["Cell", "Matrix", "github_matrix", "load_matrix", "parse_matrix", "tracking"]
 
-_KEYS = {"package", "versions", "torch", "python", "archs", "pin"}
+_KEYS = {"package", "versions", "torch", "python", "archs", "pin", "torch-range"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Cell:
     # "proven": the wheel requires the torch range it loaded with (--pin proven), and a cell whose
     # torch a published wheel's range already covers is not built again.
     pin: str = "built"
+    torch_range: bool = True  # each wheel against the torch releases around its own (--torch-range)
 
     @property
     def id(self) -> str:
@@ -66,6 +68,7 @@ class Cell:
         args += ["--python", self.python] if self.python else []
         args += ["--archs", self.archs]
         args += ["--pin", self.pin] if self.pin != "built" else []
+        args += [] if self.torch_range else ["--no-torch-range"]
         return args + (["--version", self.version] if self.version else [])
 
 
@@ -124,10 +127,15 @@ def parse_matrix(config: dict[str, object], source: str = "wheelbuild.toml") -> 
         pin = table.get("pin", "built")
         if pin not in ("built", "proven"):
             raise BadArgument(f"{where}: `pin` is {pin!r}", 'write pin = "proven" (or "built", the default)')
-        for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
-            cells.append(
-                Cell(package=package, version=version, torch=torch, python=python, archs=arch, pin=pin)
+        torch_range = table.get("torch-range", True)
+        if not isinstance(torch_range, bool) or (pin == "proven" and not torch_range):
+            raise BadArgument(
+                f"{where}: `torch-range` is {torch_range!r}"
+                + (' with pin = "proven"' if pin == "proven" else ""),
+                'write torch-range = false (no range tried) or true (the default; pin = "proven" needs it)',
             )
+        for version, torch, python, arch in itertools.product(versions, torches, pythons, archs):
+            cells.append(Cell(package, version, torch, python, arch, pin=pin, torch_range=torch_range))
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})

@@ -14,7 +14,7 @@ from .recipes import resolve_recipe
 from .run.ports import ImageIds
 from .run.results import inputs_key
 from .sources import resolve_lookup
-from .spec import BuildSpec, parse_archs, parse_ptx
+from .spec import BuildSpec, PinMode, parse_archs, parse_ptx
 from .variants import parse_variant
 
 __all__ = ["cell_inputs_key", "cell_spec", "unpublished_cells"]
@@ -29,6 +29,8 @@ def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path("
         ptx=parse_ptx(cell.archs),
         pythons=(cell.python,) if cell.python else (),
         output_dir=output_dir,
+        torch_range=cell.torch_range,
+        pin=PinMode(cell.pin),
     )
 
 

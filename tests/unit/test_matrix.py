@@ -152,3 +152,11 @@ def test_torch_entries_may_be_rules_read_at_plan_time_and_bad_ones_fail_at_parse
     ):
         with pytest.raises(BadVariant, match=said):
             parse_matrix({"build": [{"package": "wbdemo", "torch": [bad]}]})
+
+
+def test_a_table_can_turn_the_torch_range_off_but_not_under_pin_proven() -> None:
+    off = parse_matrix({"build": [{"package": "wbdemo", "torch": ["2.14.1+cu130"], "torch-range": False}]})
+    assert off.cells[0].build_args()[-1] == "--no-torch-range"
+    for bad in ({"torch-range": "no"}, {"torch-range": False, "pin": "proven"}):
+        with pytest.raises(BadArgument, match="torch-range"):
+            parse_matrix({"build": [{"package": "wbdemo", "torch": ["cu130"], **bad}]})
