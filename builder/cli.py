@@ -96,9 +96,8 @@ def build(
     image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by ConfiguredCommand
 ) -> None:
-    """Build PACKAGE's wheel: a known recipe (flash-attn, wbdemo), a project path, or an sdist
-    (path, or URL with #sha256=). Without PACKAGE: the bundled example, wbdemo. Options also come
-    from WHEELBUILD_* variables and [tool.wheelbuild] (see `wheelbuild plan`)."""
+    """Build PACKAGE's wheel: a recipe (flash-attn, wbdemo), a project path or an sdist (a path, or
+    a URL with #sha256=); without PACKAGE, wbdemo. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = BuildSpec(
         recipe=_recipe(package, recipe_version, arch_env, env_pairs),
         variant=parse_variant(torch_variant, torch_index_url),
@@ -120,8 +119,7 @@ def build(
         pin=PinMode(pin),
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
-    reporter = Reporter(quiet=quiet)
-    _say_option_files(reporter)
+    reporter = _say_option_files(Reporter(quiet=quiet))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
     _echo_built(result, reporter)
@@ -141,11 +139,12 @@ def _recipe(
     return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
 
-def _say_option_files(reporter: Reporter) -> None:
+def _say_option_files(reporter: Reporter) -> Reporter:
     """Where values the command line did not name came from, when files set any."""
     files: config.FileConfig = click.get_current_context().meta.get(CONFIG_FILES_KEY, config.FileConfig())
     if files.values:
         reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
+    return reporter
 
 
 def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:

@@ -53,6 +53,7 @@ KNOWN_CODES = {
     "StableAbiBroken": 61,
     "ArchUnasked": 62,
     "NotBuiltHere": 63,
+    "WheelsDiffer": 70,
     "Interrupted": 130,
 }
 
