@@ -290,7 +290,7 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     spec, options, written = flow
     spec = BuildSpec(**{**spec.__dict__, "gate": False})
     # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
-    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec: ((), []))
+    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec, date_epoch=None: ((), []))
     fake = _engine("oom", "ok")
 
     result = build.run_build(spec, options, _reporter()[0], fake)
