@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,14 +44,18 @@ from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
 from .recipes.survey import Survey
 from .report import (
+    GATE_PHASE,
     REPORT_NAME,
+    TORCH_RANGE_PHASE,
     Abi3Record,
+    AttemptRecord,
     BuildReport,
     CheckRecord,
     ContractRecord,
     GateRecord,
     GateSkipped,
     ImageRecord,
+    PhaseRecord,
     PlanRecord,
     RecipeRecord,
     Reused,
@@ -149,6 +154,8 @@ class _Checked:
     gates: tuple[GateResult, ...]
     problems: list[WheelbuildError]
     ranges: tuple[TorchRange, ...] = ()  # each wheel against the torch releases around its own
+    # The import gate and the torch range, timed on the last attempt's clock (the chart's)
+    phases: tuple[PhaseRecord, ...] = ()
 
 
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
@@ -162,11 +169,12 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     plan = _plan(run.spec, ready, reporter)
     run.dir.mkdir(parents=True, exist_ok=True)
     attempts = _run_attempts(run, ready, plan, reporter, engine)
+    zero = time.monotonic() - attempts[-1][1].duration_s  # when the last attempt began
     archs = compiled_archs(run.spec, ready.survey)
     if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
         reporter.info(f"model for the next plan: {learned}")
-    checked = _check_and_gate(run, ready, attempts[-1][1].wheels, reporter, engine)
-    checked = _torch_range(run, ready, checked, reporter, engine)
+    checked = _check_and_gate(run, ready, attempts[-1][1].wheels, reporter, engine, zero)
+    checked = _torch_range(run, ready, checked, reporter, engine, zero)
     uses = abi3_uses(
         [w.path.name for w in checked.wheels], ready.pythons, dict(attempts[-1][1].reused_wheels)
     )
@@ -336,7 +344,12 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
 
 
 def _check_and_gate(
-    run: _Run, ready: _Ready, built: tuple[Path, ...], reporter: Reporter, engine: Engine
+    run: _Run,
+    ready: _Ready,
+    built: tuple[Path, ...],
+    reporter: Reporter,
+    engine: Engine,
+    zero: float,
 ) -> _Checked:
     """Stamp and check the wheels (archs, label, torch pin, symbol versions, an abi3 wheel's tag
     against the build's Pythons), then, if all is well and the gate is on, install and import
@@ -348,7 +361,9 @@ def _check_and_gate(
     problems += [error for abi in abi_reports.values() for error in abi.errors()]
     problems += [error for w in wheels if (error := unserved_problem(w.path.name, pythons)) is not None]
     gates: tuple[GateResult, ...] = ()
+    phases: tuple[PhaseRecord, ...] = ()
     if run.spec.gate and not problems:
+        started = time.monotonic()
         try:
             gates = import_gate(
                 engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter,
@@ -361,10 +376,18 @@ def _check_and_gate(
                 f"the built wheels are in {run.dir}, not yet loaded; rerun the same command",
             ) from None
         problems += [error for error in map(gate_failure, gates) if error is not None]
-    return _Checked(wheels, abi_reports, gates, problems)
+        phases = (_phase(GATE_PHASE, zero, started),)
+    return _Checked(wheels, abi_reports, gates, problems, phases=phases)
 
 
-def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter, engine: Engine) -> _Checked:
+def _phase(step: str, zero: float, started: float) -> PhaseRecord:
+    """*step*, from *started* to now, in seconds since *zero* (the last attempt's start)."""
+    return PhaseRecord(step, None, round(started - zero, 1), round(time.monotonic() - zero, 1))
+
+
+def _torch_range(
+    run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter, engine: Engine, zero: float
+) -> _Checked:
     """Once the gate passed every wheel: each against the torch releases around its own
     (range_gate.py); with --pin proven, each wheel then requires the range it loaded with."""
     spec = run.spec
@@ -374,6 +397,7 @@ def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter
         reporter.warn("the torch range was not tried: torch's index could not be read")
         return checked
     gate = GateRun(engine, spec, run.options, run.gpus, run.id, run.dir, reporter)
+    started = time.monotonic()
     try:
         ranges = torch_ranges(gate, ready.torch_index, checked.wheels, checked.abi, ready.pythons)
     except KeyboardInterrupt:
@@ -382,10 +406,13 @@ def _torch_range(run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter
             f"interrupted during the torch range; removed {removed} container(s) of run {run.id}",
             f"the wheels in {run.dir} passed the import gate; rerun with --no-torch-range to skip the range",
         ) from None
+    checked = replace(
+        checked, ranges=ranges, phases=(*checked.phases, _phase(TORCH_RANGE_PHASE, zero, started))
+    )
     if spec.pin is not PinMode.PROVEN:
-        return replace(checked, ranges=ranges)
+        return checked
     wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, reporter, ready.date.epoch)
-    return replace(checked, wheels=wheels, problems=checked.problems + problems, ranges=ranges)
+    return replace(checked, wheels=wheels, problems=checked.problems + problems)
 
 
 def _report(
@@ -419,7 +446,7 @@ def _report(
         pythons=ready.pythons,
         image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),
         plan=PlanRecord.of(attempts[-1][0]),
-        attempts=tuple(attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)),
+        attempts=_attempt_records(attempts, checked.phases),
         wheels=tuple(WheelRecord.of(w) for w in checked.wheels),
         checks=tuple(CheckRecord(error=type(p).__name__, cause=p.cause) for p in checked.problems),
         abi=tuple(abi.to_json() for abi in checked.abi.values()),
@@ -435,6 +462,15 @@ def _report(
             network=build_network(spec, os.environ),
         ),
     )
+
+
+def _attempt_records(
+    attempts: list[tuple[Plan, AttemptResult]], after: tuple[PhaseRecord, ...]
+) -> tuple[AttemptRecord, ...]:
+    """Each attempt as the report keeps it; the last one's phases go on to the gate and the range."""
+    records = [attempt_record(p, r, attempts[:i]) for i, (p, r) in enumerate(attempts)]
+    records[-1] = replace(records[-1], phases=(*records[-1].phases, *after))
+    return tuple(records)
 
 
 def _ready_to_publish(

@@ -34,14 +34,17 @@ from .wheel.torch_range import TorchRange
 from .wheel.wheels import WheelInfo
 
 __all__ = [
+    "GATE_PHASE",
     "MAX_REPORT_SIZE",
     "REPORT_NAME",
     "SCHEMA",
+    "TORCH_RANGE_PHASE",
     "Abi3Record",
     "AttemptRecord",
     "BuildReport",
     "GateRecord",
     "GateSkipped",
+    "PhaseRecord",
     "Reused",
     "read_report",
     "read_report_json",
@@ -126,6 +129,24 @@ class UnitRecord(Record):
     measured_s: float | None = field(default=None, metadata=OMIT)
 
 
+# The phases wheelbuild itself runs after the last attempt, named beside cibuildwheel's steps.
+GATE_PHASE = "import gate"
+TORCH_RANGE_PHASE = "torch range"
+
+
+@dataclass(frozen=True)
+class PhaseRecord(Record):
+    """A stretch of an attempt, in seconds since it began: one of cibuildwheel's steps for one
+    Python ("Running before_build", torch's install; "Building wheel", the compile; "Repairing
+    wheel"), or, after the last attempt, the import gate or the torch range (in containers of
+    their own, outside the attempt's memory series)."""
+
+    step: str = field(metadata=REQUIRED)
+    python: str | None = None  # cp311-manylinux_x86_64; None for the steps around the Pythons'
+    start_s: float | None = None
+    end_s: float | None = None
+
+
 @dataclass(frozen=True)
 class CacheStats(Record):
     hits: int
@@ -179,6 +200,8 @@ class AttemptRecord(Record):
     # that wheel's file name as cibuildwheel named it.
     python_s_by_python: Mapping[str, float] = field(default_factory=dict)
     reused_by_python: Mapping[str, str] = field(default_factory=dict)
+    # Where the time went, for the chart's phases (reports from before 2026-12-03 have none).
+    phases: tuple[PhaseRecord, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from .dist import remote_share
 from .plan.learned import SAMPLE_S
 from .plan.planner import Plan
-from .report import AttemptRecord, CacheStats, MemorySeriesRecord, UnitRecord
+from .report import AttemptRecord, CacheStats, MemorySeriesRecord, PhaseRecord, UnitRecord
 from .run.attempt import AttemptResult
 
 __all__ = ["attempt_record"]
@@ -55,6 +55,7 @@ def attempt_record(
         dist_remote_share=_remote_share(result),
         python_s_by_python={identifier: round(s, 1) for identifier, s in result.python_seconds_by_identifier},
         reused_by_python=dict(result.reused_wheels),
+        phases=tuple(PhaseRecord(s.step, s.identifier, s.start, s.end) for s in result.steps),
     )
 
 

@@ -19,7 +19,7 @@ from ..errors import BuildFailed, MemoryLimitNotApplied, OutOfMemory, Wheelbuild
 from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.unit_memory import UnitMemory
 from ..variants import TorchVariant
-from .buildlog import MEMORY_MISSING_MARK, NETWORK_STUCK_MARK, TORCH_MISMATCH_MARK
+from .buildlog import MEMORY_MISSING_MARK, NETWORK_STUCK_MARK, TORCH_MISMATCH_MARK, StepTime
 from .diagnosis import compile_failure, contract_failure
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
@@ -169,6 +169,7 @@ class AttemptResult:
     memory_step_s: float = 0.0
     oom_at_s: tuple[float, ...] = ()
     unit_finished_s: tuple[tuple[str, float], ...] = ()
+    steps: tuple[StepTime, ...] = ()  # cibuildwheel's steps per Python: the chart's phases
     # Each unit's own memory and time while compiling, and what the build held outside the
     # units when its working set peaked (plan/unit_memory.py): what the next plan learns from.
     unit_memory: tuple[UnitMemory, ...] = ()

@@ -14,14 +14,15 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from .. import secrets
 from ..dist import CLIENT_CONFIG_FILE, client_config, read_token
 from .attempt import SCCACHE_DIR, AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
-from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, network_request
+from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, StepTime, network_request
 from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
 
@@ -89,6 +90,7 @@ def _run_attempt(
                     _answer(set_network, online, log)
                 on_line(line, progress)
             returncode = proc.wait()
+            progress.end_step(time.monotonic())  # a step cut short by the attempt's end ends with it
         finally:
             _terminate(proc)
             remove_containers(f"{ATTEMPT_LABEL}={config.attempt_id}")
@@ -199,9 +201,23 @@ def _attempt_result(
             for unit in (f"{identifier}:{name}" for name in units)
             if unit in progress.finished_at
         ),
+        steps=_steps_since(progress.steps, watcher.started),
         unit_memory=unit_memory,
         overhead_at_peak=overhead,
         nvcc_rewrites=tuple(progress.nvcc_rewrites),
         link_checks=tuple(progress.link_checks),
         prebuilt_urls=tuple(progress.prebuilt_urls),
+    )
+
+
+def _steps_since(steps: Sequence[StepTime], started: float) -> tuple[StepTime, ...]:
+    """cibuildwheel's steps, timed on the monotonic clock, in seconds since *started* (the
+    watcher's start: the memory series' zero, and so the chart's)."""
+    return tuple(
+        replace(
+            step,
+            start=round(step.start - started, 1),
+            end=None if step.end is None else round(step.end - started, 1),
+        )
+        for step in steps
     )

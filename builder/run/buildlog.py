@@ -5,7 +5,7 @@ Pure: lines in, state out."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MEMORY_MARK = "wheelbuild: container memory limit:"
 MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
@@ -44,6 +44,23 @@ _REUSED = re.compile(
 )
 # cibuildwheel's step lines: "Setting up build environment...", "Running before_build...".
 _STEP = re.compile(r"^[A-Z][a-z]+ [\w ]+\.\.\.$")
+# The steps cibuildwheel's Linux builds print (cibuildwheel/platforms/linux.py), timed for the
+# report's phases; the package's own output can print a line of the same shape, and is not one.
+CIBUILDWHEEL_STEPS = (
+    "Copying project into container",
+    "Running before_all",
+    "Setting up build environment",
+    BEFORE_BUILD_STEP,
+    COMPILE_STEP,
+    "Repairing wheel",
+    "Testing wheel",
+    "Auditing wheel",
+    "Copying wheels back to host",
+)
+# cibuildwheel's end of a step, right-aligned: "✓ 6.01s" ("done 6.01s" without Unicode; "✕" or
+# "failed" when the step failed).
+_STEP_END = re.compile(r"^\s*(?:✓|✕|done|failed) \d+\.\d+s$")
+MAX_STEPS = 400  # timed per attempt: a few per Python; this only bounds a log that prints more
 # ninja prints "[n/N] command" when a unit finishes (on a non-terminal); pip -v indents it.
 _NINJA = re.compile(r"^\s*\[(\d+)/(\d+)\]\s+(.*)$")
 _OUTPUT = re.compile(r"\s-o\s+(\S+)")
@@ -111,6 +128,18 @@ class MemorySeries:
             self.points = merged
 
 
+@dataclass(frozen=True)
+class StepTime:
+    """One of cibuildwheel's steps, timed by the clock fed to BuildLog.feed: the Python it ran
+    for (None for the steps before the first Python's and after the last), the step ("Building
+    wheel"), when it began, and when it ended (None while it runs)."""
+
+    identifier: str | None
+    step: str
+    start: float
+    end: float | None = None
+
+
 @dataclass
 class BuildLog:
     identifier: str | None = None  # the cibuildwheel build identifier now building
@@ -150,6 +179,9 @@ class BuildLog:
     link_checks: list[str] = field(default_factory=list)
     # URLs of prebuilt wheels or shared objects the package's build printed (it fetched one)
     prebuilt_urls: list[str] = field(default_factory=list)
+    # cibuildwheel's steps, each timed (fed a `now`): where the report's chart marks its phases
+    steps: list[StepTime] = field(default_factory=list)
+    _building: str | None = None  # the Python between its "Building ... wheel" and its end
     _build_started: float | None = None
     _python_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
@@ -165,12 +197,14 @@ class BuildLog:
         if started := _BUILD_START.search(line):
             self.identifier, self.done, self.total = started[1], 0, 0
             self._python_started = now
+            self._building = started[1]
         elif reused := _REUSED.search(line):
             self.reused_wheels[reused[2]] = reused[1]
         elif (ended := _BUILD_END.search(line)) and ended[1] == self.identifier:
             if now is not None and self._python_started is not None:
                 self.python_seconds_by_identifier[ended[1]] = now - self._python_started
             self._python_started = None
+            self._building = None
         elif ninja := _NINJA.match(line):
             self.done, self.total = int(ninja[1]), int(ninja[2])
             self._totals[self.identifier or "?"] = self.total
@@ -224,6 +258,7 @@ class BuildLog:
         return self._in_dist_servers
 
     def _time_steps(self, line: str, now: float) -> None:
+        self._follow_step(line, now)
         if line.startswith("Building wheel..."):
             self._build_started = now
         elif self._build_started is not None and line.startswith(
@@ -234,6 +269,22 @@ class BuildLog:
             key = self.identifier or "?"
             self.build_seconds_by_identifier[key] = self.build_seconds_by_identifier.get(key, 0.0) + seconds
             self._build_started = None
+
+    def _follow_step(self, line: str, now: float) -> None:
+        """A step of cibuildwheel's begins (the one before it ends), or ends: its "✓ 6.01s", the
+        next Python's start, or this one's end. Called before the line moves `identifier`."""
+        name = line.rstrip().removesuffix("...")
+        if name in CIBUILDWHEEL_STEPS and line.rstrip().endswith("..."):
+            self.end_step(now)
+            if len(self.steps) < MAX_STEPS:
+                self.steps.append(StepTime(self._building, name, now))
+        elif _STEP_END.match(line) or _BUILD_START.search(line) or _BUILD_END.search(line):
+            self.end_step(now)
+
+    def end_step(self, now: float) -> None:
+        """The step running now, if one is, ended at *now* (the log ended: the attempt is over)."""
+        if self.steps and self.steps[-1].end is None:
+            self.steps[-1] = replace(self.steps[-1], end=now)
 
     @property
     def cache_by_identifier(self) -> dict[str, tuple[int, int]]:

@@ -43,8 +43,10 @@ from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec import BuildSpec, GpuMode, PinMode, Resources
 from wheelbuild.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant
+from wheelbuild.wheel.wheels import inspect_wheel
 
 from tests.indexkit import make_wheel
+from tests.reportkit import two_python_log
 
 OOM = OomEvidence(docker_oom_events=1, cgroup_oom_kills=1)
 COMPILE_ERROR = '/project/csrc/saxpy.cu(5): error: identifier "x" is undefined'
@@ -310,6 +312,48 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     assert report["schema"] == 1 and report["gate"] == {"skipped": GateSkipped().skipped}
     assert "units_recompiled" not in report["attempts"][0] and "units_recompiled" in report["attempts"][1]
     assert read_report(result.report).to_json() == report
+
+
+class _GatedEngine(FakeEngine):
+    """The fake, with a gate container that answers that the wheel imported (no Docker here)."""
+
+    def run_gate(self, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:
+        answer = {
+            "python": "cp311",
+            "imports": [{"module": "wbdemo", "ok": True, "error": ""}],
+            "torch": {"version": "2.11.0+cu130", "cuda": "13.0"},
+        }
+        return answer, ""
+
+
+def test_the_report_times_each_step_and_the_import_gate_on_the_last_attempts_clock(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spec, options, _written = flow
+    spec = replace(spec, torch_range=False)
+    # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
+    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec: (tuple(map(inspect_wheel, paths)), []))
+    wheel = make_wheel(tmp_path / "built", "wbdemo", "0.1.0", tag="cp311-cp311-manylinux_2_28_x86_64")
+    # An attempt timed as cibuildwheel's log of two Pythons times it: 622 s.
+    timed = AttemptResult(
+        attempt=1, returncode=0, duration_s=622.0, wheels=(wheel,), memory_limit_seen=None,
+        log_path=tmp_path / "build.log", steps=tuple(two_python_log().steps),
+    )  # fmt: skip
+    fake = _GatedEngine(timed)
+    _: Engine = fake
+
+    result = build.run_build(spec, options, _reporter()[0], fake)
+
+    report = json.loads(result.report.read_text())
+    assert report["gate"][0]["passed"] is True
+    (attempt,) = report["attempts"]
+    phases = [(p["step"], p["python"], p["start_s"], p["end_s"]) for p in attempt["phases"]]
+    assert phases[:-1] == [
+        (s.step, s.identifier, s.start, s.end) for s in two_python_log().steps
+    ]  # cibuildwheel's steps, as attempt_record keeps them
+    step, python, start, end = phases[-1]
+    assert (step, python) == ("import gate", None)
+    assert 622.0 <= start <= end  # after the attempt's end, on its clock: the chart's time axis
 
 
 # ---------------------------------------------------------------------------------------------

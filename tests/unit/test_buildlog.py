@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from wheelbuild.run.buildlog import BuildLog, is_kill_line
+from wheelbuild.run.buildlog import MAX_STEPS, BuildLog, is_kill_line
+
+from tests.reportkit import PYTHONS, step_done, two_python_log
 
 NVCC = (
     "  [{n}/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc -MD -MF "
@@ -150,3 +152,63 @@ def test_cibuildwheel_steps_are_followed() -> None:
     log.feed("    + sh -c 'pip install ...'")
     log.feed("Building wheel...")
     assert log.step == "Building wheel"
+
+
+# -- cibuildwheel's steps, timed: the report's phases --------------------------------------------
+
+
+def test_cibuildwheel_steps_are_timed_per_python_from_step_line_to_its_check_mark() -> None:
+    log = two_python_log()  # cibuildwheel's lines for cp311 then cp313, fed with their times
+    found = [(s.identifier, s.step, s.start, s.end) for s in log.steps]
+    cp311, cp313 = PYTHONS
+    assert found == [
+        (None, "Copying project into container", 0.0, 1.0),
+        (None, "Running before_all", 1.0, 2.0),
+        (cp311, "Setting up build environment", 2.0, 6.0),
+        (cp311, "Running before_build", 6.0, 90.0),
+        (cp311, "Building wheel", 90.0, 300.0),
+        (cp311, "Repairing wheel", 300.0, 310.0),
+        (cp313, "Setting up build environment", 312.0, 316.0),
+        (cp313, "Running before_build", 316.0, 400.0),
+        (cp313, "Building wheel", 400.0, 610.0),
+        (cp313, "Repairing wheel", 610.0, 620.0),
+        (None, "Copying wheels back to host", 620.0, 622.0),  # ended by end_step: the attempt's end
+    ]
+
+
+def test_a_step_ends_at_the_next_one_or_at_the_attempts_end_when_it_prints_no_check_mark() -> None:
+    log = BuildLog()
+    log.feed("Building cp311-manylinux_x86_64 wheel", 0.0)
+    log.feed("Running before_build...", 1.0)
+    log.feed("Building wheel...", 30.0)  # no "✓" between: the step before ends here
+    log.feed(NVCC.format(n=1, unit="relu"), 35.0)
+    assert [(s.step, s.end) for s in log.steps] == [("Running before_build", 30.0), ("Building wheel", None)]
+    log.end_step(41.0)  # the attempt ended (an OOM kill) while compiling
+    assert log.steps[-1].end == 41.0
+
+
+def test_the_packages_own_output_of_a_steps_shape_starts_no_phase() -> None:
+    log = BuildLog()
+    log.feed("Building cp311-manylinux_x86_64 wheel", 0.0)
+    log.feed("Building wheel...", 1.0)
+    for line in (
+        "Compiling objects...",
+        "  Building wheel...",
+        "Building wheel",
+        "Emitting ninja build file...",
+    ):
+        log.feed(line, 2.0)
+    assert [(s.step, s.start, s.end) for s in log.steps] == [("Building wheel", 1.0, None)]
+
+
+def test_the_steps_kept_are_bounded_whatever_the_log_prints() -> None:
+    log = BuildLog()
+    for i in range(3 * MAX_STEPS):
+        log.feed("Building wheel...", float(i))
+    assert len(log.steps) == MAX_STEPS
+
+
+def test_steps_fed_without_a_time_are_not_timed() -> None:
+    assert (
+        feed("Building cp311-manylinux_x86_64 wheel", "Running before_build...", step_done(3.0)).steps == []
+    )
