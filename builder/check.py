@@ -148,12 +148,7 @@ def gate_verdict(wheel: Path, content: Path | None = None) -> tuple[list[Wheelbu
     if entry is not None and entry.passed:
         return [], None
     if entry is not None:
-        first = next((i for i in entry.imports if not i.ok), None)
-        why = (
-            f"import {first.module} failed: {first.demangled or first.error or ''}"
-            if first
-            else entry.install_error or "see the report"
-        )
+        why = entry.refusal or "see the report"
         return [
             ImportGateFailed(
                 f"{wheel.name}: its build report says the import gate refused it ({why})",

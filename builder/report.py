@@ -264,6 +264,29 @@ class GateRecord(Record):
     def of(cls, result: GateResult) -> GateRecord:
         return read_record(cls, result.to_json(), "gate[]")
 
+    @property
+    def refusal(self) -> str | None:
+        """Why the gate refused the wheel, in one line; None when it passed."""
+        if self.passed:
+            return None
+        first = next((i for i in self.imports if not i.ok), None)
+        if first is not None:
+            return f"import {first.module} failed: {first.demangled or _last_line(first.error or '')}"
+        if self.install_error:
+            return f"it could not be installed: {_last_line(self.install_error)}"
+        if unresolved := next((member for member, symbols in self.unresolved.items() if symbols), None):
+            return f"{unresolved} has symbols nothing provides"
+        if load_error := next(iter(self.load_errors), None):
+            return f"{load_error} does not load"
+        if self.smoke and self.smoke.get("status") == "failed":
+            return f"its GPU smoke test failed: {self.smoke.get('reason', '')}"
+        return "see the report"
+
+
+def _last_line(text: str) -> str:
+    """The last line that says something (pip's and Python's errors end with their cause)."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
 
 @dataclass(frozen=True)
 class GateSkipped(Record):

@@ -1,81 +1,260 @@
-"""The SVG chart of one attempt on build-report.html: the container's memory over time against
-its limit and the plan's predicted peak, OOM kills marked, units finished ticked along the time
-axis; and the checked numbers, sizes and durations it and the page's tables print."""
+"""The chart of one attempt on build-report.html: the attempt read from its record and checked
+(ChartedAttempt, its phases ChartedPhase), then drawn as SVG: the container's memory over time
+against its limit, its phases shaded (torch's install, each Python's compile, the repair, the
+gate), the plan's predicted peak drawn over the compiles it predicts (and the compile's measured
+peak marked), OOM kills marked, units finished ticked along the time axis."""
 
 from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from .units import MAX_MEMORY
-
-if TYPE_CHECKING:  # the page reads the attempt; the chart only draws it
-    from .report_html import ChartedAttempt
+from .report import GATE_PHASE, TORCH_RANGE_PHASE
+from .report_values import (
+    MAX_BYTES,
+    MAX_ROWS,
+    MAX_SECONDS,
+    OUT_OF_RANGE,
+    items_of,
+    mapping_of,
+    number_of,
+    one_line,
+    out_of_range,
+    plain_text,
+    seconds_text,
+    size_text,
+    text_of,
+    within,
+)
+from .run.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
 
 # The chart's geometry, in SVG user units (it scales to the page's width).
 WIDTH, HEIGHT = 860, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 16, 40
-
-# What a page draws or prints, at most. No machine has 4 EiB, so a memory limit above it is
-# cgroup v1's "no limit" (2**63 - 4096), and any other size above it is not a measurement; no
-# attempt runs for a year. Values past these are left out with a note, never drawn to scale.
-MAX_BYTES = MAX_MEMORY
-MAX_SECONDS = 366 * 24 * 3600
-OUT_OF_RANGE = "out of range"
+PHASE_LABEL_MIN_WIDTH = 70  # a phase narrower than this on the chart is named in its tooltip only
+MAX_POINTS = 5000  # drawn per attempt; a report holds at most ~600, a hostile one may hold more
+MAX_PHASES = 400  # per attempt, as buildlog.MAX_STEPS: a few per Python, the gate and the range
 MIB = 1024**2
 
-
-def number_of(value: object) -> float | None:
-    """A finite JSON number, or None (bool is not a number here; NaN, inf and an int past a
-    float's range are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        n = float(value)
-    except OverflowError:  # 10**400
-        return None
-    return n if math.isfinite(n) else None
-
-
-def within(value: object, top: float) -> float | None:
-    """A number from 0 to *top* (MAX_BYTES, MAX_SECONDS), or None."""
-    n = number_of(value)
-    return n if n is not None and 0 <= n <= top else None
+# What the page calls each phase of an attempt (cibuildwheel's steps, then wheelbuild's own
+# after the last attempt), and its kind: the colour it is shaded with on the chart.
+_PHASE_NAMES = {
+    "Copying project into container": ("copy in", "other"),
+    "Running before_all": ("before all", "other"),
+    "Setting up build environment": ("setup", "other"),
+    BEFORE_BUILD_STEP: ("torch install", "torch"),
+    COMPILE_STEP: ("compile", "compile"),
+    "Repairing wheel": ("repair", "repair"),
+    "Testing wheel": ("test", "other"),
+    "Auditing wheel": ("audit", "other"),
+    "Copying wheels back to host": ("copy out", "other"),
+    GATE_PHASE: ("import gate", "gate"),
+    TORCH_RANGE_PHASE: ("torch range", "range"),
+}
 
 
-def out_of_range(value: object, top: float) -> bool:
-    """A number (infinite or past a float's range included; NaN is none), but not one from 0 to
-    *top*: to be left out with a note."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return not (isinstance(value, float) and math.isnan(value)) and within(value, top) is None
+@dataclass(frozen=True)
+class ChartedPhase:
+    """One phase of an attempt, read and checked: a step of cibuildwheel's for one Python, or
+    the gate or the range after the last attempt, in seconds since the attempt began."""
+
+    step: str
+    python: str  # cp311; "" for the steps around the Pythons' and for wheelbuild's own
+    start: float
+    end: float
+    peak: tuple[float, float] | None = None  # its highest memory sample: (when, bytes)
+
+    @property
+    def kind(self) -> str:
+        """compile, torch, repair, gate, range or other: how the chart shades it."""
+        return _PHASE_NAMES.get(self.step, ("", "other"))[1]
+
+    @property
+    def name(self) -> str:
+        """What the page calls its step: "torch install"."""
+        return _PHASE_NAMES.get(self.step, (self.step, ""))[0]
+
+    @property
+    def label(self) -> str:
+        """The step, and the Python it ran for: "cp311 torch install"."""
+        return f"{self.python} {self.name}".strip()
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the attempt's memory series covers it (the gate and the range run elsewhere)."""
+        return self.kind not in ("gate", "range")
 
 
-def size_text(value: object) -> str:
-    n = number_of(value)
-    if n is None:
-        return "—"
-    if abs(n) > MAX_BYTES:
-        return OUT_OF_RANGE
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
+@dataclass(frozen=True)
+class ChartedAttempt:
+    """What the chart of one attempt needs, read and checked."""
+
+    number: str
+    limit: float | None
+    predicted: float | None
+    peak: float | None
+    duration: float | None
+    points: tuple[tuple[float, float], ...]
+    oom_at: tuple[float, ...]
+    oom_evidence: tuple[str, ...]
+    unit_times: tuple[float, ...]
+    units_finished: float | None
+    returncode: float | None
+    unlimited: bool = False  # the container saw no memory limit (cgroup v1's 2**63 - 4096)
+    left_out: tuple[str, ...] = ()  # the fields out of range, not drawn: "peak_memory"
+    samples_left_out: int = 0  # memory samples out of range, not drawn
+    phases: tuple[ChartedPhase, ...] = ()  # where the time went, each with its highest sample
+    phases_left_out: int = 0  # phases whose times are out of range, not drawn
+    compile_peak: float | None = None  # measured while compiling (every Python's compile)
+
+    @property
+    def compiles(self) -> tuple[ChartedPhase, ...]:
+        return tuple(p for p in self.phases if p.kind == "compile")
+
+    @property
+    def compile_sample(self) -> tuple[float, float] | None:
+        """The highest memory sample taken while compiling, where the phases say when that was."""
+        peaks = [p.peak for p in self.compiles if p.peak is not None]
+        return max(peaks, key=lambda peak: peak[1]) if peaks else None
+
+    @property
+    def peak_phase(self) -> ChartedPhase | None:
+        """The phase the attempt's highest sample was taken in."""
+        if not self.points:
+            return None
+        top = max(v for _, v in self.points)
+        return next((p for p in self.phases if p.peak is not None and p.peak[1] == top), None)
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.oom_evidence)
+
+    @property
+    def limit_text(self) -> str:
+        return "no limit" if self.unlimited else self.size("limit", self.limit)
+
+    @property
+    def duration_text(self) -> str:
+        return OUT_OF_RANGE if "duration_s" in self.left_out else seconds_text(self.duration)
+
+    def size(self, key: str, value: float | None) -> str:
+        """The size read from the report's *key*, or that it was out of range."""
+        return OUT_OF_RANGE if key in self.left_out else size_text(value)
+
+    @property
+    def outcome(self) -> str:
+        if self.killed:
+            return "OOM-killed"
+        if self.returncode == 0:
+            return "succeeded"
+        return "failed" if self.returncode is None else f"failed (exit {self.returncode:g})"
 
 
-def seconds_text(value: object) -> str:
-    n = number_of(value)
-    if n is None:
-        return "—"
-    if abs(n) > MAX_SECONDS:
-        return OUT_OF_RANGE
-    if n >= 3600:
-        return f"{int(n // 3600)} h {int(n % 3600 // 60)} min"
-    if n >= 120:
-        return f"{int(n // 60)} min {int(n % 60)} s"
-    return f"{n:.1f} s"
+def charted_attempt(record: Mapping[str, object], plan: Mapping[str, object], last: bool) -> ChartedAttempt:
+    """One attempt's record (untrusted) as its chart draws it: every number checked and bounded,
+    and what is out of any real range left out with a note; the plan's prediction for the last
+    attempt of a report from before attempts carried their own."""
+    series = mapping_of(record.get("memory_series"))
+    points = []
+    dropped = 0
+    for point in items_of(series.get("points"))[:MAX_POINTS]:
+        pair = items_of(point)
+        if len(pair) != 2:
+            continue
+        t, v = number_of(pair[0]), number_of(pair[1])
+        if t is not None and v is not None and t <= MAX_SECONDS and v <= MAX_BYTES:
+            points.append((max(0.0, t), max(0.0, v)))
+        elif (t is not None or out_of_range(pair[0], MAX_SECONDS)) and (
+            v is not None or out_of_range(pair[1], MAX_BYTES)
+        ):
+            dropped += 1  # numbers, but past what a clock or a machine reaches; junk goes unmentioned
+    points.sort()
+    units = [mapping_of(u) for u in items_of(record.get("units"))[:MAX_ROWS]]
+    # Reports from before attempts carried their own prediction: the plan's is the last attempt's.
+    predicted = record.get("predicted_peak")
+    if number_of(predicted) is None and last:
+        predicted = plan.get("predicted_peak")
+    seen = number_of(record.get("memory_limit_seen"))
+    unlimited = seen is not None and seen > MAX_BYTES  # cgroup v1 writes "no limit" as 2**63 - 4096
+    limit = None if unlimited else (record.get("memory_limit_seen") if seen else record.get("memory"))
+    sizes = {
+        "limit": limit,
+        "peak_memory": record.get("peak_memory"),
+        "predicted_peak": predicted,
+        "peak_memory_compile": record.get("peak_memory_compile"),
+    }
+    left_out = [key for key, value in sizes.items() if out_of_range(value, MAX_BYTES)]
+    left_out += ["duration_s"] if out_of_range(record.get("duration_s"), MAX_SECONDS) else []
+    step_s = within(series.get("step_s"), MAX_SECONDS) or 0.0
+    phases, phases_left_out = _read_phases(items_of(record.get("phases"))[:MAX_PHASES], tuple(points), step_s)
+    return ChartedAttempt(
+        number=plain_text(record.get("attempt")),
+        limit=within(limit, MAX_BYTES),
+        predicted=within(predicted, MAX_BYTES),
+        peak=within(record.get("peak_memory"), MAX_BYTES),
+        duration=within(record.get("duration_s"), MAX_SECONDS),
+        points=tuple(points),
+        oom_at=_times(items_of(record.get("oom_at_s"))[:100]),
+        oom_evidence=tuple(text_of(e) for e in items_of(record.get("oom_evidence"))[:20]),
+        unit_times=_times([u.get("finished_s") for u in units]),
+        units_finished=number_of(record.get("units_finished")),
+        returncode=number_of(record.get("returncode")),
+        unlimited=unlimited,
+        left_out=tuple(left_out),
+        samples_left_out=dropped,
+        phases=phases,
+        phases_left_out=phases_left_out,
+        compile_peak=within(record.get("peak_memory_compile"), MAX_BYTES),
+    )
+
+
+def _read_phases(
+    entries: Sequence[object], points: tuple[tuple[float, float], ...], step_s: float
+) -> tuple[tuple[ChartedPhase, ...], int]:
+    """The phases that can be drawn, each with its highest memory sample, and how many were left
+    out for times past any real range. A sample stands for the highest of its interval (step_s
+    long): it belongs to the phase that overlaps that interval most."""
+    found: list[ChartedPhase] = []
+    dropped = 0
+    for entry in entries:
+        phase = mapping_of(entry)
+        step = one_line(phase.get("step"))[:80]
+        start, end = within(phase.get("start_s"), MAX_SECONDS), within(phase.get("end_s"), MAX_SECONDS)
+        if start is None or end is None or end < start or not step:
+            if step and any(out_of_range(phase.get(key), MAX_SECONDS) for key in ("start_s", "end_s")):
+                dropped += 1  # numbers past any real time; junk goes unmentioned
+            continue
+        python = text_of(phase.get("python")).split("-")[0][:20]
+        found.append(ChartedPhase(step, python, start, end))
+    peaks: dict[int, tuple[float, float]] = {}
+    for t, v in points:
+        owner = _owner(found, t, step_s)
+        if owner is not None and v > peaks.get(owner, (0.0, -1.0))[1]:
+            peaks[owner] = (t, v)
+    return tuple(replace(p, peak=peaks.get(i)) for i, p in enumerate(found)), dropped
+
+
+def _owner(phases: Sequence[ChartedPhase], t: float, step_s: float) -> int | None:
+    """The index of the sampled phase that overlaps [t, t + step_s) most (holds t, when step_s is 0)."""
+    best, most = None, 0.0
+    for i, phase in enumerate(phases):
+        if not phase.sampled:
+            continue
+        if step_s <= 0:
+            if phase.start <= t < phase.end:
+                return i
+            continue
+        overlap = min(t + step_s, phase.end) - max(t, phase.start)
+        if overlap > most:
+            best, most = i, overlap
+    return best
+
+
+def _times(values: Sequence[object]) -> tuple[float, ...]:
+    """The times among *values* that can be drawn: seconds from 0 to MAX_SECONDS."""
+    return tuple(t for t in (within(v, MAX_SECONDS) for v in values) if t is not None)
 
 
 def _ticks(top: float) -> list[float]:
@@ -106,7 +285,16 @@ class _Scale:
 
 def chart(a: ChartedAttempt) -> str:
     """One attempt's SVG: memory over time, its limit and prediction, OOM kills, units."""
-    end = max([a.duration or 0.0, *(t for t, _ in a.points), *a.oom_at, *a.unit_times, 1.0])
+    end = max(
+        [
+            a.duration or 0.0,
+            *(t for t, _ in a.points),
+            *a.oom_at,
+            *a.unit_times,
+            *(p.end for p in a.phases),
+            1.0,
+        ]
+    )
     top = (
         max([a.limit or 0.0, a.predicted or 0.0, a.peak or 0.0, *(v for _, v in a.points), 1024.0**3]) * 1.08
     )
@@ -116,6 +304,7 @@ def chart(a: ChartedAttempt) -> str:
         f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
         f'aria-label="memory of attempt {html.escape(a.number)} over time">',
         f'<rect class="plot" x="{LEFT}" y="{TOP}" width="{scale.plot_w}" height="{scale.plot_h}"/>',
+        *_phases(a, scale),
         *_axes(scale),
         *_memory(a, scale),
         *_levels(a, scale),
@@ -147,6 +336,27 @@ def _axes(s: _Scale) -> list[str]:
     return parts
 
 
+def _phases(a: ChartedAttempt, s: _Scale) -> list[str]:
+    """Each phase as a band behind the series, shaded by its kind, named where it is wide enough
+    (and always in its tooltip)."""
+    parts = []
+    for phase in a.phases:
+        x1, x2 = s.x(phase.start), s.x(phase.end)
+        width = max(round(x2 - x1, 1), 0.5)
+        took = f"{seconds_text(phase.start)} to {seconds_text(phase.end)}"
+        where = "" if phase.sampled else " (in a container of its own: its memory is not drawn)"
+        parts.append(
+            f'<rect class="phase phase-{phase.kind}" data-phase="{html.escape(phase.label)}" x="{x1}" '
+            f'y="{TOP}" width="{width}" height="{s.plot_h}"><title>{html.escape(phase.label)}: '
+            f"{took}{where}</title></rect>"
+        )
+        if width >= PHASE_LABEL_MIN_WIDTH and phase.kind != "other":
+            parts.append(
+                f'<text class="phase-label" x="{round(x1 + 4, 1)}" y="{TOP + 12}">{html.escape(phase.label)}</text>'
+            )
+    return parts
+
+
 def _memory(a: ChartedAttempt, s: _Scale) -> list[str]:
     """The working set over time; a report with only a peak gets a line at the peak."""
     if a.points:
@@ -172,9 +382,13 @@ def _levels(a: ChartedAttempt, s: _Scale) -> list[str]:
     elif a.unlimited:
         labels.append((float(TOP), "limit-label", "no limit"))
     if a.predicted is not None:
-        parts.append(
-            f'<line class="predicted" x1="{LEFT}" x2="{LEFT + s.plot_w}" y1="{s.y(a.predicted)}" y2="{s.y(a.predicted)}"/>'
-        )
+        # The model predicts the compile's peak: drawn over the compiles where the report times
+        # them, across the whole attempt where it does not.
+        spans = [(s.x(p.start), s.x(p.end)) for p in a.compiles] or [(LEFT, LEFT + s.plot_w)]
+        parts += [
+            f'<line class="predicted" x1="{x1}" x2="{x2}" y1="{s.y(a.predicted)}" y2="{s.y(a.predicted)}"/>'
+            for x1, x2 in spans
+        ]
         labels.append((s.y(a.predicted), "predicted-label", f"predicted {size_text(a.predicted)}"))
     # Labels right of the plot, pushed apart when the lines are close.
     placed: list[float] = []
@@ -196,8 +410,16 @@ def _marks(a: ChartedAttempt, s: _Scale) -> list[str]:
         )
     if a.points:
         t, v = max(a.points, key=lambda p: p[1])
+        during = f", during {a.peak_phase.label}" if a.peak_phase is not None else ""
         parts.append(
-            f'<circle class="peak-dot" cx="{s.x(t)}" cy="{s.y(v)}" r="4"><title>peak {size_text(v)}</title></circle>'
+            f'<circle class="peak-dot" cx="{s.x(t)}" cy="{s.y(v)}" r="4"><title>peak '
+            f"{size_text(v)}{html.escape(during)}</title></circle>"
+        )
+    if (compiled := a.compile_sample) is not None:
+        t, v = compiled
+        parts.append(
+            f'<circle class="compile-peak" cx="{s.x(t)}" cy="{s.y(v)}" r="7"><title>highest sample while '
+            f"compiling: {size_text(v)}, the peak the plan predicts</title></circle>"
         )
     # A report from before kill times were recorded: the kill is marked where the attempt ended.
     kills = list(a.oom_at) or ([a.points[-1][0] if a.points else s.end] if a.killed else [])

@@ -1,9 +1,12 @@
 """build-report.html: a build report as one self-contained page (inline SVG and CSS, no script,
 nothing fetched), what a user opens to see why an attempt was killed.
 
-For every attempt: the container's memory over time against its limit and the plan's predicted
-peak, OOM kills marked, units finished ticked along the time axis; then the units (when each
-finished, what the model predicted), the attempts and the wheels as tables.
+The run: which torch it built for and why, the pin mode, links to its build.log and gate.log.
+For every attempt: its chart (report_chart.py: memory over time against its limit, its phases,
+the predicted peak over the compiles, OOM kills and units finished), its peak and the phase it
+was taken in, the model's prediction against the compile's peak, and its phases' times; then
+the units (when each finished, what the model predicted) and the attempts as tables; the wheels
+with their gate verdicts, torch pins and torch ranges (report_wheels.py); the build's contract.
 
 :func:`render` is pure: a report (the JSON object build.py writes) in, the page out. A report is
 read as untrusted (package names, evidence lines and paths come from the build): every value is
@@ -14,170 +17,73 @@ before the memory series) is drawn with what it has.
 from __future__ import annotations
 
 import html
-import json
+import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .report import read_report_json
-from .report_chart import (
-    MAX_BYTES,
-    MAX_SECONDS,
-    OUT_OF_RANGE,
-    chart,
+from .report_chart import ChartedAttempt, chart, charted_attempt
+from .report_values import (
+    MAX_ROWS,
+    escaped,
+    fmt_num,
+    html_table,
+    items_of,
+    mapping_of,
     number_of,
-    out_of_range,
     seconds_text,
     size_text,
-    within,
+    text_of,
 )
-from .wheel.abi3 import python_tag
+from .report_wheels import (
+    LOGS,
+    WHEEL_COLUMNS,
+    Evidence,
+    evidence_of,
+    gate_section,
+    pin_mode,
+    range_section,
+    torch_line,
+    wheel_rows,
+)
 
-__all__ = ["HTML_NAME", "load_report", "render", "write_beside"]
+__all__ = ["HTML_NAME", "LOGS", "WHEEL_COLUMNS", "load_report", "render", "write_beside"]
 
 HTML_NAME = "build-report.html"
-MAX_POINTS = 5000  # drawn per attempt; a report holds at most ~600, a hostile one may hold more
-MAX_ROWS = 5000  # unit rows in the table
 
 
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
-
-
-def _plain(value: object) -> str:
-    """A number as written (1, not 1.0), anything else as text."""
-    n = number_of(value)
-    return _fmt_num(int(n) if n is not None and n.is_integer() else n) if n is not None else _text(value)
-
-
-def _dict(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: object) -> Sequence[object]:
-    return value if isinstance(value, list) else []
-
-
-def _e(value: object) -> str:
-    return html.escape(_plain(value))
-
-
-def _fmt_num(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-@dataclass(frozen=True)
-class ChartedAttempt:
-    """What the chart of one attempt needs, read and checked."""
-
-    number: str
-    limit: float | None
-    predicted: float | None
-    peak: float | None
-    duration: float | None
-    points: tuple[tuple[float, float], ...]
-    oom_at: tuple[float, ...]
-    oom_evidence: tuple[str, ...]
-    unit_times: tuple[float, ...]
-    units_finished: float | None
-    returncode: float | None
-    unlimited: bool = False  # the container saw no memory limit (cgroup v1's 2**63 - 4096)
-    left_out: tuple[str, ...] = ()  # the fields out of range, not drawn: "peak_memory"
-    samples_left_out: int = 0  # memory samples out of range, not drawn
-
-    @property
-    def killed(self) -> bool:
-        return bool(self.oom_evidence)
-
-    @property
-    def limit_text(self) -> str:
-        return "no limit" if self.unlimited else self.size("limit", self.limit)
-
-    @property
-    def duration_text(self) -> str:
-        return OUT_OF_RANGE if "duration_s" in self.left_out else seconds_text(self.duration)
-
-    def size(self, key: str, value: float | None) -> str:
-        """The size read from the report's *key*, or that it was out of range."""
-        return OUT_OF_RANGE if key in self.left_out else size_text(value)
-
-    @property
-    def outcome(self) -> str:
-        if self.killed:
-            return "OOM-killed"
-        if self.returncode == 0:
-            return "succeeded"
-        return "failed" if self.returncode is None else f"failed (exit {self.returncode:g})"
-
-
-def _attempt(record: Mapping[str, object], plan: Mapping[str, object], last: bool) -> ChartedAttempt:
-    series = _dict(record.get("memory_series"))
-    points = []
-    dropped = 0
-    for point in _list(series.get("points"))[:MAX_POINTS]:
-        pair = _list(point)
-        if len(pair) != 2:
-            continue
-        t, v = number_of(pair[0]), number_of(pair[1])
-        if t is not None and v is not None and t <= MAX_SECONDS and v <= MAX_BYTES:
-            points.append((max(0.0, t), max(0.0, v)))
-        elif (t is not None or out_of_range(pair[0], MAX_SECONDS)) and (
-            v is not None or out_of_range(pair[1], MAX_BYTES)
-        ):
-            dropped += 1  # numbers, but past what a clock or a machine reaches; junk goes unmentioned
-    points.sort()
-    units = [_dict(u) for u in _list(record.get("units"))[:MAX_ROWS]]
-    # Reports from before attempts carried their own prediction: the plan's is the last attempt's.
-    predicted = record.get("predicted_peak")
-    if number_of(predicted) is None and last:
-        predicted = plan.get("predicted_peak")
-    seen = number_of(record.get("memory_limit_seen"))
-    unlimited = seen is not None and seen > MAX_BYTES  # cgroup v1 writes "no limit" as 2**63 - 4096
-    limit = None if unlimited else (record.get("memory_limit_seen") if seen else record.get("memory"))
-    sizes = {"limit": limit, "peak_memory": record.get("peak_memory"), "predicted_peak": predicted}
-    left_out = [key for key, value in sizes.items() if out_of_range(value, MAX_BYTES)]
-    left_out += ["duration_s"] if out_of_range(record.get("duration_s"), MAX_SECONDS) else []
-    return ChartedAttempt(
-        number=_plain(record.get("attempt")),
-        limit=within(limit, MAX_BYTES),
-        predicted=within(predicted, MAX_BYTES),
-        peak=within(record.get("peak_memory"), MAX_BYTES),
-        duration=within(record.get("duration_s"), MAX_SECONDS),
-        points=tuple(points),
-        oom_at=_times(_list(record.get("oom_at_s"))[:100]),
-        oom_evidence=tuple(_text(e) for e in _list(record.get("oom_evidence"))[:20]),
-        unit_times=_times([u.get("finished_s") for u in units]),
-        units_finished=number_of(record.get("units_finished")),
-        returncode=number_of(record.get("returncode")),
-        unlimited=unlimited,
-        left_out=tuple(left_out),
-        samples_left_out=dropped,
-    )
-
-
-def _times(values: Sequence[object]) -> tuple[float, ...]:
-    """The times among *values* that can be drawn: seconds from 0 to MAX_SECONDS."""
-    return tuple(t for t in (within(v, MAX_SECONDS) for v in values) if t is not None)
-
-
-def _model_error(record: Mapping[str, object]) -> list[str]:
-    """The model against the attempt, where the report has it: the peak's error and the units'."""
-    found = []
-    if (peak := number_of(record.get("peak_error"))) is not None:
-        found.append(f"model off by {peak:+.0%} on the peak")
-    if (units := number_of(record.get("unit_error"))) is not None:
+def _model_facts(a: ChartedAttempt, record: Mapping[str, object]) -> list[str]:
+    """The model against the attempt, like with like: its predicted peak beside the peak measured
+    while compiling (what it predicts, and what peak_error compares), never beside a peak taken
+    while torch installed; and its error on the units, where the report has one."""
+    predicted = a.size("predicted_peak", a.predicted)
+    if a.compile_peak is not None or "peak_memory_compile" in a.left_out:
+        line = f"compile's peak {a.size('peak_memory_compile', a.compile_peak)}, predicted {predicted}"
+    else:
+        line = f"predicted {predicted} (no peak measured while compiling)"
+    # A ratio past a thousandfold is a damaged report, not a model's error: left unprinted.
+    if (error := number_of(record.get("peak_error"))) is not None and abs(error) < 1000:
+        line += f": model off by {error:+.0%}"
+    found = [line]
+    if (units := number_of(record.get("unit_error"))) is not None and abs(units) < 1000:
         found.append(f"{units:.0%} per unit on average")
-    return found
+    return [html.escape(f) for f in found]
+
+
+def _peak_fact(a: ChartedAttempt) -> str:
+    """The attempt's peak, of its limit, and the phase it was taken in where the report says."""
+    where = a.peak_phase
+    during = f", during {where.label}" if where is not None else ""
+    return html.escape(f"peak {a.size('peak_memory', a.peak)} of {a.limit_text}{during}")
 
 
 def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
     facts = [
         f'<strong class="outcome {"bad" if a.outcome != "succeeded" else "good"}">{html.escape(a.outcome)}</strong>',
-        f"MAX_JOBS={_e(record.get('max_jobs'))}, NVCC_THREADS={_e(record.get('nvcc_threads'))}",
-        f"peak {a.size('peak_memory', a.peak)} of {a.limit_text}",
-        f"predicted {a.size('predicted_peak', a.predicted)}",
-        *_model_error(record),
-        f"units finished {_e(a.units_finished) if a.units_finished is not None else '—'}",
+        f"MAX_JOBS={escaped(record.get('max_jobs'))}, NVCC_THREADS={escaped(record.get('nvcc_threads'))}",
+        _peak_fact(a),
+        *_model_facts(a, record),
+        f"units finished {escaped(a.units_finished) if a.units_finished is not None else '—'}",
         f"{a.duration_text}",
     ]
     why = ""
@@ -193,7 +99,11 @@ def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
             "only the sampled peak is drawn.</p>"
         )
     )
-    left_out = [*a.left_out, *([f"{a.samples_left_out} memory sample(s)"] if a.samples_left_out else [])]
+    left_out = [
+        *a.left_out,
+        *([f"{a.samples_left_out} memory sample(s)"] if a.samples_left_out else []),
+        *([f"{a.phases_left_out} phase(s)"] if a.phases_left_out else []),
+    ]
     if left_out:
         note += (
             '<p class="note out-of-range">Not drawn, out of any real range (a damaged report?): '
@@ -202,33 +112,41 @@ def _attempt_section(a: ChartedAttempt, record: Mapping[str, object]) -> str:
     return (
         f'<section class="attempt" id="attempt-{html.escape(a.number)}">\n'
         f"<h3>Attempt {html.escape(a.number)}</h3>\n"
-        f'<p class="facts">{" · ".join(facts)}</p>\n{why}{note}\n{chart(a)}\n</section>'
+        f'<p class="facts">{" · ".join(facts)}</p>\n{why}{note}\n{chart(a)}\n{_phase_table(a)}</section>'
     )
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str, empty: str) -> str:
-    """A table whose cells are already escaped HTML."""
-    if not rows:
-        return f'<p class="note">{html.escape(empty)}</p>'
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "\n".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead>\n'
-        f"<tbody>\n{body}\n</tbody></table></div>"
-    )
+def _phase_table(a: ChartedAttempt) -> str:
+    """The chart's phases as rows: when each ran, and its highest memory sample."""
+    if not a.phases:
+        return ""
+    rows = [
+        [
+            html.escape(p.python or "—"),
+            html.escape(p.name),
+            seconds_text(p.start),
+            seconds_text(p.end),
+            seconds_text(p.end - p.start),
+            size_text(p.peak[1]) if p.peak else "in its own container" if not p.sampled else "—",
+        ]
+        for p in a.phases
+    ]
+    header = ["Python", "phase", "from", "to", "took", "highest memory sample"]
+    table = html_table(header, rows, "phases", "")
+    return f"<details><summary>phases of attempt {html.escape(a.number)}</summary>{table}</details>\n"
 
 
 def _unit_rows(records: Sequence[Mapping[str, object]]) -> list[list[str]]:
     rows = []
     for record in records:
-        for unit in _list(record.get("units"))[:MAX_ROWS]:
-            u = _dict(unit)
-            python, _, name = _text(u.get("unit")).rpartition(":")
+        for unit in items_of(record.get("units"))[:MAX_ROWS]:
+            u = mapping_of(unit)
+            python, _, name = text_of(u.get("unit")).rpartition(":")
             rows.append(
                 [
                     html.escape(name),
                     html.escape(python.removesuffix("-manylinux_x86_64")),
-                    _e(record.get("attempt")),
+                    escaped(record.get("attempt")),
                     seconds_text(u.get("finished_s")),
                     size_text(u.get("predicted_peak")),
                     size_text(u.get("measured_peak")),
@@ -248,14 +166,14 @@ def _attempt_rows(
             [
                 html.escape(a.number),
                 html.escape(a.outcome),
-                _e(r.get("max_jobs")),
-                _e(r.get("nvcc_threads")),
+                escaped(r.get("max_jobs")),
+                escaped(r.get("nvcc_threads")),
                 a.limit_text,
                 a.size("peak_memory", a.peak),
                 size_text(r.get("peak_memory_compile")),
                 a.size("predicted_peak", a.predicted),
-                _e(a.units_finished) if a.units_finished is not None else "—",
-                f"{_e(r.get('cache_hits'))} / {_e(r.get('cache_misses'))}",
+                escaped(a.units_finished) if a.units_finished is not None else "—",
+                f"{escaped(r.get('cache_hits'))} / {escaped(r.get('cache_misses'))}",
                 a.duration_text,
                 seconds_text(r.get("build_s")),
                 "; ".join(html.escape(e) for e in a.oom_evidence) or "—",
@@ -267,71 +185,23 @@ def _attempt_rows(
 def _contract_rows(report: Mapping[str, object]) -> list[list[str]]:
     """The report's contract: the archs compiled, the switches set, what nvcc rewrote, the link
     checks and the network, one row each that the report holds."""
-    contract = _dict(report.get("contract"))
+    contract = mapping_of(report.get("contract"))
     if not contract:
         return []
-    archs = ", ".join(f"sm_{_text(a)}" for a in _list(report.get("archs")))
-    ptx = ", ".join(f"compute_{_text(a)}" for a in _list(contract.get("ptx")))
+    archs = ", ".join(f"sm_{text_of(a)}" for a in items_of(report.get("archs")))
+    ptx = ", ".join(f"compute_{text_of(a)}" for a in items_of(contract.get("ptx")))
     kept = "the package's own arch list (--keep-package-archs)" if contract.get("keep_package_archs") else ""
     rows = [
         ("archs", kept or f"exactly {archs}" + (f", with PTX for {ptx}" if ptx else "")),
-        ("switches set", "; ".join(_text(s) for s in _list(contract.get("switches"))) or "none"),
-        ("nvcc rewrote", "; ".join(_text(s) for s in _list(contract.get("nvcc_rewrites"))) or "nothing"),
-        ("link check", "; ".join(_text(s) for s in _list(contract.get("link_checks"))) or "not recorded"),
-        ("network while building", _text(contract.get("network")) or "not recorded"),
+        ("switches set", "; ".join(text_of(s) for s in items_of(contract.get("switches"))) or "none"),
+        ("nvcc rewrote", "; ".join(text_of(s) for s in items_of(contract.get("nvcc_rewrites"))) or "nothing"),
+        (
+            "link check",
+            "; ".join(text_of(s) for s in items_of(contract.get("link_checks"))) or "not recorded",
+        ),
+        ("network while building", text_of(contract.get("network")) or "not recorded"),
     ]
-    return [[_e(what), _e(detail)] for what, detail in rows]
-
-
-def _pythons(report: Mapping[str, object], wheel: str) -> str:
-    """Which Pythons a wheel serves: for an abi3 wheel (the report's `abi3` entries), the Python
-    that built it, those that reused it and those the gate loaded it under; else its own tag."""
-    for entry in _list(report.get("abi3"))[:MAX_ROWS]:
-        use = _dict(entry)
-        if _text(use.get("wheel")) != wheel:
-            continue
-        parts = [f"{_text(use.get('tag'))}: one wheel for every Python"]
-        for key, label in (
-            ("built_under", "built under"),
-            ("reused_under", "reused under"),
-            ("gated_under", "gated under"),
-        ):
-            value = use.get(key)
-            names = (
-                [_text(v) for v in _list(value)]
-                if isinstance(value, list)
-                else [_text(value)]
-                if value
-                else []
-            )
-            if names:
-                parts.append(f"{label} {', '.join(names)}")
-        return html.escape("; ".join(parts))
-    return html.escape(python_tag(wheel) or "")
-
-
-def _wheel_rows(report: Mapping[str, object]) -> list[list[str]]:
-    rows = []
-    for wheel in _list(report.get("wheels"))[:MAX_ROWS]:
-        w = _dict(wheel)
-        sass = sorted(
-            {
-                int(a)
-                for module in _dict(w.get("extension_modules")).values()
-                for a in _list(_dict(module).get("sass"))
-                if isinstance(a, int | float) and number_of(a) is not None
-            }
-        )
-        rows.append(
-            [
-                html.escape(_text(w.get("file"))),
-                _pythons(report, _text(w.get("file"))),
-                size_text(w.get("size")),
-                html.escape(", ".join(f"sm_{a}" for a in sass) or "none"),
-                f"<code>{html.escape(_text(w.get('sha256'))[:16])}…</code>",
-            ]
-        )
-    return rows
+    return [[escaped(what), escaped(detail)] for what, detail in rows]
 
 
 _STYLE = """
@@ -349,6 +219,10 @@ svg.memory-chart { display: block; width: 100%; max-width: 860px; height: auto; 
 .limit { stroke: #b3261e; stroke-width: 2; } .predicted { stroke: #d97706; stroke-width: 2; stroke-dasharray: 7 4; }
 .oom { stroke: #b3261e; stroke-width: 2; stroke-dasharray: 3 3; }
 .unit-tick { stroke: #1e7b34; stroke-width: 2; } .peak-dot { fill: #2463eb; }
+.compile-peak { fill: none; stroke: #d97706; stroke-width: 2.5; }
+.phase-torch { fill: #ece3fa; } .phase-compile { fill: #dfeafc; } .phase-repair { fill: #def2e3; }
+.phase-gate { fill: #fbf0d4; } .phase-range { fill: #f6e3d9; } .phase-other { fill: #eef0f3; }
+.phase-label { fill: #5a6273; font-size: 11px; }
 .scroll { overflow-x: auto; }
 .label { font-size: 12px; } .limit-label, .oom-label { fill: #b3261e; } .predicted-label { fill: #d97706; }
 .peak-only-label { fill: #2463eb; }
@@ -358,29 +232,42 @@ table { border-collapse: collapse; margin: 4px 0 12px; font-size: 13px; }
 th, td { border: 1px solid #d6dae2; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f1f3f7; } td { font-variant-numeric: tabular-nums; }
 code { font-family: ui-monospace, monospace; font-size: 12px; }
+table.wheels code { overflow-wrap: anywhere; }  /* a full sha256 wraps, whole when copied */
 """
+
 
 _LEGEND = (
     '<p class="legend"><span><i style="background:#2463eb"></i>working set (highest sample per interval)</span>'
     '<span><i style="background:#b3261e"></i>memory limit</span>'
     '<span><i style="background:#d97706"></i>plan\'s predicted peak</span>'
     '<span><i style="background:#b3261e;height:10px;width:2px"></i>OOM kill</span>'
-    '<span><i style="background:#1e7b34;height:8px;width:2px"></i>a unit finished</span></p>'
+    '<span><i style="background:#1e7b34;height:8px;width:2px"></i>a unit finished</span>'
+    '<span><i style="border:2px solid #d97706;border-radius:50%;width:8px;height:8px;background:none"></i>'
+    "highest sample while compiling (what the plan predicts)</span></p>"
+    '<p class="legend">phases: '
+    '<span><i style="background:#ece3fa;height:10px"></i>torch install</span>'
+    '<span><i style="background:#dfeafc;height:10px"></i>compile</span>'
+    '<span><i style="background:#def2e3;height:10px"></i>repair</span>'
+    '<span><i style="background:#fbf0d4;height:10px"></i>import gate</span>'
+    '<span><i style="background:#f6e3d9;height:10px"></i>torch range (these two in containers of their own)</span>'
+    '<span><i style="background:#eef0f3;height:10px"></i>setup and the rest</span></p>'
 )
 
 
-def render(report: object) -> str:
-    """The page for one build report (the parsed build-report.json)."""
-    r = _dict(report)
-    recipe, torch, plan = _dict(r.get("recipe")), _dict(r.get("torch")), _dict(r.get("plan"))
-    records = [_dict(a) for a in _list(r.get("attempts"))]
-    attempts = [_attempt(rec, plan, i == len(records) - 1) for i, rec in enumerate(records)]
-    name = _text(recipe.get("name")) or "unknown package"
-    version = _text(recipe.get("version"))
+def render(report: object, logs: Sequence[str] = ()) -> str:
+    """The page for one build report (the parsed build-report.json); *logs* are the run folder's
+    logs it links to (of LOGS, those beside it)."""
+    r = mapping_of(report)
+    evidence = evidence_of(r, logs)
+    recipe, torch, plan = mapping_of(r.get("recipe")), mapping_of(r.get("torch")), mapping_of(r.get("plan"))
+    records = [mapping_of(a) for a in items_of(r.get("attempts"))]
+    attempts = [charted_attempt(rec, plan, i == len(records) - 1) for i, rec in enumerate(records)]
+    name = text_of(recipe.get("name")) or "unknown package"
+    version = text_of(recipe.get("version"))
     title = f"{name} {version}".strip() + (
-        f" for torch {_text(torch.get('variant'))}" if torch.get("variant") else ""
+        f" for torch {text_of(torch.get('variant'))}" if torch.get("variant") else ""
     )
-    body = _heading(r, plan, attempts, title)
+    body = _heading(r, plan, attempts, title, evidence)
     body.append("<h2>Memory over time, per attempt</h2>")
     body.append(_LEGEND)
     body += [_attempt_section(a, rec) for a, rec in zip(attempts, records, strict=True)]
@@ -388,7 +275,7 @@ def render(report: object) -> str:
         body.append('<p class="note">This report records no attempt.</p>')
     body.append("<h2>Units</h2>")
     body.append(
-        _table(
+        html_table(
             [
                 "unit",
                 "Python",
@@ -406,13 +293,12 @@ def render(report: object) -> str:
     )
     body.append("<h2>Attempts</h2>")
     body.append(
-        _table(_ATTEMPT_COLUMNS, _attempt_rows(attempts, records), "attempts", "No attempts recorded.")
+        html_table(_ATTEMPT_COLUMNS, _attempt_rows(attempts, records), "attempts", "No attempts recorded.")
     )
-    body.append("<h2>Wheels</h2>")
-    body.append(_table(["file", "Pythons", "size", "SASS", "sha256"], _wheel_rows(r), "wheels", "No wheels."))
+    body += _wheels(r, evidence)
     body.append("<h2>Built here, for the archs asked</h2>")
     body.append(
-        _table(["", "what the build did"], _contract_rows(r), "contract", "Not recorded in this report.")
+        html_table(["", "what the build did"], _contract_rows(r), "contract", "Not recorded in this report.")
     )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -425,13 +311,26 @@ def render(report: object) -> str:
     )
 
 
+def _wheels(r: Mapping[str, object], evidence: Evidence) -> list[str]:
+    """The wheels, the import gate's verdicts and their torch ranges."""
+    body = ["<h2>Wheels</h2>", html_table(WHEEL_COLUMNS, wheel_rows(r, evidence), "wheels", "No wheels.")]
+    body += gate_section(evidence)
+    body += range_section(evidence, pin_mode(mapping_of(r.get("torch"))))
+    if evidence.unreadable:
+        body.append(
+            f'<p class="note out-of-range">Not shown, unreadable (a damaged report?): {evidence.unreadable} '
+            "gate or torch range record(s).</p>"
+        )
+    return body
+
+
 _ATTEMPT_COLUMNS = [
     "#",
     "result",
     "MAX_JOBS",
     "NVCC_THREADS",
     "limit",
-    "peak",
+    "peak (whole attempt)",
     "peak (compile)",
     "predicted",
     "units finished",
@@ -443,28 +342,35 @@ _ATTEMPT_COLUMNS = [
 
 
 def _heading(
-    r: Mapping[str, object], plan: Mapping[str, object], attempts: Sequence[ChartedAttempt], title: str
+    r: Mapping[str, object],
+    plan: Mapping[str, object],
+    attempts: Sequence[ChartedAttempt],
+    title: str,
+    evidence: Evidence,
 ) -> list[str]:
-    """The title, the run's one-line facts and plan, the summary, and why this plan (folded)."""
-    archs = ", ".join(f"sm_{_fmt_num(a)}" for a in map(number_of, _list(r.get("archs"))) if a is not None)
-    pythons = ", ".join(_text(p) for p in _list(r.get("pythons")))
+    """The title, the run's one-line facts and plan, the torch and why, the logs, the summary,
+    and why this plan (folded)."""
+    archs = ", ".join(f"sm_{fmt_num(a)}" for a in map(number_of, items_of(r.get("archs"))) if a is not None)
+    pythons = ", ".join(text_of(p) for p in items_of(r.get("pythons")))
     killed = sum(a.killed for a in attempts)
     summary = f"{len(attempts)} attempt(s), {killed} OOM-killed; " + (
         f"the last {attempts[-1].outcome}" if attempts else "no attempt recorded"
     )
-    reused = _dict(r.get("reused"))
-    reasons = "".join(f"<li>{html.escape(_text(x))}</li>" for x in _list(plan.get("reasons"))[:50])
+    reused = mapping_of(r.get("reused"))
+    reasons = "".join(f"<li>{html.escape(text_of(x))}</li>" for x in items_of(plan.get("reasons"))[:50])
     body = [
         f"<h1>{html.escape(title)}</h1>",
-        f'<p class="meta">run {_e(r.get("run_id"))} · archs {html.escape(archs or "—")} · '
+        f'<p class="meta">run {escaped(r.get("run_id"))} · archs {html.escape(archs or "—")} · '
         f"Pythons {html.escape(pythons or '—')} · plan: {size_text(plan.get('memory'))} memory, "
-        f"{_e(plan.get('cpus'))} CPUs, MAX_JOBS={_e(plan.get('max_jobs'))}, "
-        f"NVCC_THREADS={_e(plan.get('nvcc_threads'))}, predicted peak {size_text(plan.get('predicted_peak'))}</p>",
+        f"{escaped(plan.get('cpus'))} CPUs, MAX_JOBS={escaped(plan.get('max_jobs'))}, "
+        f"NVCC_THREADS={escaped(plan.get('nvcc_threads'))}, predicted peak {size_text(plan.get('predicted_peak'))}</p>",
+        torch_line(mapping_of(r.get("torch"))),
+        f'<p class="logs">logs: {" · ".join(filter(None, map(evidence.link, LOGS))) or "none beside this page"}</p>',
         f'<p class="summary">{html.escape(summary)}</p>',
     ]
     if reused:
         body.append(
-            f'<p class="note">Wheels reused from run {_e(reused.get("from_run"))}: '
+            f'<p class="note">Wheels reused from run {escaped(reused.get("from_run"))}: '
             "the attempts below are that run's.</p>"
         )
     if reasons:
@@ -479,7 +385,16 @@ def load_report(path: Path) -> object:
 
 
 def write_beside(report_json: Path) -> Path:
-    """Write build-report.html beside *report_json*; its path."""
+    """Write build-report.html beside *report_json*, linking the logs beside it; its path."""
     page = report_json.with_name(HTML_NAME)
-    page.write_text(render(load_report(report_json)), encoding="utf-8")
+    logs = [log for log in LOGS if _regular_file(report_json.with_name(log))]
+    page.write_text(render(load_report(report_json), logs), encoding="utf-8")
     return page
+
+
+def _regular_file(path: Path) -> bool:
+    """A regular file, not a link to one (the page links only what the run wrote)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False

@@ -73,7 +73,8 @@ class TorchRange(Record):
         proven = self.proven
         if not proven:
             return None
-        low, high = Version(proven[0]).release, Version(proven[-1]).release
+        # A release of one number (a "2" in a damaged report) is minor 0 of its major.
+        low, high = ((*Version(v).release, 0) for v in (proven[0], proven[-1]))
         return f">={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}"
 
     @property

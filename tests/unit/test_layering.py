@@ -51,6 +51,8 @@ TOP = {
     "report_attempts": "pipeline",
     "report_html": "pipeline",
     "report_chart": "pipeline",
+    "report_values": "pipeline",
+    "report_wheels": "pipeline",
     "check": "pipeline",
     "cli": "cli",
     "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line

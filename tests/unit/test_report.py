@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from wheelbuild.errors import ReportUnreadable
+from wheelbuild.records import read_record
 from wheelbuild.report import (
     MAX_REPORT_SIZE,
     SCHEMA,
     BuildReport,
+    GateRecord,
     GateSkipped,
     Reused,
     read_report,
@@ -22,7 +24,7 @@ from wheelbuild.report import (
     write_report,
 )
 
-from tests.reportkit import real_report, synthetic_report
+from tests.reportkit import phased_report, real_report, synthetic_report
 
 
 def _holds(expected: Any, found: Any, where: str = "") -> None:
@@ -112,3 +114,59 @@ def test_a_missing_or_unparsable_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "build-report.json").write_text("{not json")
     with pytest.raises(ReportUnreadable, match="not readable JSON"):
         read_report(tmp_path)
+
+
+def test_an_attempts_phases_go_through_the_report_and_back() -> None:
+    written = phased_report()
+    read = report_from_json(written)
+    (attempt,) = read.attempts
+    assert [(p.step, p.python) for p in attempt.phases][-2:] == [("import gate", None), ("torch range", None)]
+    assert read.to_json()["attempts"] == written["attempts"]
+    older = report_from_json(real_report())  # from before phases: none, and still read
+    assert all(a.phases == () for a in older.attempts)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"passed": True}, None),
+        (
+            {
+                "imports": [
+                    {"module": "wbx._C", "ok": False, "error": "Traceback ...\nImportError: x.so: bad ELF"}
+                ]
+            },
+            "import wbx._C failed: ImportError: x.so: bad ELF",
+        ),
+        (
+            {"imports": [{"module": "wbx._C", "ok": False, "error": "...", "demangled": "at::foo()"}]},
+            "import wbx._C failed: at::foo()",
+        ),
+        (
+            {"install_error": "Collecting torch\nERROR: No matching distribution found for torch==9.9\n\n"},
+            "it could not be installed: ERROR: No matching distribution found for torch==9.9",
+        ),
+        ({"unresolved": {"wbx/_C.so": [{"symbol": "_Z3foov"}]}}, "wbx/_C.so has symbols nothing provides"),
+        ({"load_errors": {"wbx/_C.so": "wrong ELF class"}}, "wbx/_C.so does not load"),
+        (
+            {"smoke": {"status": "failed", "reason": "max error 3.0"}},
+            "its GPU smoke test failed: max error 3.0",
+        ),
+        ({}, "see the report"),
+    ],
+    ids=[
+        "passed",
+        "import-error",
+        "undefined-symbol",
+        "install",
+        "unresolved",
+        "load-error",
+        "smoke",
+        "unknown",
+    ],
+)
+def test_a_gate_record_says_why_it_refused_in_one_line(change: dict[str, Any], why: str | None) -> None:
+    record = read_record(
+        GateRecord, {"wheel": "wbx.whl", "python": "cp311", "passed": False, **change}, "gate"
+    )
+    assert record.refusal == why

@@ -15,9 +15,14 @@ from typing import Any
 import pytest
 from wheelbuild import report_html
 from wheelbuild.plan.memory_model import MIB
+from wheelbuild.report_chart import MAX_PHASES
+from wheelbuild.report_values import MAX_TEXT, size_text
+from wheelbuild.run import attempt_run
+from wheelbuild.run.attempt import AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySeries
+from wheelbuild.run.watcher import AttemptWatcher
 
-from tests.reportkit import REAL_REPORT, real_report, synthetic_report
+from tests.reportkit import REAL_REPORT, phased_report, range_report, real_report, step_done, synthetic_report
 
 from .conftest import WHEELBUILD
 
@@ -81,6 +86,26 @@ def test_an_attempt_record_carries_its_series_kills_units_and_prediction() -> No
     # reduce.o is csrc/reduce.cu in the wbdemo profile: 100 MiB + 100 MiB per arch at 2 threads, +5%.
     assert reduce["finished_s"] == 80.0 and reduce["predicted_peak"] == 315 * MIB
     json.dumps(killed)  # the record is plain JSON
+
+
+def test_an_attempt_keeps_its_steps_in_seconds_since_its_watch_began(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    """attempt_run reads the log with the monotonic clock; the memory series, the kills and the
+    units are in seconds since the watcher began, and so are the steps (the chart's one axis)."""
+    watcher = AttemptWatcher(client=None, attempt_id="run.1")  # never entered: no Docker here
+    log = BuildLog()
+    began = watcher.started
+    log.feed("Building cp311-manylinux_x86_64 wheel", began + 2.0)
+    log.feed("Running before_build...", began + 2.5)
+    log.feed(step_done(80.0), began + 82.5)
+    log.feed("Building wheel...", began + 82.5)
+    log.end_step(began + 95.04)  # OOM-killed while compiling: attempt_run ends the step with the log
+    result = attempt_run._attempt_result(make_config(), 1, 96.0, (), log, watcher)
+    assert [(s.identifier, s.step, s.start, s.end) for s in result.steps] == [
+        ("cp311-manylinux_x86_64", "Running before_build", 2.5, 82.5),
+        ("cp311-manylinux_x86_64", "Building wheel", 82.5, 95.0),
+    ]
 
 
 def test_each_attempt_is_a_chart_with_its_limit_prediction_series_and_kills() -> None:
@@ -299,3 +324,261 @@ def test_numbers_past_a_floats_range_given_to_the_renderer_are_left_out() -> Non
     first = page.split('<section class="attempt"')[1]
     assert "peak_memory, predicted_peak, 1 memory sample(s)" in first
     assert (dom(first).having("path", "series")[0]["d"] or "").count("L") == 0  # the one good sample
+
+
+# -- the torch, the gate, the range and the logs -------------------------------------------------
+
+
+def _para(page: str, cls: str) -> str:
+    """The text of the first <p> of class `cls`."""
+    found = re.search(rf'<p class="{cls}">(.*?)</p>', page, re.S)
+    assert found, f"no <p class={cls}>"
+    return html.unescape(re.sub(r"<[^>]+>", "", found[1]))
+
+
+def _wheel_cells(page: str) -> dict[str, str]:
+    """The wheels table's first row, by column."""
+    return dict(zip(report_html.WHEEL_COLUMNS, _rows(page, "wheels")[0], strict=True))
+
+
+def test_the_page_says_which_torch_the_build_used_why_and_the_pin_mode() -> None:
+    report = range_report()  # a real report: scripts/example's build for the newest cu130 torch
+    page = report_html.render(report)
+    torch = _para(page, "torch")
+    assert torch.startswith(f"torch 2.14.1+cu130: {report['torch']['chosen']}. Pin: built")
+    assert "2.15.0 is CUDA 13.2" in torch  # why the newest release on the index was not taken
+    report["torch"]["pin"] = "proven"
+    assert "Pin: proven (each wheel requires the torch releases it was proven to load with)" in _para(
+        report_html.render(report), "torch"
+    )
+
+
+def test_each_wheel_shows_its_gate_verdict_torch_pin_range_and_full_sha256() -> None:
+    report = range_report()
+    (wheel,) = report["wheels"]
+    cells = _wheel_cells(report_html.render(report, ["gate.log"]))
+    assert cells["file"] == wheel["file"]
+    assert cells["torch pin"] == "torch==2.14.*"  # METADATA's torch requirement
+    assert cells["import gate"] == "passed under cp311 (gate.log)"
+    assert cells["torch range"] == "cp311: imports with torch 2.13.0-2.15.0"
+    assert cells["sha256"] == wheel["sha256"] and len(cells["sha256"]) == 64
+
+
+def test_the_torch_range_section_lists_every_trial_and_the_pin_proven_would_write() -> None:
+    report = range_report()
+    report["torch_range"][0]["trials"].append(
+        {"torch": "2.12.1", "static": "at::Tensor::foo() const", "imported": None, "detail": "not installed"}
+    )
+    page = report_html.render(report)
+    section = page[page.index("<h2>Torch range</h2>") :]
+    assert "imports with torch 2.13.0-2.15.0; fails on 2.12.1: at::Tensor::foo() const" in html.unescape(
+        section
+    )
+    assert "--pin proven writes torch&gt;=2.13,&lt;2.16" in section
+    assert [row[0] for row in _rows(section, "trials")] == [
+        "2.12.1",
+        "2.13.0",
+        "2.14.1 (built with)",
+        "2.15.0",
+    ]
+    assert _rows(section, "trials")[0][1:] == [
+        "missing at::Tensor::foo() const",
+        "import not run: not installed",
+        "does not load",
+    ]
+
+
+def test_a_refused_wheel_shows_why_and_under_which_python() -> None:
+    report = range_report()
+    gate = report["gate"][0]
+    gate["passed"] = False
+    gate["imports"][0].update(
+        ok=False,
+        error="ImportError: /x/_C.so: undefined symbol: _ZN2at3fooEv",
+        undefined_symbol="_ZN2at3fooEv",
+        demangled="at::foo()",
+    )
+    page = report_html.render(report)
+    assert _wheel_cells(page)["import gate"] == "refused under cp311: import wbdemo._C failed: at::foo()"
+    (row,) = _rows(page, "gate")
+    assert row[:3] == [gate["wheel"], "cp311", "refused: import wbdemo._C failed: at::foo()"]
+
+
+def test_a_wheel_that_could_not_be_installed_for_the_gate_says_the_cause_in_one_line() -> None:
+    report = range_report()
+    report["gate"][0].update(
+        passed=False,
+        imports=[],
+        install_error="Collecting torch\n\nERROR: No matching distribution found for torch==9.9",
+    )
+    assert _wheel_cells(report_html.render(report))["import gate"] == (
+        "refused under cp311: it could not be installed: ERROR: No matching distribution found for torch==9.9"
+    )
+
+
+def test_a_build_without_the_gate_says_it_did_not_run() -> None:
+    report = range_report()
+    report["gate"] = {"skipped": "--no-gate: the wheels were not loaded; publish checks them statically only"}
+    del report["torch_range"]
+    page = report_html.render(report)
+    cells = _wheel_cells(page)
+    assert (
+        cells["import gate"]
+        == "not run: --no-gate: the wheels were not loaded; publish checks them statically only"
+    )
+    assert cells["torch range"] == "not tried (no torch range in this report)"
+    assert "No torch range in this report: not tried." in page
+
+
+def test_a_report_from_an_older_wheelbuild_renders_saying_what_it_does_not_record() -> None:
+    """The real report of an OOM and retry, from before the torch choice, the pin mode, the
+    torch range and the phases: the page draws what it has and says what is missing."""
+    page = report_html.render(real_report())
+    assert _para(page, "torch") == (
+        "torch 2.11.0+cu130: why this release was not recorded (a report from before wheelbuild "
+        "chose the newest). Pin mode not recorded (a report from before --pin: each wheel requires "
+        "the torch minor it was built with)."
+    )
+    cells = _wheel_cells(page)
+    assert cells["torch pin"] == "torch==2.11.*"
+    assert cells["import gate"] == "passed under cp311"
+    assert cells["torch range"] == "not tried (no torch range in this report)"
+    parsed = dom(page)
+    assert parsed.having("rect", "phase") == [] and parsed.having("circle", "compile-peak") == []
+    predicted = parsed.having("line", "predicted")  # the plan's prediction, across each attempt
+    assert predicted and {(line["x1"], line["x2"]) for line in predicted} == {("64", "710")}
+    report = real_report()
+    del report["gate"]  # from before the import gate
+    assert _wheel_cells(report_html.render(report))["import gate"] == (
+        "not recorded (a report from before the import gate)"
+    )
+
+
+def test_the_logs_are_linked_relatively_and_only_when_they_are_in_the_run_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "build-report.json").write_text(json.dumps(range_report()))
+    page = report_html.write_beside(run / "build-report.json").read_text()
+    assert dom(page).having("a") == [] and "logs: none beside this page" in _para(page, "logs")
+    (run / "build.log").write_text("=== attempt 1\n")
+    (tmp_path / "elsewhere.log").write_text("not this run's")
+    (run / "gate.log").symlink_to(tmp_path / "elsewhere.log")  # a link is not what the run wrote
+    page = report_html.write_beside(run / "build-report.json").read_text()
+    assert [a["href"] for a in dom(page).having("a")] == ["build.log"]
+    (run / "gate.log").unlink()
+    (run / "gate.log").write_text("=== import gate\n")
+    page = report_html.write_beside(run / "build-report.json").read_text()
+    assert _para(page, "logs") == "logs: build.log · gate.log"
+    assert {a["href"] for a in dom(page).having("a")} == {"build.log", "gate.log"}
+    # Only the page's own names are ever linked, whatever a caller passes.
+    assert dom(report_html.render(range_report(), ["../../etc/passwd", "http://x/"])).having("a") == []
+
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+def test_the_page_keeps_its_strict_csp_and_fetches_nothing() -> None:
+    page = report_html.render(phased_report(), report_html.LOGS)
+    parsed = dom(page)
+    (policy,) = [m for m in parsed.having("meta") if m.get("http-equiv") == "Content-Security-Policy"]
+    assert policy["content"] == CSP
+    assert "<script" not in page and not any("src" in attrs for _, attrs in parsed.elements)
+    assert {a["href"] for a in parsed.having("a")} == {"build.log", "gate.log"}  # relative, in the run
+
+
+# -- phases on the chart, like with like ---------------------------------------------------------
+
+
+def test_the_chart_shades_each_phase_of_each_python_and_the_gate_after_the_attempt() -> None:
+    parsed = dom(report_html.render(phased_report()))
+    bands = parsed.having("rect", "phase")
+    assert [b["data-phase"] for b in bands] == [
+        "copy in", "before all",
+        "cp311 setup", "cp311 torch install", "cp311 compile", "cp311 repair",
+        "cp313 setup", "cp313 torch install", "cp313 compile", "cp313 repair",
+        "copy out", "import gate", "torch range",
+    ]  # fmt: skip
+    kinds = {b["data-phase"]: b["class"] for b in bands}
+    assert (
+        kinds["cp313 torch install"] == "phase phase-torch"
+        and kinds["cp311 compile"] == "phase phase-compile"
+    )
+    assert kinds["cp311 repair"] == "phase phase-repair" and kinds["import gate"] == "phase phase-gate"
+    # The bands follow each other along the time axis, the gate's after the attempt's end.
+    xs = [float(b["x"] or 0) for b in bands]
+    assert xs == sorted(xs)
+    plot = parsed.having("rect", "plot")[0]
+    right = float(plot["x"] or 0) + float(plot["width"] or 0)
+    torch_range = bands[-1]
+    assert float(torch_range["x"] or 0) + float(torch_range["width"] or 0) == pytest.approx(right, abs=0.2)
+
+
+def test_the_model_is_compared_with_the_compiles_peak_not_with_torchs_install() -> None:
+    report = phased_report()
+    (attempt,) = report["attempts"]
+    page = report_html.render(report)
+    facts = _para(page, "facts")
+    # The attempt's peak was taken while cp313's torch installed; the model predicts the compile's.
+    assert "peak 5.9 GiB of 8.0 GiB, during cp313 torch install" in facts
+    compiled = attempt["peak_memory_compile"]
+    assert attempt["peak_error"] == round(attempt["predicted_peak"] / compiled - 1, 3) == -0.244
+    assert (
+        f"compile's peak {size_text(compiled)}, predicted "
+        f"{size_text(attempt['predicted_peak'])}: model off by -24%"
+    ) in facts
+    parsed = dom(page)
+    # The predicted peak is drawn over the two compiles only, and the compile's highest sample marked.
+    compiles = [b for b in parsed.having("rect", "phase-compile")]
+    spans = [(float(b["x"] or 0), float(b["x"] or 0) + float(b["width"] or 0)) for b in compiles]
+    predicted = [
+        (float(line["x1"] or 0), float(line["x2"] or 0)) for line in parsed.having("line", "predicted")
+    ]
+    assert len(predicted) == len(spans) == 2
+    for drawn, band in zip(predicted, spans, strict=True):
+        assert drawn == pytest.approx(band, abs=0.2)
+    (ring,) = parsed.having("circle", "compile-peak")
+    (dot,) = parsed.having("circle", "peak-dot")
+    assert float(ring["cy"] or 0) > float(dot["cy"] or 0)  # lower on the chart: less memory
+    assert f"highest sample while compiling: {size_text(compiled)}" in page
+
+
+def test_the_phase_table_gives_each_phases_times_and_highest_sample() -> None:
+    rows = _rows(report_html.render(phased_report()), "phases")
+    by_phase = {(row[0], row[1]): row[2:] for row in rows}
+    assert by_phase[("cp313", "torch install")] == ["5 min 16 s", "6 min 40 s", "84.0 s", "5.9 GiB"]
+    assert by_phase[("cp311", "compile")][:3] == ["90.0 s", "5 min 0 s", "3 min 30 s"]
+    assert by_phase[("—", "import gate")][3] == "in its own container"
+
+
+def test_hostile_values_in_the_torch_gate_range_and_phases_are_escaped_and_bounded() -> None:
+    report = phased_report()
+    report["torch"]["chosen"] = HOSTILE
+    report["torch"]["variant"] = HOSTILE
+    report["wheels"][0]["torch_requirement"] = [HOSTILE]
+    report["wheels"][0]["sha256"] = HOSTILE
+    gate = report["gate"][0]
+    gate.update(passed=False, python=HOSTILE, torch=HOSTILE, install_error=HOSTILE * 1000, imports=[])
+    gate["smoke"] = {"status": HOSTILE, "reason": HOSTILE}
+    report["torch_range"][0]["python"] = HOSTILE
+    report["torch_range"][0]["trials"][1]["static"] = HOSTILE
+    report["torch_range"].append({"wheel": "w", "built_with": "9" * 5000, "trials": [{"torch": "9" * 5000}]})
+    report["torch_range"].append(
+        {"wheel": "w", "built_with": "2", "trials": [{"torch": "2", "imported": True}]}
+    )
+    report["torch_range"].append({"wheel": 7, "trials": "x"})
+    phases = report["attempts"][0]["phases"]
+    phases[3]["step"] = HOSTILE
+    phases[4]["python"] = HOSTILE
+    phases.append({"step": "Building wheel", "start_s": 10.0**300, "end_s": 10.0**301})
+    phases += [{"step": "Building wheel", "start_s": 1.0, "end_s": 2.0}] * 10_000
+    page = report_html.render(report)
+    parsed = dom(page)
+    assert "<script" not in page and "<img" not in page
+    assert not any(k.startswith("on") for _, attrs in parsed.elements for k in attrs)
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 10
+    assert len(parsed.having("rect", "phase")) <= MAX_PHASES
+    assert "1 phase(s)" in _para(page, "note out-of-range")  # the one past any real time
+    assert "2 gate or torch range record(s)" in page  # the 5000-digit release and the junk entry
+    assert "under cp311: imports with torch 2" not in page and ">=2.0,<2.1" in html.unescape(page)
+    longest = max(len(t) for t in dom(page.split("<body>", 1)[1]).text)
+    assert longest < 2 * MAX_TEXT + 200  # a 57 KB install error is one short line

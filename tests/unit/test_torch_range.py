@@ -92,6 +92,14 @@ def test_the_proven_range_is_the_run_of_loads_around_the_build() -> None:
     )
 
 
+def test_a_release_of_one_number_pins_as_minor_zero_of_its_major() -> None:
+    """A report read back may hold "2" (a damaged or hand-written one): the pin still says something."""
+    found = TorchRange(
+        "w.whl", "cp311", "2", (TorchTrial("2", imported=True), TorchTrial("2.1.0", imported=True))
+    )
+    assert found.proven == ("2", "2.1.0") and found.pin == ">=2.0,<2.2"
+
+
 def test_an_abi3_wheel_pins_what_every_python_proved() -> None:
     cp311 = _range(TorchTrial("2.12.1", imported=True), TorchTrial("2.14.1", imported=True))
     cp313 = TorchRange(
