@@ -88,6 +88,30 @@ def test_the_second_python_reused_the_first_ones_wheel_and_the_gate_loaded_it_un
     assert "Failed to initialize NumPy" not in log  # torch's warning, quieted: the gate has no numpy
 
 
+def test_the_report_times_each_pythons_steps_then_the_gate_and_the_page_shades_them(
+    abi3_build: tuple[str, Path, dict],
+) -> None:
+    _stdout, run_dir, report = abi3_build
+    (attempt,) = report["attempts"]
+    phases = [(p["python"], p["step"]) for p in attempt["phases"]]
+    # cp311 installed torch, compiled and repaired; cp313 reused its wheel: set up, nothing more.
+    for step in ("Running before_build", "Building wheel", "Repairing wheel"):
+        assert (FIRST, step) in phases and (SECOND, step) not in phases, phases
+    assert (SECOND, "Setting up build environment") in phases
+    starts = [p["start_s"] for p in attempt["phases"]]
+    assert starts == sorted(starts) and all(p["start_s"] <= p["end_s"] for p in attempt["phases"])
+    # wheelbuild's own phases follow the attempt, on its clock.
+    gate = next(p for p in attempt["phases"] if p["step"] == "import gate")
+    assert gate["start_s"] >= attempt["duration_s"] and gate["python"] is None
+    compile_phase = next(p for p in attempt["phases"] if p["step"] == "Building wheel")
+    assert compile_phase["end_s"] - compile_phase["start_s"] == pytest.approx(attempt["build_s"], abs=1.0)
+    page = (run_dir / "build-report.html").read_text()
+    for label in ("cp311 torch install", "cp311 compile", "cp311 repair", "cp313 setup", "import gate"):
+        assert f'data-phase="{label}"' in page, label
+    assert '<a href="build.log">build.log</a>' in page and '<a href="gate.log">gate.log</a>' in page
+    assert "compile&#x27;s peak" in page  # the model against the compile's peak
+
+
 def test_the_second_python_costs_a_fifth_of_the_first_or_less(abi3_build: tuple[str, Path, dict]) -> None:
     _stdout, run_dir, report = abi3_build
     (attempt,) = report["attempts"]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from wheelbuild.run.buildlog import MAX_STEPS, BuildLog, is_kill_line
 
 from tests.reportkit import PYTHONS, step_done, two_python_log
+
+REAL_LOG = Path(__file__).parents[1] / "fixtures" / "reports" / "wbdemo-build.log"
 
 NVCC = (
     "  [{n}/5] /usr/local/cuda-13.1/nvidia/cu13/bin/nvcc -MD -MF "
@@ -212,3 +216,23 @@ def test_steps_fed_without_a_time_are_not_timed() -> None:
     assert (
         feed("Building cp311-manylinux_x86_64 wheel", "Running before_build...", step_done(3.0)).steps == []
     )
+
+
+def test_the_steps_of_a_real_build_log_are_found_with_the_line_each_began_and_ended_on() -> None:
+    """scripts/example's real build.log (the run of tests/fixtures/reports/wbdemo-torch-range.json),
+    fed with each line's number as its time: every step cibuildwheel ran, from its line to its ✓."""
+    log = BuildLog()
+    lines = REAL_LOG.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        log.feed(line, float(number))
+    log.end_step(float(len(lines)))
+    cp311 = "cp311-manylinux_x86_64"
+    assert [(s.identifier, s.step, s.start, s.end) for s in log.steps] == [
+        (None, "Copying project into container", 119.0, 124.0),
+        (None, "Running before_all", 125.0, 132.0),
+        (cp311, "Setting up build environment", 137.0, 147.0),
+        (cp311, "Running before_build", 148.0, 160.0),  # torch from the machine's cache
+        (cp311, "Building wheel", 161.0, 217.0),
+        (cp311, "Repairing wheel", 218.0, 276.0),
+        (None, "Copying wheels back to host", 282.0, 286.0),
+    ]
