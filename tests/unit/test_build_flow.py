@@ -332,7 +332,9 @@ def test_the_report_times_each_step_and_the_import_gate_on_the_last_attempts_clo
     spec, options, _written = flow
     spec = replace(spec, torch_range=False)
     # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
-    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec: (tuple(map(inspect_wheel, paths)), []))
+    monkeypatch.setattr(
+        build, "stamp_and_check", lambda paths, spec, date_epoch=None: (tuple(map(inspect_wheel, paths)), [])
+    )
     wheel = make_wheel(tmp_path / "built", "wbdemo", "0.1.0", tag="cp311-cp311-manylinux_2_28_x86_64")
     # An attempt timed as cibuildwheel's log of two Pythons times it: 622 s.
     timed = AttemptResult(
