@@ -25,6 +25,7 @@ from .cli_options import (
     build_flags,
     fail_with,
     provenance,
+    reads_build_config,
     torch_index_option,
     torch_option,
     with_image_flags,
@@ -229,10 +230,11 @@ def plan(
         click.echo(line)
 
 
-@main.command("doctor")
+@main.command("doctor", cls=ConfiguredCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {check, status, found, remedy}.")
 @torch_index_option("The torch index to reach [default: PyTorch's cu130 index].", type=GIVEN_TEXT)
 @with_image_flags
+@reads_build_config
 def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: ImageFlags) -> None:
     """Check that this machine can build, one line each (ok / warn / fail, with a remedy): Docker,
     its memory limit, NVIDIA, free disk, the CA bundle, the torch index, PyPI, NVIDIA's CUDA
@@ -246,6 +248,7 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
             ca_bundle=image_flags.ca_bundle,
             torch_index_url=torch_index_url,
             cuda12_image=image_flags.cuda12_image,
+            base_image_source=image_flags.base_image_from,
         )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
@@ -330,7 +333,7 @@ def calibrate(
     click.echo(f"profile: {result.profile} ({result.model.source})")
 
 
-@main.command("gc")
+@main.command("gc", cls=ConfiguredCommand)
 @click.option(
     "--output-dir",
     type=GIVEN_PATH,
@@ -361,6 +364,7 @@ def calibrate(
     help="Tests only: the name prefix of the images and volumes gc sees.",
 )
 @with_image_flags
+@reads_build_config
 def gc_command(
     output_dir: Path,
     keep_runs: int,

@@ -135,6 +135,7 @@ class ImageFlags:
     base_image: str | None
     ca_bundle: Path | None
     cuda12_image: str | None
+    base_image_from: str = ""  # where base_image was set: --base-image, WHEELBUILD_BASE_IMAGE, a file
 
     def options(self) -> preflight.ImageOptions:
         """The image options a build with these flags uses (the CA bundle checked, or the host's)."""
@@ -180,9 +181,32 @@ def with_image_flags(f: CommandFunction) -> CommandFunction:
         cuda12_image: str | None,
         **kwargs: object,
     ) -> object:
-        return f(*args, image_flags=ImageFlags(base_image, ca_bundle, cuda12_image), **kwargs)
+        flags = ImageFlags(base_image, ca_bundle, cuda12_image, option_source("base-image"))
+        return f(*args, image_flags=flags, **kwargs)
 
     return _image_flags(command)
+
+
+def _config_file_option(help: str) -> Decorator:
+    """--config-file (WHEELBUILD_CONFIG_FILE): where a ConfiguredCommand reads [tool.wheelbuild]."""
+    return click.option(
+        "--config-file", type=GIVEN_PATH, envvar="WHEELBUILD_CONFIG_FILE", show_envvar=True, help=help
+    )
+
+
+def reads_build_config(f: CommandFunction) -> CommandFunction:
+    """--config-file for a ConfiguredCommand that shares some of build's options (doctor, gc), so
+    that it reads them from the same files as build. The file is read before parsing; the command
+    itself is not passed it."""
+
+    @functools.wraps(f)
+    def command(*args: object, config_file: Path | None, **kwargs: object) -> object:
+        return f(*args, **kwargs)
+
+    return _config_file_option(
+        "TOML file whose [tool.wheelbuild] table sets this command's options that build takes too, "
+        "as for build [default: ./wheelbuild.toml when present]."
+    )(command)
 
 
 def _build_option(
@@ -360,13 +384,9 @@ _build_flags = (
         help="Hide the build log (it is still written to the run's build.log).",
     ),
     with_image_flags,
-    click.option(
-        "--config-file",
-        type=GIVEN_PATH,
-        envvar="WHEELBUILD_CONFIG_FILE",
-        show_envvar=True,
-        help="TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
-        "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it.",
+    _config_file_option(
+        "TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
+        "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it."
     ),
 )
 
@@ -386,8 +406,10 @@ _ORIGINS: dict[click.core.ParameterSource | None, config.Origin] = {
 class ConfiguredCommand(click.Command):
     """A command whose options may come from files: [tool.wheelbuild] becomes click's default_map
     before the arguments are parsed, so click itself ranks command line > WHEELBUILD_* > file >
-    default and records each value's source. PACKAGE and --config-file are read first, with
-    click's own parser, because they say which files to read."""
+    default and records each value's source. PACKAGE (when the command takes one) and
+    --config-file are read first, with click's own parser, because they say which files to read.
+    A command with only some of build's options (doctor, gc) takes the keys it has and has the
+    file checked whole, so that it reads the file exactly as build does."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -410,18 +432,33 @@ class ConfiguredCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
+def _files(ctx: click.Context) -> config.FileConfig:
+    files: config.FileConfig = ctx.meta.get(CONFIG_FILES_KEY, config.FileConfig())
+    return files
+
+
+def _resolved(ctx: click.Context, option: config.Option) -> config.Resolved:
+    return config.Resolved(
+        option,
+        ctx.params[option.param],
+        _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT),
+    )
+
+
+def option_source(key: str) -> str:
+    """Where the current command's value of a build option came from, as a user would name it:
+    `--base-image`, `WHEELBUILD_BASE_IMAGE`, `wheelbuild.toml's base-image`; '' for the default."""
+    ctx = click.get_current_context()
+    item = _resolved(ctx, config.BY_KEY[key])
+    named = config.source_name(item, _files(ctx))
+    return f"{named}'s {key}" if item.origin is config.Origin.FILE else named
+
+
 def provenance() -> list[str]:
     """Each build option's value and where it came from, by click's record of its source."""
     ctx = click.get_current_context()
-    files: config.FileConfig = ctx.meta.get(CONFIG_FILES_KEY, config.FileConfig())
-    resolved = [
-        config.Resolved(
-            option,
-            ctx.params[option.param],
-            _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT),
-        )
-        for option in config.OPTIONS
-    ]
+    files = _files(ctx)
+    resolved = [_resolved(ctx, option) for option in config.OPTIONS]
     read = ", ".join(files.files) or "none"
     return [
         f"options (command line > WHEELBUILD_* > file > default; files: {read}):",

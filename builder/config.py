@@ -41,6 +41,7 @@ __all__ = [
     "load_config",
     "provenance",
     "read_toml",
+    "source_name",
 ]
 
 MAX_CONFIG = 1024**2  # a config is a few lines; a device or a huge file is a mistake
@@ -395,18 +396,24 @@ def _shown(option: Option, value: object) -> str:
     return str(value)
 
 
+def source_name(item: Resolved, files: FileConfig) -> str:
+    """Where a value came from as the user gave it: `--memory`, `WHEELBUILD_MEMORY` or the file
+    (`wheelbuild.toml`); '' for the default."""
+    return {
+        Origin.COMMAND_LINE: item.option.flag,
+        Origin.ENVIRONMENT: item.option.env,
+        Origin.FILE: files.source(item.option.key),
+        Origin.DEFAULT: "",
+    }[item.origin]
+
+
 def provenance(resolved: Iterable[Resolved], files: FileConfig) -> list[str]:
     """One line per option: its value and where it came from, e.g.
     `memory     64g      from WHEELBUILD_MEMORY` or `python  every one in the image  (default)`."""
     rows = []
     for item in resolved:
         option = item.option
-        where = {
-            Origin.COMMAND_LINE: f"from {option.flag}",
-            Origin.ENVIRONMENT: f"from {option.env}",
-            Origin.FILE: f"from {files.source(option.key)}",
-            Origin.DEFAULT: "(default)",
-        }[item.origin]
-        rows.append((option.key, _shown(option, item.value), where))
+        named = source_name(item, files)
+        rows.append((option.key, _shown(option, item.value), f"from {named}" if named else "(default)"))
     width = max((len(v) for _, v, _ in rows), default=0)
     return [f"  {key:<16} {value:<{width}}  {where}" for key, value, where in rows]

@@ -353,7 +353,8 @@ def check_sccache(set_names: Iterable[str]) -> Check:
     return Check(name, "ok", f"{' and '.join(storages)} storage set: {shown}")
 
 
-def check_base_image(facts: DockerFacts) -> Check:
+def check_base_image(facts: DockerFacts, source: str = "") -> Check:
+    """source: where the override came from (WHEELBUILD_BASE_IMAGE, --base-image, a config file)."""
     name = "base-image"
     if not facts.answered:
         return Check(name, "warn", f"{facts.base_pin or 'the production base'}: {_NO_DOCKER}", _DOCKER_FIRST)
@@ -366,7 +367,7 @@ def check_base_image(facts: DockerFacts) -> Check:
         )
     if facts.base_override:
         here = "present here" if facts.base_override_present else "not present here"
-        found = f"WHEELBUILD_BASE_IMAGE/--base-image {facts.base_override} ({here}) replaces the pin {facts.base_pin}"
+        found = f"{source or 'WHEELBUILD_BASE_IMAGE/--base-image'} {facts.base_override} ({here}) replaces the pin {facts.base_pin}"
         if facts.base_override_present:
             return Check(name, "ok", found)
         return Check(
@@ -415,6 +416,7 @@ def diagnose(
     ca_bundle: Path | None = None,
     torch_index_url: str | None = None,
     cuda12_image: str | None = None,
+    base_image_source: str = "",
 ) -> list[Check]:
     """Every check, in the order printed. The HTTP requests run in threads while `docker`
     gathers the daemon's facts (a probe container included), so all of it takes seconds."""
@@ -442,5 +444,5 @@ def diagnose(
         check_pypi(reached["pypi"]),
         check_cuda_downloads(reached["cuda-downloads"], cuda12_image or ""),
         check_sccache(name for name in shared_cache_env if environ.get(name)),
-        check_base_image(facts),
+        check_base_image(facts, base_image_source),
     ]

@@ -4,7 +4,9 @@ from a temporary directory with real pyproject.toml and wheelbuild.toml files; n
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -182,3 +184,53 @@ def test_every_config_key_is_an_option_of_build_and_plan_with_its_variable() -> 
             assert options[option.param].envvar == option.env, (name, option.key)
             assert option.flag in options[option.param].opts, (name, option.key)
         assert set(options) - {o.param for o in config.OPTIONS} == {"config_file"}, name
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_doctor_reaches_the_torch_index_the_file_names_as_build_would(here: Path, invoke: Invoke) -> None:
+    """No network: every request goes to a closed port on 127.0.0.1 (the proxies too), so each
+    reach check says which URL it tried. No Docker either: doctor exits 26 on that."""
+    port = _closed_port()
+    index = f"http://127.0.0.1:{port}"
+    proxies = {name: index for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+    _write(here / "wheelbuild.toml", f'[tool.wheelbuild]\ntorch-index-url = "{index}/from-file"\n')
+    _write(here / "site.toml", f'[tool.wheelbuild]\ntorch-index-url = "{index}/from-site"\n')
+
+    def tried(*args: str, **env: str) -> str:
+        result = invoke("doctor", "--json", *args, **proxies, **env)
+        assert result.exit_code == 26, result.output
+        (check,) = [c for c in json.loads(result.stdout) if c["check"] == "torch-index"]
+        return str(check["found"]).split()[0]
+
+    assert tried() == f"{index}/from-file/torch/"
+    assert tried("--config-file", "site.toml") == f"{index}/from-site/torch/"
+    assert tried(WHEELBUILD_TORCH_INDEX_URL=f"{index}/from-env") == f"{index}/from-env/torch/"
+    assert tried("--torch-index-url", f"{index}/given") == f"{index}/given/torch/"
+
+
+def test_doctor_and_gc_refuse_a_broken_file_as_build_does(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nbase-image = "ok"\nmemroy = "64g"\n')
+    said = [
+        "error: wheelbuild.toml: [tool.wheelbuild] has no key 'memroy'",
+        "remedy: did you mean 'memory'? e.g. memory = \"64g\"",
+    ]
+    for args in (["build"], ["doctor"], ["gc", "--dry-run"]):
+        result = invoke(*args)
+        assert (result.exit_code, result.stderr.splitlines(), result.stdout) == (17, said, ""), args
+
+
+def test_doctor_and_gc_take_the_config_file_as_build_does() -> None:
+    build = next(p for p in main.commands["build"].params if p.name == "config_file")
+    for name in ("doctor", "gc"):
+        (option,) = [p for p in main.commands[name].params if p.name == "config_file"]
+        assert isinstance(option, click.Option) and isinstance(build, click.Option)
+        assert (
+            (option.opts, option.envvar)
+            == (build.opts, build.envvar)
+            == (["--config-file"], "WHEELBUILD_CONFIG_FILE")
+        )

@@ -381,6 +381,15 @@ def test_base_override_is_named_and_judged_by_its_presence() -> None:
     assert _remedied(doctor.check_base_image(replace(present, base_override_present=False))).status == "warn"
 
 
+def test_base_override_says_where_it_was_set() -> None:
+    present = replace(HEALTHY, base_override="wheelbuild-base:x", base_override_present=True)
+    check = doctor.check_base_image(present, "wheelbuild.toml's base-image")
+    assert check.found.startswith("wheelbuild.toml's base-image wheelbuild-base:x (present here) replaces")
+    assert doctor.check_base_image(present).found.startswith(
+        "WHEELBUILD_BASE_IMAGE/--base-image wheelbuild-base:x"
+    )
+
+
 def test_unreadable_base_pin_is_a_fail() -> None:
     check = _remedied(doctor.check_base_image(replace(HEALTHY, base_pin="", base_pin_error="KeyError")))
     assert check.status == "fail"
