@@ -4,8 +4,8 @@ evaluate JavaScript in it (the DevTools protocol is not bound by the page's Cont
 Policy, so a page that allows no script can still be measured), and take PNG screenshots. A tiny
 PNG reader checks that a screenshot is not blank, without Pillow.
 
-Chromium is Debian's `chromium` package; scripts/setup installs it (as root). A test skips with
-the reason only where it is not installed.
+Chromium is Debian's `chromium` package; `scripts/setup --tests` (scripts/test's setup) installs
+it (as root). A test skips with the reason only where it is not installed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def require_chromium() -> str:
     found = chromium_path()
     if found is None:
         pytest.skip(
-            "no chromium on PATH: scripts/setup installs Debian's chromium when run as root "
+            "no chromium on PATH: scripts/setup --tests installs Debian's chromium when run as root "
             "(apt-get install chromium); it could not be installed on this machine"
         )
     return found

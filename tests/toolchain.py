@@ -1,8 +1,8 @@
 """The host tools the unit tests compile and read with, found the same way on every machine.
 
 nvcc and cuobjdump come first from the test extras' NVIDIA wheels (pyproject's `test` extra, the
-same CUDA 13.1 pins as the image), so a fresh machine that ran scripts/setup has them; gcc, g++
-and objdump come from Debian (scripts/setup installs them). A tool that is missing fails the
+same CUDA 13.1 pins as the image), so a fresh machine that ran scripts/test has them; gcc, g++
+and objdump come from Debian (`scripts/setup --tests` installs them). A tool that is missing fails the
 test that needs it, with the remedy, instead of skipping it unseen.
 """
 
@@ -36,7 +36,7 @@ def require(name: str) -> str:
     """The tool's path, or the test fails saying how to get it."""
     tool = find(name)
     if tool is None:
-        remedy = "scripts/setup installs it" + (
+        remedy = "scripts/setup --tests installs it" + (
             " (the venv's test extra: pip install -e '.[test]')"
             if name in {"nvcc", "cuobjdump"}
             else " (apt)"
