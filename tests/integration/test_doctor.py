@@ -12,12 +12,12 @@ import json
 import os
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import docker
 import pytest
 
 from tests.integration.conftest import (
-    REPO,
     TORCH_INDEX,
     WHEELBUILD,
     Completed,
@@ -78,10 +78,12 @@ def test_doctor_here_checks_every_part_for_real(docker_client: docker.DockerClie
         assert len(run.created) == 1 and run.left(docker_client) == [], run.created
 
 
-def _doctor_without(names: tuple[str, ...], env: dict[str, str]) -> Completed:
+def _doctor_without(names: tuple[str, ...], env: dict[str, str], cwd: Path) -> Completed:
+    """Doctor without these variables, in a folder of no wheelbuild.toml: the checkout's may
+    carry scripts/example's settings."""
     environ = {k: v for k, v in os.environ.items() if k not in names} | env
     proc = subprocess.run(
-        [WHEELBUILD, "doctor"], env=environ, capture_output=True, text=True, timeout=60, cwd=REPO
+        [WHEELBUILD, "doctor"], env=environ, capture_output=True, text=True, timeout=60, cwd=cwd
     )
     return Completed(proc.returncode, proc.stdout, proc.stderr)
 
@@ -106,13 +108,15 @@ def test_doctor_without_a_docker_daemon_fails_with_a_remedy(with_json: bool) -> 
         assert "; remedy: start one" in first
 
 
-def test_doctor_with_pytorchs_own_index_unreachable_here_fails_on_it() -> None:
+def test_doctor_with_pytorchs_own_index_unreachable_here_fails_on_it(tmp_path: Path) -> None:
     try:
         urllib.request.urlopen(PYTORCH_INDEX, timeout=20).close()
         pytest.skip(f"{PYTORCH_INDEX} answers here: this test proves the failure where it does not")
     except (OSError, ValueError):
         pass
-    done = _doctor_without(("WHEELBUILD_TORCH_INDEX_URL",), {"DOCKER_HOST": "unix:///nonexistent.sock"})
+    done = _doctor_without(
+        ("WHEELBUILD_TORCH_INDEX_URL",), {"DOCKER_HOST": "unix:///nonexistent.sock"}, tmp_path
+    )
     assert done.returncode == 26
     line = next(line for line in done.stdout.splitlines() if line.split()[1] == "torch-index")
     assert line.startswith(f"fail  torch-index    {PYTORCH_INDEX} unreachable")
