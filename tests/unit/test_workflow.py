@@ -35,9 +35,9 @@ def test_workflow_passes_zizmors_audits() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-# The setup steps: the plan and publish jobs need no root and no Docker (a venv of the checkout);
-# build jobs run scripts/setup for the engine, with its stdout (the test base's export) dropped.
-SETUP_STEPS = {"python3 -m venv .venv && .venv/bin/pip install -q -e .", "scripts/setup >/dev/null"}
+# The setup step of every job: wheelbuild in a venv of the checkout, nothing else (no test
+# extras, no test base, no browser); build jobs use their runner's Docker engine.
+SETUP_STEP = "python3 -m venv .venv && .venv/bin/pip install -q -e ."
 ONE_COMMAND = re.compile(
     r'^\.venv/bin/wheelbuild nightly [\w-]+(?: [^;&|`$<>()\\]*| "\$CELL_ID"| "out/\$CELL_ID")*(?: >> "\$GITHUB_OUTPUT")?$'
 )
@@ -54,16 +54,24 @@ def _runs(job: dict[str, Any]) -> list[str]:
 def test_every_run_step_is_one_wheelbuild_command_or_the_setup_step() -> None:
     for name, job in _jobs().items():
         for run in _runs(job):
-            assert run in SETUP_STEPS or ONE_COMMAND.fullmatch(run), (name, run)
+            assert run == SETUP_STEP or ONE_COMMAND.fullmatch(run), (name, run)
             assert "eval" not in run and "\n" not in run, (name, run)
         for step in job["steps"]:
             assert "run" in step or step["uses"].split("@")[0] in (
                 "actions/checkout", "actions/upload-artifact", "actions/download-artifact",
             ), step  # fmt: skip
-    commands = {
-        name: [r.split()[2] for r in _runs(job) if r not in SETUP_STEPS] for name, job in _jobs().items()
-    }
+    commands = {name: [r.split()[2] for r in _runs(job) if r != SETUP_STEP] for name, job in _jobs().items()}
     assert commands == {"plan": ["plan"], "build": ["build-cell"], "publish": ["publish-night"]}
+
+
+def test_every_job_installs_wheelbuild_alone_and_the_build_job_makes_no_test_base() -> None:
+    """scripts/setup makes the debootstrap test base and, for tests, installs a browser and
+    compilers: a build runner needs none of it, and builds on the production base."""
+    for name, job in _jobs().items():
+        runs = _runs(job)
+        assert [r for r in runs if not r.startswith(".venv/bin/wheelbuild ")] == [SETUP_STEP], name
+        assert runs.index(SETUP_STEP) == 0, name  # before any wheelbuild command
+    assert "scripts/" not in _code(WORKFLOW.read_text())  # no scripts/setup, make-base-image
 
 
 def test_the_plan_job_needs_no_root_no_docker_and_no_secret() -> None:
