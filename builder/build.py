@@ -75,7 +75,7 @@ from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
 from .sources import PreparedSource, SourceDate, cache_dir, prepare_source, resolve_lookup, source_date
-from .spec import BuildSpec, PinMode
+from .spec import BuildSpec, PinMode, format_archs
 from .torch_releases import TorchIndex
 from .units import format_bytes
 from .variants import CudaCompiler
@@ -193,7 +193,8 @@ def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: E
     """A run id, its release pinned, its reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
     torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
-    reporter.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {spec.archs} (run {run_id})")
+    archs = format_archs(spec.archs, spec.ptx)
+    reporter.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed

@@ -189,7 +189,9 @@ def parse_profile(text: str, *, name: str) -> MemoryModel:
         if header is None:
             header = fields
             if tuple(header[:REQUIRED]) != COLUMNS[:REQUIRED]:
-                raise ValueError(f"profile {name}: header {header} is not {list(COLUMNS)}")
+                raise ValueError(
+                    f"profile {name}: its header is {', '.join(header)}, not {', '.join(COLUMNS)}"
+                )
             continue
         try:
             rows.append(

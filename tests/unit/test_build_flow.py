@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -356,6 +357,20 @@ def test_the_report_times_each_step_and_the_import_gate_on_the_last_attempts_clo
     step, python, start, end = phases[-1]
     assert (step, python) == ("import gate", None)
     assert 622.0 <= start <= end  # after the attempt's end, on its clock: the chart's time axis
+
+
+def test_what_a_build_prints_holds_no_raw_tuple_or_list(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, options, _ = flow
+    spec = BuildSpec(**{**spec.__dict__, "gate": False})
+    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec, date_epoch=None: ((), []))
+    reporter, out = _reporter()
+    build.run_build(spec, options, reporter, _engine("ok"))
+    printed = out.getvalue()
+    assert ", archs 100,120 (run " in printed.splitlines()[0]
+    # Python's repr of a tuple or list of numbers or strings: (100, 120), [100, 120], ('cp311',)
+    assert not re.search(r"[(\[](?:\d+|'[^']*'),(?: (?:\d+|'[^']*'),?)*[)\]]", printed), printed
 
 
 # ---------------------------------------------------------------------------------------------

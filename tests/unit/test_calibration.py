@@ -96,6 +96,15 @@ def test_profile_and_measurements_round_trip_through_their_files(tmp_path: Path)
     assert load_calibrated(tmp_path, "flash-attn", "2.8.3", "12.8") is None  # per toolkit
 
 
+def test_a_profile_with_another_header_names_its_columns_as_words_not_a_list() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_profile("unit\tfixed_mib\n", name="edited")
+    assert str(refused.value) == (
+        "profile edited: its header is unit, fixed_mib, "
+        "not unit, fixed_mib, per_arch_mib, front_s, per_arch_s, basis, measured"
+    )
+
+
 def test_the_planner_prefers_a_calibrated_profile(own_cache_dir: Path) -> None:
     recipe = resolve_recipe("flash-attn")
     before = preflight.plan_for(recipe, (100, 120), Resources(memory=64 * GIB, cpus=128))
