@@ -159,7 +159,13 @@ class _Checked:
 
 
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
-    """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step."""
+    """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step,
+    with a status line at least every 15 s however long a step stays silent."""
+    with reporter.heartbeat():
+        return _pipeline(spec, options, reporter, engine)
+
+
+def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
     run = _start(spec, options, reporter, engine)
     run, ready = _preflight(run, reporter, engine)
     store = cache_dir() / "results"

@@ -120,7 +120,7 @@ def build(
         pin=PinMode(pin),
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
-    reporter = _say_option_files(Reporter(quiet=quiet))
+    reporter = _say_option_files(Reporter(show_log=not quiet))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
     _echo_built(result, reporter)
@@ -154,7 +154,10 @@ def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:
     click.echo(f"{wheel.path}")
     _echo_modules(wheel)
     click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
-    click.echo(f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)}")
+    # cibuildwheel's log had the hash of the wheel before the stamp: this is the wheel's.
+    click.echo(
+        f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)} (the wheel as wheelbuild stamped it after cibuildwheel)"
+    )
     click.echo(f"    import gate: {result.gate_summary(wheel)}")
     ranges = [r for r in result.ranges if r.wheel == wheel.path.name]
     for found in ranges:

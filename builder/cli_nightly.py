@@ -190,7 +190,7 @@ def nightly_build_cell(
             out,
             os.environ,
             torch_index_url=torch_index_url,
-            reporter=Reporter(quiet=quiet),
+            reporter=Reporter(show_log=not quiet),
             engine=engine,
             track=track,
         )

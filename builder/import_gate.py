@@ -48,6 +48,7 @@ def import_gate(
     found = []
     gate = GateRun(engine, spec, options, gpus, run_id, run_dir, reporter)
     for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons)):
+        reporter.doing(f"gating {wheel.path.name}", python)
         result = gate.run(wheel, abi_reports[wheel.path.name], python, spec.variant)
         under = f" under {python}" if stable_abi(wheel.path.name) else ""
         reporter.info(f"{wheel.path.name}{under}: {result.summary}")

@@ -132,6 +132,7 @@ def _trial(
         # A strong undefined symbol fails the import for certain (extensions load with RTLD_NOW).
         return TorchTrial(version, static=str(missing), detail="not installed: a symbol it needs is missing")
     torch = replace(gate.spec.variant, torch_version=version)
+    gate.reporter.doing(f"gating {wheel.path.name} under torch {version}", python)
     result = gate.run(wheel, abi, python, torch, others)
     refused = gate_failure(result)
     return TorchTrial(version, imported=result.passed, detail=refused.cause if refused else "")
@@ -175,6 +176,7 @@ def _exports(index: TorchIndex, release: TorchRelease, python: str, reporter: Re
     except (OSError, EOFError, UnicodeDecodeError):
         pass  # absent or damaged: read the wheel
     reporter.info(f"reading the symbols torch {release.version} exports ({wheel.filename}, downloaded once)")
+    reporter.doing(f"downloading {wheel.filename} to read its symbols")
     with tempfile.TemporaryDirectory(prefix="wheelbuild-torch-") as scratch:
         path = Path(scratch) / wheel.filename
         with path.open("wb") as dest:

@@ -219,6 +219,16 @@ class UnitTracker:
             self.peak_working_set = working_set
             self.overhead_at_peak = max(0, working_set - sum(per_unit.values()))
 
+    def running(self, identifier: str | None) -> tuple[tuple[str, float], ...]:
+        """The units of `identifier` seen at the last sample, each with the seconds since it was
+        first seen, oldest first: the compiles running now, for the status line."""
+        prefix = f"{identifier or '?'}:"
+        return tuple(
+            (unit.unit.removeprefix(prefix), unit.last_s - unit.first_s)
+            for unit in sorted(self.units.values(), key=lambda u: u.first_s)
+            if unit.unit.startswith(prefix) and unit.last_s == self.last_at_s
+        )
+
     def snapshot(self) -> tuple[tuple[UnitMemory, ...], int | None]:
         return tuple(sorted(self.units.values(), key=lambda u: u.first_s)), self.overhead_at_peak
 

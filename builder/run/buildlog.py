@@ -21,6 +21,37 @@ LINK_CHECK_SKIPPED_MARK = "wheelbuild: link check skipped:"
 # wait running out.
 NETWORK_MARK = "wheelbuild: network: "
 NETWORK_STUCK_MARK = "wheelbuild: network: still "
+# What the in-container scripts say they start, for the status line of a step that prints little
+# else for minutes (torch's install, the import gate's): images/wheelbuild-wheel-cache's
+# "wheelbuild: wheel cache: installing 29 files (3.02 GB) ..." and images/wheelbuild-gate's.
+_ACTIVITY_MARKS = ("wheelbuild: wheel cache: ", "wheelbuild-gate: ")
+# cibuildwheel's summary line of a wheel ends ", SHA256=<hex>": the hash of the wheel before
+# wheelbuild stamps it, so not the hash of the wheel the run delivers.
+_UNSTAMPED_SHA256 = re.compile(r",? SHA256=[0-9a-f]{64}\b")
+
+
+def activity(line: str) -> str | None:
+    """What an in-container script says it starts doing ("wheel cache: installing 29 files
+    (3.02 GB) ..."), or None for any other line."""
+    stripped = line.strip()
+    for mark in _ACTIVITY_MARKS:
+        if stripped.startswith(mark):
+            return stripped.removeprefix("wheelbuild: ").removeprefix("wheelbuild-")
+    return None
+
+
+def shown_line(line: str) -> str:
+    """A cibuildwheel line as the terminal shows it (build.log keeps it as it came): its
+    summary's sha256 of the unstamped wheel is left out, so that the one sha256 the run prints
+    for a wheel is the wheel's."""
+    return _UNSTAMPED_SHA256.sub(
+        " (unstamped; wheelbuild stamps it next and prints the wheel's sha256 at the end)", line
+    )
+
+
+def python_of(identifier: str | None) -> str | None:
+    """The Python of a cibuildwheel build identifier: cp311-manylinux_x86_64 -> cp311."""
+    return identifier.split("-", 1)[0] if identifier else None
 
 
 def network_request(line: str) -> bool | None:
@@ -93,11 +124,14 @@ def is_kill_line(line: str) -> bool:
 
 @dataclass(frozen=True)
 class MemorySample:
-    """The build container's memory, sampled while it runs."""
+    """The build container's memory, sampled while it runs, and the compiles running then."""
 
     used: int
     peak: int
     limit: int | None
+    # While compiling: each unit whose processes run at this sample, with the seconds since its
+    # first was seen, oldest first (plan/unit_memory.UnitTracker.running).
+    compiling: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass

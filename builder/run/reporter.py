@@ -1,13 +1,22 @@
-"""One small reporter for progress and logs: a terminal gets colour and a live progress view,
-CI (or no TTY) gets plain lines at a sane rate."""
+"""One small reporter for progress and logs.
+
+A build prints its steps and summaries, and while it runs a status line at least every
+STATUS_EVERY_S seconds, whatever prints or not: which Python, which step and for how long, what
+an in-container script said it started (torch's install, the import gate's), and while compiling
+ninja's units and the compiles running with their ages. The log of a long tool (cibuildwheel,
+an image build, the gate's container) is shown only with `show_log`; build.log always has it.
+A terminal gets colour and a live progress view whose top line is the status, kept current; CI
+(or no TTY) gets plain lines."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from rich.console import Console
@@ -23,26 +32,97 @@ from rich.progress import (
 )
 
 from ..units import format_bytes
-from .buildlog import BuildLog, MemorySample
+from .buildlog import BuildLog, MemorySample, activity, python_of, shown_line
 
-PLAIN_STATUS_EVERY_S = 15.0
+STATUS_EVERY_S = 15.0
+TICK_S = 1.0  # how often the heartbeat looks whether a status line is due
+_NAMED_COMPILES = 3  # the status line names the oldest few running compiles, and counts the rest
+_DETAIL_CHARS = 160  # of what a script said it started: a path in it may be long
+
+# cibuildwheel's steps as the status line names them (others are shown lower-cased).
+_STEP_DOING = {
+    "Setting up build environment": "setting up the build environment",
+    "Running before_build": "installing torch and the build requirements",
+    "Building wheel": "compiling",
+    "Repairing wheel": "repairing the wheel",
+    "Testing wheel": "testing the wheel",
+}
+
+
+def clock_text(seconds: float) -> str:
+    """Seconds as m:ss (h:mm:ss from an hour)."""
+    whole = max(0, int(seconds))
+    hours, rest = divmod(whole, 3600)
+    if hours:
+        return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{rest // 60:d}:{rest % 60:02d}"
+
+
+def step_doing(step: str) -> str:
+    """cibuildwheel's step ("Building wheel") as the status line says it ("compiling")."""
+    return _STEP_DOING.get(step, step[:1].lower() + step[1:])
+
+
+@dataclass(frozen=True)
+class Status:
+    """What runs now, as the status line says it."""
+
+    doing: str  # "image", "compiling", "gating wbdemo-...whl"
+    since: float  # when it began, on the reporter's clock
+    python: str | None = None  # cp311: cibuildwheel builds one Python after another
+    detail: str = ""  # what an in-container script last said it started
+    units: tuple[int, int] | None = None  # ninja's finished and total units of this Python
+    compiling: tuple[tuple[str, float], ...] = ()  # the compiles running, with their ages
+    memory: str = ""  # the container's memory against its limit
+
+    def text(self, now: float) -> str:
+        """`cp311 compiling (18:02 so far); 1/4 units; running fwd (17:58); memory ...`."""
+        head = f"{self.python} " if self.python else ""
+        parts = [f"{head}{self.doing} ({clock_text(now - self.since)} so far)"]
+        if self.detail:
+            parts.append(self.detail)
+        if self.units is not None:
+            parts.append(f"{self.units[0]}/{self.units[1]} units")
+        if self.compiling:
+            named = ", ".join(f"{unit} ({clock_text(age)})" for unit, age in self.compiling[:_NAMED_COMPILES])
+            more = len(self.compiling) - _NAMED_COMPILES
+            parts.append(f"running {named}" + (f" and {more} more" if more > 0 else ""))
+        if self.memory:
+            parts.append(self.memory)
+        return "; ".join(parts)
 
 
 class Reporter:
-    def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
+    """Steps, notes, warnings, logs and the status line of one command, on one stream.
+    `clock` (monotonic seconds) is the status line's and the elapsed time's: tests pass their own."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        show_log: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         stream = stream or sys.stdout
         plain = not stream.isatty() or bool(os.environ.get("CI")) or bool(os.environ.get("NO_COLOR"))
         self.console = Console(file=stream, no_color=plain, highlight=False, soft_wrap=True)
         self.plain = plain
-        self.quiet = quiet
-        self._started = time.monotonic()
+        self.show_log = show_log
+        self._clock = clock
+        self._started = clock()
+        # The heartbeat's thread and the engine's watcher change the status as the log does.
+        self._lock = threading.RLock()
+        self._status = Status("starting", self._started)
+        self._last_status = self._started
+        self._view: BuildView | None = None
 
     def elapsed(self) -> str:
-        seconds = int(time.monotonic() - self._started)
-        return f"{seconds // 60:d}:{seconds % 60:02d}"
+        return clock_text(self._clock() - self._started)
 
     def step(self, text: str) -> None:
-        self.console.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
+        with self._lock:
+            self._status = Status(text.split(":", 1)[0][:80], self._clock())
+            self.console.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
 
     def info(self, text: str) -> None:
         self.console.print(f"    {escape(text)}")
@@ -51,24 +131,88 @@ class Reporter:
         self.console.print(f"[yellow]warning:[/] {escape(text)}")
 
     def log(self, line: str) -> None:
-        """A line of a long tool's output (image build, cibuildwheel)."""
-        if not self.quiet:
+        """A line of a long tool's output (image build, cibuildwheel, the gate): shown with
+        show_log; what it says it starts is the status line's detail either way."""
+        if (started := activity(line)) is not None:
+            with self._lock:
+                self._status = replace(self._status, detail=started[:_DETAIL_CHARS])
+        if self.show_log:
             self.console.print(f"[dim]{escape(line)}[/]", markup=True)
+
+    def doing(self, what: str, python: str | None = None) -> None:
+        """What runs now, for the status line (nothing is printed): `gating x.whl` under cp311."""
+        with self._lock:
+            self._status = Status(what, self._clock(), python)
+
+    def status(self, force: bool = False) -> None:
+        """A status line, when STATUS_EVERY_S passed since the last (or `force`). It is due one
+        tick early, so that the heartbeat, looking once a tick, is never late. In a terminal's
+        live view the view's top line is the status, kept current instead."""
+        with self._lock:
+            now = self._clock()
+            if self._view is not None and not self.plain:
+                self._view.show(self._status.text(now))
+                return
+            if not force and now - self._last_status < STATUS_EVERY_S - TICK_S:
+                return
+            self._last_status = now
+            self.console.print(
+                f"[bold]---[/] [dim]{clock_text(now - self._started)}[/] {escape(self._status.text(now))}"
+            )
+
+    def follow_build(self, python: str | None, doing: str, units: tuple[int, int] | None) -> None:
+        """The status as the build's log moves on: a new Python or step starts anew."""
+        with self._lock:
+            status = self._status
+            if (python, doing) != (status.python, status.doing):
+                status = Status(doing, self._clock(), python, memory=status.memory)
+            self._status = replace(status, units=units)
+
+    def follow_memory(self, memory: str, compiling: tuple[tuple[str, float], ...]) -> None:
+        """The status as the engine's watcher samples the container."""
+        with self._lock:
+            self._status = replace(self._status, memory=memory, compiling=compiling)
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """While the body runs, a thread looks once a TICK_S whether a status line is due."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(TICK_S):
+                try:
+                    self.status()
+                except OSError:  # the stream is gone (a closed pipe): nothing left to tell
+                    return
+
+        thread = threading.Thread(target=beat, name="wheelbuild-status", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     @contextmanager
     def build_view(self, limit: int) -> Iterator[BuildView]:
         view = BuildView(self, limit)
-        if self.plain:
-            yield view
-            view.status(force=True)
-            return
-        with view.progress:
-            yield view
+        with self._lock:
+            self._view = view
+        try:
+            if self.plain:
+                yield view
+                self.status(force=True)
+                return
+            with view.progress:
+                yield view
+        finally:
+            with self._lock:
+                self._view = None
 
 
 class BuildView:
     """Live view of one attempt: ninja's [n/N] per Python and in total, the container's memory
-    (used and peak against its limit), elapsed time and ETA."""
+    (used and peak against its limit), elapsed time and ETA; and the status it feeds."""
 
     def __init__(self, reporter: Reporter, limit: int) -> None:
         self.reporter = reporter
@@ -85,19 +229,19 @@ class BuildView:
             transient=False,
         )
         self._tasks: dict[str, TaskID] = {}
-        self._last_status = 0.0
-        self._log = BuildLog()
-        # Until ninja reports units, one line says which step cibuildwheel is in.
+        # The status line, kept current: which Python, which step, the compiles running.
         self._setup = self.progress.add_task("starting", total=None, memory="")
 
     def line(self, line: str, progress: BuildLog) -> None:
-        self._log = progress
-        self.reporter.log(line)
+        self.reporter.log(shown_line(line))
+        self.reporter.follow_build(
+            python_of(progress.identifier),
+            step_doing(progress.step),
+            (progress.done, progress.total) if progress.total else None,
+        )
         if self.reporter.plain:
-            self.status()
             return
-        where = f"{progress.identifier or 'cibuildwheel'}: {progress.step}"
-        self.progress.update(self._setup, description=where, memory=self.memory_text)
+        self.reporter.status()
         if progress.identifier and progress.total:
             task = self._tasks.get(progress.identifier)
             if task is None:
@@ -108,18 +252,11 @@ class BuildView:
     def memory(self, sample: MemorySample) -> None:
         limit = format_bytes(sample.limit or self.limit)
         self.memory_text = f"memory {format_bytes(sample.used)} (peak {format_bytes(sample.peak)}) of {limit}"
+        self.reporter.follow_memory(self.memory_text, sample.compiling)
         if not self.reporter.plain:
             for task in self._tasks.values():
                 self.progress.update(task, memory=self.memory_text)
 
-    def status(self, force: bool = False) -> None:
-        """Plain mode: one status line at most every PLAIN_STATUS_EVERY_S seconds."""
-        now = time.monotonic()
-        if not force and now - self._last_status < PLAIN_STATUS_EVERY_S:
-            return
-        self._last_status = now
-        units = f"{self._log.done}/{self._log.total} units" if self._log.total else "no units yet"
-        where = f"{self._log.identifier or 'cibuildwheel'}: {self._log.step}"
-        self.reporter.console.print(
-            f"--- [{where}] {units}; {self.memory_text}; {self.reporter.elapsed()} elapsed"
-        )
+    def show(self, status: str) -> None:
+        """The live view's top line."""
+        self.progress.update(self._setup, description=status)

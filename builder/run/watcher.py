@@ -140,7 +140,9 @@ class AttemptWatcher:
             now = time.monotonic() - self.started
             with self._lock:
                 self.series.add(now, used)
+            compiling: tuple[tuple[str, float], ...] = ()
             if phase.startswith(COMPILE_STEP):
                 self.units.observe(now, self.identifier, read_processes(where.path), used)
+                compiling = self.units.running(self.identifier)
             if self._on_memory is not None:
-                self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit))
+                self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit, compiling))

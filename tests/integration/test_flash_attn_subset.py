@@ -131,7 +131,7 @@ def build_subset(
     )
     started = time.monotonic()
     with DockerEngine(sweep=False) as engine:
-        result = build_pipeline.run_build(spec, options, Reporter(quiet=True), engine)
+        result = build_pipeline.run_build(spec, options, Reporter(show_log=False), engine)
     wall = time.monotonic() - started
     log = (result.run_dir / "build.log").read_text(errors="replace")
     report = json.loads(result.report.read_text())

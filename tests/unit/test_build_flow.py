@@ -144,7 +144,7 @@ def _configure(make_config: Callable[..., AttemptConfig]) -> Callable[[int, Plan
 
 def _reporter() -> tuple[Reporter, io.StringIO]:
     out = io.StringIO()
-    return Reporter(out, quiet=True), out
+    return Reporter(out, show_log=False), out
 
 
 def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(

@@ -184,7 +184,7 @@ def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatc
             Path("/nonexistent"),
             {},
             torch_index_url=None,
-            reporter=Reporter(io.StringIO(), quiet=True),
+            reporter=Reporter(io.StringIO(), show_log=False),
             engine=None,  # type: ignore[arg-type]  # the production base: Docker is never asked
         )
 
