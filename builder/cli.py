@@ -93,7 +93,7 @@ def build(
     torch_range: bool,
     torch_range_older: int,
     pin: str,
-    quiet: bool,
+    verbose: bool,
     image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by ConfiguredCommand
 ) -> None:
@@ -120,7 +120,7 @@ def build(
         pin=PinMode(pin),
         dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
     )
-    reporter = _say_option_files(Reporter(show_log=not quiet))
+    reporter = _say_option_files(Reporter(show_log=verbose))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
     _echo_built(result, reporter)

@@ -173,11 +173,16 @@ def nightly_plan(
 @click.argument("cell_id")
 @_nightly_config
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="The cell's output folder.")
-@click.option("-q", "--quiet", is_flag=True, help="Leave out cibuildwheel's lines (they are in build.log).")
+@click.option(
+    "-v/-q",
+    "--verbose/--quiet",
+    default=False,
+    help="Show cibuildwheel's full log (build.log has it either way), or not: steps, status lines and summaries.",
+)
 @_nightly_torch_index
 @_nightly_track
 def nightly_build_cell(
-    cell_id: str, config: Path, out: Path, quiet: bool, torch_index_url: str | None, track: str | None
+    cell_id: str, config: Path, out: Path, verbose: bool, torch_index_url: str | None, track: str | None
 ) -> None:
     """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
     records the outcome, a failure too."""
@@ -190,7 +195,7 @@ def nightly_build_cell(
             out,
             os.environ,
             torch_index_url=torch_index_url,
-            reporter=Reporter(show_log=not quiet),
+            reporter=Reporter(show_log=verbose),
             engine=engine,
             track=track,
         )

@@ -377,11 +377,12 @@ _build_flags = (
         "contiguous range it loaded with (torch>=2.12,<2.15; needs --torch-range).",
     ),
     _build_option(
-        "quiet",
-        "-q",
-        "--quiet",
-        is_flag=True,
-        help="Hide the build log (it is still written to the run's build.log).",
+        "verbose",
+        "-v/-q",
+        "--verbose/--quiet",
+        default=False,
+        help="Show cibuildwheel's full log as it runs (the run's build.log has it either way), or "
+        "not: the default prints the steps, a status line at least every 15 s and the summaries.",
     ),
     with_image_flags,
     _config_file_option(

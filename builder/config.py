@@ -152,7 +152,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("torch-range", "torch_range", Kind.BOOL, "false"),
     Option("torch-range-older", "torch_range_older", Kind.INT, "1"),
     Option("pin", "pin", Kind.TEXT, '"proven"', choices=("built", "proven")),
-    Option("quiet", "quiet", Kind.BOOL, "true"),
+    Option("verbose", "verbose", Kind.BOOL, "true"),
     Option(
         "base-image", "base_image", Kind.TEXT, '"manylinux_2_28_x86_64:local"', unset="cibuildwheel's pin"
     ),

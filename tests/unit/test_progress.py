@@ -16,10 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from click.testing import CliRunner
+from wheelbuild import build, cli
+from wheelbuild.errors import DockerUnavailable
 from wheelbuild.plan.memory_model import GIB, MIB
 from wheelbuild.plan.unit_memory import ProcessInfo, UnitTracker
 from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
 from wheelbuild.run.reporter import STATUS_EVERY_S, TICK_S, BuildView, Reporter
+
+from .conftest import NO_DOCKER
 
 SILENT_S = 18 * 60  # cicc on one flash-attn unit, with nothing printed meanwhile
 STATUS_LINE = re.compile(r"^--- (?:(\d+):)?(\d+):(\d\d) (.*)$")
@@ -218,3 +223,33 @@ def test_the_running_compiles_are_the_units_seen_at_the_last_sample_with_their_a
     tracker.observe(40.0, "cp311-manylinux_x86_64", [unit(2, "fwd"), unit(4, "relu")], GIB)
     assert tracker.running("cp311-manylinux_x86_64") == (("fwd", 30.0), ("relu", 0.0))  # bwd finished
     assert tracker.running("cp312-manylinux_x86_64") == ()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "shown"),
+    [
+        ((), {}, False),
+        (("-q",), {}, False),
+        (("-v",), {}, True),
+        (("-q", "--verbose"), {}, True),
+        (("--verbose", "-q"), {}, False),
+        ((), {"WHEELBUILD_VERBOSE": "1"}, True),
+    ],
+    ids=["default", "quiet", "verbose", "quiet-then-verbose", "verbose-then-quiet", "env"],
+)
+def test_cibuildwheels_log_is_shown_only_with_verbose(
+    args: tuple[str, ...], env: dict[str, str], shown: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+
+    def pipeline(*given: object) -> None:
+        reporter = given[2]
+        assert isinstance(reporter, Reporter)
+        seen.append(reporter.show_log)
+        raise DockerUnavailable("stopped here", "the pipeline's own tests run it")  # no Docker here
+
+    monkeypatch.setattr(build, "run_build", pipeline)
+    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+    result = CliRunner().invoke(cli.main, ["build", *args], env=env, catch_exceptions=False)
+    assert result.exit_code == 20, result.output
+    assert seen == [shown]
