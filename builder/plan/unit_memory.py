@@ -221,12 +221,15 @@ class UnitTracker:
 
     def running(self, identifier: str | None) -> tuple[tuple[str, float], ...]:
         """The units of `identifier` seen at the last sample, each with the seconds since it was
-        first seen, oldest first: the compiles running now, for the status line."""
+        first seen, oldest first: the compiles running now, for the status line. An nvcc step
+        known only by its intermediate (tmpxft_000000a1_00000000-2) names no unit a reader knows."""
         prefix = f"{identifier or '?'}:"
         return tuple(
-            (unit.unit.removeprefix(prefix), unit.last_s - unit.first_s)
+            (stem, unit.last_s - unit.first_s)
             for unit in sorted(self.units.values(), key=lambda u: u.first_s)
-            if unit.unit.startswith(prefix) and unit.last_s == self.last_at_s
+            if unit.unit.startswith(prefix)
+            and unit.last_s == self.last_at_s
+            and not (stem := unit.unit.removeprefix(prefix)).startswith("tmpxft_")
         )
 
     def snapshot(self) -> tuple[tuple[UnitMemory, ...], int | None]:

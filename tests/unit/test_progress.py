@@ -220,7 +220,9 @@ def test_the_running_compiles_are_the_units_seen_at_the_last_sample_with_their_a
         return ProcessInfo(pid, 1, 100 * MIB, tuple(word.format(name) for word in nvcc))
 
     tracker.observe(10.0, "cp311-manylinux_x86_64", [unit(2, "fwd"), unit(3, "bwd")], GIB)
-    tracker.observe(40.0, "cp311-manylinux_x86_64", [unit(2, "fwd"), unit(4, "relu")], GIB)
+    # An nvcc step seen only by its intermediate's name, as a real build showed one.
+    step = ProcessInfo(5, 1, 10 * MIB, ("nvlink", "-o", "/tmp/tmpxft_000000a1_00000000-2.o"))
+    tracker.observe(40.0, "cp311-manylinux_x86_64", [unit(2, "fwd"), unit(4, "relu"), step], GIB)
     assert tracker.running("cp311-manylinux_x86_64") == (("fwd", 30.0), ("relu", 0.0))  # bwd finished
     assert tracker.running("cp312-manylinux_x86_64") == ()
 
