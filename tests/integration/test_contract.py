@@ -231,7 +231,8 @@ def test_the_package_builds_without_the_network_unless_asked(
 ) -> None:
     """setup.py tries PyPI while it builds: off the network by default, on it with --build-network;
     torch and the build requirements were installed before, on it, either way."""
-    done = _build(FIXTURE, tmp_path, "--env", "WBCONTRACT_PROBE_NETWORK=1", *flag)
+    # -v: what setup.py prints is cibuildwheel's log, on the terminal only when asked for
+    done = _build(FIXTURE, tmp_path, "--env", "WBCONTRACT_PROBE_NETWORK=1", "-v", *flag)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     assert f"wbcontract: network reachable while building: {reachable}" in done.stdout
     contract = _report(tmp_path, done)["contract"]

@@ -64,7 +64,7 @@ def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(
     assert compiler_processes() == [], "another build is running on this machine"
     proc = subprocess.Popen(
         [WHEELBUILD, "flash-attn", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
-         "--output-dir", str(tmp_path)],
+         "--output-dir", str(tmp_path), "-v"],  # -v: ninja's [n/N] lines are cibuildwheel's log
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
     lines: queue.Queue[str | None] = queue.Queue()
