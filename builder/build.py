@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from . import report_html
 from .attempts import attempts_until_built
+from .build_run import BuildResult, Checked, Ready, Run
 from .check import first_problem, stamp_and_check
-from .errors import Interrupted, WheelbuildError
+from .errors import Interrupted
 from .import_gate import GateRun, import_gate
 from .plan.admission import admission_file
 from .plan.planner import Plan, ninja_order_file
@@ -42,7 +44,6 @@ from .preflight import (
 from .pythons import PythonConstraints, admitted_by
 from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
-from .recipes.survey import Survey
 from .report import (
     GATE_PHASE,
     REPORT_NAME,
@@ -69,40 +70,21 @@ from .report_attempts import attempt_record
 from .requires_python import requires_python_of
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, shared_cache_env
-from .run.image import Image, ImageInputs
 from .run.ports import Engine
 from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
-from .sources import PreparedSource, SourceDate, cache_dir, prepare_source, resolve_lookup, source_date
+from .sources import cache_dir, prepare_source, resolve_lookup, source_date
 from .spec import BuildSpec, PinMode, format_archs
 from .torch_releases import TorchIndex
 from .units import format_bytes
-from .variants import CudaCompiler
-from .wheel.abi import AbiReport, check_wheel_abi
+from .wheel.abi import check_wheel_abi
 from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
 from .wheel.gate import GateResult, summary_of
 from .wheel.gate import failure as gate_failure
-from .wheel.torch_range import TorchRange
-from .wheel.wheels import WheelInfo, inspect_wheel
+from .wheel.wheels import inspect_wheel
 
 __all__ = ["BuildResult", "run_build", "stamp_and_check"]
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    run_id: str
-    run_dir: Path
-    image: Image
-    plan: Plan | None  # None when the wheels were reused from an earlier build
-    wheels: tuple[WheelInfo, ...]
-    report: Path
-    gate: Mapping[str, str]  # wheel file name -> the import gate's one-line summary
-    abi3: tuple[Abi3Use, ...] = ()  # the wheels that serve several Pythons, and how
-    ranges: tuple[TorchRange, ...] = ()  # each wheel against the torch releases around its own
-
-    def gate_summary(self, wheel: WheelInfo) -> str:
-        return self.gate.get(wheel.path.name, "not run (--no-gate): publish checks it statically only")
 
 
 def _torch_chosen(
@@ -115,47 +97,6 @@ def _torch_chosen(
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline
-
-
-@dataclass(frozen=True)
-class _Run:
-    """One build: its spec (the release pinned), image options, id, folder, and GPU or not."""
-
-    spec: BuildSpec
-    options: ImageOptions
-    id: str
-    dir: Path
-    gpus: bool
-
-
-@dataclass(frozen=True)
-class _Ready:
-    """What the attempts need, all found before the first container."""
-
-    inputs: ImageInputs
-    compiler: CudaCompiler
-    source: PreparedSource
-    image: Image
-    pythons: tuple[str, ...]
-    key: str  # the result store's key: the content hash of every input
-    survey: Survey  # what the package's build files ask for, read as text
-    switches: tuple[str, ...]  # "NAME=VALUE: why" for each switch the survey set
-    torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
-    torch_index: TorchIndex | None  # torch's page on its index; None when it could not be read
-    date: SourceDate  # SOURCE_DATE_EPOCH, from the inputs: every zip entry's date
-
-
-@dataclass(frozen=True)
-class _Checked:
-    """The attempts' wheels after stamp, check and gate, and every problem found."""
-
-    wheels: tuple[WheelInfo, ...]
-    abi: Mapping[str, AbiReport]
-    gates: tuple[GateResult, ...]
-    problems: list[WheelbuildError]
-    ranges: tuple[TorchRange, ...] = ()  # each wheel against the torch releases around its own
-    # The import gate and the torch range, timed on the last attempt's clock (the chart's)
-    phases: tuple[PhaseRecord, ...] = ()
 
 
 def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
@@ -195,7 +136,7 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report, uses)
 
 
-def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> _Run:
+def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> Run:
     """A run id, its release pinned, its reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
     torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
@@ -209,10 +150,10 @@ def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: E
     gpus = engine.resolve_gpus(spec.gpus)
     if not gpus and spec.gpus.value == "auto":
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
-    return _Run(spec, options, run_id, spec.output_dir / "runs" / run_id, gpus)
+    return Run(spec, options, run_id, spec.output_dir / "runs" / run_id, gpus)
 
 
-def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Ready]:
+def _preflight(run: Run, reporter: Reporter, engine: Engine) -> tuple[Run, Ready]:
     """Everything that can fail before a container, in the order that wastes least: the compiler
     for the variant and archs, the CUDA 12 layer, the source (and the switches its build files
     call for, which join the spec), torch's releases on its index and the Pythons named, then the
@@ -240,7 +181,7 @@ def _preflight(run: _Run, reporter: Reporter, engine: Engine) -> tuple[_Run, _Re
         reporter.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
     date = source_date(source)
-    ready = _Ready(
+    ready = Ready(
         inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why, index, date
     )
     return replace(run, spec=spec), ready
@@ -251,7 +192,7 @@ def _constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str
     return PythonConstraints(tags, requires_python)
 
 
-def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
+def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
     """Unchanged inputs: the stored wheels copied into this run, with the stored report as this
     run's (its attempts are the earlier run's, and it says so)."""
     run.dir.mkdir(parents=True, exist_ok=True)
@@ -282,7 +223,7 @@ def _reuse(run: _Run, ready: _Ready, store: Path, stored: list[Path], reporter: 
     )
 
 
-def _plan(spec: BuildSpec, ready: _Ready, reporter: Reporter) -> Plan:
+def _plan(spec: BuildSpec, ready: Ready, reporter: Reporter) -> Plan:
     """The plan for the archs each unit really compiles (the asked ones, or the package's own)."""
     archs = compiled_archs(spec, ready.survey)
     plan = governed(
@@ -299,22 +240,33 @@ def _plan(spec: BuildSpec, ready: _Ready, reporter: Reporter) -> Plan:
 
 
 def _run_attempts(
-    run: _Run, ready: _Ready, plan: Plan, reporter: Reporter, engine: Engine
+    run: Run, ready: Ready, plan: Plan, reporter: Reporter, engine: Engine
 ) -> list[tuple[Plan, AttemptResult]]:
     """The attempts (attempts.py); Ctrl-C stops cibuildwheel and removes the run's containers."""
-    try:
+    with _interruptible(
+        engine,
+        run,
+        "; stopped cibuildwheel and",
+        "nothing of this run is left running; rerun the same command to start again",
+    ):
         return attempts_until_built(
             engine, plan, lambda number, current: _attempt_config(run, ready, number, current), reporter
         )
+
+
+@contextmanager
+def _interruptible(engine: Engine, run: Run, during: str, remedy: str) -> Iterator[None]:
+    """Ctrl-C in the block: the run's containers removed, and said (Interrupted, exit 130)."""
+    try:
+        yield
     except KeyboardInterrupt:
         removed = engine.interrupt_cleanup(run.id)
         raise Interrupted(
-            f"interrupted; stopped cibuildwheel and removed {removed} container(s) of run {run.id}",
-            "nothing of this run is left running; rerun the same command to start again",
+            f"interrupted{during} removed {removed} container(s) of run {run.id}", remedy
         ) from None
 
 
-def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> AttemptConfig:
+def _attempt_config(run: Run, ready: Ready, number: int, plan: Plan) -> AttemptConfig:
     spec = run.spec
     return AttemptConfig(
         run_id=run.id,
@@ -351,13 +303,13 @@ def _attempt_config(run: _Run, ready: _Ready, number: int, plan: Plan) -> Attemp
 
 
 def _check_and_gate(
-    run: _Run,
-    ready: _Ready,
+    run: Run,
+    ready: Ready,
     built: tuple[Path, ...],
     reporter: Reporter,
     engine: Engine,
     zero: float,
-) -> _Checked:
+) -> Checked:
     """Stamp and check the wheels (archs, label, torch pin, symbol versions, an abi3 wheel's tag
     against the build's Pythons), then, if all is well and the gate is on, install and import
     each in a fresh base container: an abi3 wheel once under each Python it was built for."""
@@ -371,20 +323,15 @@ def _check_and_gate(
     phases: tuple[PhaseRecord, ...] = ()
     if run.spec.gate and not problems:
         started = time.monotonic()
-        try:
+        remedy = f"the built wheels are in {run.dir}, not yet loaded; rerun the same command"
+        with _interruptible(engine, run, " during the import gate;", remedy):
             gates = import_gate(
                 engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter,
                 pythons,
             )  # fmt: skip
-        except KeyboardInterrupt:
-            removed = engine.interrupt_cleanup(run.id)
-            raise Interrupted(
-                f"interrupted during the import gate; removed {removed} container(s) of run {run.id}",
-                f"the built wheels are in {run.dir}, not yet loaded; rerun the same command",
-            ) from None
         problems += [error for error in map(gate_failure, gates) if error is not None]
         phases = (_phase(GATE_PHASE, zero, started),)
-    return _Checked(wheels, abi_reports, gates, problems, phases=phases)
+    return Checked(wheels, abi_reports, gates, problems, phases=phases)
 
 
 def _phase(step: str, zero: float, started: float) -> PhaseRecord:
@@ -393,8 +340,8 @@ def _phase(step: str, zero: float, started: float) -> PhaseRecord:
 
 
 def _torch_range(
-    run: _Run, ready: _Ready, checked: _Checked, reporter: Reporter, engine: Engine, zero: float
-) -> _Checked:
+    run: Run, ready: Ready, checked: Checked, reporter: Reporter, engine: Engine, zero: float
+) -> Checked:
     """Once the gate passed every wheel: each against the torch releases around its own
     (range_gate.py); with --pin proven, each wheel then requires the range it loaded with."""
     spec = run.spec
@@ -405,14 +352,9 @@ def _torch_range(
         return checked
     gate = GateRun(engine, spec, run.options, run.gpus, run.id, run.dir, reporter)
     started = time.monotonic()
-    try:
+    remedy = f"the wheels in {run.dir} passed the import gate; rerun with --no-torch-range to skip the range"
+    with _interruptible(engine, run, " during the torch range;", remedy):
         ranges = torch_ranges(gate, ready.torch_index, checked.wheels, checked.abi, ready.pythons)
-    except KeyboardInterrupt:
-        removed = engine.interrupt_cleanup(run.id)
-        raise Interrupted(
-            f"interrupted during the torch range; removed {removed} container(s) of run {run.id}",
-            f"the wheels in {run.dir} passed the import gate; rerun with --no-torch-range to skip the range",
-        ) from None
     checked = replace(
         checked, ranges=ranges, phases=(*checked.phases, _phase(TORCH_RANGE_PHASE, zero, started))
     )
@@ -423,10 +365,10 @@ def _torch_range(
 
 
 def _report(
-    run: _Run,
-    ready: _Ready,
+    run: Run,
+    ready: Ready,
     attempts: list[tuple[Plan, AttemptResult]],
-    checked: _Checked,
+    checked: Checked,
     uses: tuple[Abi3Use, ...],
 ) -> BuildReport:
     spec, image = run.spec, ready.image
@@ -481,10 +423,10 @@ def _attempt_records(
 
 
 def _ready_to_publish(
-    run: _Run,
-    ready: _Ready,
+    run: Run,
+    ready: Ready,
     plan: Plan,
-    checked: _Checked,
+    checked: Checked,
     store: Path,
     report: Path,
     uses: tuple[Abi3Use, ...],

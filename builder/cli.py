@@ -30,6 +30,7 @@ from .cli_options import (
     torch_option,
     with_image_flags,
 )
+from .cli_wheels import echo_built, echo_modules
 from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
 from .plan.planner import format_plan
@@ -53,7 +54,6 @@ from .spec import (
 )
 from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
-from .wheel.wheels import WheelInfo
 
 
 @click.group(cls=WheelbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,14 +123,7 @@ def build(
     reporter = _say_option_files(Reporter(show_log=verbose))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
-    _echo_built(result, reporter)
-
-
-def _echo_built(result: build_pipeline.BuildResult, reporter: Reporter) -> None:
-    reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
-    for wheel in result.wheels:
-        _echo_wheel(result, wheel)
-    click.echo(f"report: {result.report}")
+    echo_built(result, reporter)
 
 
 def _recipe(
@@ -148,26 +141,6 @@ def _say_option_files(reporter: Reporter) -> Reporter:
     return reporter
 
 
-def _echo_wheel(result: build_pipeline.BuildResult, wheel: WheelInfo) -> None:
-    """A built wheel: where, what it holds and requires, its hash, its gate and, for an abi3
-    wheel, which Python built it and which reused it."""
-    click.echo(f"{wheel.path}")
-    _echo_modules(wheel)
-    click.echo(f"    requires {', '.join(wheel.torch_requirements)}")
-    # cibuildwheel's log had the hash of the wheel before the stamp: this is the wheel's.
-    click.echo(
-        f"    sha256 {wheel.sha256}, {format_bytes(wheel.size)} (the wheel as wheelbuild stamped it after cibuildwheel)"
-    )
-    click.echo(f"    import gate: {result.gate_summary(wheel)}")
-    ranges = [r for r in result.ranges if r.wheel == wheel.path.name]
-    for found in ranges:
-        under = f" under {found.python}" if len(ranges) > 1 else ""
-        click.echo(f"    torch range{under}: {found.summary}")
-    for use in (u for u in result.abi3 if u.wheel == wheel.path.name):
-        reused = f", reused under {', '.join(use.reused_under)}" if use.reused_under else ""
-        click.echo(f"    {use.tag}: one wheel for every Python; built under {use.built_under}{reused}")
-
-
 def _resources(
     memory: str | None, cpus: float | None, max_jobs: int | None, nvcc_threads: int | None
 ) -> Resources:
@@ -178,14 +151,6 @@ def _resources(
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,
     )
-
-
-def _echo_modules(wheel: WheelInfo) -> None:
-    for module in wheel.modules:
-        sass = ", ".join(f"sm_{a}" for a in sorted(module.archs.sass)) or "none"
-        ptx = ", ".join(f"compute_{a}" for a in sorted(module.archs.ptx)) or "none"
-        cudart = ", ".join(module.cudart) or "no libcudart"
-        click.echo(f"    {module.member}: SASS {sass}; PTX {ptx}; links {cudart}")
 
 
 @main.command(cls=ConfiguredCommand)
@@ -458,7 +423,7 @@ def inspect(wheels: tuple[Path, ...], as_json: bool) -> None:
         click.echo(f"    {info.name} {info.version}; tags {', '.join(info.tags)}")
         click.echo(f"    sha256 {info.sha256}, {format_bytes(info.size)}")
         click.echo(f"    requires {', '.join(info.torch_requirements) or 'no torch'}")
-        _echo_modules(info)
+        echo_modules(info)
         gate = check.describe_gate(info.path)
         click.echo(f"    import gate {gate['status']}: {gate['detail']}")
         for found in check.describe_torch_range(info.path):

@@ -29,6 +29,7 @@ TOP = {
     "config": "spec",
     # the pipeline: orchestration and what it alone uses
     "build": "pipeline",
+    "build_run": "pipeline",
     "import_gate": "pipeline",
     "attempts": "pipeline",
     "range_gate": "pipeline",
@@ -60,6 +61,7 @@ TOP = {
     "cli_index": "cli",
     "cli_nightly": "cli",
     "cli_dist": "cli",
+    "cli_wheels": "cli",
     "cli_verify": "cli",
 }
 
