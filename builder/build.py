@@ -41,6 +41,7 @@ from .preflight import (
     surveyed,
     torch_index,
 )
+from .provenance import STATEMENT_SUFFIX
 from .pythons import PythonConstraints, admitted_by
 from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
@@ -76,6 +77,7 @@ from .run.results import inputs_key
 from .secrets import redact_url
 from .sources import cache_dir, prepare_source, resolve_lookup, source_date
 from .spec import BuildSpec, PinMode, format_archs
+from .statements import build_facts, run_redactor, write_statements
 from .torch_releases import TorchIndex
 from .units import format_bytes
 from .wheel.abi import check_wheel_abi
@@ -133,6 +135,9 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     report = run.dir / REPORT_NAME
     write_report(report, _report(run, ready, attempts, checked, uses))
     report_html.write_beside(report)  # build-report.html: the same record as a picture
+    # Beside each wheel, what went into it: <wheel>.intoto.json (statements.py)
+    facts = build_facts(run.spec, ready.inputs, ready.key, ready.pythons, ready.date, attempts[-1], run.id)
+    write_statements(checked.wheels, facts, run_redactor(run.spec, os.environ))
     return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report, uses)
 
 
@@ -198,6 +203,9 @@ def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Re
     run.dir.mkdir(parents=True, exist_ok=True)
     for wheel in stored:
         shutil.copy2(wheel, run.dir / wheel.name)
+        statement = wheel.with_name(wheel.name + STATEMENT_SUFFIX)  # the build's that made it
+        if statement.is_file():
+            shutil.copy2(statement, run.dir / statement.name)
     report = run.dir / REPORT_NAME
     earlier = read_report(store / ready.key / REPORT_NAME)
     from_run = earlier.run_id or "?"

@@ -9,7 +9,7 @@ of the interface (scripts and CI branch on them), so they never change meaning:
     30-39    the image
     40-49    the build itself
     50-59    publish and serve
-    70-79    reproducibility and provenance: diff, verify
+    70-79    reproducibility and provenance: diff, verify, signed statements (publish --sign-key)
     130      interrupted (Ctrl-C or SIGTERM)
 """
 
@@ -307,3 +307,44 @@ class WheelsDiffer(WheelbuildError):
     first member and, for an ELF file, the first section where they differ)."""
 
     exit_code = 70
+
+
+class StatementUnusable(WheelbuildError):
+    """A wheel's provenance statement is missing, unreadable, over its cap, or not an in-toto
+    Statement (in a DSSE envelope) of the kind wheelbuild writes."""
+
+    exit_code = 71
+
+
+class SignatureInvalid(WheelbuildError):
+    """No signature on a wheel's statement verifies with the key given: signed by another key,
+    changed after it was signed, or not signed at all."""
+
+    exit_code = 72
+
+
+class WheelAltered(WheelbuildError):
+    """The statement names this wheel's file, with another sha256: the wheel's bytes are not
+    the ones the build made (a changed byte)."""
+
+    exit_code = 73
+
+
+class StatementOfAnotherWheel(WheelbuildError):
+    """The statement beside a wheel is another wheel's: its subject names another file."""
+
+    exit_code = 74
+
+
+class MaterialMismatch(WheelbuildError):
+    """An input the statement names (the sdist, an images/ file, a pinned archive) is here with
+    other bytes than the build used."""
+
+    exit_code = 75
+
+
+class SigningKeyUnusable(WheelbuildError):
+    """A signing or verifying key cannot be used: unreadable, not an Ed25519 key, or protected
+    by a passphrase that was not given (by name, in the environment) or is wrong."""
+
+    exit_code = 76

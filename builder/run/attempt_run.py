@@ -207,6 +207,7 @@ def _attempt_result(
         nvcc_rewrites=tuple(progress.nvcc_rewrites),
         link_checks=tuple(progress.link_checks),
         prebuilt_urls=tuple(progress.prebuilt_urls),
+        locked_files=tuple(progress.locked_files),
     )
 
 

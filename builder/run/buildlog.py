@@ -16,6 +16,9 @@ NVCC_REWRITE_MARK = "wheelbuild-nvcc: "
 LINKED_MARK = "wheelbuild: linked here:"
 NOT_LINKED_MARK = "wheelbuild: not linked here:"
 LINK_CHECK_SKIPPED_MARK = "wheelbuild: link check skipped:"
+# images/wheelbuild-wheel-cache, per file it installed from a lock (torch, its CUDA wheels, the
+# build tools): "wheelbuild: wheel cache: locked KEY-TAG SHA256 NAME".
+_LOCKED = re.compile(r"^wheelbuild: wheel cache: locked (\S+) ([0-9a-f]{64}) (\S+)$")
 # images/wheelbuild-network: "wheelbuild: network: off please" asks the engine to take the
 # container off its network, "... on please" to put it back; "... still on after 60 s" is its
 # wait running out.
@@ -216,6 +219,9 @@ class BuildLog:
     # cibuildwheel's steps, each timed (fed a `now`): where the report's chart marks its phases
     steps: list[StepTime] = field(default_factory=list)
     _building: str | None = None  # the Python between its "Building ... wheel" and its end
+    # The files each Python installed from the machine's wheel cache: (lock, sha256, file name),
+    # each once, in order; the lock (KEY-TAG) names the requirements and the Python
+    locked_files: list[tuple[str, str, str]] = field(default_factory=list)
     _build_started: float | None = None
     _python_started: float | None = None
     _totals: dict[str, int] = field(default_factory=dict)
@@ -271,6 +277,10 @@ class BuildLog:
             rewrite = stripped[len(NVCC_REWRITE_MARK) :]
             if rewrite not in self.nvcc_rewrites:
                 self.nvcc_rewrites.append(rewrite)
+        elif locked := _LOCKED.match(stripped):
+            entry = (locked[1], locked[2], locked[3])
+            if entry not in self.locked_files:
+                self.locked_files.append(entry)
         elif stripped.startswith((LINKED_MARK, NOT_LINKED_MARK, LINK_CHECK_SKIPPED_MARK)):
             self.link_checks.append(f"{self.identifier or '?'}: {stripped.removeprefix('wheelbuild: ')}")
         elif self.step == COMPILE_STEP and not stripped.startswith("+ "):

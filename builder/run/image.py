@@ -18,7 +18,8 @@ from pathlib import Path
 from ..bundled import bundled_dir
 from ..errors import ImageInputsMissing
 from ..names import IMAGE_REPOSITORY
-from .cuda_redist import CudaLayer
+from ..provenance import Material
+from .cuda_redist import DEFAULT_REDIST_URL, CudaLayer
 
 IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"
@@ -50,6 +51,16 @@ def production_base() -> str:
     config = configparser.ConfigParser()
     config.read_string(pins.read_text())
     return config["x86_64"]["manylinux_2_28"].split("#")[0].strip()
+
+
+def _hashed_pins(requirements: bytes) -> list[tuple[str, str]]:
+    """(name==version, sha256) of each `name==version --hash=sha256:...` line."""
+    found = []
+    for line in requirements.decode(errors="replace").splitlines():
+        pin, _, hashes = line.partition("--hash=sha256:")
+        if pin.strip() and not pin.lstrip().startswith("#") and hashes:
+            found.append((pin.strip(), hashes.split()[0]))
+    return found
 
 
 def _pins(requirements: bytes) -> str:
@@ -131,6 +142,42 @@ class ImageInputs:
     @property
     def tag(self) -> str:
         return f"{IMAGE_REPOSITORY}:{self.sha256[:16]}"
+
+    def materials(self, redist_url: str = DEFAULT_REDIST_URL) -> tuple[Material, ...]:
+        """The image's inputs as a provenance statement names them: the base image by digest,
+        each images/ file the image is made of by sha256, each pinned wheel and (when this image
+        carries the CUDA 12 layer) each NVIDIA redist archive by the sha256 its pin names."""
+        base_digest = self.base_image.partition("@")[2] or self.base_id
+        algorithm, _, hexdigest = base_digest.partition(":")
+        local = (
+            {} if "@" in self.base_image else {"local": "a local image ID: the base is not pinned by digest"}
+        )
+        found = [
+            Material("image", {"sha256": self.sha256}, annotations={"tag": self.tag}),
+            Material("image/base", {algorithm or "sha256": hexdigest or "unknown"}, self.base_image, local),
+        ]
+        files = {
+            DOCKERFILE: self.dockerfile,
+            REQUIREMENTS[0]: self.tool_requirements,
+            REQUIREMENTS[1]: self.cuda_requirements,
+            ADMIT_SCRIPT: self.admit_script,
+        }
+        for name, data in files.items():
+            found.append(Material(f"images/{name}", {"sha256": hashlib.sha256(data).hexdigest()}))
+        if self.ca_bundle:  # the host's CA bundle, copied in: public certificates
+            found.append(Material("image/ca-bundle", {"sha256": hashlib.sha256(self.ca_bundle).hexdigest()}))
+        for requirements in (self.cuda_requirements, self.tool_requirements):
+            for pin, sha256 in _hashed_pins(requirements):
+                found.append(Material(f"pypi:{pin}", {"sha256": sha256}))
+        for archive in self.cuda12_layer.archives if self.cuda12_layer else ():
+            found.append(
+                Material(
+                    f"cuda-redist:{archive.name}=={archive.version}",
+                    {"sha256": archive.sha256},
+                    f"{redist_url}/{archive.path}",
+                )
+            )
+        return tuple(found)
 
     def buildargs(self) -> dict[str, str]:
         """Build args: the hashed inputs, plus label values derived from them."""

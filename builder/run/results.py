@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import assert_never
 
+from ..provenance import STATEMENT_SUFFIX
 from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
 from ..secrets import without_credentials
 from ..spec import BuildSpec, PinMode
@@ -139,6 +140,16 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
     )
 
 
+def builder_versions() -> dict[str, str]:
+    """What built a wheel, as its provenance statement names it: wheelbuild's version, the
+    digest of its code (code_digest) and cibuildwheel's version."""
+    return {
+        "wheelbuild": _version(),
+        "wheelbuild-code": code_digest(_PACKAGE_DIR, _SCRIPTS),
+        "cibuildwheel": _version("cibuildwheel"),
+    }
+
+
 def _version(package: str = "wheelbuild") -> str:
     return importlib.metadata.version(package)
 
@@ -151,13 +162,17 @@ def lookup(store: Path, key: str) -> list[Path] | None:
 
 
 def save(store: Path, key: str, wheels: Iterable[Path], report: Path) -> None:
-    """Keep a finished build; the newest of a key wins (a --rebuild replaces the entry). Written
-    beside, then renamed: a reader never sees half an entry."""
+    """Keep a finished build: its wheels, each with the provenance statement beside it, and its
+    report; the newest of a key wins (a --rebuild replaces the entry). Written beside, then
+    renamed: a reader never sees half an entry."""
     store.mkdir(parents=True, exist_ok=True)
     entry = store / key
     staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:12]}-"))
     for wheel in wheels:
         shutil.copy2(wheel, staging / wheel.name)
+        statement = wheel.with_name(wheel.name + STATEMENT_SUFFIX)
+        if statement.is_file():
+            shutil.copy2(statement, staging / statement.name)
     shutil.copy2(report, staging / "build-report.json")
     retired = None
     if entry.exists():

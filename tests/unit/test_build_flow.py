@@ -5,6 +5,7 @@ And DockerEngine as a context manager: an exception removes its runs' containers
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -22,10 +23,11 @@ from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
 from wheelbuild.preflight import ImageOptions
 from wheelbuild.project_pages import IndexFile
-from wheelbuild.recipes import resolve_recipe
+from wheelbuild.recipes import EXAMPLE_DIR, resolve_recipe
 from wheelbuild.report import GateSkipped, read_report
 from wheelbuild.run import results
 from wheelbuild.run.attempt import (
+    ATTEMPT_SCRIPTS,
     AttemptConfig,
     AttemptResult,
     Failed,
@@ -37,7 +39,7 @@ from wheelbuild.run.attempt import (
 from wheelbuild.run.buildlog import BuildLog, MemorySample
 from wheelbuild.run.cuda_redist import CudaLayer
 from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.image import Image, ImageInputs
+from wheelbuild.run.image import IMAGES_DIR, Image, ImageInputs
 from wheelbuild.run.ownership import RUN_LABEL
 from wheelbuild.run.ports import Engine, GateJob, UnitCompile
 from wheelbuild.run.reporter import Reporter
@@ -51,6 +53,9 @@ from tests.reportkit import two_python_log
 
 OOM = OomEvidence(docker_oom_events=1, cgroup_oom_kills=1)
 COMPILE_ERROR = '/project/csrc/saxpy.cu(5): error: identifier "x" is undefined'
+
+# What the fake's successful attempt installed from the wheel cache, as the log says it.
+TORCH_FILE, TORCH_SHA256 = "torch-2.11.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl", "7" * 64
 
 # What an attempt does in the fake: "oom", "ok" (a wheel appears), or "error" (a compile error).
 Script = Iterator[str | AttemptResult]
@@ -111,6 +116,9 @@ class FakeEngine:
             log_tail=("Killed",) if end == "oom" else (COMPILE_ERROR,) if end == "error" else ("done",),
             oom=OOM if end == "oom" else OomEvidence(),
             unit_cache=(("cp311-manylinux_x86_64:binding.o", False),) if end == "ok" else (),
+            locked_files=((f"{config.torch.cache_key}-cp311", TORCH_SHA256, TORCH_FILE),)
+            if end == "ok"
+            else (),
         )
 
     def run_gate(self, job: GateJob, on_line: Callable[[str], None]) -> tuple[dict[str, Any] | None, str]:
@@ -293,7 +301,7 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     spec, options, written = flow
     spec = BuildSpec(**{**spec.__dict__, "gate": False})
     # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
-    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec, date_epoch=None: ((), []))
+    monkeypatch.setattr(build, "stamp_and_check", lambda paths, spec, *_: ((), []))
     fake = _engine("oom", "ok")
 
     result = build.run_build(spec, options, _reporter()[0], fake)
@@ -480,3 +488,66 @@ def test_pin_proven_is_an_input_of_the_result_store_key(
     assert results.inputs_key(proven, inputs, ("cp311",)) != results.inputs_key(spec, inputs, ("cp311",))
     with pytest.raises(BadArgument, match="--pin proven writes the torch range"):
         replace(spec, pin=PinMode.PROVEN, torch_range=False)
+
+
+def test_a_build_writes_beside_each_wheel_the_statement_of_what_went_in(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """<wheel>.intoto.json in the run folder: the wheel's sha256 as its subject; the example's
+    tree digest, this checkout's images/ files, the pinned CUDA wheels and the torch file the
+    attempt's log named as materials; the parameters `build` was given and what it derived,
+    MAX_JOBS and NVCC_THREADS apart, as not changing the output."""
+    spec, options, _written = flow
+    spec = replace(spec, gate=False)
+    # The fake's wheel is pure Python: stamp and check judge real CUDA wheels elsewhere.
+    monkeypatch.setattr(
+        build, "stamp_and_check", lambda paths, spec, *_: (tuple(map(inspect_wheel, paths)), [])
+    )
+
+    result = build.run_build(spec, options, _reporter()[0], _engine("ok"))
+
+    (wheel,) = result.wheels
+    found = json.loads(wheel.path.with_name(wheel.path.name + ".intoto.json").read_text())
+    assert found["_type"] == "https://in-toto.io/Statement/v1"
+    assert found["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert found["subject"] == [{"name": wheel.path.name, "digest": {"sha256": wheel.sha256}}]
+    definition = found["predicate"]["buildDefinition"]
+    materials = {m["name"]: m for m in definition["resolvedDependencies"]}
+    assert materials[TORCH_FILE]["digest"] == {"sha256": TORCH_SHA256}
+    assert materials["source"]["digest"] == {"wheelbuildTreeSha256": results.source_digest(EXAMPLE_DIR)}
+    dockerfile = hashlib.sha256((IMAGES_DIR / "Dockerfile.cuda131").read_bytes()).hexdigest()
+    assert materials["images/Dockerfile.cuda131"]["digest"] == {"sha256": dockerfile}
+    assert materials["pypi:nvidia-cuda-nvcc==13.1.115"]["digest"]["sha256"].startswith("fe5c0604")
+    assert materials["image/base"]["uri"] == "wheelbuild-base:fake"
+    external, internal = definition["externalParameters"], definition["internalParameters"]
+    assert external["package"] == "wbdemo" and external["torch"] == "2.11.0+cu130"
+    assert (external["archs"], external["pythons"], external["pin"]) == ([100, 120], ["cp311"], "built")
+    report = json.loads(result.report.read_text())
+    assert internal["inputsKey"] == report["inputs_key"]
+    assert internal["doesNotChangeOutput"] == {"MAX_JOBS": "2", "NVCC_THREADS": "1", "compilerCache": True}
+    assert "MAX_JOBS" not in internal["buildEnv"] and internal["buildEnv"]["WBDEMO_CUDA_ARCHS"] == "100;120"
+    assert found["predicate"]["runDetails"]["builder"]["version"]["wheelbuild-code"] == results.code_digest(
+        Path(build.__file__).parent, tuple(IMAGES_DIR / n for n in ATTEMPT_SCRIPTS)
+    )
+
+
+def test_reused_wheels_come_with_the_statement_of_the_build_that_made_them(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], tmp_path: Path
+) -> None:
+    spec, options, _written = flow
+    fake = _engine()
+    key = results.inputs_key(
+        spec, preflight.image_inputs(fake, options.for_variant(spec.variant)), ("cp311",)
+    )
+    earlier = tmp_path / "earlier"
+    wheel = make_wheel(earlier, "wbdemo", "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_28_x86_64")
+    wheel.with_name(wheel.name + ".intoto.json").write_text('{"made by": "the earlier run"}')
+    report = earlier / "build-report.json"
+    report.write_text(json.dumps({"run_id": "earlier-run"}))
+    results.save(sources.cache_dir() / "results", key, (wheel,), report)
+
+    result = build.run_build(spec, options, _reporter()[0], fake)
+
+    assert fake.configs == []
+    copied = result.run_dir / (wheel.name + ".intoto.json")
+    assert copied.read_text() == '{"made by": "the earlier run"}'

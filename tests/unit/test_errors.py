@@ -54,6 +54,12 @@ KNOWN_CODES = {
     "ArchUnasked": 62,
     "NotBuiltHere": 63,
     "WheelsDiffer": 70,
+    "StatementUnusable": 71,
+    "SignatureInvalid": 72,
+    "WheelAltered": 73,
+    "StatementOfAnotherWheel": 74,
+    "MaterialMismatch": 75,
+    "SigningKeyUnusable": 76,
     "Interrupted": 130,
 }
 

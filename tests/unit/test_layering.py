@@ -24,6 +24,8 @@ TOP = {
     "bounded": "shared",
     "records": "shared",  # typed records as JSON: the build report's, by their fields' types
     "dist": "shared",  # --dist's settings and sccache's client config: pure, read by spec, plan and run
+    "provenance": "shared",  # a wheel's in-toto Statement and its DSSE envelope: pure
+    "signing": "shared",  # Ed25519 and ssh-ed25519 keys: DSSE signatures made and checked
     # what to build: BuildSpec, Resources, GpuMode and the configuration that fills them
     "spec": "spec",
     "config": "spec",
@@ -55,6 +57,8 @@ TOP = {
     "report_values": "pipeline",
     "report_wheels": "pipeline",
     "check": "pipeline",
+    "statements": "pipeline",  # the provenance statement a build writes beside each wheel
+    "verify": "pipeline",  # `wheelbuild verify`: a wheel against its signed statement, or rebuilt
     "cli": "cli",
     "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
     "cli_options": "cli",

@@ -202,3 +202,32 @@ def test_a_damaged_tree_is_installed_again(tmp_path: Path, index: _Index) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     assert "differs from its RECORD; installing it again" in done.stdout
     assert _imports(python) == "1.0 2.0"
+
+
+@pytest.mark.parametrize("tree", [(), ("--tree",)], ids=["installed", "tree"])
+def test_each_file_used_is_printed_with_its_hash_and_the_host_reads_them(
+    tmp_path: Path, index: _Index, tree: tuple[str, ...]
+) -> None:
+    """The lines the host keeps as the build's inputs (the wheel's provenance statement): one
+    per locked file, with the lock's name and the sha256 the lock holds, on the run that fills
+    the cache and on one that only reads it."""
+    from wheelbuild.run.buildlog import BuildLog
+
+    cache = tmp_path / "cache"
+    index_file = tmp_path / "torch-index-url"
+    index_file.write_text(index.url)
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    lock = cache / "locks" / f"demo-key-{tag}.txt"
+    for venv in ("venv1", "venv2"):
+        done = _cache(_venv(tmp_path / venv), cache, index_file, *tree)
+        assert done.returncode == 0, done.stdout + done.stderr
+        log = BuildLog()
+        for line in done.stdout.splitlines():
+            log.feed(line)
+        locked = [
+            line.split(" ", 3)[2:] for line in lock.read_text().splitlines() if line.startswith("# file ")
+        ]
+        assert len(locked) == 2
+        assert sorted(log.locked_files) == sorted(
+            (f"demo-key-{tag}", digest, name) for digest, name in locked
+        )
