@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import click
 
-from . import check, prune
+from . import check, prune, signing
 from .cli_options import (
     GIVEN_PATH,
     torch_option,
@@ -21,6 +22,8 @@ from .sources import cache_dir
 from .spec import (
     parse_archs,
 )
+from .statements import for_publish
+from .statements import subjects_check as statements_check
 from .variants import parse_variant
 
 
@@ -37,12 +40,32 @@ from .variants import parse_variant
 )
 @torch_option("Variant the wheels were built for [default: the build report beside them].")
 @click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
+@click.option(
+    "--sign-key",
+    type=GIVEN_PATH,
+    help="Sign each wheel's provenance statement with this Ed25519 key (PEM, raw, or your OpenSSH "
+    f"key); a passphrase is read from {signing.PASSPHRASE_ENV}.",
+)
+@click.option(
+    "--require-signed",
+    is_flag=True,
+    help="Refuse a wheel whose statement --sign-key or --key has not signed.",
+)
+@click.option("--key", "keys", multiple=True, type=GIVEN_PATH, help="A public key --require-signed accepts.")
 def publish_command(
-    wheels: tuple[Path, ...], target: str, torch_variant: str | None, archs: str | None
+    wheels: tuple[Path, ...],
+    target: str,
+    torch_variant: str | None,
+    archs: str | None,
+    sign_key: Path | None,
+    require_signed: bool,
+    keys: tuple[Path, ...],
 ) -> None:
     """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
-    regenerate its static index (PEP 503/691/658/700, under a lock, atomically)."""
-    remote.parse_target(target)  # a bad --to fails before the wheels are read
+    regenerate its static index (PEP 503/691/658/700, under a lock, atomically). Each wheel's
+    provenance statement goes beside it (files/<wheel>.intoto.jsonl)."""
+    parsed = remote.parse_target(target)  # a bad --to fails before the wheels are read
+    statements = _statements(wheels, sign_key, keys, require_signed, parsed)
     groups = check.check_wheels(
         wheels,
         parse_variant(torch_variant) if torch_variant is not None else None,
@@ -55,13 +78,36 @@ def publish_command(
         parse_archs(archs) if archs is not None else None,
     )
     for tag, (_variant, paths) in groups.items():
-        _publish_to(remote.target_for(target, tag, several=len(groups) > 1), paths, again)
+        where = remote.target_for(target, tag, several=len(groups) > 1)
+        _publish_to(where, paths, statements_check(statements, again), statements)
+
+
+def _statements(
+    wheels: tuple[Path, ...],
+    sign_key: Path | None,
+    keys: tuple[Path, ...],
+    require_signed: bool,
+    target: object,
+) -> dict[str, bytes]:
+    """Each wheel's statement as the tree will serve it, signed with --sign-key; with
+    --require-signed, a wheel without one signed by --sign-key or a --key is refused now."""
+    if isinstance(target, remote.UploadEndpoint) and sign_key is not None:
+        raise BadArgument(
+            "--sign-key signs the statements a tree serves beside its wheels; an upload URL takes none",
+            "publish to a tree (a directory or host:path) to serve signed statements",
+        )
+    if require_signed and sign_key is None and not keys:
+        raise BadArgument("--require-signed needs a key to check against", "add --key PUB or --sign-key KEY")
+    signer = signing.load_signing_key(sign_key, os.environ) if sign_key is not None else None
+    trusted = [signing.load_verifying_key(key, os.environ) for key in keys]
+    return for_publish(wheels, signer, trusted, require_signed)
 
 
 def _publish_to(
     where: Path | remote.UploadEndpoint | remote.RsyncTarget,
     wheels: tuple[Path, ...],
     again: publishing.CopiesCheck,
+    statements: Mapping[str, bytes] | None = None,
 ) -> None:
     inputs = {w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))}
     if isinstance(where, remote.UploadEndpoint):
@@ -72,9 +118,9 @@ def _publish_to(
         return
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
-        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs, again)
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs, again, statements)
     else:
-        result = publishing.publish(wheels, where, inputs=inputs, check=again)
+        result = publishing.publish(wheels, where, inputs=inputs, check=again, statements=statements)
     prune.record_published(wheels, str(where), result.sha256)
     for name in result.added:
         click.echo(f"added {name}")

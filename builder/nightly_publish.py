@@ -29,6 +29,7 @@ from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_ro
 from .nightly_index import INDEX_URL_ENV, served_wheels
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
+from .statements import for_publish, subjects_check
 from .variants import parse_variant
 from .wheel.abi3 import stable_abi
 
@@ -171,7 +172,10 @@ def _publish(
     say: Callable[[str], None],
 ) -> Path | None:
     """Publish into one target; returns the tree whose coverage page to write (local or mirror)."""
-    again = check.copies_check(None, None)  # the cells' checks, on the copies publish makes
+    # The cells' checks, on the copies publish makes; then each cell's statement, carried beside
+    # its wheel, must name that copy.
+    statements = for_publish(wheels, None, (), False)
+    again = subjects_check(statements, check.copies_check(None, None))
     if isinstance(where, remote.UploadEndpoint):
         if wheels:
             sha256 = remote.upload(wheels, where, check=again)
@@ -180,11 +184,11 @@ def _publish(
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
         if wheels:
-            result = remote.publish_rsync(wheels, where, mirror, say, inputs, again)
+            result = remote.publish_rsync(wheels, where, mirror, say, inputs, again, statements)
             prune.record_published(wheels, str(where), result.sha256)
         return mirror
     if wheels:
-        result = publishing.publish(wheels, where, inputs=inputs, check=again)
+        result = publishing.publish(wheels, where, inputs=inputs, check=again, statements=statements)
         prune.record_published(wheels, str(where), result.sha256)
     return where
 

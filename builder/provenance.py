@@ -38,6 +38,7 @@ __all__ = [
     "BUILDER_ID",
     "BUILD_TYPE",
     "ENVELOPE_SUFFIX",
+    "HIDDEN",
     "MAX_STATEMENT",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
@@ -50,10 +51,14 @@ __all__ = [
     "Statement",
     "StatementRefused",
     "envelope_bytes",
+    "material_differences",
     "pae",
+    "read_envelope",
+    "read_statement",
     "read_statement_or_envelope",
     "statement",
     "statement_bytes",
+    "subject_problem",
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -152,11 +152,15 @@ def load_signing_key(path: Path, environ: Mapping[str, str]) -> SigningKey:
                 f"the signing key {path} is not a private key", f"give {_KINDS}"
             ) from None
     if not isinstance(private, Ed25519PrivateKey):
-        raise SigningKeyUnusable(
-            f"the signing key {path} is a {type(private).__name__.removeprefix('_')}, not an Ed25519 key",
-            "make one: ssh-keygen -t ed25519, or openssl genpkey -algorithm ed25519",
-        )
+        raise _not_ed25519(f"the signing key {path}", private)
     return SigningKey(private, key_id(private.public_key()))
+
+
+def _not_ed25519(what: str, found: object) -> SigningKeyUnusable:
+    return SigningKeyUnusable(
+        f"{what} is a {type(found).__name__.removeprefix('_')}, not an Ed25519 key",
+        "sign and check with an Ed25519 key: ssh-keygen -t ed25519, or openssl genpkey -algorithm ed25519",
+    )
 
 
 def load_verifying_key(path: Path, environ: Mapping[str, str] | None = None) -> VerifyingKey:
@@ -181,10 +185,7 @@ def load_verifying_key(path: Path, environ: Mapping[str, str] | None = None) -> 
             f"the key {path} is not a public key wheelbuild reads", f"give {_KINDS}"
         ) from None
     if not isinstance(public, Ed25519PublicKey):
-        raise SigningKeyUnusable(
-            f"the key {path} is a {type(public).__name__.removeprefix('_')}, not an Ed25519 key",
-            "sign and check with an Ed25519 key (ssh-keygen -t ed25519)",
-        )
+        raise _not_ed25519(f"the key {path}", public)
     return VerifyingKey(public, key_id(public))
 
 

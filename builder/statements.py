@@ -1,6 +1,8 @@
 """The provenance statement a build writes beside each of its wheels (``<wheel>.intoto.json``):
 the facts gathered from the build's spec, its image inputs, its source and what its last attempt
 installed from the machine's wheel cache, made into an in-toto Statement by provenance.py.
+Publish carries it into the tree (``files/<wheel>.intoto.jsonl``, a DSSE envelope), signed with
+``--sign-key``, and refuses one whose subject is not the wheel it serves.
 
 Its externalParameters are `wheelbuild build`'s own arguments (the package as `build` takes it,
 the torch release, archs, Pythons, env), so `wheelbuild verify --rebuild` builds the same inputs.
@@ -9,18 +11,44 @@ the torch release, archs, Pythons, env), so `wheelbuild verify --rebuild` builds
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import assert_never
 
+from .bounded import FileRefused, read_bounded
+from .errors import (
+    SignatureInvalid,
+    StatementOfAnotherWheel,
+    StatementUnusable,
+    WheelAltered,
+    WheelbuildError,
+)
+from .index.index import hash_file
+from .index.wheel_names import is_served_name
 from .plan.planner import Plan
-from .provenance import STATEMENT_SUFFIX, BuildFacts, Material, statement, statement_bytes
+from .provenance import (
+    ENVELOPE_SUFFIX,
+    MAX_STATEMENT,
+    PAYLOAD_TYPE,
+    STATEMENT_SUFFIX,
+    BuildFacts,
+    Envelope,
+    Material,
+    Statement,
+    StatementRefused,
+    envelope_bytes,
+    read_statement_or_envelope,
+    statement,
+    statement_bytes,
+    subject_problem,
+)
 from .recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, known_recipes, resolve_recipe
 from .run.attempt import SHARED_CACHE_ENV, AttemptResult
 from .run.cuda_redist import redist_url
 from .run.image import ImageInputs
 from .run.results import builder_versions, source_key
 from .secrets import Redactor, redact_url, run_secrets, without_credentials
+from .signing import SigningKey, VerifyingKey, signed, signed_by
 from .sources import SourceDate
 from .spec import BuildSpec
 from .wheel.wheels import WheelInfo
@@ -29,9 +57,13 @@ __all__ = [
     "TREE_DIGEST",
     "build_facts",
     "clean_url",
+    "for_publish",
     "package_argument",
+    "read_beside",
     "run_redactor",
     "source_material",
+    "subject_error",
+    "subjects_check",
     "write_statements",
 ]
 
@@ -145,3 +177,120 @@ def write_statements(wheels: Iterable[WheelInfo], facts: BuildFacts, redactor: R
         path.write_bytes(statement_bytes(statement(wheel.path.name, wheel.sha256, facts, redactor)))
         written.append(path)
     return tuple(written)
+
+
+# ---------------------------------------------------------------------------------------------
+# Publish: the statement beside each wheel, signed, into the tree
+
+
+def read_beside(wheel: Path, given: Path | None = None) -> tuple[Statement, Envelope, Path] | None:
+    """The statement of *wheel*: the file *given*, else the envelope a tree serves beside it
+    (``.intoto.jsonl``), else the run folder's statement (``.intoto.json``), in an envelope
+    (without signatures when it was bare); None when there is none. StatementUnusable for one
+    that is there but cannot be read (not a regular file, over its cap, not ours)."""
+    for path in (
+        (given,) if given is not None else (_beside(wheel, ENVELOPE_SUFFIX), _beside(wheel, STATEMENT_SUFFIX))
+    ):
+        try:
+            data = read_bounded(path, MAX_STATEMENT)
+        except FileNotFoundError:
+            if given is not None:
+                raise StatementUnusable(
+                    f"the statement {path} does not exist", "name the wheel's .intoto.jsonl"
+                ) from None
+            continue
+        except (FileRefused, OSError) as error:
+            raise StatementUnusable(
+                f"the statement {path} cannot be read: {getattr(error, 'strerror', None) or error}",
+                "name a regular file: the wheel's .intoto.jsonl (published) or .intoto.json (its run folder)",
+            ) from None
+        try:
+            found, envelope = read_statement_or_envelope(data)
+        except StatementRefused as refused:
+            raise StatementUnusable(
+                f"{path.name} is not a wheelbuild provenance statement: {refused}",
+                "use the statement wheelbuild wrote beside the wheel (build's run folder, or the tree's files/)",
+            ) from None
+        return found, envelope or Envelope(PAYLOAD_TYPE, found.raw), path
+    return None
+
+
+def _beside(wheel: Path, suffix: str) -> Path:
+    return wheel.with_name(wheel.name + suffix)
+
+
+def subject_error(found: Statement, wheel: str, sha256: str) -> WheelbuildError | None:
+    """Why *found* is not the statement of the wheel *wheel* with this sha256; None when it is."""
+    problem = subject_problem(found, wheel, sha256)
+    if problem is None:
+        return None
+    kind, said = problem
+    if kind == "altered":
+        return WheelAltered(
+            f"{wheel} has sha256 {sha256[:16]}..., its statement says {said[:16]}...: the wheel is "
+            "not the file its build made (changed after it was built)",
+            "get the wheel again from where it was published, or rebuild it (wheelbuild verify --rebuild)",
+        )
+    return StatementOfAnotherWheel(
+        f"the statement given for {wheel} is the statement of {said}",
+        f"use {wheel}'s own statement ({wheel}{ENVELOPE_SUFFIX} beside it in the tree)",
+    )
+
+
+def for_publish(
+    wheels: Sequence[Path],
+    sign_key: SigningKey | None,
+    keys: Sequence[VerifyingKey],
+    require_signed: bool,
+) -> dict[str, bytes]:
+    """Each wheel's statement as the tree serves it (file name -> one envelope line), signed
+    with *sign_key*. With *require_signed*, a wheel without a statement that *keys* (and
+    *sign_key*) verify is refused, before anything is published."""
+    trusted = (*keys, *((sign_key.verifying,) if sign_key else ()))
+    statements: dict[str, bytes] = {}
+    for wheel in wheels:
+        found = read_beside(wheel)
+        if found is None:
+            if require_signed:
+                raise StatementUnusable(
+                    f"{wheel.name} has no provenance statement beside it ({wheel.name}{STATEMENT_SUFFIX} "
+                    f"or {ENVELOPE_SUFFIX}), and --require-signed asks for a signed one",
+                    "publish the wheel from the run folder `wheelbuild build` wrote, with --sign-key",
+                )
+            continue
+        _statement, envelope, path = found
+        if sign_key is not None:
+            envelope = signed(envelope, sign_key)
+        if require_signed and signed_by(envelope, trusted) is None:
+            raise SignatureInvalid(
+                f"the statement of {wheel.name} ({path.name}) carries no signature of "
+                + ", ".join(k.keyid for k in trusted),
+                "sign it now with --sign-key, or name the key that signed it with --key",
+            )
+        if not is_served_name(wheel.name + ENVELOPE_SUFFIX):
+            raise StatementUnusable(
+                f"{wheel.name}{ENVELOPE_SUFFIX} is too long a name to serve",
+                "give the wheel a shorter name (project, version and local label)",
+            )
+        statements[wheel.name] = envelope_bytes(envelope)
+    return statements
+
+
+CopiesCheck = Callable[[Mapping[Path, Path]], None]  # index.publish's, on the copies it made
+
+
+def subjects_check(statements: Mapping[str, bytes], first: CopiesCheck) -> CopiesCheck:
+    """Publish's check of its copies (under its lock): *first*, then each statement names its
+    copy's sha256, so no tree serves a statement beside a wheel it does not describe."""
+
+    def check(copies: Mapping[Path, Path]) -> None:
+        first(copies)
+        for given, copy in copies.items():
+            if given.name not in statements:
+                continue
+            found, _envelope = read_statement_or_envelope(statements[given.name])
+            sha256 = hash_file(copy)
+            if (error := subject_error(found, given.name, sha256)) is not None:
+                raise error
+
+    return check

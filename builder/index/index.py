@@ -10,6 +10,8 @@ Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130
     files/<wheel>.yanked         optional marker; its text is the yank reason (PEP 592)
     files/<wheel>.archs          cache: "<sha256> <SASS archs...>" read from its .so files, for
                                  the page for people; trusted only while the sha256 matches
+    files/<wheel>.intoto.jsonl   optional: its provenance statement, a DSSE envelope (publish
+                                 --sign-key signs it; `wheelbuild verify` checks it), linked
     index.html                   the page for people (builder/index/index_page.py)
     simple/index.html|json       every project
     simple/<project>/index.html|json
@@ -51,6 +53,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
+from ..provenance import ENVELOPE_SUFFIX
 from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
@@ -60,6 +63,7 @@ from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [
     "API_VERSION",
+    "ENVELOPE_SUFFIX",
     "FILES",
     "INPUTS_SUFFIX",
     "MEDIA_HTML_V1",
@@ -315,6 +319,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
         requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
         yanked = read_yank(files_dir / (name + YANKED_SUFFIX))
+        statement = files_dir / (name + ENVELOPE_SUFFIX)
         archs = _cached_archs(wheel, sha256)
         if archs is None and (archs := read_archs(wheel)) is not None:
             sidecars[f"{FILES}/{name}{ARCHS_SUFFIX}"] = " ".join([sha256, *map(str, archs)]).encode() + b"\n"
@@ -330,6 +335,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
                 requires_python=str(requires).strip() if requires else None,
                 yanked=yanked,
                 archs=archs,
+                statement=statement.is_file() and not statement.is_symlink(),
             )
         )
     return tuple(found), sidecars

@@ -24,6 +24,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
+from ..provenance import ENVELOPE_SUFFIX
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
 
@@ -134,7 +135,13 @@ def _row(dist: Distribution) -> str:
         f'<td class="date">{dist.upload_time.strftime("%Y-%m-%d %H:%M")} UTC</td>',
         f'<td class="yanked">{html.escape(yanked)}</td>',
         f'<td class="install">{_command(uv, "uv")}{_command(pip, "pip")}'
-        f'<a class="file" href="files/{_quote(dist.filename)}">{html.escape(dist.filename)}</a></td>',
+        f'<a class="file" href="files/{_quote(dist.filename)}">{html.escape(dist.filename)}</a>'
+        + (
+            f' <a class="provenance" href="files/{_quote(dist.filename + ENVELOPE_SUFFIX)}">provenance</a>'
+            if dist.statement
+            else ""
+        )
+        + "</td>",
     ]
     cls = "wheel yanked" if dist.yanked is not None else "wheel"
     return f'<tr class="{cls}" data-project="{html.escape(dist.project)}">' + "".join(cells) + "</tr>"
@@ -157,7 +164,7 @@ tr.yanked td { background: #fdf1f0; } tr.yanked td.yanked { color: #b3261e; }
   padding: 2px 6px; user-select: all; white-space: nowrap; }
 .cmd.pip code { color: #5a6273; }
 button.copy { font-size: 11px; padding: 1px 6px; }
-a.file { font-size: 11px; color: #5a6273; }
+a.file, a.provenance { font-size: 11px; color: #5a6273; }
 """
 
 

@@ -17,6 +17,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from ..provenance import ENVELOPE_SUFFIX
+
 API_VERSION = "1.1"
 FILES = "files"
 SIMPLE = "simple"
@@ -36,6 +38,7 @@ class Distribution:
     requires_python: str | None
     yanked: str | None  # None: not yanked; "" yanked without a reason
     archs: tuple[int, ...] | None = None  # SASS in its .so files (() none); None: not known
+    statement: bool = False  # its provenance statement is beside it (<wheel>.intoto.jsonl)
 
 
 def _upload_time(moment: datetime) -> str:
@@ -46,6 +49,12 @@ def _upload_time(moment: datetime) -> str:
 def _file_url(filename: str) -> str:
     # Relative to simple/<project>/; quoted, so a local version's "+" reaches the server as "%2B".
     return f"../../{FILES}/{quote(filename)}"
+
+
+# Where the project page names it: a private key in PEP 691's JSON (a leading underscore is the
+# index's own, no client reads it as a standard's), a data- attribute no installer reads in HTML.
+STATEMENT_KEY = "_provenance"
+STATEMENT_ATTRIBUTE = "data-wheelbuild-provenance"
 
 
 def _json(document: object) -> bytes:
@@ -78,6 +87,8 @@ def _anchor(dist: Distribution) -> str:
         attrs.append(f'data-core-metadata="sha256={dist.metadata_sha256}"')
     if dist.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(dist.yanked)}"')
+    if dist.statement:
+        attrs.append(f'{STATEMENT_ATTRIBUTE}="{html.escape(_file_url(dist.filename + ENVELOPE_SUFFIX))}"')
     return f"<a {' '.join(attrs)}>{html.escape(dist.filename)}</a><br>"
 
 
@@ -96,6 +107,8 @@ def _file_json(dist: Distribution) -> dict[str, object]:
     entry["upload-time"] = _upload_time(dist.upload_time)
     # PEP 691: false, or the reason; a yank without a reason is plain true.
     entry["yanked"] = False if dist.yanked is None else (dist.yanked or True)
+    if dist.statement:
+        entry[STATEMENT_KEY] = _file_url(dist.filename + ENVELOPE_SUFFIX)
     return entry
 
 

@@ -163,11 +163,13 @@ def publish(
     hook: index.WriteHook | None = None,
     inputs: Mapping[str, tuple[str, ...]] | None = None,
     check: CopiesCheck | None = None,
+    statements: Mapping[str, bytes] | None = None,
 ) -> PublishResult:
     """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *inputs* maps a
     wheel's file name to the inputs keys of the builds it serves (the one that made it; for an
     abi3 wheel, the nightly's cells of every Python), kept beside it (``<wheel>.inputs``) so that
-    a nightly can skip cells whose wheels are already published.
+    a nightly can skip cells whose wheels are already published. *statements* maps a wheel's
+    file name to its provenance statement, kept beside it (:func:`_add_statement`).
 
     Each wheel is read and checked as given first (a bad one is refused before the tree is
     touched); then, under the lock, copied into the tree under a temporary name, and that copy is
@@ -198,9 +200,7 @@ def publish(
                 if check is not None:
                     check(copies)
                 added, present = _new_and_present(checked, files)
-                for path, info, sha256 in added:
-                    keys = (inputs or {}).get(info.filename, ())
-                    _add_wheel(files, copies[path], info, sha256, keys, hook)
+                _put_in_place(files, copies, added, present, inputs or {}, statements or {}, hook)
             written = _regenerate(root, hook)
         except OSError as error:
             raise _write_failed(root, error) from error
@@ -302,12 +302,14 @@ def _add_wheel(
     sha256: str,
     inputs_keys: tuple[str, ...],
     hook: index.WriteHook | None,
+    statement: bytes | None = None,
 ) -> None:
-    """One wheel into files/: its METADATA and inputs key first, then the checked *copy* renamed
-    into place, then its sha256 cache (each atomically), so no page can link a wheel whose
-    metadata is missing."""
+    """One wheel into files/: its METADATA, inputs key and statement first, then the checked
+    *copy* renamed into place, then its sha256 cache (each atomically), so no page can link a
+    wheel whose metadata is missing."""
     target = files / info.filename
     rel = f"{index.FILES}/{info.filename}"
+    _add_statement(target, statement, hook)
     index.atomic_write(
         target.with_name(target.name + index.METADATA_SUFFIX),
         info.metadata,
@@ -328,6 +330,33 @@ def _add_wheel(
         hook=hook,
         rel=rel + index.SHA256_SUFFIX,
     )
+
+
+def _put_in_place(
+    files: Path,
+    copies: Mapping[Path, Path],
+    added: Sequence[_Checked],
+    present: Sequence[str],
+    inputs: Mapping[str, tuple[str, ...]],
+    statements: Mapping[str, bytes],
+    hook: index.WriteHook | None,
+) -> None:
+    """The new wheels into files/ with their sidecars; a statement beside a wheel already there."""
+    for path, info, sha256 in added:
+        keys = inputs.get(info.filename, ())
+        _add_wheel(files, copies[path], info, sha256, keys, hook, statements.get(info.filename))
+    for name in present:
+        _add_statement(files / name, statements.get(name), hook)
+
+
+def _add_statement(wheel: Path, statement: bytes | None, hook: index.WriteHook | None) -> None:
+    """*wheel*'s provenance statement (one DSSE envelope line) beside it as ``<wheel>.intoto.jsonl``,
+    unless it has one already: files in a tree are never replaced (rsync pushes only new ones),
+    so a caller's check of the copies is where a statement is judged."""
+    sidecar = wheel.with_name(wheel.name + index.ENVELOPE_SUFFIX)
+    if statement is None or os.path.lexists(sidecar):
+        return
+    index.atomic_write(sidecar, statement, hook=hook, rel=f"{index.FILES}/{sidecar.name}")
 
 
 def published_inputs(root: Path) -> set[str]:

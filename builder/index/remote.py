@@ -259,9 +259,10 @@ def publish_rsync(
     progress: Callable[[str], None],
     inputs: Mapping[str, tuple[str, ...]] | None = None,
     check: publishing.CopiesCheck | None = None,
+    statements: Mapping[str, bytes] | None = None,
 ) -> publishing.PublishResult:
     """Publish into the remote tree (see the module docstring for the order of things); *check*
-    as for a local publish."""
+    and *statements* as for a local publish."""
     for tool in ("rsync", target.ssh()[0]):
         if shutil.which(tool) is None:
             raise UploadFailed(
@@ -280,7 +281,7 @@ def publish_rsync(
             [*rsync, "--delete", *keep_out, "--", f"{remote}/", f"{mirror}/"],
             "pulling the remote tree",
         )
-        result = publishing.publish(wheels, mirror, inputs=inputs, check=check)
+        result = publishing.publish(wheels, mirror, inputs=inputs, check=check, statements=statements)
         progress(f"pushing {len(result.added)} new wheel(s), then {len(result.pages)} page(s)")
         # Files before pages: a page never links a file the host does not have yet. Files are
         # immutable: --ignore-existing never replaces one (conflicts were refused above).

@@ -26,9 +26,10 @@ __all__ = [
     "refuse_two_of_one_slot",
 ]
 
-# The file names `wheelbuild serve` answers under files/ (a wheel and its sidecars); publish
+# The file names `wheelbuild serve` answers under files/ (a wheel, its .metadata and .inputs, its
+# provenance statement); publish
 # takes no wheel whose name, or whose .metadata's, is not one: it would be listed and then 404.
-_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs)?")
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs|\.intoto\.jsonl)?")
 NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
 
 

@@ -1,8 +1,9 @@
 """Canary: distinct fake secrets in every place a user gives one (the torch index URL's user
 info, each shared-cache variable wheelbuild hands a build, TWINE_PASSWORD), a real fixture
 build through the import gate and a publish; then no trace of any of them in build.log, gate.log,
-build-report.json, the terminal, `docker inspect` of every container the run made (sampled while
-they lived) and of the image, or the process list sampled during the build. The same build
+build-report.json, the provenance statements (the run folder's and the tree's), the terminal,
+`docker inspect` of every container the run made (sampled while they lived) and of the image,
+or the process list sampled during the build. The same build
 proves it still used the credentialed URL: pip names it, masked, in the log.
 
 PyPI ignores basic auth on its simple pages, so a credentialed PyPI URL works as the index. The
@@ -11,6 +12,7 @@ SCCACHE_REDIS, SCCACHE_GHA_ENABLED): no S3, Redis or GitHub cache is reachable h
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -94,6 +96,13 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
     )  # fmt: skip
     assert publish.returncode == 0, publish.stderr
 
+    # The provenance statements: beside each wheel in the run folder, and the tree's envelope
+    # of each (its payload decoded: base64 would hide a canary from a plain search).
+    statements = [p.read_text() for p in run_dir.glob("*.whl.intoto.json")]
+    envelopes = [json.loads(p.read_bytes()) for p in (tmp_path / "tree" / "files").glob("*.whl.intoto.jsonl")]
+    assert statements and len(envelopes) == len(statements)
+    statements += [base64.b64decode(e["payload"]).decode() for e in envelopes]
+
     image = docker_client.api.inspect_image(cuda_image)
     history = docker_client.api.history(cuda_image)
     assert len(inspected) >= 2  # the attempt's container and the gate's, at least
@@ -103,6 +112,7 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
         "build-report.json": (run_dir / "build-report.json").read_text(),
         "terminal": terminal,
         "publish": publish.stdout + publish.stderr,
+        "provenance statements": "\n".join(statements),
         "docker inspect (containers)": "\n".join(inspected.values()),
         "docker inspect (image)": json.dumps(image) + json.dumps(history),
         "process list": "\n".join(seen_processes),

@@ -91,13 +91,15 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the installed `wheelbuild` console script for real, with Docker unreachable; with
     capped=True, in an address space of ADDRESS_SPACE_CAP."""
 
-    def run(*args: str, capped: bool = False) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, capped: bool = False, prefix: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELBUILD_", "CIBW_"))}
         env["DOCKER_HOST"] = NO_DOCKER
         env["NO_COLOR"] = "1"
         env["WHEELBUILD_CACHE_DIR"] = str(tmp_path / "cache")
         return subprocess.run(
-            [str(WHEELBUILD), *args],
+            [*prefix, str(WHEELBUILD), *args],  # prefix: e.g. unshare -n, a network namespace of its own
             cwd=tmp_path,
             env=env,
             capture_output=True,
