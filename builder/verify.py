@@ -42,7 +42,7 @@ from .run.reporter import Reporter
 from .run.results import builder_versions, source_digest
 from .signing import VerifyingKey, signed_by
 from .sources import cache_dir
-from .spec import BuildSpec, PinMode, Resources
+from .spec import BuildSpec, PinMode, Resources, parse_python
 from .statements import TREE_DIGEST, read_beside, subject_error
 from .variants import parse_variant
 from .wheel.diff import first_difference
@@ -192,13 +192,19 @@ def rebuild_spec(
                 "the statement's torch index had credentials, which it does not hold",
                 f"export {TORCH_INDEX_ENV} with the credentialed index URL (read by name)",
             )
-    pin = PinMode(str(given.get("pin", PinMode.BUILT.value)))
+    try:
+        pin = PinMode(str(given.get("pin", PinMode.BUILT.value)))
+    except ValueError:
+        raise StatementUnusable(
+            f"the statement's pin {given.get('pin')!r} is not one wheelbuild knows",
+            "rebuild from its own statement",
+        ) from None
     return BuildSpec(
         recipe=recipe,
         variant=parse_variant(str(given.get("torch", "")), index or None),
         archs=_archs(given.get("archs")),
         ptx=_archs(given.get("ptx")),
-        pythons=tuple(str(p) for p in _list(given.get("pythons"))),
+        pythons=tuple(parse_python(str(p)) for p in _list(given.get("pythons"))),
         output_dir=output_dir.resolve(),
         rebuild=True,
         compiler_cache=False,

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,22 @@ def test_a_rebuild_is_built_from_the_statements_own_arguments_and_a_difference_i
 
     same = rebuild(verdict, ImageOptions(None, None), tmp_path / "out", None, lambda _s, _o: [wheel])
     assert same == wheel
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [("pin", "sideways", 71), ("archs", ["120; rm -rf /"], 71), ("pythons", ["cp311 && true"], 13)],
+)
+def test_a_rebuild_refuses_parameters_no_build_would_be_given(
+    tmp_path: Path, field: str, value: object, code: int
+) -> None:
+    """A statement is read as hostile: a parameter `build` would refuse is refused before any
+    build, with one line and its own exit code (the statement's own, or a bad argument's)."""
+    from wheelbuild.errors import WheelbuildError
+    from wheelbuild.verify import rebuild_spec, verify_wheel
+
+    found = verify_wheel(run_folder(tmp_path)).statement_of
+    external = {**found.external, field: value}
+    with pytest.raises(WheelbuildError) as refused:
+        rebuild_spec(replace(found, external=external), tmp_path / "out", None, {})
+    assert refused.value.exit_code == code
