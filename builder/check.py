@@ -50,6 +50,7 @@ __all__ = [
     "first_problem",
     "inspect_or_refuse",
     "stamp_and_check",
+    "torch_range_line",
 ]
 
 REPORT = REPORT_NAME
@@ -168,6 +169,14 @@ def gate_verdict(wheel: Path, content: Path | None = None) -> tuple[list[Wheelbu
             else "its shared objects need more than its tags allow"
         )
     )
+
+
+def torch_range_line(wheel: Path) -> str | None:
+    """The wheel's torch range in one line, from the report beside it ("cp311: imports with
+    torch 2.12.1-2.15.0; fails on ..."), for the index page; None without one."""
+    report = _report_beside(wheel)
+    ranges = report.ranges_of(wheel.name) if report is not None else ()
+    return " | ".join(f"{r.python}: {r.summary}" for r in ranges) or None
 
 
 def describe_wheel(wheel: WheelInfo) -> dict[str, object]:

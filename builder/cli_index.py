@@ -17,6 +17,7 @@ from .errors import BadArgument, BadHtpasswd
 from .index import publish as publishing
 from .index import remote
 from .index import serve as serving
+from .index import yank as yanking
 from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import (
@@ -109,7 +110,11 @@ def _publish_to(
     again: publishing.CopiesCheck,
     statements: Mapping[str, bytes] | None = None,
 ) -> None:
-    inputs = {w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))}
+    sidecars = publishing.Sidecars(
+        inputs={w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))},
+        statements=statements or {},
+        torch_ranges={w.name: line for w in wheels if (line := check.torch_range_line(w))},
+    )
     if isinstance(where, remote.UploadEndpoint):
         sha256 = remote.upload(wheels, where, check=again)
         prune.record_published(wheels, where.url, sha256)  # gc keeps a run whose wheels were published
@@ -118,9 +123,9 @@ def _publish_to(
         return
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
-        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, inputs, again, statements)
+        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, sidecars, again)
     else:
-        result = publishing.publish(wheels, where, inputs=inputs, check=again, statements=statements)
+        result = publishing.publish(wheels, where, sidecars=sidecars, check=again)
     prune.record_published(wheels, str(where), result.sha256)
     for name in result.added:
         click.echo(f"added {name}")
@@ -143,7 +148,7 @@ def _publish_to(
 def yank(target: str, root: Path, reason: str, undo: bool) -> None:
     """Yank (PEP 592) the wheels TARGET names: a file name, or PROJECT==VERSION. Installers skip
     a yanked file unless it is pinned exactly; nothing is deleted."""
-    result = publishing.unyank(root, target) if undo else publishing.yank(root, target, reason)
+    result = yanking.unyank(root, target) if undo else yanking.yank(root, target, reason)
     for name in result.changed:
         click.echo(f"{'unyanked' if undo else 'yanked'} {name}")
     for name in result.unchanged:

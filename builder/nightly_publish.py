@@ -175,6 +175,11 @@ def _publish(
     # The cells' checks, on the copies publish makes; then each cell's statement, carried beside
     # its wheel, must name that copy.
     statements = for_publish(wheels, None, (), False)
+    sidecars = publishing.Sidecars(
+        inputs=inputs,
+        statements=statements,
+        torch_ranges={w.name: line for w in wheels if (line := check.torch_range_line(w))},
+    )
     again = subjects_check(statements, check.copies_check(None, None))
     if isinstance(where, remote.UploadEndpoint):
         if wheels:
@@ -184,11 +189,11 @@ def _publish(
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
         if wheels:
-            result = remote.publish_rsync(wheels, where, mirror, say, inputs, again, statements)
+            result = remote.publish_rsync(wheels, where, mirror, say, sidecars, again)
             prune.record_published(wheels, str(where), result.sha256)
         return mirror
     if wheels:
-        result = publishing.publish(wheels, where, inputs=inputs, check=again, statements=statements)
+        result = publishing.publish(wheels, where, sidecars=sidecars, check=again)
         prune.record_published(wheels, str(where), result.sha256)
     return where
 

@@ -98,6 +98,10 @@ METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
 ARCHS_SUFFIX = ".archs"
+# The torch releases the wheel loaded with, as its build's torch range said (one line per
+# Python); shown on the page for people. Written by publish, never by a client.
+TORCH_RANGE_SUFFIX = ".torch-range"
+MAX_TORCH_RANGE = 4096
 TEMP_SUFFIX = ".tmp"
 _MAX_CACHE_SIZE = 64 * 1024  # a .sha256 or .archs cache line, a yank reason
 _CHUNK = 1 << 20
@@ -278,6 +282,15 @@ def read_archs(wheel: Path) -> tuple[int, ...] | None:
     return tuple(sorted({arch for module in found.values() for arch in module.sass}))
 
 
+def read_torch_range(sidecar: Path) -> str | None:
+    """What a wheel's torch-range sidecar says (at most MAX_TORCH_RANGE bytes, a regular file),
+    or None when there is none."""
+    try:
+        return read_bounded(sidecar, MAX_TORCH_RANGE).decode("utf-8", errors="replace").strip() or None
+    except (FileNotFoundError, FileRefused):
+        return None
+
+
 def read_yank(marker: Path) -> str | None:
     """The reason a yank marker gives (PEP 592; "" for none), or None when there is no marker.
     One that is not a regular file still marks the yank; it is not read."""
@@ -319,6 +332,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             sidecars[f"{FILES}/{name}{METADATA_SUFFIX}"] = metadata
         requires = BytesParser(policy=compat32).parsebytes(metadata, headersonly=True).get("Requires-Python")
         yanked = read_yank(files_dir / (name + YANKED_SUFFIX))
+        torch_range = read_torch_range(files_dir / (name + TORCH_RANGE_SUFFIX))
         statement = files_dir / (name + ENVELOPE_SUFFIX)
         archs = _cached_archs(wheel, sha256)
         if archs is None and (archs := read_archs(wheel)) is not None:
@@ -336,6 +350,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
                 yanked=yanked,
                 archs=archs,
                 statement=statement.is_file() and not statement.is_symlink(),
+                torch_range=torch_range,
             )
         )
     return tuple(found), sidecars

@@ -128,7 +128,9 @@ def _row(dist: Distribution) -> str:
     cells = [
         f'<td class="project">{html.escape(dist.project)}</td>',
         f'<td class="version">{html.escape(version)}</td>',
-        f'<td class="variant">{html.escape(cuda)}<br>{html.escape(torch)}</td>',
+        f'<td class="variant">{html.escape(cuda)}<br>{html.escape(torch)}'
+        + (f'<div class="range">{html.escape(dist.torch_range)}</div>' if dist.torch_range else "")
+        + "</td>",
         f'<td class="python" title="{html.escape(platforms)}">{html.escape(pythons)}</td>',
         f'<td class="archs">{html.escape(_archs(dist))}</td>',
         f'<td class="size">{format_bytes(dist.size)}</td>',
@@ -165,6 +167,7 @@ tr.yanked td { background: #fdf1f0; } tr.yanked td.yanked { color: #b3261e; }
 .cmd.pip code { color: #5a6273; }
 button.copy { font-size: 11px; padding: 1px 6px; }
 a.file, a.provenance { font-size: 11px; color: #5a6273; }
+td.variant div.range { white-space: normal; max-width: 28em; font-size: 11px; color: #5a6273; }
 """
 
 

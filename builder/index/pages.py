@@ -39,6 +39,7 @@ class Distribution:
     yanked: str | None  # None: not yanked; "" yanked without a reason
     archs: tuple[int, ...] | None = None  # SASS in its .so files (() none); None: not known
     statement: bool = False  # its provenance statement is beside it (<wheel>.intoto.jsonl)
+    torch_range: str | None = None  # "cp311: imports with torch 2.12.1-2.15.0; fails on ..."
 
 
 def _upload_time(moment: datetime) -> str:

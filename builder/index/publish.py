@@ -30,15 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular
 from ..errors import (
     BadArgument,
     IndexWriteFailed,
     InvalidWheel,
-    NotPublished,
     PublishLocked,
     WheelConflict,
 )
@@ -48,14 +45,15 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "CopiesCheck",
     "PublishResult",
-    "YankResult",
+    "locked_tree",
     "only_tree",
     "publish",
     "published_inputs",
+    "regenerate",
     "reindex",
+    "remove_temp_files",
     "staged",
-    "unyank",
-    "yank",
+    "write_failed",
 ]
 
 DEFAULT_LOCK_TIMEOUT = 120.0
@@ -76,16 +74,8 @@ class PublishResult:
         return tuple(p for p in self.written if p.startswith(f"{index.SIMPLE}/"))
 
 
-@dataclass(frozen=True)
-class YankResult:
-    root: Path
-    changed: tuple[str, ...]  # wheels whose yank state this call changed
-    unchanged: tuple[str, ...]  # already in the asked state
-    written: tuple[str, ...]
-
-
 @contextlib.contextmanager
-def _locked(root: Path, timeout: float) -> Iterator[None]:
+def locked_tree(root: Path, timeout: float) -> Iterator[None]:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -113,7 +103,7 @@ def _locked(root: Path, timeout: float) -> Iterator[None]:
         lock.release()
 
 
-def _write_failed(root: Path, error: OSError) -> IndexWriteFailed:
+def write_failed(root: Path, error: OSError) -> IndexWriteFailed:
     where = f" ({error.filename})" if error.filename else ""
     if error.errno == errno.ENAMETOOLONG:
         # A wheel name that fits the file system can still be too long for its temp file or sidecars.
@@ -128,7 +118,7 @@ def _write_failed(root: Path, error: OSError) -> IndexWriteFailed:
     )
 
 
-def _remove_temp_files(root: Path) -> None:
+def remove_temp_files(root: Path) -> None:
     """Temp files of a killed writer. Only called under the lock, when no writer is running."""
     for temp in root.glob(f".{index_page.PAGE}.*{index.TEMP_SUFFIX}"):  # the page for people's
         with contextlib.suppress(FileNotFoundError):
@@ -146,7 +136,7 @@ def _remove_temp_files(root: Path) -> None:
                 shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
 
 
-def _regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
+def regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
     return index.write_plan(root, index.plan_index(root), hook=hook)
 
 
@@ -155,21 +145,29 @@ def _regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
 CopiesCheck = Callable[[Mapping[Path, Path]], None]
 
 
+@dataclass(frozen=True)
+class Sidecars:
+    """What goes beside each wheel besides its METADATA, by wheel file name."""
+
+    inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # keys of the builds it serves
+    statements: Mapping[str, bytes] = field(default_factory=dict)  # its provenance statement
+    torch_ranges: Mapping[str, str] = field(default_factory=dict)  # the torch releases it loaded with
+
+
 def publish(
     wheels: Sequence[Path],
     root: Path,
     *,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     hook: index.WriteHook | None = None,
-    inputs: Mapping[str, tuple[str, ...]] | None = None,
+    sidecars: Sidecars | None = None,
     check: CopiesCheck | None = None,
-    statements: Mapping[str, bytes] | None = None,
 ) -> PublishResult:
-    """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *inputs* maps a
-    wheel's file name to the inputs keys of the builds it serves (the one that made it; for an
-    abi3 wheel, the nightly's cells of every Python), kept beside it (``<wheel>.inputs``) so that
-    a nightly can skip cells whose wheels are already published. *statements* maps a wheel's
-    file name to its provenance statement, kept beside it (:func:`_add_statement`).
+    """Copy *wheels* into ``root/files`` and regenerate the index of *root*. *sidecars* go beside
+    each wheel: the inputs keys of the builds it serves (the one that made it; for an abi3 wheel,
+    the nightly's cells of every Python, ``<wheel>.inputs``) so that a nightly can skip cells whose
+    wheels are already published; its provenance statement (:func:`_add_statement`); the line its
+    build's torch range says, for the index page.
 
     Each wheel is read and checked as given first (a bad one is refused before the tree is
     touched); then, under the lock, copied into the tree under a temporary name, and that copy is
@@ -180,13 +178,14 @@ def publish(
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
     had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write, and what
     *check* raises. *hook* is called before each file is renamed into place (for tests)."""
-    _check_inputs(inputs or {})
+    sidecars = sidecars or Sidecars()
+    _check_inputs(sidecars.inputs)
     wheel_names.refuse_two_of_one_slot(
         [(path, index.read_wheel(path).filename, index.hash_file(path)) for path in wheels]
     )
     files = root / index.FILES
-    with _locked(root, lock_timeout):
-        _remove_temp_files(root)
+    with locked_tree(root, lock_timeout):
+        remove_temp_files(root)
         made = not files.is_dir()
         try:
             files.mkdir(exist_ok=True)
@@ -200,10 +199,10 @@ def publish(
                 if check is not None:
                     check(copies)
                 added, present = _new_and_present(checked, files)
-                _put_in_place(files, copies, added, present, inputs or {}, statements or {}, hook)
-            written = _regenerate(root, hook)
+                _put_in_place(files, copies, added, present, sidecars, hook)
+            written = regenerate(root, hook)
         except OSError as error:
-            raise _write_failed(root, error) from error
+            raise write_failed(root, error) from error
         finally:
             if made:
                 with contextlib.suppress(OSError):
@@ -300,16 +299,23 @@ def _add_wheel(
     copy: Path,
     info: index.IndexEntry,
     sha256: str,
-    inputs_keys: tuple[str, ...],
+    sidecars: Sidecars,
     hook: index.WriteHook | None,
-    statement: bytes | None = None,
 ) -> None:
-    """One wheel into files/: its METADATA, inputs key and statement first, then the checked
-    *copy* renamed into place, then its sha256 cache (each atomically), so no page can link a
-    wheel whose metadata is missing."""
+    """One wheel into files/: its METADATA, inputs key, statement and torch range first, then
+    the checked *copy* renamed into place, then its sha256 cache (each atomically), so no page
+    can link a wheel whose metadata is missing."""
     target = files / info.filename
     rel = f"{index.FILES}/{info.filename}"
-    _add_statement(target, statement, hook)
+    inputs_keys = sidecars.inputs.get(info.filename, ())
+    _add_statement(target, sidecars.statements.get(info.filename), hook)
+    if torch_range := sidecars.torch_ranges.get(info.filename):
+        index.atomic_write(
+            target.with_name(target.name + index.TORCH_RANGE_SUFFIX),
+            torch_range.encode()[: index.MAX_TORCH_RANGE],
+            hook=hook,
+            rel=rel + index.TORCH_RANGE_SUFFIX,
+        )
     index.atomic_write(
         target.with_name(target.name + index.METADATA_SUFFIX),
         info.metadata,
@@ -337,16 +343,14 @@ def _put_in_place(
     copies: Mapping[Path, Path],
     added: Sequence[_Checked],
     present: Sequence[str],
-    inputs: Mapping[str, tuple[str, ...]],
-    statements: Mapping[str, bytes],
+    sidecars: Sidecars,
     hook: index.WriteHook | None,
 ) -> None:
     """The new wheels into files/ with their sidecars; a statement beside a wheel already there."""
     for path, info, sha256 in added:
-        keys = inputs.get(info.filename, ())
-        _add_wheel(files, copies[path], info, sha256, keys, hook, statements.get(info.filename))
+        _add_wheel(files, copies[path], info, sha256, sidecars, hook)
     for name in present:
-        _add_statement(files / name, statements.get(name), hook)
+        _add_statement(files / name, sidecars.statements.get(name), hook)
 
 
 def _add_statement(wheel: Path, statement: bytes | None, hook: index.WriteHook | None) -> None:
@@ -385,111 +389,9 @@ def reindex(
 ) -> tuple[str, ...]:
     """Regenerate the index of *root* from its files (after a wheel was removed by hand, or to
     finish a publish that was killed). Returns what was written or removed."""
-    with _locked(root, lock_timeout):
-        _remove_temp_files(root)
+    with locked_tree(root, lock_timeout):
+        remove_temp_files(root)
         try:
-            return _regenerate(root, hook)
+            return regenerate(root, hook)
         except OSError as error:
-            raise _write_failed(root, error) from error
-
-
-def _targets(root: Path, target: str) -> list[str]:
-    """Wheel file names in *root* that *target* names: a wheel file name, or PROJECT==VERSION."""
-    files = root / index.FILES
-    published = (
-        sorted(p.name for p in files.glob("*.whl") if not p.name.startswith(".")) if files.is_dir() else []
-    )
-    if target.endswith(".whl"):
-        if target not in published:
-            raise NotPublished(
-                f"{target} is not published in {root}",
-                f"name a file listed in {files}, or use PROJECT==VERSION",
-            )
-        return [target]
-    project, sep, version_text = target.partition("==")
-    try:
-        version = Version(version_text.strip())
-    except InvalidVersion:
-        sep = ""
-    if not sep or not project.strip():
-        raise BadArgument(
-            f"{target!r} names no wheel",
-            "give a wheel file name (flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_x86_64.whl) "
-            "or PROJECT==VERSION (flash-attn==2.8.3+cu130torch2.11)",
-        )
-    name = canonicalize_name(project.strip())
-    matches = []
-    for filename in published:
-        wheel_name, wheel_version = index.parse_filename(files / filename)
-        if wheel_name == name and wheel_version == version:
-            matches.append(filename)
-    if not matches:
-        raise NotPublished(
-            f"no wheel of {name} {version} is published in {root}",
-            "check the version, local label included (e.g. 2.8.3+cu130torch2.11)",
-        )
-    return matches
-
-
-def _set_yank(
-    root: Path, target: str, reason: str | None, lock_timeout: float, hook: index.WriteHook | None
-) -> YankResult:
-    try:
-        indexed = (root / index.SIMPLE / "index.html").is_file()
-    except OSError:  # a name too long for the file system
-        indexed = False
-    if not indexed:
-        # Checked before the lock, which would create the directory: a typo must leave no trace.
-        raise NotPublished(
-            f"nothing is published in {root}: it has no index ({root / index.SIMPLE / 'index.html'})",
-            "check --wheelhouse: name a tree a publish wrote, e.g. wheelhouse/cu130",
-        )
-    changed: list[str] = []
-    unchanged: list[str] = []
-    with _locked(root, lock_timeout):
-        _remove_temp_files(root)
-        names = _targets(root, target)
-        try:
-            for name in names:
-                marker = root / index.FILES / (name + index.YANKED_SUFFIX)
-                if reason is None:
-                    if marker.exists():
-                        marker.unlink()
-                        changed.append(name)
-                    else:
-                        unchanged.append(name)
-                    continue
-                if index.read_yank(marker) == reason:
-                    unchanged.append(name)
-                else:
-                    index.atomic_write(marker, reason.encode(), hook=hook, rel=f"{index.FILES}/{marker.name}")
-                    changed.append(name)
-            written = _regenerate(root, hook)
-        except OSError as error:
-            raise _write_failed(root, error) from error
-    return YankResult(root=root, changed=tuple(changed), unchanged=tuple(unchanged), written=written)
-
-
-def yank(
-    root: Path,
-    target: str,
-    reason: str = "",
-    *,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-    hook: index.WriteHook | None = None,
-) -> YankResult:
-    """Mark the wheels *target* names (a file name or PROJECT==VERSION) as yanked (PEP 592), with
-    *reason* (one line; may be empty), and regenerate the index. Installers skip yanked files
-    unless pinned exactly."""
-    return _set_yank(root, target, " ".join(reason.split()), lock_timeout, hook)
-
-
-def unyank(
-    root: Path,
-    target: str,
-    *,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-    hook: index.WriteHook | None = None,
-) -> YankResult:
-    """Take back a yank of the wheels *target* names, and regenerate the index."""
-    return _set_yank(root, target, None, lock_timeout, hook)
+            raise write_failed(root, error) from error

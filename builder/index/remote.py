@@ -28,7 +28,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -257,12 +257,11 @@ def publish_rsync(
     target: RsyncTarget,
     mirror: Path,
     progress: Callable[[str], None],
-    inputs: Mapping[str, tuple[str, ...]] | None = None,
+    sidecars: publishing.Sidecars,
     check: publishing.CopiesCheck | None = None,
-    statements: Mapping[str, bytes] | None = None,
 ) -> publishing.PublishResult:
-    """Publish into the remote tree (see the module docstring for the order of things); *check*
-    and *statements* as for a local publish."""
+    """Publish into the remote tree (see the module docstring for the order of things); *sidecars*
+    and *check* as for a local publish."""
     for tool in ("rsync", target.ssh()[0]):
         if shutil.which(tool) is None:
             raise UploadFailed(
@@ -281,7 +280,7 @@ def publish_rsync(
             [*rsync, "--delete", *keep_out, "--", f"{remote}/", f"{mirror}/"],
             "pulling the remote tree",
         )
-        result = publishing.publish(wheels, mirror, inputs=inputs, check=check, statements=statements)
+        result = publishing.publish(wheels, mirror, sidecars=sidecars, check=check)
         progress(f"pushing {len(result.added)} new wheel(s), then {len(result.pages)} page(s)")
         # Files before pages: a page never links a file the host does not have yet. Files are
         # immutable: --ignore-existing never replaces one (conflicts were refused above).

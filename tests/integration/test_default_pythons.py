@@ -16,7 +16,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 from wheelbuild.errors import TorchIndexUnreachable
-from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.publish import publish
+from wheelbuild.index.yank import yank
 from wheelbuild.project_pages import HttpRefused, files_on_page
 from wheelbuild.pythons import choose_pythons
 from wheelbuild.remote_wheel import remote_metadata

@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.publish import publish
+from wheelbuild.index.yank import yank
 
 from tests.browser import chromium, count_near, distinct_colors, read_png
 from tests.indexkit import make_wheel

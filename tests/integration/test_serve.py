@@ -26,7 +26,7 @@ import aiohttp
 import bcrypt
 import pytest
 from wheelbuild.errors import BadHtpasswd, NoIndex, ServeFailed
-from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.publish import publish
 from wheelbuild.index.serve import (
     MEDIA_HTML,
     MEDIA_HTML_V1,
@@ -39,6 +39,7 @@ from wheelbuild.index.serve import (
 )
 from wheelbuild.index.serve_auth import _Failures
 from wheelbuild.index.serve_log import escape as _escape
+from wheelbuild.index.yank import yank
 
 from tests.indexkit import make_wheel, parse_page
 from tests.integration.serving import (

@@ -420,7 +420,9 @@ def test_every_inputs_key_beside_a_published_wheel_keeps_its_stored_result(tmp_p
     out = tmp_path / "wheelhouse"
     wheel = make_wheel(tmp_path / "in", tag="cp39-abi3-linux_x86_64")
     cp311, cp313 = "311" * 21 + "1", "313" * 21 + "3"
-    publishing.publish([wheel], out / "cu130", inputs={wheel.name: (cp311, cp313)})
+    publishing.publish(
+        [wheel], out / "cu130", sidecars=publishing.Sidecars(inputs={wheel.name: (cp311, cp313)})
+    )
     assert prune.published_in(out).inputs == frozenset({cp311, cp313})
 
 

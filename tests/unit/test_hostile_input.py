@@ -31,8 +31,9 @@ from wheelbuild.errors import (
 )
 from wheelbuild.index import index, remote
 from wheelbuild.index import serve as serving
-from wheelbuild.index.publish import publish, unyank, yank
+from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.remote import RsyncTarget, parse_target
+from wheelbuild.index.yank import unyank, yank
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.stamp import stamp_wheel
@@ -468,7 +469,9 @@ def test_rsync_and_ssh_get_double_dash_before_host_arguments(
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
     target = RsyncTarget(host="ci@wheels.example", path="/srv/wheels")
-    remote.publish_rsync([make_wheel(tmp_path / "in")], target, tmp_path / "mirror", lambda _line: None)
+    remote.publish_rsync(
+        [make_wheel(tmp_path / "in")], target, tmp_path / "mirror", lambda _line: None, Sidecars()
+    )
     ssh, *rsyncs = calls
     assert ssh[ssh.index("--") + 1] == "ci@wheels.example"
     assert len(rsyncs) == 4  # pull, files, simple/, the page for people

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,8 +14,9 @@ import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 from wheelbuild.index import index, index_page
-from wheelbuild.index.publish import publish, yank
+from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.serve import _wants_page
+from wheelbuild.index.yank import yank
 
 from tests.indexkit import make_wheel
 
@@ -175,3 +177,22 @@ def test_publish_writes_the_page_and_an_archs_cache_beside_each_wheel(tmp_path: 
 )
 def test_only_a_browser_gets_the_page_at_the_root(accept: str | None, page: bool) -> None:
     assert _wants_page(accept) is page
+
+
+def test_the_page_shows_each_wheels_torch_range_which_publish_keeps_beside_it(tmp_path: Path) -> None:
+    """What the build's torch range said (from the report beside the wheel, as publish reads it)
+    goes beside the wheel in the tree and onto its row, escaped; a wheel without one shows none."""
+    ranged = make_wheel(tmp_path / "in", "wbtiny", "0.1.0+cu130torch2.14", tag="cp311-cp311-linux_x86_64")
+    plain = make_wheel(tmp_path / "in", "wbtiny", "0.2.0+cu130torch2.14", tag="cp311-cp311-linux_x86_64")
+    line = "cp311: imports with torch 2.13.0; fails on 2.14.1: undefined symbol c10::f(int) <script>"
+    publish([ranged, plain], tmp_path / "tree", sidecars=Sidecars(torch_ranges={ranged.name: line}))
+    sidecar = tmp_path / "tree" / "files" / (ranged.name + index.TORCH_RANGE_SUFFIX)
+    assert sidecar.read_text() == line
+    page = (tmp_path / "tree" / index_page.PAGE).read_text()
+    assert page.count('<div class="range">') == 1
+    assert f'<div class="range">{html.escape(line)}</div>' in page  # its own row's, escaped
+    # A sidecar that is not a regular file is not read: the row shows no range.
+    sidecar.unlink()
+    sidecar.mkdir()
+    distributions, _ = index.scan(tmp_path / "tree")
+    assert {d.filename: d.torch_range for d in distributions} == {ranged.name: None, plain.name: None}

@@ -25,7 +25,7 @@ from wheelbuild.errors import (
     PublishedIndexUnreachable,
     PublishTargetMissing,
 )
-from wheelbuild.index.publish import publish
+from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.remote import RsyncTarget
 from wheelbuild.matrix import Cell, load_matrix, parse_matrix
 from wheelbuild.nightly import (
@@ -231,7 +231,11 @@ def _tree_with(tmp_path: Path, keys: dict[str, str]) -> Path:
         make_wheel(tmp_path / "w", payload=name, version=f"0.{i}.0+cu130torch2.11")
         for i, name in enumerate(keys)
     ]
-    publish(wheels, tree, inputs={w.name: (keys[name],) for w, name in zip(wheels, keys, strict=True)})
+    publish(
+        wheels,
+        tree,
+        sidecars=Sidecars(inputs={w.name: (keys[name],) for w, name in zip(wheels, keys, strict=True)}),
+    )
     return tree
 
 

@@ -22,7 +22,8 @@ from wheelbuild.errors import (
     WheelConflict,
 )
 from wheelbuild.index import index
-from wheelbuild.index.publish import publish, published_inputs, reindex, unyank, yank
+from wheelbuild.index.publish import Sidecars, publish, published_inputs, reindex
+from wheelbuild.index.yank import unyank, yank
 
 from tests.indexkit import check_tree, lock_held, make_wheel, parse_page
 
@@ -83,7 +84,7 @@ def test_the_inputs_key_of_each_build_is_kept_beside_its_wheel(tmp_path: Path) -
     b = make_wheel(tmp_path / "in", "wbtiny", "0.2.0+cu130torch2.11")
     root = tmp_path / "cu130"
     assert published_inputs(root) == set()
-    publish([a, b], root, inputs={a.name: ("a" * 64,)})  # b came without a build report
+    publish([a, b], root, sidecars=Sidecars(inputs={a.name: ("a" * 64,)}))  # b came without a build report
     assert (root / "files" / f"{a.name}.inputs").read_text() == "a" * 64 + "\n"
     assert not (root / "files" / f"{b.name}.inputs").exists()
     assert published_inputs(root) == {"a" * 64}
@@ -97,12 +98,12 @@ def test_an_inputs_key_that_is_not_one_hex_digest_is_refused_where_written_and_w
     one, other = "a" * 64, "b" * 64
     for key in (f"{one}\n{other}", f"{one}\r", "key-a", one.upper()):
         with pytest.raises(BadArgument) as refused:
-            publish([wheel], tmp_path / "tree", inputs={wheel.name: (key,)})
+            publish([wheel], tmp_path / "tree", sidecars=Sidecars(inputs={wheel.name: (key,)}))
         assert refused.value.exit_code == 13 and "is not a sha256 hex digest" in refused.value.cause
         assert not (tmp_path / "tree").exists()
     # A sidecar someone else wrote: one line that is no key and it names none, not the others.
     root = tmp_path / "tree"
-    publish([wheel], root, inputs={wheel.name: (one,)})
+    publish([wheel], root, sidecars=Sidecars(inputs={wheel.name: (one,)}))
     assert published_inputs(root) == {one}
     (root / "files" / f"{wheel.name}.inputs").write_text(f"{one}\n{other}\nnot a key\n")
     assert published_inputs(root) == set()
