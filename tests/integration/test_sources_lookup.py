@@ -60,9 +60,12 @@ def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path)
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # --track latest also names the torch release that `cu130` means on that index today.
+    pypi = "https://pypi.org/simple"
+    torch = newest_release(read_torch_index(pypi), parse_variant("cu130", pypi), ("cp312",)).version
     assert [line.split()[0] for line in done.stdout.splitlines()] == [
-        "flash-attn-2.8.1-cu130-cp312-100.120",
-        f"flash-attn-{newest}-cu130-cp312-100.120",
+        f"flash-attn-2.8.1-{torch}-cu130-cp312-100.120",
+        f"flash-attn-{newest}-{torch}-cu130-cp312-100.120",
     ]
 
 
