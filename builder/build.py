@@ -93,7 +93,7 @@ def _torch_chosen(
     spec: BuildSpec, index: TorchIndex | None, pythons: tuple[str, ...], reporter: Reporter
 ) -> tuple[BuildSpec, str]:
     """The spec with its torch release resolved for these Pythons (see preflight.resolve_torch)."""
-    variant, why = resolve_torch(spec.variant, index, pythons, reporter)
+    variant, why = resolve_torch(spec.variant, index, pythons, reporter, spec.recipe)
     return replace(spec, variant=variant), why
 
 

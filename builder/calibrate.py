@@ -86,6 +86,9 @@ def run_calibration(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
     recipe = resolve_lookup(recipe, reporter.info)
+    # The release a build of this recipe would compile against (the newest it compiles with).
+    index = preflight.torch_index(variant, False, reporter)
+    variant, _why = preflight.resolve_torch(variant, index, None, reporter, recipe)
     run_id = preflight.new_run_id()
     engine.connect()
     inputs = preflight.image_inputs(engine, options.for_variant(variant))

@@ -180,11 +180,11 @@ def plan(
     named = _build_only.get("pythons")
     pythons = tuple(parse_python(str(p)) for p in named) if isinstance(named, tuple) and named else None
     # What was looked up goes to stderr; the plan on stdout says the choice once.
-    variant, torch_why = preflight.planned_torch(
-        parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr)
-    )
     # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
     recipe = _recipe(package, recipe_version, arch_env, env_pairs)
+    variant, torch_why = preflight.planned_torch(
+        parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr), recipe
+    )
     planned = preflight.plan_for(
         recipe,
         parse_archs(archs),

@@ -56,7 +56,7 @@ from .nightly_publish import (
     report_verdict,
 )
 from .pythons import choose_pythons
-from .recipes import resolve_recipe
+from .recipes import known_recipes, resolve_recipe
 from .requires_python import requires_python_of
 from .run.image import production_base
 from .run.ports import Engine, Images
@@ -149,6 +149,17 @@ class Skipped:
     why: str
 
 
+def _torch_problem(cell: Cell) -> str | None:
+    """A known recipe that cannot compile against the cell's torch (its ceiling) says why."""
+    if cell.package not in known_recipes():
+        return None
+    ceiling = resolve_recipe(cell.package, version=cell.version or None).torch_ceiling
+    variant = parse_variant(cell.torch)
+    if ceiling is None or not ceiling.excludes(variant.torch_version):
+        return None
+    return f"{cell.package} cannot be built for torch {variant.torch_version}: {ceiling.why}"
+
+
 def _compiler_problem(cell: Cell, cuda12: CudaCompiler | None) -> str | None:
     variant = parse_variant(cell.torch)
     archs = parse_archs(cell.archs)
@@ -194,7 +205,7 @@ def feasible_cells(
     good: list[Cell] = []
     skipped: list[Skipped] = []
     for cell in cells:
-        if problem := _compiler_problem(cell, cuda12):
+        if problem := _torch_problem(cell) or _compiler_problem(cell, cuda12):
             skipped.append(Skipped(cell, problem))
             continue
         for python in (cell.python,) if cell.python else tuple(image):

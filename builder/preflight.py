@@ -348,23 +348,37 @@ def torch_index(variant: TorchVariant, pythons_named: bool, reporter: Reporter) 
 
 
 def resolve_torch(
-    variant: TorchVariant, index: TorchIndex | None, pythons: Sequence[str] | None, reporter: Reporter
+    variant: TorchVariant,
+    index: TorchIndex | None,
+    pythons: Sequence[str] | None,
+    reporter: Reporter,
+    recipe: Recipe | None = None,
 ) -> tuple[TorchVariant, str]:
     """The release the build uses, and why: for a bare tag (cu130) the index's newest built with
-    that CUDA and with a wheel for one of *pythons* (None: any CPython); for a full variant, the
-    one asked, its CUDA checked. Without the index, the table's release for the tag, with a
-    warning naming its date."""
+    that CUDA and with a wheel for one of *pythons* (None: any CPython) that *recipe* compiles
+    with; for a full variant, the one asked, its CUDA checked. Without the index, the table's
+    release for the tag, with a warning naming its date. Raises BadVariant for a release past
+    the recipe's torch ceiling."""
+    ceiling = recipe.torch_ceiling if recipe is not None else None
+    past = recipe is not None and ceiling is not None and ceiling.excludes(variant.torch_version)
+    if recipe is not None and ceiling is not None and past and not variant.newest:
+        raise ceiling.refusal(recipe.name, variant)
     if index is None:
-        why = f"torch {variant.torch_version}: as asked (its index could not be read)"
-        if variant.newest:
-            why = (
-                f"torch {variant.torch_version}: the newest {variant.tag} release wheelbuild knew of on "
-                f"{DEFAULT_TORCH_AS_OF} (its own table; the index could not be read)"
-            )
-            reporter.warn(why)
+        if not variant.newest:
+            return variant, f"torch {variant.torch_version}: as asked (its index could not be read)"
+        known = f"the newest {variant.tag} release wheelbuild knew of"
+        if recipe is not None and ceiling is not None and past:
+            # The table's release is past the ceiling: the newest known to compile instead.
+            variant = replace(variant, torch_version=ceiling.last_good)
+            known = f"the newest {variant.tag} release {recipe.name} compiles with that wheelbuild knew of"
+        why = (
+            f"torch {variant.torch_version}: {known} on {DEFAULT_TORCH_AS_OF} "
+            "(its own table; the index could not be read)"
+        )
+        reporter.warn(why)
         return replace(variant, newest=False), why
     if variant.newest:
-        choice = newest_release(index, variant, pythons)
+        choice = newest_release(index, variant, pythons, ceiling=ceiling)
     else:
         choice = asked_release(index, variant, python=pythons[0] if pythons else None)
     reporter.info(choice.why)
@@ -372,7 +386,7 @@ def resolve_torch(
 
 
 def planned_torch(
-    variant: TorchVariant, pythons: Sequence[str] | None, reporter: Reporter
+    variant: TorchVariant, pythons: Sequence[str] | None, reporter: Reporter, recipe: Recipe | None = None
 ) -> tuple[TorchVariant, str]:
     """The torch release a build would use (resolve_torch), for the Pythons named or, before the
     image is known, any; for `plan`, an index that cannot be read is only a warning."""
@@ -381,4 +395,4 @@ def planned_torch(
     except TorchIndexUnreachable as unreachable:
         reporter.warn(unreachable.cause)
         index = None
-    return resolve_torch(variant, index, pythons, reporter)
+    return resolve_torch(variant, index, pythons, reporter, recipe)

@@ -40,7 +40,7 @@ from .pythons import has_wheel
 from .remote_wheel import METADATA_LIMIT, download_wheel, remote_metadata
 from .secrets import Redactor, redact_url, url_secrets
 from .sources import cache_dir
-from .variants import TorchRule, TorchVariant, parse_variant
+from .variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
 
 CACHE_MAX_AGE_S = 24 * 3600
 PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is not an index page
@@ -401,14 +401,24 @@ class TorchChoice:
 
 
 def newest_release(
-    index: TorchIndex, variant: TorchVariant, pythons: Sequence[str] | None, *, cache: Path | None = None
+    index: TorchIndex,
+    variant: TorchVariant,
+    pythons: Sequence[str] | None,
+    *,
+    cache: Path | None = None,
+    ceiling: TorchCeiling | None = None,
 ) -> TorchChoice:
     """The newest final release on *index* built with the variant's CUDA that has a wheel for
     one of *pythons* (the build's: those asked, or the image's that the package admits; None:
-    any CPython, for a plan made before the image is known). Raises BadVariant when there is
-    none, TorchIndexUnreachable when a release's METADATA cannot be read."""
+    any CPython, for a plan made before the image is known), below the package's *ceiling*.
+    Raises BadVariant when there is none, TorchIndexUnreachable when a release's METADATA cannot
+    be read."""
     newer: list[str] = []
     for release in index.releases:
+        if ceiling is not None and ceiling.excludes(release.version):
+            if not any(n.startswith(f"{ceiling.first} and newer") for n in newer):
+                newer.append(f"{ceiling.first} and newer: {ceiling.why}")
+            continue
         wanted = sorted(release.pythons, key=_sort_key) if pythons is None else pythons
         usable = [p for p in wanted if has_wheel(release.pythons, p)]
         if not usable:

@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from .errors import BadVariant
 from .secrets import without_credentials
 
@@ -112,6 +114,26 @@ class TorchVariant:
 
     def __str__(self) -> str:
         return f"{self.torch_version}+{self.tag}"
+
+
+@dataclass(frozen=True)
+class TorchCeiling:
+    """The first torch minor a package cannot compile against, and why: that release and every
+    later one are passed over for it."""
+
+    first: str  # "2.14": 2.14.0 and later
+    why: str  # a clause a person reads: "its setup.py compiles with -std=c++17 and ..."
+    last_good: str  # the newest release known to compile, used offline instead of the table's
+
+    def excludes(self, version: str) -> bool:
+        return Version(version).release[:2] >= Version(self.first).release[:2]
+
+    def refusal(self, package: str, variant: TorchVariant) -> BadVariant:
+        return BadVariant(
+            f"{package} cannot be built for torch {variant.torch_version}: {self.why}",
+            f"build for a torch older than {self.first} (--torch {variant.tag} picks the newest it "
+            "compiles with), or patch the package's flags and build it as a local project",
+        )
 
 
 @dataclass(frozen=True)

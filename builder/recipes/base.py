@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import TypeAlias, assert_never
 
 from ..plan.memory_model import MemoryModel, default_model
+from ..variants import TorchCeiling
 
 # How a release still to be looked up on the index is written: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"
@@ -103,6 +104,8 @@ class Recipe:
     # package the wheel holds), and a GPU smoke test in images/smoke/ run where a GPU is.
     import_packages: tuple[str, ...] | None = None
     smoke_test: str | None = None
+    # The first torch it cannot compile against, and why: `--torch cu130` then picks an older one.
+    torch_ceiling: TorchCeiling | None = None
 
     def with_env(self, env: Mapping[str, str]) -> Recipe:
         """The same recipe with extra env for the build (`--env KEY=VALUE`)."""

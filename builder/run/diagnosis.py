@@ -66,6 +66,12 @@ _MISSING_SOURCE = re.compile(
     r"(\S+?\.(?:cu|cpp|cc|cxx|c))(?:: No such file or directory|'?, needed by .* missing and no known rule|\s*$)",
     re.MULTILINE,
 )
+# torch's own headers failing on a C++20 feature (torch 2.14's c10 uses operator<=>): the package
+# passes an older -std, which wins over the -std=c++20 cpp_extension adds only when none is given.
+_TORCH_NEEDS_CXX20 = re.compile(
+    r"^\s*\S*torch/include/\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*error\b[^\n]*(?:strong_ordering|<=>)[^\n]*$",
+    re.MULTILINE,
+)
 _UNSUPPORTED_ARCH = re.compile(r"Unsupported gpu architecture '(compute_\w+|sm_\w+)'")
 _UNSUPPORTED_HOST = re.compile(
     r"unsupported GNU version|unsupported (?:clang|Microsoft Visual Studio) version"
@@ -104,6 +110,14 @@ def compile_failure(result: AttemptResult) -> WheelbuildError | None:
             f"the source lacks {', '.join(missing)}, which its build compiles",
             "its sdist was published without those sources: build from the project's repository (a git "
             f"checkout or the release's source archive) instead; {where}",
+            details=tail,
+        )
+    if in_torch := _TORCH_NEEDS_CXX20.search(text):
+        return CompileFailed(
+            f"compile failed in torch's own headers, which need C++20: {in_torch.group(0).strip()}",
+            "the package compiles with an older -std (e.g. -std=c++17 in its setup.py): build for a torch "
+            "before 2.14 (e.g. --torch 2.13.0+cu130), or make its flags say -std=c++20; this is not an "
+            f"out-of-memory kill, so it is not retried; {where}",
             details=tail,
         )
     for pattern, cause, remedy in _COMPILER_REFUSALS:

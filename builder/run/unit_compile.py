@@ -15,6 +15,7 @@ import docker.errors
 import docker.types
 
 from .. import secrets
+from ..errors import TorchIndexUnreachable
 from ..names import TORCH_VOLUME_PREFIX
 from .containers import StartContainer, remove_all, script_volume, transient_retry
 from .ports import OnLine, UnitCompile, UnitResult
@@ -46,18 +47,34 @@ def ensure_torch_headers(
         index_file = Path(work) / secrets.TORCH_INDEX_FILE
         index_file.touch(mode=0o600)
         index_file.write_text(index_url)
-        start(
-            image,
-            ["sh", script, f"{secrets.MOUNT}/{secrets.TORCH_INDEX_FILE}", TORCH_HEADERS_DIR],
-            environment={"TORCH_REQUIREMENT": requirement},
-            volumes={
-                name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"},
-                work: {"bind": secrets.MOUNT, "mode": "ro"},
-                **mount,
-            },
-            remove=True,
-        )
+        try:
+            start(
+                image,
+                ["sh", script, f"{secrets.MOUNT}/{secrets.TORCH_INDEX_FILE}", TORCH_HEADERS_DIR],
+                environment={"TORCH_REQUIREMENT": requirement},
+                volumes={
+                    name: {"bind": TORCH_HEADERS_DIR, "mode": "rw"},
+                    work: {"bind": secrets.MOUNT, "mode": "ro"},
+                    **mount,
+                },
+                remove=True,
+            )
+        except docker.errors.ContainerError as error:
+            raise _torch_not_installed(requirement, error) from None
     return name
+
+
+def _torch_not_installed(requirement: str, error: docker.errors.ContainerError) -> TorchIndexUnreachable:
+    """pip's last word on why, not the index URL (it may hold credentials; pip redacts them)."""
+    output = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else ""
+    said = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    return TorchIndexUnreachable(
+        f"pip could not install {requirement} from the torch index in the build image"
+        + (f": {said[-1].removeprefix('ERROR: ')}" if said else f" (exit {error.exit_status})"),
+        "pass --torch-index-url with an index this machine reaches (https://pypi.org/simple has the "
+        "cu130 builds), or set WHEELBUILD_TORCH_INDEX_URL",
+        details="\n".join(output.splitlines()[-10:]),
+    )
 
 
 def compile_unit_alone(start: StartContainer, job: UnitCompile) -> UnitResult:

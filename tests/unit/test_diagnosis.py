@@ -39,6 +39,38 @@ def test_a_missing_header_of_the_package_is_the_sources(make_result: MakeResult)
     assert error.remedy.startswith("fix the source")
 
 
+def test_torch_headers_that_need_cxx20_under_an_older_std_are_named_not_the_source(
+    make_result: MakeResult,
+) -> None:
+    # nvcc 13.1 on flash-attn 2.8.3's kernel (its setup.py passes -std=c++17) with torch 2.14.1's
+    # headers; the errors that follow in the torch headers are what the tail holds.
+    error = _error(
+        make_result(
+            '/opt/wheelbuild-torch/torch/include/c10/util/intrusive_ptr.h(775): error: namespace "std" has '
+            'no member "strong_ordering"\n'
+            "  [[nodiscard]] inline std::strong_ordering operator<=>(\n"
+            "/opt/wheelbuild-torch/torch/include/torch/headeronly/core/DeviceType.h(80): error: name "
+            'followed by "::" must be a class or namespace name\n'
+        )
+    )
+    assert isinstance(error, CompileFailed)
+    assert error.cause.startswith("compile failed in torch's own headers, which need C++20")
+    assert "intrusive_ptr.h(775)" in error.cause
+    assert "fix the source" not in error.remedy and "-std=c++20" in error.remedy
+
+
+def test_an_error_in_torch_headers_for_another_reason_is_a_plain_compile_failure(
+    make_result: MakeResult,
+) -> None:
+    error = _error(
+        make_result(
+            '/usr/include/torch/include/c10/core/Device.h(51): error: identifier "Device" is undefined\n'
+        )
+    )
+    assert isinstance(error, CompileFailed)
+    assert error.remedy.startswith("fix the source")
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -629,3 +629,14 @@ def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_i
     assert all(c["args"][-2:] == ["--pin", "proven"] for c in plan["build"])
     assert plan["skipped"] == [] and plan["published"] == []
     assert "cu130:newest-2..newest: 2.12.1, 2.13.0, 2.14.1 on" in done.stderr
+
+
+def test_a_cell_whose_torch_the_recipe_cannot_compile_against_is_skipped_with_why() -> None:
+    good, skipped = _feasible(
+        {"build": [{"package": "flash-attn", "torch": ["2.13.0+cu130", "2.14.1+cu130"], "python": ["3.12"]}]}
+    )
+    assert [c.torch for c in good] == ["2.13.0+cu130"]
+    assert [s.cell.torch for s in skipped] == ["2.14.1+cu130"]
+    assert skipped[0].why.startswith(
+        "flash-attn cannot be built for torch 2.14.1: its setup.py compiles with -std=c++17"
+    )

@@ -6,15 +6,19 @@ reads the same over HTTP from a real `wheelbuild serve`, byte ranges included.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import torch_releases
+from wheelbuild import preflight, torch_releases
 from wheelbuild.errors import BadArgument, BadVariant, TorchIndexUnreachable
 from wheelbuild.project_pages import IndexFile, file_url, files_on_page
+from wheelbuild.recipes import resolve_recipe
+from wheelbuild.run.reporter import Reporter
 from wheelbuild.secrets import redact_url
 from wheelbuild.torch_releases import (
     TorchIndex,
@@ -328,3 +332,36 @@ def test_a_files_url_carries_the_index_credentials_to_its_own_host_only() -> Non
     assert file_url(page, here) == f"https://user:{SECRET}@wheels.example/files/t.whl"
     assert file_url(page, there) == "https://files.example/packages/t.whl"
     assert file_url("https://wheels.example/simple/torch/", here) == "https://wheels.example/files/t.whl"
+
+
+def test_a_recipes_torch_ceiling_passes_newer_releases_over_and_refuses_one_asked(tmp_path: Path) -> None:
+    ceiling = resolve_recipe("flash-attn").torch_ceiling
+    assert ceiling is not None
+    _with_known_cuda(tmp_path, PYPI_LIKE, PYPI_CUDA)
+    index = TorchIndex(UNREACHABLE, tuple(PYPI_LIKE))
+    choice = newest_release(index, parse_variant("cu130"), ("cp311",), cache=tmp_path, ceiling=ceiling)
+    assert choice.version == "2.13.0"
+    assert f"(2.14 and newer: {ceiling.why}" in choice.why
+    with pytest.raises(BadVariant) as caught:
+        preflight.resolve_torch(
+            parse_variant("2.14.1+cu130"),
+            index,
+            ("cp311",),
+            Reporter(io.StringIO()),
+            resolve_recipe("flash-attn"),
+        )
+    assert caught.value.exit_code == 11
+    assert caught.value.cause == f"flash-attn cannot be built for torch 2.14.1: {ceiling.why}"
+    # Offline, a table release past the ceiling gives way to the newest known to compile, said.
+    offline = dataclasses.replace(parse_variant("cu130"), torch_version="2.14.1")  # as the table may say
+    said = io.StringIO()
+    variant, why = preflight.resolve_torch(
+        offline, None, ("cp311",), Reporter(said), resolve_recipe("flash-attn")
+    )
+    assert variant.torch_version == ceiling.last_good == "2.13.0" and not variant.newest
+    assert why.startswith(
+        "torch 2.13.0: the newest cu130 release flash-attn compiles with that wheelbuild knew of"
+    )
+    assert why in said.getvalue()
+    # A package without a ceiling gets the newest.
+    assert newest_release(index, parse_variant("cu130"), ("cp311",), cache=tmp_path).version == "2.14.1"
