@@ -18,6 +18,11 @@ def test_a_signed_statement_verifies_offline_and_a_rebuild_from_it_gives_the_sam
     built = wheelbuild(
         "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120", "--python", "3.11",
         "--memory", "4g", "--output-dir", str(tmp_path / "out"), "--no-gate", "--rebuild",
+        # Cold, as the rebuild is: in one CI run a compiler cache warmed by the suite's other builds
+        # handed this build a binding.o whose DWARF differed (.debug_info 176 bytes apart, every
+        # input the same). That gap is open (issue 32's note); test_reproducible checks a cache
+        # warmed by builds of the same inputs.
+        "--no-compiler-cache",
         timeout=3600,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr
