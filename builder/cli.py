@@ -65,7 +65,7 @@ def main() -> None:
 @main.command(cls=ConfiguredCommand)
 @build_flags
 def build(
-    package: str | None,
+    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
     torch_variant: str,
     torch_index_url: str | None,
     archs: str,
@@ -97,8 +97,8 @@ def build(
     image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by ConfiguredCommand
 ) -> None:
-    """Build PACKAGE's wheel: a recipe (flash-attn, wbdemo), a project path or an sdist (a path, or
-    a URL with #sha256=); without PACKAGE, wbdemo. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
+    """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=) or a recipe (flash-attn);
+    without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = BuildSpec(
         recipe=_recipe(package, recipe_version, arch_env, env_pairs),
         variant=parse_variant(torch_variant, torch_index_url),
@@ -126,9 +126,7 @@ def build(
     echo_built(result, reporter)
 
 
-def _recipe(
-    package: str | None, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]
-) -> Recipe:
+def _recipe(package: str, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]) -> Recipe:
     """PACKAGE as a recipe, with the --env variables the command line gave it."""
     return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
@@ -156,7 +154,7 @@ def _resources(
 @main.command(cls=ConfiguredCommand)
 @build_flags
 def plan(
-    package: str | None,
+    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
     torch_variant: str,
     torch_index_url: str | None,
     archs: str,
@@ -176,15 +174,16 @@ def plan(
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
     building, then every build option and where its value came from (command line,
-    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
+    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`.
+    PACKAGE as for build: without it, the project in this folder; --example, the bundled one."""
+    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
+    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
     named = _build_only.get("pythons")
     pythons = tuple(parse_python(str(p)) for p in named) if isinstance(named, tuple) and named else None
     # What was looked up goes to stderr; the plan on stdout says the choice once.
     variant, torch_why = preflight.planned_torch(
         parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr)
     )
-    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
-    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
     planned = preflight.plan_for(
         recipe,
         parse_archs(archs),

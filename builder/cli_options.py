@@ -15,7 +15,7 @@ import click
 
 from . import config, preflight
 from .errors import WheelbuildError
-from .recipes import known_recipes
+from .recipes import chosen_package, default_package, known_recipes
 from .spec import (
     DEFAULT_OUTPUT_DIR,
     MAX_CPUS,
@@ -392,8 +392,22 @@ _build_flags = (
 )
 
 
+_example_option = click.option(
+    "--example",
+    is_flag=True,
+    help="Build the bundled example extension, wbdemo, instead of a project (the same as PACKAGE wbdemo).",
+)
+
+
 def build_flags(f: CommandFunction) -> CommandFunction:
-    return click.argument("package", required=False)(_options(*_build_flags)(f))
+    """build's options (plan takes them too), PACKAGE and --example passed to the command as one
+    `package`: what to build (recipes.chosen_package: PACKAGE, the example, or `.`)."""
+
+    @functools.wraps(f)
+    def command(*args: object, package: str | None, example: bool, **kwargs: object) -> object:
+        return f(*args, package=chosen_package(package, example=example), **kwargs)
+
+    return click.argument("package", required=False)(_options(_example_option, *_build_flags)(command))
 
 
 CONFIG_FILES_KEY = "wheelbuild.config"  # ctx.meta key: the FileConfig the command's options were read with
@@ -423,11 +437,11 @@ class ConfiguredCommand(click.Command):
             given = next(p for p in self.params if p.name == "config_file")
             raw, _source = given.consume_value(ctx, opts)  # not given: None, or click 8.3's UNSET
             config_file = given.type_cast_value(ctx, raw) if isinstance(raw, str) else None
-            package = opts.get("package")
-            files = config.load_config(
-                config.find_project(package if isinstance(package, str) else None, known_recipes()),
-                config_file,
+            named = opts.get("package")
+            package = default_package(
+                named if isinstance(named, str) else None, example=opts.get("example") is True
             )
+            files = config.load_config(config.find_project(package, known_recipes()), config_file)
             ctx.default_map = {**(ctx.default_map or {}), **files.default_map()}
             ctx.meta[CONFIG_FILES_KEY] = files
         return super().parse_args(ctx, args)
