@@ -39,7 +39,10 @@ from .variants import parse_variant
     "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
     "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
 )
-@torch_option("Variant the wheels were built for [default: the build report beside them].")
+@torch_option(
+    "Variant the wheels were built for [default: the build report beside them, else each wheel's "
+    "local version label, +cu130torch2.14]."
+)
 @click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
 @click.option(
     "--sign-key",
