@@ -19,11 +19,14 @@ from .cli_options import (
     CONFIG_FILES_KEY,
     GIVEN_PATH,
     GIVEN_TEXT,
+    LIST_RULE,
+    REPEATABLE,
     ConfiguredCommand,
     ImageFlags,
     WheelbuildGroup,
     build_flags,
     fail_with,
+    joined_list,
     provenance,
     reads_build_config,
     torch_index_option,
@@ -56,7 +59,7 @@ from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
 
 
-@click.group(cls=WheelbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=WheelbuildGroup, epilog=LIST_RULE, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wheelbuild")
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
@@ -239,9 +242,17 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
     "--archs",
     "archs_options",
     multiple=True,
-    help="Archs compiled at once; repeatable (--archs 100,120 --archs 100) [default: 100,120].",
+    help="Archs compiled at once, one set per --archs; repeatable, the sets add up (--archs 100,120 "
+    "--archs 100 measures both) [default: 100,120].",
 )
-@click.option("--threads", default="1", show_default=True, help="NVCC_THREADS values, e.g. 1,2.")
+@click.option(
+    "--threads",
+    multiple=True,
+    callback=joined_list,
+    default=("1",),
+    show_default=True,
+    help=f"NVCC_THREADS values to measure, comma-separated (1,2); {REPEATABLE}.",
+)
 @click.option(
     "--sample",
     type=click.IntRange(min=1),
@@ -253,7 +264,7 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
     "--unit",
     "unit_names",
     multiple=True,
-    help="Measure this unit (file name); repeatable; overrides --sample.",
+    help=f"Measure this unit (file name); {REPEATABLE}; overrides --sample.",
 )
 @click.option("--memory", help="Each compile's container limit [default: this machine's, less a reserve].")
 @click.option(

@@ -11,6 +11,8 @@ import click
 from . import check, prune, signing
 from .cli_options import (
     GIVEN_PATH,
+    REPEATABLE,
+    joined_list,
     torch_option,
 )
 from .errors import BadArgument, BadHtpasswd
@@ -43,7 +45,12 @@ from .variants import parse_variant
     "Variant the wheels were built for [default: the build report beside them, else each wheel's "
     "local version label, +cu130torch2.14]."
 )
-@click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
+@click.option(
+    "--archs",
+    multiple=True,
+    callback=joined_list,
+    help=f"SASS that must be present, comma-separated; {REPEATABLE} [default: the build report's, else 100,120].",
+)
 @click.option(
     "--sign-key",
     type=GIVEN_PATH,
@@ -55,7 +62,13 @@ from .variants import parse_variant
     is_flag=True,
     help="Refuse a wheel whose statement --sign-key or --key has not signed.",
 )
-@click.option("--key", "keys", multiple=True, type=GIVEN_PATH, help="A public key --require-signed accepts.")
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=GIVEN_PATH,
+    help=f"A public key --require-signed accepts; {REPEATABLE}.",
+)
 def publish_command(
     wheels: tuple[Path, ...],
     target: str,

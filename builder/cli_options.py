@@ -81,6 +81,19 @@ GIVEN_TEXT = _GivenText()
 
 
 # ---------------------------------------------------------------------------------------------
+# The one rule for options that take a list: each may be given again, and the values add up
+# (`--archs 100 --archs 120` is `--archs 100,120`); an option of one value keeps the last given.
+LIST_RULE = "Options that take a list may be repeated: the values add up (--archs 100 --archs 120 is --archs 100,120)."
+REPEATABLE = "repeatable, the lists add up"
+
+
+def joined_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    """A repeatable comma-list option (--archs, --threads) as one list: ('100', '120') -> '100,120';
+    None when not given."""
+    return ",".join(values) if values else None
+
+
+# ---------------------------------------------------------------------------------------------
 # Options that several commands take, each declared once: a group is one decorator; an option
 # whose help differs per command is a factory that takes its help.
 
@@ -100,6 +113,7 @@ class OptionSettings(TypedDict, total=False):
     is_flag: bool
     multiple: bool
     type: click.ParamType[object] | type[object]
+    callback: Callable[[click.Context, click.Parameter, tuple[str, ...]], object]
 
 
 def _options(*options: Decorator) -> Decorator:
@@ -234,16 +248,19 @@ _build_flags = (
     _build_option(
         "archs",
         "--archs",
-        default=",".join(map(str, DEFAULT_ARCHS)),
+        multiple=True,
+        callback=joined_list,
+        default=(",".join(map(str, DEFAULT_ARCHS)),),
         show_default=True,
-        help="CUDA SM archs to compile SASS for, plain numbers (120+PTX: its PTX too; a package's own 90a or 100f variant is kept).",
+        help="CUDA SM archs to compile SASS for, plain numbers, comma-separated (120+PTX: its PTX too; a "
+        f"package's own 90a or 100f variant is kept); {REPEATABLE} (the variable: space-separated).",
     ),
     _build_option(
         "python",
         "--python",
         "pythons",
         multiple=True,
-        help="3.11 or cp311; repeatable (the variable: space-separated) [default: every one in the image].",
+        help=f"3.11 or cp311; {REPEATABLE} (the variable: space-separated) [default: every one in the image].",
     ),
     _build_option("version", "--version", "recipe_version", help="Release of a known recipe (flash-attn)."),
     _build_option(
@@ -274,7 +291,7 @@ _build_flags = (
         "--env",
         "env_pairs",
         multiple=True,
-        help="KEY=VALUE for the build's environment; repeatable (the variable: space-separated).",
+        help=f"KEY=VALUE for the build's environment; {REPEATABLE} (the variable: space-separated).",
     ),
     _build_option(
         "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True

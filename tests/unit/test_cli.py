@@ -246,3 +246,37 @@ def test_example_builds_the_bundled_example(run_cli: RunCli) -> None:
     assert run_cli("build", "--example", "--memory", "6g").returncode == 20  # as far as Docker
     both = run_cli("build", "flash-attn", "--example")
     assert both.returncode == 13 and "give PACKAGE or --example, not both" in both.stderr
+
+
+# --- options that take a list: repeated, the values add up ----------------------------------
+
+
+def _archs_row(stdout: str) -> str:
+    """The archs row of plan's options table: its value and where it came from."""
+    table = stdout.split("\noptions (", 1)[1]
+    return next(line for line in table.splitlines() if line.strip().startswith("archs  ")).split(None, 1)[1]
+
+
+def test_archs_given_twice_add_up_in_plan_and_build(run_cli: RunCli) -> None:
+    planned = run_cli("plan", "wbdemo", "--archs", "100", "--archs", "120", "--memory", "8g")
+    assert planned.returncode == 0, planned.stderr
+    assert re.match(r"100,120\s+from --archs$", _archs_row(planned.stdout)), planned.stdout
+    # build reads the same list: the second --archs is checked beside the first, not instead of it
+    built = run_cli("build", "wbdemo", "--archs", "120", "--archs", "1x0")
+    assert built.returncode == 13, built.stderr
+    assert "error: CUDA arch list '120,1x0' is not understood" in built.stderr
+
+
+def test_the_archs_variable_takes_several_lists_separated_by_spaces(run_cli: RunCli) -> None:
+    done = run_cli("plan", "wbdemo", "--memory", "8g", prefix=("env", "WHEELBUILD_ARCHS=100 120"))
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"100,120\s+from WHEELBUILD_ARCHS$", _archs_row(done.stdout)), done.stdout
+
+
+def test_the_rule_for_list_options_is_in_help(run_cli: RunCli) -> None:
+    top = run_cli("--help").stdout
+    assert "Options that take a list may be repeated: the values add up" in " ".join(top.split())
+    build = " ".join(run_cli("build", "--help").stdout.split())
+    for option in ("--archs", "--python", "--env"):
+        described = build.split(f"{option} ", 1)[1].split("[env var", 1)[0]
+        assert "repeatable, the lists add up" in described, option

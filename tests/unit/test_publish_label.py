@@ -75,3 +75,13 @@ def test_a_copied_wheel_without_a_variant_label_still_needs_torch(run_cli: Run, 
     assert cause.endswith("and its version's local label (none) names none")
     assert remedy == "remedy: pass --torch (e.g. --torch cu130), or publish from the build's run directory"
     assert _tree_files(tmp_path / "tree") == []
+
+
+def test_archs_given_twice_to_publish_add_up(run_cli: Run, tmp_path: Path) -> None:
+    """The wheel holds sm_120 only: `--archs 100 --archs 120` asks for both, so it is refused
+    (44); the last --archs alone (120) would have let it through."""
+    wheel = cuda_wheel(tmp_path / "copied")
+    done = run_cli("publish", str(wheel), "--archs", "100", "--archs", "120", "--to", str(tmp_path / "tree"))
+    assert done.returncode == 44, done.stderr
+    assert "has no SASS for sm_100 (it has sm_120)" in done.stderr
+    assert _tree_files(tmp_path / "tree") == []
