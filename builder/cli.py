@@ -17,21 +17,23 @@ from . import calibrate as calibrating
 from . import check, cli_dist, cli_index, cli_nightly, cli_verify, config, preflight, prune, report_html
 from .cli_options import (
     CONFIG_FILES_KEY,
-    GIVEN_PATH,
-    GIVEN_TEXT,
-    LIST_RULE,
-    REPEATABLE,
     ConfiguredCommand,
     ImageFlags,
     WheelbuildGroup,
     build_flags,
     fail_with,
-    joined_list,
     provenance,
     reads_build_config,
     torch_index_option,
     torch_option,
     with_image_flags,
+)
+from .cli_types import (
+    GIVEN_PATH,
+    GIVEN_TEXT,
+    LIST_RULE,
+    REPEATABLE,
+    joined_list,
 )
 from .cli_wheels import echo_built, echo_modules
 from .dist import dist_target
@@ -41,6 +43,7 @@ from .recipes import Recipe, resolve_recipe
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine
+from .run.image import image_table
 from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import (
@@ -60,7 +63,10 @@ from .variants import DEFAULT_ARCHS, parse_variant
 
 
 @click.group(cls=WheelbuildGroup, epilog=LIST_RULE, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="wheelbuild")
+@click.version_option(
+    package_name="wheelbuild",
+    help="Show wheelbuild's own version and exit (a recipe's release is build's --version).",
+)
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
 
@@ -237,7 +243,11 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
 @click.argument("package")
 @torch_option("Variant whose headers and nvcc to use.", default="cu130", show_default=True)
 @torch_index_option("Index to take torch from.", type=GIVEN_TEXT)
-@click.option("--version", "recipe_version", help="Release of the recipe [default: its default].")
+@click.option(
+    "--version",
+    "recipe_version",
+    help="Release of the recipe [default: its default]; not wheelbuild's own (`wheelbuild --version`).",
+)
 @click.option(
     "--archs",
     "archs_options",
@@ -403,19 +413,14 @@ def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
 
 @image.command("ls")
 def image_ls() -> None:
-    """List wheelbuild images and the inputs their labels record."""
+    """List wheelbuild images: tag, ID, size, and the inputs their labels record (base, CUDA, the
+    CUDA 12 layer)."""
     with DockerEngine().connect() as engine:
         images = engine.list_images()
     if not images:
         click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")
-    for found in images:
-        labels = found.labels
-        click.echo(
-            f"{found.tag}  {found.id[7:19]}  base {labels.get('org.opencontainers.image.base.name', '?')}  "
-            f"cuda {labels.get('org.wheelbuild.cuda.version', '?')}  "
-            f"cuda12 {found.cuda12_image or 'none'}"
-            + (f" ({found.cuda12_pins})" if found.cuda12_pins else "")
-        )
+    else:
+        click.echo("\n".join(image_table(images)))
 
 
 @main.command()

@@ -10,10 +10,12 @@ import click
 
 from . import check, prune, signing
 from .cli_options import (
+    torch_option,
+)
+from .cli_types import (
     GIVEN_PATH,
     REPEATABLE,
     joined_list,
-    torch_option,
 )
 from .errors import BadArgument, BadHtpasswd
 from .index import publish as publishing
@@ -181,7 +183,12 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
 
 @click.command()
 @click.argument("directory", required=False, type=GIVEN_PATH)
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every interface, on purpose).",
+)
 @click.option(
     "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
 )

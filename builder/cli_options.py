@@ -4,7 +4,6 @@ types that refuse '', the option groups several commands take, and the build opt
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import NoReturn, TypedDict, TypeVar, Unpack
 import click
 
 from . import config, preflight
+from .cli_types import GIVEN_PATH, GIVEN_TEXT, REPEATABLE, joined_list
 from .errors import WheelbuildError
 from .recipes import chosen_package, default_package, known_recipes
 from .spec import (
@@ -50,47 +50,6 @@ class WheelbuildGroup(click.Group):
             return super().invoke(ctx)
         except WheelbuildError as error:
             fail_with(error)
-
-
-class _GivenPath(click.Path):
-    """click.Path that refuses '': Path('') is the current directory, which an empty value (an
-    unset shell variable, most likely) never meant."""
-
-    def convert(
-        self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None
-    ) -> str | bytes | os.PathLike[str]:
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty path would mean the current directory", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-GIVEN_PATH = _GivenPath(path_type=Path)
-
-
-class _GivenText(click.types.StringParamType):
-    """Text that refuses '': an option given empty would otherwise mean its default."""
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        text = super().convert(value, param, ctx)
-        if not text.strip():
-            self.fail("is empty; leave the option out for its default", param, ctx)
-        return text
-
-
-GIVEN_TEXT = _GivenText()
-
-
-# ---------------------------------------------------------------------------------------------
-# The one rule for options that take a list: each may be given again, and the values add up
-# (`--archs 100 --archs 120` is `--archs 100,120`); an option of one value keeps the last given.
-LIST_RULE = "Options that take a list may be repeated: the values add up (--archs 100 --archs 120 is --archs 100,120)."
-REPEATABLE = "repeatable, the lists add up"
-
-
-def joined_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> str | None:
-    """A repeatable comma-list option (--archs, --threads) as one list: ('100', '120') -> '100,120';
-    None when not given."""
-    return ",".join(values) if values else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,11 +93,13 @@ def torch_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], 
 
 def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
+    kwargs.setdefault("show_envvar", True)
     return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
 
 
 def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--track latest: the matrix with each package's newest release and each tag's newest torch."""
+    kwargs.setdefault("show_envvar", True)
     return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
 
 
@@ -164,6 +125,7 @@ _image_flags = _options(
     click.option(
         "--base-image",
         envvar="WHEELBUILD_BASE_IMAGE",
+        show_envvar=True,
         type=GIVEN_TEXT,
         help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
         "tests use scripts/make-base-image].",
@@ -171,12 +133,14 @@ _image_flags = _options(
     click.option(
         "--ca-bundle",
         envvar="WHEELBUILD_CA_BUNDLE",
+        show_envvar=True,
         type=GIVEN_PATH,
         help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
     ),
     click.option(
         "--cuda12-image",
         envvar="WHEELBUILD_CUDA12_IMAGE",
+        show_envvar=True,
         type=GIVEN_TEXT,
         help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
     ),
@@ -262,7 +226,13 @@ _build_flags = (
         multiple=True,
         help=f"3.11 or cp311; {REPEATABLE} (the variable: space-separated) [default: every one in the image].",
     ),
-    _build_option("version", "--version", "recipe_version", help="Release of a known recipe (flash-attn)."),
+    _build_option(
+        "version",
+        "--version",
+        "recipe_version",
+        help="Release of a known recipe (flash-attn 2.8.3) to build; not wheelbuild's own version, which "
+        "`wheelbuild --version` prints.",
+    ),
     _build_option(
         "arch-env",
         "--arch-env",
@@ -294,10 +264,21 @@ _build_flags = (
         help=f"KEY=VALUE for the build's environment; {REPEATABLE} (the variable: space-separated).",
     ),
     _build_option(
-        "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True
+        "gpus",
+        "--gpus",
+        type=click.Choice([m.value for m in GpuMode]),
+        default="auto",
+        show_default=True,
+        help="Pass the GPUs to the build's containers and the import gate (its GPU smoke test needs one): "
+        "auto (when Docker has the NVIDIA runtime), all (fail without it), none. Compiling needs none.",
     ),
     _build_option(
-        "output-dir", "--output-dir", type=GIVEN_PATH, default=DEFAULT_OUTPUT_DIR, show_default=True
+        "output-dir",
+        "--output-dir",
+        type=GIVEN_PATH,
+        default=DEFAULT_OUTPUT_DIR,
+        show_default=True,
+        help="Where each run's folder goes (OUTPUT_DIR/runs/<run-id>: wheels, build.log, build-report.json).",
     ),
     _build_option(
         "admission",

@@ -11,7 +11,14 @@ import click
 
 from . import signing
 from . import verify as verifying
-from .cli_options import GIVEN_PATH, REPEATABLE, ImageFlags, with_image_flags
+from .cli_options import (
+    ImageFlags,
+    with_image_flags,
+)
+from .cli_types import (
+    GIVEN_PATH,
+    REPEATABLE,
+)
 from .errors import InvalidWheel, WheelsDiffer
 from .run.engine import DockerEngine
 from .run.reporter import Reporter
