@@ -11,6 +11,7 @@ Pure: a WheelInfo in, the problems out, each as the typed error that explains it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,10 @@ from .errors import (
     ArchMissing,
     ArchUnasked,
     BadArgument,
+    BadVariant,
     ImportGateFailed,
     InvalidWheel,
+    LabelDisagreesWithPin,
     ReportUnreadable,
     TorchNotPinned,
     VersionLabelWrong,
@@ -96,28 +99,73 @@ def _report_beside(wheel: Path) -> BuildReport | None:
 
 
 def expectation_for(
-    wheel: Path, variant: TorchVariant | None, archs: tuple[int, ...] | None
+    wheel: Path, variant: TorchVariant | None, archs: tuple[int, ...] | None, info: WheelInfo
 ) -> tuple[TorchVariant, Expectation]:
-    """What `wheel` must hold: from the options given, else from the build report beside it
-    (a run directory of `wheelbuild build`), else the default archs."""
+    """What `wheel` (read as *info*) must hold: from the options given, else from the build
+    report beside it (a run directory of `wheelbuild build`), else from the wheel's own local
+    version label (a wheel copied out of its run), and the default archs."""
     report = _report_beside(wheel)
-    if variant is None:
-        if report is None:
-            raise BadArgument(
-                f"cannot tell which torch variant {wheel.name} was built for: no --torch and no "
-                f"{REPORT} beside it",
-                "pass --torch (e.g. --torch cu130), or publish from the build's run directory",
-            )
-        assert report.torch is not None and report.torch.variant  # _report_beside saw to it
+    pin: str | None = None
+    if variant is None and report is None:
+        variant, pin = _labelled(info)
+    elif variant is None:
+        assert report is not None and report.torch is not None and report.torch.variant  # _report_beside
         variant = parse_variant(report.torch.variant)
     if archs is None:
         archs = report.archs if report else DEFAULT_ARCHS
     contract = report.contract if report else None
     kept = bool(contract and contract.keep_package_archs)
     ptx = contract.ptx if contract is not None and report is not None and archs == report.archs else ()
-    proven = report is not None and report.torch is not None and report.torch.pin == PinMode.PROVEN
-    pin = written_pin(report.ranges_of(wheel.name)) if report is not None and proven else None
+    if report is not None and report.torch is not None and report.torch.pin == PinMode.PROVEN:
+        pin = written_pin(report.ranges_of(wheel.name))
     return variant, Expectation(archs=archs, variant=variant, package_archs=kept, ptx=ptx, pin=pin)
+
+
+_LABEL = re.compile(r"(?P<tag>cu\d{3})torch(?P<minor>\d{1,4}\.\d{1,4})")
+
+
+def _labelled(info: WheelInfo) -> tuple[TorchVariant, str | None]:
+    """The variant a wheel's local version label names (+cu130torch2.14), and the torch range
+    its METADATA pins when that is a proven range (--pin proven: torch>=2.12,<2.15) rather than
+    the label's minor; refused when there is no such label, or when the pin does not admit the
+    label's torch (LabelDisagreesWithPin: one of them was changed after the build)."""
+    name, label = info.path.name, info.local_label or ""
+    found = _LABEL.fullmatch(label)
+    if found is None:
+        raise BadArgument(
+            f"cannot tell which torch variant {name} was built for: no --torch, no {REPORT} beside "
+            f"it, and its version's local label ({'+' + label if label else 'none'}) names none",
+            "pass --torch (e.g. --torch cu130), or publish from the build's run directory",
+        )
+    try:
+        variant = parse_variant(f"{found['minor']}+{found['tag']}")
+    except BadVariant as bad:
+        raise BadVariant(
+            f"{name}: its label +{label} names no torch variant wheelbuild builds", bad.remedy
+        ) from None
+    pins = [r for r in info.torch_requirements if ";" not in r]
+    if not pins or any(_pins(r, variant.torch_minor) for r in pins):
+        return variant, None  # no pin at all: check_wheel says TorchNotPinned
+    built = Version(f"{variant.torch_minor}.0")
+    for requirement in pins:
+        specifier = _specifier(requirement)
+        if specifier is None or not {s.operator for s in specifier} >= {">=", "<"}:
+            continue  # a proven range is bounded both ways
+        if specifier.contains(built, prereleases=True):
+            return variant, str(specifier)
+    raise LabelDisagreesWithPin(
+        f"{name}: its label +{label} says torch {variant.torch_minor}, but its METADATA requires "
+        f"{', '.join(pins)}",
+        "rebuild it (wheelbuild writes the label and the pin together; never edit or rename a "
+        "wheel), or pass --torch for the torch it was built against",
+    )
+
+
+def _specifier(requirement: str) -> SpecifierSet | None:
+    try:
+        return Requirement(requirement).specifier
+    except ValueError:  # unparsable, or a number past Python's 4,300-digit limit
+        return None
 
 
 def _unreadable(path: Path, error: Exception) -> InvalidWheel:
@@ -237,7 +285,7 @@ def check_wheels(
     for path in paths:
         content = (copies or {}).get(path, path)
         wheel = inspect_or_refuse(content)
-        wheel_variant, expected = expectation_for(path, variant, archs)
+        wheel_variant, expected = expectation_for(path, variant, archs, wheel)
         groups.setdefault(wheel_variant.tag, (wheel_variant, []))[1].append(path)
         problems += check_wheel(wheel, expected)
         refused, note = gate_verdict(path, content)

@@ -17,8 +17,6 @@ from . import calibrate as calibrating
 from . import check, cli_dist, cli_index, cli_nightly, cli_verify, config, preflight, prune, report_html
 from .cli_options import (
     CONFIG_FILES_KEY,
-    GIVEN_PATH,
-    GIVEN_TEXT,
     ConfiguredCommand,
     ImageFlags,
     WheelbuildGroup,
@@ -30,6 +28,13 @@ from .cli_options import (
     torch_option,
     with_image_flags,
 )
+from .cli_types import (
+    GIVEN_PATH,
+    GIVEN_TEXT,
+    LIST_RULE,
+    REPEATABLE,
+    joined_list,
+)
 from .cli_wheels import echo_built, echo_modules
 from .dist import dist_target
 from .errors import BadArgument, DoctorFound, WheelbuildError
@@ -38,6 +43,7 @@ from .recipes import Recipe, resolve_recipe
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine
+from .run.image import image_table
 from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import (
@@ -56,8 +62,11 @@ from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
 
 
-@click.group(cls=WheelbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="wheelbuild")
+@click.group(cls=WheelbuildGroup, epilog=LIST_RULE, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    package_name="wheelbuild",
+    help="Show wheelbuild's own version and exit (a recipe's release is build's --version).",
+)
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
 
@@ -65,7 +74,7 @@ def main() -> None:
 @main.command(cls=ConfiguredCommand)
 @build_flags
 def build(
-    package: str | None,
+    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
     torch_variant: str,
     torch_index_url: str | None,
     archs: str,
@@ -97,8 +106,8 @@ def build(
     image_flags: ImageFlags,
     config_file: Path | None,  # read before parsing, by ConfiguredCommand
 ) -> None:
-    """Build PACKAGE's wheel: a recipe (flash-attn, wbdemo), a project path or an sdist (a path, or
-    a URL with #sha256=); without PACKAGE, wbdemo. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
+    """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=) or a recipe (flash-attn);
+    without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = BuildSpec(
         recipe=_recipe(package, recipe_version, arch_env, env_pairs),
         variant=parse_variant(torch_variant, torch_index_url),
@@ -126,9 +135,7 @@ def build(
     echo_built(result, reporter)
 
 
-def _recipe(
-    package: str | None, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]
-) -> Recipe:
+def _recipe(package: str, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]) -> Recipe:
     """PACKAGE as a recipe, with the --env variables the command line gave it."""
     return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
@@ -156,7 +163,7 @@ def _resources(
 @main.command(cls=ConfiguredCommand)
 @build_flags
 def plan(
-    package: str | None,
+    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
     torch_variant: str,
     torch_index_url: str | None,
     archs: str,
@@ -176,12 +183,13 @@ def plan(
 ) -> None:
     """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
     building, then every build option and where its value came from (command line,
-    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
+    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`.
+    PACKAGE as for build: without it, the project in this folder; --example, the bundled one."""
+    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
+    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
     named = _build_only.get("pythons")
     pythons = tuple(parse_python(str(p)) for p in named) if isinstance(named, tuple) and named else None
     # What was looked up goes to stderr; the plan on stdout says the choice once.
-    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
-    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
     variant, torch_why = preflight.planned_torch(
         parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr), recipe
     )
@@ -235,14 +243,26 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
 @click.argument("package")
 @torch_option("Variant whose headers and nvcc to use.", default="cu130", show_default=True)
 @torch_index_option("Index to take torch from.", type=GIVEN_TEXT)
-@click.option("--version", "recipe_version", help="Release of the recipe [default: its default].")
+@click.option(
+    "--version",
+    "recipe_version",
+    help="Release of the recipe [default: its default]; not wheelbuild's own (`wheelbuild --version`).",
+)
 @click.option(
     "--archs",
     "archs_options",
     multiple=True,
-    help="Archs compiled at once; repeatable (--archs 100,120 --archs 100) [default: 100,120].",
+    help="Archs compiled at once, one set per --archs; repeatable, the sets add up (--archs 100,120 "
+    "--archs 100 measures both) [default: 100,120].",
 )
-@click.option("--threads", default="1", show_default=True, help="NVCC_THREADS values, e.g. 1,2.")
+@click.option(
+    "--threads",
+    multiple=True,
+    callback=joined_list,
+    default=("1",),
+    show_default=True,
+    help=f"NVCC_THREADS values to measure, comma-separated (1,2); {REPEATABLE}.",
+)
 @click.option(
     "--sample",
     type=click.IntRange(min=1),
@@ -254,7 +274,7 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
     "--unit",
     "unit_names",
     multiple=True,
-    help="Measure this unit (file name); repeatable; overrides --sample.",
+    help=f"Measure this unit (file name); {REPEATABLE}; overrides --sample.",
 )
 @click.option("--memory", help="Each compile's container limit [default: this machine's, less a reserve].")
 @click.option(
@@ -393,19 +413,14 @@ def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
 
 @image.command("ls")
 def image_ls() -> None:
-    """List wheelbuild images and the inputs their labels record."""
+    """List wheelbuild images: tag, ID, size, and the inputs their labels record (base, CUDA, the
+    CUDA 12 layer)."""
     with DockerEngine().connect() as engine:
         images = engine.list_images()
     if not images:
         click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")
-    for found in images:
-        labels = found.labels
-        click.echo(
-            f"{found.tag}  {found.id[7:19]}  base {labels.get('org.opencontainers.image.base.name', '?')}  "
-            f"cuda {labels.get('org.wheelbuild.cuda.version', '?')}  "
-            f"cuda12 {found.cuda12_image or 'none'}"
-            + (f" ({found.cuda12_pins})" if found.cuda12_pins else "")
-        )
+    else:
+        click.echo("\n".join(image_table(images)))
 
 
 @main.command()

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from .cli_options import GIVEN_PATH, GIVEN_TEXT
+from .cli_types import (
+    GIVEN_PATH,
+    GIVEN_TEXT,
+)
 from .dist import scheduler_address
 from .errors import BadArgument
 from .run import dist_fleet
@@ -45,10 +48,10 @@ def _start_options(function: F) -> F:
         click.option(
             "--token-file",
             envvar=TOKEN_FILE_ENV,
+            show_envvar=True,
             required=True,
             type=GIVEN_PATH,
-            help=f"A file holding the fleet's shared token (also ${TOKEN_FILE_ENV}); mounted "
-            "read-only, never passed as a value.",
+            help="A file holding the fleet's shared token; mounted read-only, never passed as a value.",
         ),
         click.option(
             "--image",
@@ -58,6 +61,7 @@ def _start_options(function: F) -> F:
         click.option(
             "--base-image",
             envvar="WHEELBUILD_BASE_IMAGE",
+            show_envvar=True,
             type=GIVEN_TEXT,
             help="Base of the build image the fleet image starts from [default: as `wheelbuild build`].",
         ),

@@ -10,8 +10,12 @@ import click
 
 from . import check, prune, signing
 from .cli_options import (
-    GIVEN_PATH,
     torch_option,
+)
+from .cli_types import (
+    GIVEN_PATH,
+    REPEATABLE,
+    joined_list,
 )
 from .errors import BadArgument, BadHtpasswd
 from .index import publish as publishing
@@ -39,8 +43,16 @@ from .variants import parse_variant
     "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
     "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
 )
-@torch_option("Variant the wheels were built for [default: the build report beside them].")
-@click.option("--archs", help="SASS that must be present [default: the build report's, else 100,120].")
+@torch_option(
+    "Variant the wheels were built for [default: the build report beside them, else each wheel's "
+    "local version label, +cu130torch2.14]."
+)
+@click.option(
+    "--archs",
+    multiple=True,
+    callback=joined_list,
+    help=f"SASS that must be present, comma-separated; {REPEATABLE} [default: the build report's, else 100,120].",
+)
 @click.option(
     "--sign-key",
     type=GIVEN_PATH,
@@ -52,7 +64,13 @@ from .variants import parse_variant
     is_flag=True,
     help="Refuse a wheel whose statement --sign-key or --key has not signed.",
 )
-@click.option("--key", "keys", multiple=True, type=GIVEN_PATH, help="A public key --require-signed accepts.")
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=GIVEN_PATH,
+    help=f"A public key --require-signed accepts; {REPEATABLE}.",
+)
 def publish_command(
     wheels: tuple[Path, ...],
     target: str,
@@ -165,7 +183,12 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
 
 @click.command()
 @click.argument("directory", required=False, type=GIVEN_PATH)
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every interface, on purpose).",
+)
 @click.option(
     "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
 )

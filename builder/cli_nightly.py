@@ -13,20 +13,37 @@ import click
 
 from . import matrix, matrix_runs
 from .cli_options import (
-    GIVEN_PATH,
-    GIVEN_TEXT,
     ImageFlags,
     torch_index_option,
     track_option,
     with_image_flags,
 )
+from .cli_types import (
+    GIVEN_PATH,
+    GIVEN_TEXT,
+    RenamedOption,
+)
 from .nightly import declared_matrix
 from .run.engine import DockerEngine
 from .run.reporter import Reporter
 
+MATRIX_FILE_HELP = (
+    "The nightly's matrix: its [[build]] tables and [publish] (the file whose [tool.wheelbuild] build "
+    "reads too)."
+)
+
 
 @click.command("matrix")
-@click.option("--config", type=GIVEN_PATH, default=Path("wheelbuild.toml"), show_default=True)
+@click.option(
+    "--config-file",
+    "--config",  # its old name, still taken
+    "config_file",
+    cls=RenamedOption,
+    type=GIVEN_PATH,
+    default=Path("wheelbuild.toml"),
+    show_default=True,
+    help=MATRIX_FILE_HELP,
+)
 @click.option(
     "--format",
     "output",
@@ -49,7 +66,7 @@ from .run.reporter import Reporter
 )
 @with_image_flags
 def matrix_command(
-    config: Path,
+    config_file: Path,
     output: str,
     skip_published: Path | None,
     track: str | None,
@@ -58,7 +75,7 @@ def matrix_command(
 ) -> None:
     """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
     variant, Python and arch list."""
-    declared = _declared_matrix(config, track, torch_index_url)
+    declared = _declared_matrix(config_file, track, torch_index_url)
     cells = declared.cells
     if skip_published and output != "publish-to":
         options = image_flags.options()
@@ -81,7 +98,14 @@ def matrix_command(
 # wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in wheelbuild.nightly.
 
 _nightly_config = click.option(
-    "--config", type=click.Path(path_type=Path), default=Path("wheelbuild.toml"), show_default=True
+    "--config-file",
+    "--config",  # its old name, still taken
+    "config_file",
+    cls=RenamedOption,
+    type=click.Path(path_type=Path),
+    default=Path("wheelbuild.toml"),
+    show_default=True,
+    help=MATRIX_FILE_HELP,
 )
 _nightly_torch_index = torch_index_option("As for build (part of the inputs).")
 _nightly_track = track_option(
@@ -89,7 +113,7 @@ _nightly_track = track_option(
     envvar="WHEELBUILD_NIGHTLY_TRACK",
 )
 _nightly_to = click.option(
-    "--to", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
+    "--to", "target", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
 )
 _nightly_index = click.option(
     "--index",
@@ -130,9 +154,9 @@ def nightly() -> None:
 @_nightly_torch_index
 @_nightly_track
 def nightly_plan(
-    config: Path,
+    config_file: Path,
     output: str,
-    to: str | None,
+    target: str | None,
     index_url: str | None,
     save: Path | None,
     torch_index_url: str | None,
@@ -144,9 +168,9 @@ def nightly_plan(
     reporter = Reporter(sys.stderr)
     with DockerEngine() as engine:  # asked only for a local test base
         planned = night.plan_night(
-            matrix.load_matrix(config),
+            matrix.load_matrix(config_file),
             os.environ,
-            to=to,
+            to=target,
             index_url=index_url,
             torch_index_url=torch_index_url,
             reporter=reporter,
@@ -182,7 +206,7 @@ def nightly_plan(
 @_nightly_torch_index
 @_nightly_track
 def nightly_build_cell(
-    cell_id: str, config: Path, out: Path, verbose: bool, torch_index_url: str | None, track: str | None
+    cell_id: str, config_file: Path, out: Path, verbose: bool, torch_index_url: str | None, track: str | None
 ) -> None:
     """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
     records the outcome, a failure too."""
@@ -190,7 +214,7 @@ def nightly_build_cell(
 
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = night.build_cell(
-            matrix.load_matrix(config),
+            matrix.load_matrix(config_file),
             cell_id,
             out,
             os.environ,
@@ -209,7 +233,7 @@ def nightly_build_cell(
 @_nightly_to
 @_nightly_index
 def nightly_publish_night(
-    dirs: tuple[Path, ...], config: Path, to: str | None, index_url: str | None
+    dirs: tuple[Path, ...], config_file: Path, target: str | None, index_url: str | None
 ) -> None:
     """Publish the wheels of every cell under DIRS whose report says all checks and the gate
     passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html).
@@ -218,9 +242,9 @@ def nightly_publish_night(
 
     result = night.publish_night(
         dirs,
-        matrix.load_matrix(config),
+        matrix.load_matrix(config_file),
         os.environ,
-        to=to,
+        to=target,
         say=Reporter(sys.stderr).info,
         index_url=index_url,
     )

@@ -4,7 +4,6 @@ types that refuse '', the option groups several commands take, and the build opt
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ from typing import NoReturn, TypedDict, TypeVar, Unpack
 import click
 
 from . import config, preflight
+from .cli_types import GIVEN_PATH, GIVEN_TEXT, REPEATABLE, joined_list
 from .errors import WheelbuildError
-from .recipes import known_recipes
+from .recipes import chosen_package, default_package, known_recipes
 from .spec import (
     DEFAULT_OUTPUT_DIR,
     MAX_CPUS,
@@ -52,34 +52,6 @@ class WheelbuildGroup(click.Group):
             fail_with(error)
 
 
-class _GivenPath(click.Path):
-    """click.Path that refuses '': Path('') is the current directory, which an empty value (an
-    unset shell variable, most likely) never meant."""
-
-    def convert(
-        self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None
-    ) -> str | bytes | os.PathLike[str]:
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty path would mean the current directory", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-GIVEN_PATH = _GivenPath(path_type=Path)
-
-
-class _GivenText(click.types.StringParamType):
-    """Text that refuses '': an option given empty would otherwise mean its default."""
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        text = super().convert(value, param, ctx)
-        if not text.strip():
-            self.fail("is empty; leave the option out for its default", param, ctx)
-        return text
-
-
-GIVEN_TEXT = _GivenText()
-
-
 # ---------------------------------------------------------------------------------------------
 # Options that several commands take, each declared once: a group is one decorator; an option
 # whose help differs per command is a factory that takes its help.
@@ -100,6 +72,7 @@ class OptionSettings(TypedDict, total=False):
     is_flag: bool
     multiple: bool
     type: click.ParamType[object] | type[object]
+    callback: Callable[[click.Context, click.Parameter, tuple[str, ...]], object]
 
 
 def _options(*options: Decorator) -> Decorator:
@@ -120,11 +93,13 @@ def torch_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], 
 
 def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
+    kwargs.setdefault("show_envvar", True)
     return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
 
 
 def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--track latest: the matrix with each package's newest release and each tag's newest torch."""
+    kwargs.setdefault("show_envvar", True)
     return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
 
 
@@ -150,6 +125,7 @@ _image_flags = _options(
     click.option(
         "--base-image",
         envvar="WHEELBUILD_BASE_IMAGE",
+        show_envvar=True,
         type=GIVEN_TEXT,
         help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
         "tests use scripts/make-base-image].",
@@ -157,12 +133,14 @@ _image_flags = _options(
     click.option(
         "--ca-bundle",
         envvar="WHEELBUILD_CA_BUNDLE",
+        show_envvar=True,
         type=GIVEN_PATH,
         help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
     ),
     click.option(
         "--cuda12-image",
         envvar="WHEELBUILD_CUDA12_IMAGE",
+        show_envvar=True,
         type=GIVEN_TEXT,
         help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
     ),
@@ -234,18 +212,27 @@ _build_flags = (
     _build_option(
         "archs",
         "--archs",
-        default=",".join(map(str, DEFAULT_ARCHS)),
+        multiple=True,
+        callback=joined_list,
+        default=(",".join(map(str, DEFAULT_ARCHS)),),
         show_default=True,
-        help="CUDA SM archs to compile SASS for, plain numbers (120+PTX: its PTX too; a package's own 90a or 100f variant is kept).",
+        help="CUDA SM archs to compile SASS for, plain numbers, comma-separated (120+PTX: its PTX too; a "
+        f"package's own 90a or 100f variant is kept); {REPEATABLE} (the variable: space-separated).",
     ),
     _build_option(
         "python",
         "--python",
         "pythons",
         multiple=True,
-        help="3.11 or cp311; repeatable (the variable: space-separated) [default: every one in the image].",
+        help=f"3.11 or cp311; {REPEATABLE} (the variable: space-separated) [default: every one in the image].",
     ),
-    _build_option("version", "--version", "recipe_version", help="Release of a known recipe (flash-attn)."),
+    _build_option(
+        "version",
+        "--version",
+        "recipe_version",
+        help="Release of a known recipe (flash-attn 2.8.3) to build; not wheelbuild's own version, which "
+        "`wheelbuild --version` prints.",
+    ),
     _build_option(
         "arch-env",
         "--arch-env",
@@ -274,13 +261,24 @@ _build_flags = (
         "--env",
         "env_pairs",
         multiple=True,
-        help="KEY=VALUE for the build's environment; repeatable (the variable: space-separated).",
+        help=f"KEY=VALUE for the build's environment; {REPEATABLE} (the variable: space-separated).",
     ),
     _build_option(
-        "gpus", "--gpus", type=click.Choice([m.value for m in GpuMode]), default="auto", show_default=True
+        "gpus",
+        "--gpus",
+        type=click.Choice([m.value for m in GpuMode]),
+        default="auto",
+        show_default=True,
+        help="Pass the GPUs to the build's containers and the import gate (its GPU smoke test needs one): "
+        "auto (when Docker has the NVIDIA runtime), all (fail without it), none. Compiling needs none.",
     ),
     _build_option(
-        "output-dir", "--output-dir", type=GIVEN_PATH, default=DEFAULT_OUTPUT_DIR, show_default=True
+        "output-dir",
+        "--output-dir",
+        type=GIVEN_PATH,
+        default=DEFAULT_OUTPUT_DIR,
+        show_default=True,
+        help="Where each run's folder goes (OUTPUT_DIR/runs/<run-id>: wheels, build.log, build-report.json).",
     ),
     _build_option(
         "admission",
@@ -392,8 +390,22 @@ _build_flags = (
 )
 
 
+_example_option = click.option(
+    "--example",
+    is_flag=True,
+    help="Build the bundled example extension, wbdemo, instead of a project (the same as PACKAGE wbdemo).",
+)
+
+
 def build_flags(f: CommandFunction) -> CommandFunction:
-    return click.argument("package", required=False)(_options(*_build_flags)(f))
+    """build's options (plan takes them too), PACKAGE and --example passed to the command as one
+    `package`: what to build (recipes.chosen_package: PACKAGE, the example, or `.`)."""
+
+    @functools.wraps(f)
+    def command(*args: object, package: str | None, example: bool, **kwargs: object) -> object:
+        return f(*args, package=chosen_package(package, example=example), **kwargs)
+
+    return click.argument("package", required=False)(_options(_example_option, *_build_flags)(command))
 
 
 CONFIG_FILES_KEY = "wheelbuild.config"  # ctx.meta key: the FileConfig the command's options were read with
@@ -423,11 +435,11 @@ class ConfiguredCommand(click.Command):
             given = next(p for p in self.params if p.name == "config_file")
             raw, _source = given.consume_value(ctx, opts)  # not given: None, or click 8.3's UNSET
             config_file = given.type_cast_value(ctx, raw) if isinstance(raw, str) else None
-            package = opts.get("package")
-            files = config.load_config(
-                config.find_project(package if isinstance(package, str) else None, known_recipes()),
-                config_file,
+            named = opts.get("package")
+            package = default_package(
+                named if isinstance(named, str) else None, example=opts.get("example") is True
             )
+            files = config.load_config(config.find_project(package, known_recipes()), config_file)
             ctx.default_map = {**(ctx.default_map or {}), **files.default_map()}
             ctx.meta[CONFIG_FILES_KEY] = files
         return super().parse_args(ctx, args)

@@ -11,7 +11,14 @@ import click
 
 from . import signing
 from . import verify as verifying
-from .cli_options import GIVEN_PATH, ImageFlags, with_image_flags
+from .cli_options import (
+    ImageFlags,
+    with_image_flags,
+)
+from .cli_types import (
+    GIVEN_PATH,
+    REPEATABLE,
+)
 from .errors import InvalidWheel, WheelsDiffer
 from .run.engine import DockerEngine
 from .run.reporter import Reporter
@@ -48,7 +55,8 @@ def diff_command(first: Path, second: Path) -> None:
     "keys",
     multiple=True,
     type=GIVEN_PATH,
-    help="The publisher's Ed25519 public key (PEM, raw, or an ssh-ed25519 line): a signature by it is required.",
+    help="The publisher's Ed25519 public key (PEM, raw, or an ssh-ed25519 line): a signature by one "
+    f"of them is required; {REPEATABLE}.",
 )
 @click.option(
     "--statement", type=GIVEN_PATH, help="The statement [default: WHEEL.intoto.jsonl, else .intoto.json]."

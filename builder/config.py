@@ -170,7 +170,11 @@ class FileConfig:
     files: tuple[str, ...] = ()  # the files read, lowest first
 
     def default_map(self) -> dict[str, object]:
-        return {BY_KEY[key].param: value for key, (value, _file) in self.values.items()}
+        """click's default_map: an arch list as the one value of the repeatable --archs."""
+        return {
+            BY_KEY[key].param: (value,) if BY_KEY[key].kind is Kind.ARCHS else value
+            for key, (value, _file) in self.values.items()
+        }
 
     def described(self) -> str:
         """`archs, max-jobs from wheelbuild.toml; cpus from ext/pyproject.toml`."""

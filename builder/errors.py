@@ -135,6 +135,13 @@ class TorchNotPinned(WheelbuildError):
     exit_code = 46
 
 
+class LabelDisagreesWithPin(WheelbuildError):
+    """The wheel's local version label names a torch its METADATA's torch requirement does not
+    admit (+cu130torch2.14 beside torch==2.11.*): one of the two was changed after the build."""
+
+    exit_code = 64
+
+
 class Interrupted(WheelbuildError):
     exit_code = 130
 

@@ -78,13 +78,21 @@ def _extension(scratch: Path) -> bytes:
     return (scratch / "k.so").read_bytes()
 
 
-def cuda_wheel(folder: Path, name: str = "wbtiny", payload: str = "") -> Path:
+def cuda_wheel(
+    folder: Path,
+    name: str = "wbtiny",
+    payload: str = "",
+    *,
+    version: str = "0.1.0+cu130torch2.11",
+    requires: tuple[str, ...] = ("torch==2.11.*",),
+) -> Path:
     """A wheel publish accepts as built for the facts' variant and archs: labelled, torch
-    pinned, one extension module with sm_120 SASS."""
+    pinned, one extension module with sm_120 SASS (*version* and *requires* change the label
+    and the pin)."""
     so = _extension(Path(tempfile.gettempdir()) / f"wheelbuild-provenance-so-{os.getuid()}")
     return make_wheel(
-        folder, name, "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_34_x86_64", payload=payload,
-        requires_dist=("torch==2.11.*",), extra_files={SO.format(module=name.replace("-", "_")): so},
+        folder, name, version, tag="cp311-cp311-manylinux_2_34_x86_64", payload=payload,
+        requires_dist=requires, extra_files={SO.format(module=name.replace("-", "_")): so},
     )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from .flash_attn import flash_attn_recipe
 from .torch_extension import torch_extension_recipe
 
 __all__ = [
+    "EXAMPLE",
     "EXAMPLE_DIR",
     "IndexLookup",
     "LocalProject",
@@ -34,6 +35,8 @@ __all__ = [
     "Recipe",
     "RemoteSdist",
     "Source",
+    "chosen_package",
+    "default_package",
     "known_recipes",
     "resolve_recipe",
     "source_location",
@@ -41,7 +44,10 @@ __all__ = [
 ]
 
 # The bundled example, also the test fixture: a small real CUDA extension.
+EXAMPLE = "wbdemo"
 EXAMPLE_DIR = bundled_dir("example")
+# What makes a folder a project build and plan take by default, as cibuildwheel and uv build.
+PROJECT_FILES = ("pyproject.toml", "setup.py")
 
 
 def _wbdemo(version: str | None) -> Recipe:
@@ -54,21 +60,65 @@ def _wbdemo(version: str | None) -> Recipe:
     return replace(recipe, local_version_env="WBDEMO_LOCAL_VERSION", smoke_test="wbdemo.py")
 
 
-_KNOWN = {"flash-attn": flash_attn_recipe, "wbdemo": _wbdemo}
+_KNOWN = {"flash-attn": flash_attn_recipe, EXAMPLE: _wbdemo}
 
 
 def known_recipes() -> list[str]:
     return sorted(_KNOWN)
 
 
-def resolve_recipe(package: str | None, *, version: str | None = None, arch_env: str | None = None) -> Recipe:
+def _holds_project(folder: Path) -> bool:
+    try:
+        return any((folder / name).is_file() for name in PROJECT_FILES)
+    except OSError:  # the current directory removed under us, or unreadable
+        return False
+
+
+def _shown(folder: Path) -> str:
+    try:
+        return str(folder.absolute())
+    except OSError:  # the current directory was removed
+        return "this folder"
+
+
+def default_package(package: str | None, *, example: bool, cwd: Path = Path()) -> str | None:
+    """What build and plan build: PACKAGE as given, else the bundled example with --example,
+    else the project in *cwd* (`.`) when it has a pyproject.toml or setup.py; None when none of
+    these (chosen_package says what to do then)."""
+    if example:
+        return EXAMPLE
+    if package is not None:
+        return package
+    return "." if _holds_project(cwd) else None
+
+
+def chosen_package(package: str | None, *, example: bool, cwd: Path = Path()) -> str:
+    """default_package(), or BadArgument: PACKAGE and --example both, or neither and no project
+    in *cwd*. The remedy names how to build a project and how to build the example."""
+    if example and package is not None and package.lower().replace("_", "-") != EXAMPLE:
+        raise BadArgument(
+            f"--example builds the bundled example, {EXAMPLE}, but PACKAGE {package!r} names one too",
+            f"give PACKAGE or --example, not both (--example is the same as PACKAGE {EXAMPLE})",
+        )
+    chosen = default_package(package, example=example, cwd=cwd)
+    if chosen is None:
+        raise BadArgument(
+            f"no PACKAGE given, and {_shown(cwd)} holds no project (no {' or '.join(PROJECT_FILES)})",
+            "run it in a project's folder, or name one (a path, an sdist, or a recipe: "
+            f"{', '.join(known_recipes())}); add --example to build the bundled example, {EXAMPLE}",
+        )
+    return chosen
+
+
+def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | None = None) -> Recipe:
     """Raises UnknownPackage or BadArgument with a one-line cause and remedy."""
     # Given but empty is a mistake (an unset shell variable), never the default: '' is the
     # current directory as a path, and an empty --version would build the default release.
-    if package is not None and not package.strip():
+    if not package.strip():
         raise BadArgument(
             "the package argument is empty",
-            "name a recipe (flash-attn), a project path or an sdist; leave it out for the example, wbdemo",
+            "name a recipe (flash-attn), a project path or an sdist; leave it out for the project "
+            f"in this folder, or use --example for the bundled example, {EXAMPLE}",
         )
     if version is not None and not version.strip():
         raise BadArgument("--version is empty", "give a release (e.g. --version 2.8.3), or leave it out")
@@ -76,8 +126,6 @@ def resolve_recipe(package: str | None, *, version: str | None = None, arch_env:
         raise BadArgument(
             "--arch-env is empty", "name the variable (e.g. --arch-env TORCH_CUDA_ARCH_LIST), or leave it out"
         )
-    if package is None:
-        package = "wbdemo"
     normalized = package.lower().replace("_", "-")
     if normalized in _KNOWN:
         return _KNOWN[normalized](version)

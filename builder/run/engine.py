@@ -401,7 +401,8 @@ class DockerEngine:
 
 
 def _image(found: Any, tag: str, reused: bool) -> Image:
-    return Image(tag=tag, id=str(found.id), labels=dict(found.labels or {}), reused=reused)
+    size = found.attrs.get("Size") if isinstance(getattr(found, "attrs", None), dict) else None
+    return Image(tag, str(found.id), dict(found.labels or {}), reused, size if isinstance(size, int) else 0)
 
 
 def _build(

@@ -19,6 +19,7 @@ from ..bundled import bundled_dir
 from ..errors import ImageInputsMissing
 from ..names import IMAGE_REPOSITORY
 from ..provenance import Material
+from ..units import format_bytes
 from .cuda_redist import DEFAULT_REDIST_URL, CudaLayer
 
 IMAGES_DIR = bundled_dir("images")
@@ -216,6 +217,7 @@ class Image:
     id: str
     labels: dict[str, str]
     reused: bool
+    size: int = 0  # bytes, as the engine reports it (0: not asked)
 
     @property
     def cuda12_image(self) -> str | None:
@@ -230,3 +232,24 @@ class Image:
     def cuda12_pins(self) -> str | None:
         value = self.labels.get("org.wheelbuild.cuda12.pins", "none")
         return None if value == "none" else value
+
+
+def image_table(images: list[Image]) -> list[str]:
+    """`wheelbuild image ls`: a header, then one row per image, columns aligned; the CUDA 12
+    layer's pins (long) close the row."""
+    rows = [("TAG", "ID", "SIZE", "BASE", "CUDA", "CUDA12")]
+    for image in images:
+        rows.append(
+            (
+                image.tag,
+                image.id.removeprefix("sha256:")[:12],
+                format_bytes(image.size),
+                image.labels.get("org.opencontainers.image.base.name", "?"),
+                image.labels.get("org.wheelbuild.cuda.version", "?"),
+                (image.cuda12_image or "none") + (f" ({image.cuda12_pins})" if image.cuda12_pins else ""),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]) for row in rows
+    ]

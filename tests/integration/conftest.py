@@ -139,7 +139,7 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
     with its torch range: two minors older and every newer release (test_torch_range.py)."""
     out = tmp_path_factory.mktemp("wheelhouse")
     result = wheelbuild(
-        "build",
+        "build", "wbdemo",
         "--torch", "cu130",
         "--torch-index-url", TORCH_INDEX,
         "--archs", "100,120",

@@ -22,7 +22,7 @@ FIRST, SECOND = "cp311-manylinux_x86_64", "cp313-manylinux_x86_64"
 def abi3_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, dict]:
     out = tmp_path_factory.mktemp("abi3")
     result = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
         "--python", "3.11", "--python", "3.13", "--memory", "4g", "--output-dir", str(out),
         "--env", "WBDEMO_ABI3=1",
         # A salt no cache has seen: the first Python really compiles its kernels.

@@ -97,6 +97,7 @@ def test_unchanged_inputs_reuse_the_finished_wheel_with_no_container_of_the_run_
         docker_client,
         base_image,
         "build",
+        "wbdemo",
         "--torch",
         "cu130",
         "--torch-index-url",
@@ -126,7 +127,7 @@ def test_unchanged_inputs_reuse_the_finished_wheel_with_no_container_of_the_run_
 def test_second_python_reuses_the_first_pythons_kernels(cuda_image: str, tmp_path: Path) -> None:
     # A salt no cache has seen, so the first Python compiles everything; the blob is tiny.
     result = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
         "--python", "3.11", "--python", "3.13", "--memory", "4g", "--output-dir", str(tmp_path),
         "--env", "WBDEMO_BLOB_ELEMENTS=1000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
     )  # fmt: skip
@@ -152,7 +153,7 @@ def _build_until_a_compiler_runs(tmp_path: Path) -> subprocess.Popen[str]:
     few seconds each), returned once a compiler runs: the moment to interrupt or kill it."""
     assert compiler_processes() == [], "another build is running on this machine"
     proc = subprocess.Popen(
-        [WHEELBUILD, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        [WHEELBUILD, "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
          "--memory", "4g", "--max-jobs", "1", "--output-dir", str(tmp_path), "--no-gate",
          "--env", "WBDEMO_BLOB_ELEMENTS=500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -206,7 +207,7 @@ def test_oom_kill_is_detected_and_retried_at_half_the_jobs_without_recompiling(
     # archs at NVCC_THREADS=2 peaks near 2.2 GiB, so two at once cannot fit in 3 GiB but one can.
     # The salt makes the source new to the shared compiler cache, so attempt 1 really compiles.
     result = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
         "--memory", "3g", "--max-jobs", "2", "--nvcc-threads", "2", "--no-gate",
         "--env", "WBDEMO_BLOB_ELEMENTS=3000000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
         "--output-dir", str(tmp_path),
@@ -239,7 +240,7 @@ def test_admission_runs_every_compile_through_the_wrapper_in_the_image(
     # The admission rule itself is proven with real processes in tests/unit/test_admit.py; here,
     # that the image's wrapper runs (its shebang rewritten to the tools venv) and gets its env.
     result = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
         "--memory", "3g", "--cpus", "2", "--admission", "--no-gate", "--output-dir", str(tmp_path),
         "--env", "WBDEMO_BLOB_ELEMENTS=200000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}",
     )  # fmt: skip
@@ -281,7 +282,7 @@ def test_gpus_all_fails_at_preflight_without_nvidia_runtime_and_sweeps_orphans(
     )
     try:
         watched = wheelbuild_watched(
-            docker_client, base_image, "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--gpus", "all",
+            docker_client, base_image, "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--gpus", "all",
         )  # fmt: skip
         result = watched.result
         # The daemon has no NVIDIA runtime (read above): a real error path, not a mock.
@@ -338,7 +339,9 @@ def test_compile_error_is_reported_with_first_compiler_error(
 def test_an_arch_the_variants_cuda_cannot_compile_fails_before_any_work(
     cuda_image: str, base_image: str, docker_client: docker.DockerClient
 ) -> None:
-    watched = wheelbuild_watched(docker_client, base_image, "build", "--torch", "cu130", "--archs", "70,90")
+    watched = wheelbuild_watched(
+        docker_client, base_image, "build", "wbdemo", "--torch", "cu130", "--archs", "70,90"
+    )
     result = watched.result
     assert result.returncode == 22, result.stdout + result.stderr
     assert "CUDA 13.1, which cannot compile sm_70 (needs CUDA 9.0 to 12.9)" in result.stderr
@@ -348,13 +351,13 @@ def test_an_arch_the_variants_cuda_cannot_compile_fails_before_any_work(
 
 @pytest.mark.parametrize("docker_host", ["unix:///nonexistent/docker.sock"])
 def test_no_docker_daemon_is_a_clear_error(docker_host: str) -> None:
-    result = wheelbuild("build", "--torch", "cu130", env={"DOCKER_HOST": docker_host})
+    result = wheelbuild("build", "wbdemo", "--torch", "cu130", env={"DOCKER_HOST": docker_host})
     assert result.returncode == 20, result.stdout + result.stderr
     assert f"no Docker daemon answers at {docker_host}" in result.stderr
     assert "remedy:" in result.stderr
 
 
 def test_ca_bundle_path_missing_is_a_clear_error() -> None:
-    result = wheelbuild("build", "--ca-bundle", "/nonexistent/ca.pem")
+    result = wheelbuild("build", "wbdemo", "--ca-bundle", "/nonexistent/ca.pem")
     assert result.returncode == 14
     assert "CA bundle /nonexistent/ca.pem does not exist" in result.stderr

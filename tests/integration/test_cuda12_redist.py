@@ -193,7 +193,7 @@ def test_cu128_build_fails_before_any_container_when_the_redist_server_is_unreac
 ) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/redist"
     watched = wheelbuild_watched(
-        docker_client, base_image, "build", "--torch", "cu128", "--output-dir", str(tmp_path / "out"),
+        docker_client, base_image, "build", "wbdemo", "--torch", "cu128", "--output-dir", str(tmp_path / "out"),
         env={"WHEELBUILD_CUDA_REDIST_URL": url, "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")},
     )  # fmt: skip
     result = watched.result

@@ -182,7 +182,7 @@ def test_a_named_python_torch_has_no_wheel_for_fails_before_any_container(
 
     with running_server(_cp311_only_torch(tmp_path)) as url:
         result = wheelbuild(
-            "build", "--torch", "2.11.0+cu130", "--torch-index-url", url, "--python", "3.13",
+            "build", "wbdemo", "--torch", "2.11.0+cu130", "--torch-index-url", url, "--python", "3.13",
             "--output-dir", str(tmp_path / "out"), env={"WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},
         )  # fmt: skip
     assert result.returncode == 13, result.stdout[-2000:] + result.stderr
@@ -201,7 +201,7 @@ def test_default_pythons_leave_out_what_torch_lacks_and_say_why(cuda_image: str,
 
     with running_server(_cp311_only_torch(tmp_path)) as url:
         proc = subprocess.Popen(
-            [WHEELBUILD, "build", "--torch", "2.11.0+cu130", "--torch-index-url", url,
+            [WHEELBUILD, "build", "wbdemo", "--torch", "2.11.0+cu130", "--torch-index-url", url,
              "--output-dir", str(tmp_path / "out")],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**__import__("os").environ, "WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},

@@ -86,6 +86,7 @@ def fleet(
 
 COMMON = (
     "build",
+    "wbdemo",
     "--torch",
     "cu130",
     "--torch-index-url",

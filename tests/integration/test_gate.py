@@ -45,7 +45,7 @@ def test_an_extension_calling_an_undefined_function_builds_and_is_refused_at_the
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     result = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "100,120",
         "--python", "3.11", "--memory", "4g", "--output-dir", str(tmp_path),
         "--env", "WBDEMO_UNDEFINED_SYMBOL=1", "--rebuild",
     )  # fmt: skip

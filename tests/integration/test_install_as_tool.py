@@ -69,7 +69,7 @@ def test_uv_tool_install_builds_the_bundled_example_from_tmp(
     out = tmp_path / "wheelhouse"
     stdout = _run(
         [
-            str(wheelbuild), "build",
+            str(wheelbuild), "build", "wbdemo",
             "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
             "--archs", "120", "--python", "3.11", "--memory", "4g",
             "--output-dir", str(out), "--rebuild",

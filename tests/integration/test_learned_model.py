@@ -22,7 +22,7 @@ def test_a_build_teaches_the_next_plan_and_the_plan_says_how_far_off_it_was(
     cache = {"WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")}
     common = ["--torch", "cu130", "--memory", "6g", "--cpus", "2", *env]
     built = wheelbuild(
-        "build", *common, "--torch-index-url", TORCH_INDEX, "--python", "3.11", "--no-gate",
+        "build", "wbdemo", *common, "--torch-index-url", TORCH_INDEX, "--python", "3.11", "--no-gate",
         "--output-dir", str(tmp_path / "out"), env=cache,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr

@@ -21,7 +21,7 @@ WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 
 def _plan(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [WHEELBUILD, "nightly", "plan", "--config", config, "--format", "lines"],
+        [WHEELBUILD, "nightly", "plan", "--config-file", config, "--format", "lines"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -102,7 +102,7 @@ def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_buil
 def test_nightly_plan_without_a_target_stops_before_any_work(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NIGHTLY_PUBLISH_TO"}
     done = subprocess.run(
-        [WHEELBUILD, "nightly", "plan", "--config", REPO / "wheelbuild.toml"],
+        [WHEELBUILD, "nightly", "plan", "--config-file", REPO / "wheelbuild.toml"],
         env=env, capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 16, done.stderr

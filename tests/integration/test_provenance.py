@@ -16,7 +16,7 @@ def test_a_signed_statement_verifies_offline_and_a_rebuild_from_it_gives_the_sam
     cuda_image: str, tmp_path: Path
 ) -> None:
     built = wheelbuild(
-        "build", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120", "--python", "3.11",
+        "build", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120", "--python", "3.11",
         "--memory", "4g", "--output-dir", str(tmp_path / "out"), "--no-gate", "--rebuild",
         # Cold, as the rebuild is: in one CI run a compiler cache warmed by the suite's other builds
         # handed this build a binding.o whose DWARF differed (.debug_info 176 bytes apart, every

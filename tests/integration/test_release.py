@@ -314,7 +314,7 @@ def test_a_nightly_to_an_upload_url_never_uploads_again_what_its_index_holds(
         for n in (1, 2):
             night = tmp_path / f"night{n}"
             _passed_cell(night, "wbdemo-cu130-cp311-100.120", fixture_build)
-            args = ["nightly", "publish-night", str(night), "--config", str(config), "--to", url]
+            args = ["nightly", "publish-night", str(night), "--config-file", str(config), "--to", url]
             nights.append(wheelbuild(*args, "--index", f"{url}simple/", env=env, timeout=300))
         without_index = wheelbuild(*args, env=env, timeout=300)
         assert [p.name for p in packages.iterdir()] == [fixture_build.wheel.name]

@@ -59,7 +59,7 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
         remove=True,
     )
     proc = subprocess.Popen(
-        [WHEELBUILD, "build", "--torch", "cu130", "--python", "3.11", "--memory", "4g",
+        [WHEELBUILD, "build", "wbdemo", "--torch", "cu130", "--python", "3.11", "--memory", "4g",
          "--output-dir", str(tmp_path), "--rebuild"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -55,7 +55,7 @@ def test_track_latest_adds_pypis_newest_flash_attn_to_the_matrix(tmp_path: Path)
         '[[build]]\npackage = "flash-attn"\nversions = ["2.8.1"]\ntorch = ["cu130"]\npython = ["3.12"]\n'
     )
     done = subprocess.run(
-        [Path(sys.executable).parent / "wheelbuild", "matrix", "--config", config, "--format", "lines", "--track", "latest"],
+        [Path(sys.executable).parent / "wheelbuild", "matrix", "--config-file", config, "--format", "lines", "--track", "latest"],
         env={**os.environ, "WHEELBUILD_TORCH_INDEX_URL": "https://pypi.org/simple"},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

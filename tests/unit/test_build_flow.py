@@ -264,7 +264,7 @@ def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BuildSpec, Im
     written: list[Path] = []
     monkeypatch.setattr(report_html, "write_beside", written.append)
     spec = BuildSpec(
-        recipe=resolve_recipe(None), variant=parse_variant("2.11.0+cu130", None), archs=(100, 120), pythons=("cp311",),
+        recipe=resolve_recipe("wbdemo"), variant=parse_variant("2.11.0+cu130", None), archs=(100, 120), pythons=("cp311",),
         gpus=GpuMode.NONE, resources=Resources(memory=4 * GIB, cpus=2.0, max_jobs=2, nvcc_threads=1),
         output_dir=tmp_path / "out",
     )  # fmt: skip

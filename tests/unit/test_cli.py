@@ -7,10 +7,13 @@ that were checked only after connecting would come out as DockerUnavailable (20)
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from wheelbuild.recipes import EXAMPLE_DIR
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -26,7 +29,7 @@ def _error_and_remedy(result: subprocess.CompletedProcess[str]) -> tuple[str, st
 
 
 def test_control_a_valid_build_reaches_docker_and_fails_with_20(run_cli: RunCli) -> None:
-    result = run_cli("build", "--memory", "6g")
+    result = run_cli("build", "wbdemo", "--memory", "6g")
     assert result.returncode == 20, result.stderr
     error, _ = _error_and_remedy(result)
     assert error == "error: no Docker daemon answers at unix:///nonexistent.sock"
@@ -37,21 +40,25 @@ def test_control_a_valid_build_reaches_docker_and_fails_with_20(run_cli: RunCli)
     [
         (("build", "foo-bar"), 10, "error: unknown package 'foo-bar': not a known recipe, and no such path"),
         (
-            ("build", "--torch", "cu999"),
+            ("build", "wbdemo", "--torch", "cu999"),
             11,
             "error: torch variant 'cu999' names CUDA tag 'cu999', which wheelbuild",
         ),
-        (("build", "--torch", "rocm6.2"), 11, "error: torch variant 'rocm6.2' is not understood"),
-        (("build", "--memory", "6x"), 12, "error: memory size '6x' is not understood"),
-        (("build", "--memory", "100m"), 12, "error: memory size '100m' is below the 256 MiB"),
-        (("build", "--archs", "abc"), 13, "error: CUDA arch list 'abc' is not understood"),
-        (("build", "--python", "2.7"), 13, "error: Python version '2.7' is not understood"),
+        (("build", "wbdemo", "--torch", "rocm6.2"), 11, "error: torch variant 'rocm6.2' is not understood"),
+        (("build", "wbdemo", "--memory", "6x"), 12, "error: memory size '6x' is not understood"),
+        (("build", "wbdemo", "--memory", "100m"), 12, "error: memory size '100m' is below the 256 MiB"),
+        (("build", "wbdemo", "--archs", "abc"), 13, "error: CUDA arch list 'abc' is not understood"),
+        (("build", "wbdemo", "--python", "2.7"), 13, "error: Python version '2.7' is not understood"),
         (
             ("build", "flash-attn", "--version", "not-a-version"),
             13,
             "error: flash-attn version 'not-a-version' is not a version",
         ),
-        (("build", "--ca-bundle", "/nonexistent"), 14, "error: CA bundle /nonexistent does not exist"),
+        (
+            ("build", "wbdemo", "--ca-bundle", "/nonexistent"),
+            14,
+            "error: CA bundle /nonexistent does not exist",
+        ),
         (("flash-attn", "--torch", "cu999"), 11, "error: torch variant 'cu999' names CUDA tag"),
     ],
     ids=[
@@ -195,6 +202,81 @@ def test_plan_with_one_arch_never_uses_two_nvcc_threads(
 def test_plan_reads_this_machine_when_no_resources_are_given(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    result = run_cli("plan")
+    result = run_cli("plan", "--example")
     assert result.returncode == 0, result.stderr
     assert "host available" in result.stdout and "kept for the host" in result.stdout
+
+
+# --- no PACKAGE: the project in this folder, as cibuildwheel and uv build take it ------------
+
+
+def test_plan_and_build_without_package_take_the_project_in_the_folder(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    shutil.copytree(EXAMPLE_DIR, tmp_path, dirs_exist_ok=True)  # a setup.py and a pyproject.toml
+    planned = run_cli("plan", "--memory", "8g", "--cpus", "2")
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.startswith(f"plan for {tmp_path.name} "), planned.stdout[:200]
+    built = run_cli("build", "--memory", "6g")
+    assert built.returncode == 20, built.stderr  # as far as Docker: the folder was a package
+    (tmp_path / "pyproject.toml").unlink()  # setup.py alone makes a project too
+    assert run_cli("plan", "--memory", "8g").stdout.startswith(f"plan for {tmp_path.name} ")
+
+
+@pytest.mark.parametrize("command", ["plan", "build"])
+def test_without_package_or_project_says_how_to_build_one_and_the_example(
+    run_cli: RunCli, tmp_path: Path, command: str
+) -> None:
+    result = run_cli(command, "--memory", "6g")
+    assert result.returncode == 13, result.stderr
+    error, remedy = _error_and_remedy(result)
+    assert (
+        error == f"error: no PACKAGE given, and {tmp_path} holds no project (no pyproject.toml or setup.py)"
+    )
+    assert remedy.startswith("remedy: run it in a project's folder, or name one")
+    assert remedy.endswith("add --example to build the bundled example, wbdemo")
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written (the cache neither)
+
+
+def test_example_builds_the_bundled_example(run_cli: RunCli) -> None:
+    planned = run_cli("plan", "--example", "--memory", "8g", "--cpus", "2")
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.startswith("plan for wbdemo ")
+    assert run_cli("build", "--example", "--memory", "6g").returncode == 20  # as far as Docker
+    both = run_cli("build", "flash-attn", "--example")
+    assert both.returncode == 13 and "give PACKAGE or --example, not both" in both.stderr
+
+
+# --- options that take a list: repeated, the values add up ----------------------------------
+
+
+def _archs_row(stdout: str) -> str:
+    """The archs row of plan's options table: its value and where it came from."""
+    table = stdout.split("\noptions (", 1)[1]
+    return next(line for line in table.splitlines() if line.strip().startswith("archs  ")).split(None, 1)[1]
+
+
+def test_archs_given_twice_add_up_in_plan_and_build(run_cli: RunCli) -> None:
+    planned = run_cli("plan", "wbdemo", "--archs", "100", "--archs", "120", "--memory", "8g")
+    assert planned.returncode == 0, planned.stderr
+    assert re.match(r"100,120\s+from --archs$", _archs_row(planned.stdout)), planned.stdout
+    # build reads the same list: the second --archs is checked beside the first, not instead of it
+    built = run_cli("build", "wbdemo", "--archs", "120", "--archs", "1x0")
+    assert built.returncode == 13, built.stderr
+    assert "error: CUDA arch list '120,1x0' is not understood" in built.stderr
+
+
+def test_the_archs_variable_takes_several_lists_separated_by_spaces(run_cli: RunCli) -> None:
+    done = run_cli("plan", "wbdemo", "--memory", "8g", prefix=("env", "WHEELBUILD_ARCHS=100 120"))
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"100,120\s+from WHEELBUILD_ARCHS$", _archs_row(done.stdout)), done.stdout
+
+
+def test_the_rule_for_list_options_is_in_help(run_cli: RunCli) -> None:
+    top = run_cli("--help").stdout
+    assert "Options that take a list may be repeated: the values add up" in " ".join(top.split())
+    build = " ".join(run_cli("build", "--help").stdout.split())
+    for option in ("--archs", "--python", "--env"):
+        described = build.split(f"{option} ", 1)[1].split("[env var", 1)[0]
+        assert "repeatable, the lists add up" in described, option

@@ -191,7 +191,7 @@ COMMANDS = [
         ("matrix",),
         (
             _slot(
-                "--config",
+                "--config-file",
                 ["wheelbuild.toml"],
                 ["", "a-dir", "binary", "/dev/null", "/dev/zero", "typo.toml", "bad.toml"],
             ),

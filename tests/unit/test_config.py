@@ -37,7 +37,7 @@ def test_wheelbuild_toml_ranks_above_the_projects_pyproject_and_each_value_names
     assert loaded.values["memory"] == ("64g", "wheelbuild.toml")
     assert loaded.values["archs"] == ("100", str(project / "pyproject.toml"))
     assert loaded.files == (str(project / "pyproject.toml"), "wheelbuild.toml")
-    assert loaded.default_map() == {"memory": "64g", "archs": "100"}
+    assert loaded.default_map() == {"memory": "64g", "archs": ("100",)}  # --archs is repeatable
 
 
 def test_config_file_replaces_the_current_directorys_wheelbuild_toml(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_values_become_what_the_command_line_takes(tmp_path: Path) -> None:
     )
     values = load_config(None, tmp_path / "conf" / "wheelbuild.toml").default_map()
     assert values == {
-        "archs": "100,120",
+        "archs": ("100,120",),  # the one value of the repeatable --archs
         "pythons": ("3.12",),
         "cpus": 4.0,
         "max_jobs": 3,

@@ -106,7 +106,7 @@ def test_command_line_beats_env_beats_file_beats_default(
 ) -> None:
     if file:
         _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
-    result = invoke("plan", *args, **env)
+    result = invoke("plan", "--example", *args, **env)
     assert result.exit_code == 0, result.output
     assert _sources(result.stdout)["memory"] == expected
 
@@ -114,15 +114,15 @@ def test_command_line_beats_env_beats_file_beats_default(
 def test_config_file_and_its_variable_replace_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
     _write(here / "site" / "build.toml", '[tool.wheelbuild]\nmemory = "24g"\n')
-    by_option = invoke("plan", "--config-file", "site/build.toml")
+    by_option = invoke("plan", "--example", "--config-file", "site/build.toml")
     assert _sources(by_option.stdout)["memory"] == "24g from site/build.toml"
-    by_env = invoke("plan", WHEELBUILD_CONFIG_FILE="site/build.toml")
+    by_env = invoke("plan", "--example", WHEELBUILD_CONFIG_FILE="site/build.toml")
     assert _sources(by_env.stdout)["memory"] == "24g from site/build.toml"
 
 
 def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nadmission = true\nenv = { A = "1" }\n')
-    result = invoke("plan", WHEELBUILD_PYTHON="3.11 3.12", WHEELBUILD_REBUILD="true")
+    result = invoke("plan", "--example", WHEELBUILD_PYTHON="3.11 3.12", WHEELBUILD_REBUILD="true")
     sources = _sources(result.stdout)
     assert sources["python"] == "3.11 3.12 from WHEELBUILD_PYTHON"
     assert sources["rebuild"] == "true from WHEELBUILD_REBUILD"
@@ -163,7 +163,7 @@ def test_a_wrong_type_stops_the_build_with_18_before_docker(here: Path, invoke: 
 
 def test_a_good_file_takes_the_build_as_far_as_docker(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "6g"\narchs = [120]\n')
-    result = invoke("build")
+    result = invoke("build", "--example")
     assert result.exit_code == 20, result.output  # DockerUnavailable: every option was accepted
     assert "options from files: memory, archs from wheelbuild.toml" in result.stdout
 
@@ -183,7 +183,7 @@ def test_every_config_key_is_an_option_of_build_and_plan_with_its_variable() -> 
             assert option.param in options, (name, option.key)
             assert options[option.param].envvar == option.env, (name, option.key)
             assert option.flag in options[option.param].opts, (name, option.key)
-        assert set(options) - {o.param for o in config.OPTIONS} == {"config_file"}, name
+        assert set(options) - {o.param for o in config.OPTIONS} == {"config_file", "example"}, name
 
 
 def _closed_port() -> int:

@@ -53,6 +53,7 @@ KNOWN_CODES = {
     "StableAbiBroken": 61,
     "ArchUnasked": 62,
     "NotBuiltHere": 63,
+    "LabelDisagreesWithPin": 64,
     "WheelsDiffer": 70,
     "StatementUnusable": 71,
     "SignatureInvalid": 72,

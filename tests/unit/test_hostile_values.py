@@ -36,12 +36,12 @@ def _one_line_refusal(done: subprocess.CompletedProcess[str], code: int, says: s
     [
         (("flash-attn", "--version", DIGITS), 13, "flash-attn version"),
         (("flash-attn", "--version", f"2.{DIGITS}"), 13, "flash-attn version"),
-        (("--archs", DIGITS), 13, "CUDA arch list"),
-        (("--archs", f"100,{DIGITS}"), 13, "CUDA arch list"),
-        (("--torch", f"2.11.{DIGITS}+cu130"), 11, "torch variant"),
-        (("--torch", f"2.{DIGITS}+cu130"), 11, "torch variant"),
-        (("--dist", "http://[::1"), 13, "is not a scheduler URL"),
-        (("--dist", "http://[::1]:10600x"), 13, "is not a scheduler URL"),
+        (("wbdemo", "--archs", DIGITS), 13, "CUDA arch list"),
+        (("wbdemo", "--archs", f"100,{DIGITS}"), 13, "CUDA arch list"),
+        (("wbdemo", "--torch", f"2.11.{DIGITS}+cu130"), 11, "torch variant"),
+        (("wbdemo", "--torch", f"2.{DIGITS}+cu130"), 11, "torch variant"),
+        (("wbdemo", "--dist", "http://[::1"), 13, "is not a scheduler URL"),
+        (("wbdemo", "--dist", "http://[::1]:10600x"), 13, "is not a scheduler URL"),
     ],
     ids=[
         "version-digits",
@@ -137,7 +137,7 @@ def test_an_env_table_key_with_an_equals_sign_is_refused(run_cli: Run, tmp_path:
     args = ("--config-file", str(config)) if where == "--config-file" else ()
     for command in ("plan", "build"):
         _one_line_refusal(
-            run_cli(command, *args), 18, "env sets 'A=B', which is not an environment variable name"
+            run_cli(command, "wbdemo", *args), 18, "env sets 'A=B', which is not an environment variable name"
         )
 
 
@@ -154,7 +154,7 @@ def test_an_env_table_key_with_an_equals_sign_is_refused(run_cli: Run, tmp_path:
 def test_a_credential_given_by_value_with_env_is_refused_without_saying_it(
     run_cli: Run, command: str, pair: str
 ) -> None:
-    done = run_cli(command, "--env", "A=1", "--env", pair)
+    done = run_cli(command, "wbdemo", "--env", "A=1", "--env", pair)
     _one_line_refusal(done, 13, f"--env {pair.partition('=')[0]}=... gives what looks like a credential")
     assert pair.partition("=")[2] not in done.stdout + done.stderr
     assert "never pass a secret with --env" in done.stderr
@@ -162,5 +162,5 @@ def test_a_credential_given_by_value_with_env_is_refused_without_saying_it(
 
 def test_a_setting_given_with_env_still_reaches_the_build(run_cli: Run) -> None:
     """Names and values that are not credentials pass parsing: the build gets as far as Docker."""
-    done = run_cli("build", "--env", "FLASH_ATTENTION_FORCE_BUILD=TRUE", "--env", "A=B=x")
+    done = run_cli("build", "wbdemo", "--env", "FLASH_ATTENTION_FORCE_BUILD=TRUE", "--env", "A=B=x")
     assert done.returncode == 20, done.stderr  # no Docker here: every option was taken

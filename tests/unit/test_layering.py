@@ -62,6 +62,7 @@ TOP = {
     "cli": "cli",
     "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
     "cli_options": "cli",
+    "cli_types": "cli",  # the CLI's click types and option classes (GIVEN_PATH, RenamedOption)
     "cli_index": "cli",
     "cli_nightly": "cli",
     "cli_dist": "cli",

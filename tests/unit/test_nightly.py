@@ -146,7 +146,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
             "nightly",
             "build-cell",
             "wbdemo-2.14.1-cu130-cp311-100.120",
-            "--config",
+            "--config-file",
             str(FIXTURE),
             "--out",
             str(out),
@@ -617,7 +617,7 @@ def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_i
     with running_server(tmp_path / "torch-index") as url:
         done = CliRunner().invoke(
             main,
-            ["nightly", "plan", "--config", str(config), "--to", str(tmp_path / "out" / "{variant}"),
+            ["nightly", "plan", "--config-file", str(config), "--to", str(tmp_path / "out" / "{variant}"),
              "--torch-index-url", url],
         )  # fmt: skip
     assert done.exit_code == 0, done.output

@@ -252,6 +252,6 @@ def test_cibuildwheels_log_is_shown_only_with_verbose(
 
     monkeypatch.setattr(build, "run_build", pipeline)
     monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
-    result = CliRunner().invoke(cli.main, ["build", *args], env=env, catch_exceptions=False)
+    result = CliRunner().invoke(cli.main, ["build", "wbdemo", *args], env=env, catch_exceptions=False)
     assert result.exit_code == 20, result.output
     assert seen == [shown]

@@ -15,6 +15,7 @@ from wheelbuild.recipes import (
     LocalSdist,
     Recipe,
     RemoteSdist,
+    chosen_package,
     known_recipes,
     resolve_recipe,
     source_location,
@@ -31,8 +32,8 @@ def test_known_recipes_are_flash_attn_and_wbdemo() -> None:
     assert known_recipes() == ["flash-attn", "wbdemo"]
 
 
-def test_no_package_means_the_bundled_wbdemo_example() -> None:
-    recipe = resolve_recipe(None)
+def test_wbdemo_is_the_bundled_example() -> None:
+    recipe = resolve_recipe(chosen_package(None, example=True))
     assert recipe.name == "wbdemo"
     assert recipe.source == LocalProject(EXAMPLE_DIR)
     assert recipe.source.path.is_dir()
@@ -41,6 +42,35 @@ def test_no_package_means_the_bundled_wbdemo_example() -> None:
     assert recipe.memory_model.name == "wbdemo"
     assert recipe.memory_model.unit_count == 5
     assert recipe.version is None
+
+
+@pytest.mark.parametrize("marker", ["pyproject.toml", "setup.py"])
+def test_no_package_means_the_project_in_the_folder_when_it_has_one(tmp_path: Path, marker: str) -> None:
+    (tmp_path / marker).write_text("")
+    assert chosen_package(None, example=False, cwd=tmp_path) == "."
+    assert chosen_package("flash-attn", example=False, cwd=tmp_path) == "flash-attn"
+    assert chosen_package(None, example=True, cwd=tmp_path) == "wbdemo"
+
+
+def test_no_package_and_no_project_says_how_to_build_one_and_the_example(tmp_path: Path) -> None:
+    (tmp_path / "setup.cfg").write_text("")  # neither pyproject.toml nor setup.py
+    with pytest.raises(BadArgument) as refused:
+        chosen_package(None, example=False, cwd=tmp_path)
+    assert refused.value.exit_code == 13
+    assert (
+        refused.value.cause
+        == f"no PACKAGE given, and {tmp_path} holds no project (no pyproject.toml or setup.py)"
+    )
+    assert "run it in a project's folder, or name one" in refused.value.remedy
+    assert "add --example to build the bundled example, wbdemo" in refused.value.remedy
+
+
+def test_example_and_another_package_are_refused_together(tmp_path: Path) -> None:
+    with pytest.raises(
+        BadArgument, match="--example builds the bundled example, wbdemo, but PACKAGE 'flash-attn'"
+    ):
+        chosen_package("flash-attn", example=True, cwd=tmp_path)
+    assert chosen_package("wbdemo", example=True, cwd=tmp_path) == "wbdemo"
 
 
 def test_wbdemo_source_dir_is_tests_fixtures_wbdemo() -> None:

@@ -171,7 +171,7 @@ if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
     assert done.returncode == 0, done.stderr
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c["argv"][:3] for c in calls] == [
-        ["nightly", "plan", "--config"],
+        ["nightly", "plan", "--config-file"],
         ["nightly", "build-cell", "a-cu130-cp311"],
         ["nightly", "build-cell", "b$(touch${IFS}pwned)-cu130-cp313"],
         ["nightly", "publish-night", calls[-1]["argv"][2]],

@@ -1,0 +1,71 @@
+"""The command line's own click types and option classes: paths and text that refuse '', the rule
+for options that take a list (repeated, the values add up), and an option renamed with its old
+spelling still taken."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+__all__ = ["GIVEN_PATH", "GIVEN_TEXT", "LIST_RULE", "REPEATABLE", "RenamedOption", "joined_list"]
+
+
+class _GivenPath(click.Path):
+    """click.Path that refuses '': Path('') is the current directory, which an empty value (an
+    unset shell variable, most likely) never meant."""
+
+    def convert(
+        self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | bytes | os.PathLike[str]:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path would mean the current directory", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+GIVEN_PATH = _GivenPath(path_type=Path)
+
+
+class _GivenText(click.types.StringParamType):
+    """Text that refuses '': an option given empty would otherwise mean its default."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if not text.strip():
+            self.fail("is empty; leave the option out for its default", param, ctx)
+        return text
+
+
+GIVEN_TEXT = _GivenText()
+
+
+class RenamedOption(click.Option):
+    """An option whose first long name is its name and whose others are old spellings kept working
+    (deprecated): accepted, never shown in help. `old_names` lists them for the tests that walk
+    every command's help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.old_names = tuple(self.opts[1:])
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = self.opts
+        self.opts = shown[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+# ---------------------------------------------------------------------------------------------
+# The one rule for options that take a list: each may be given again, and the values add up
+# (`--archs 100 --archs 120` is `--archs 100,120`); an option of one value keeps the last given.
+LIST_RULE = "Options that take a list may be repeated: the values add up (--archs 100 --archs 120 is --archs 100,120)."
+REPEATABLE = "repeatable, the lists add up"
+
+
+def joined_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    """A repeatable comma-list option (--archs, --threads) as one list: ('100', '120') -> '100,120';
+    None when not given."""
+    return ",".join(values) if values else None
