@@ -62,6 +62,14 @@ def _unpacked(sdist: Path) -> Path:
     return top
 
 
+def _resolved(recipe: Recipe, variant: TorchVariant, reporter: Reporter) -> tuple[Recipe, TorchVariant]:
+    """The release looked up on the index, and the torch a build of it would compile against
+    (the newest it compiles with)."""
+    recipe = resolve_lookup(recipe, reporter.info)
+    index = preflight.torch_index(variant, False, reporter)
+    return recipe, preflight.resolve_torch(variant, index, None, reporter, recipe)[0]
+
+
 def run_calibration(
     recipe: Recipe,
     variant: TorchVariant,
@@ -85,10 +93,7 @@ def run_calibration(
         raise BadArgument(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
-    recipe = resolve_lookup(recipe, reporter.info)
-    # The release a build of this recipe would compile against (the newest it compiles with).
-    index = preflight.torch_index(variant, False, reporter)
-    variant, _why = preflight.resolve_torch(variant, index, None, reporter, recipe)
+    recipe, variant = _resolved(recipe, variant, reporter)
     run_id = preflight.new_run_id()
     engine.connect()
     inputs = preflight.image_inputs(engine, options.for_variant(variant))
