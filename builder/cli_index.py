@@ -15,6 +15,7 @@ from .cli_options import (
 from .cli_types import (
     GIVEN_PATH,
     REPEATABLE,
+    RenamedOption,
     joined_list,
 )
 from .errors import BadArgument, BadHtpasswd
@@ -39,7 +40,8 @@ from .variants import parse_variant
     "target",
     default=remote.DEFAULT_TO,
     show_default=True,
-    help="A wheelhouse tree: a directory or [user@]host:path (ssh+rsync), where {variant} stands "
+    metavar="TREE|URL",
+    help="The published tree (as yank --tree and serve name it): a directory or [user@]host:path (ssh+rsync), where {variant} stands "
     "for the wheels' CUDA tag; or an http(s) upload URL (pypiserver, devpi; credentials from "
     "TWINE_USERNAME/TWINE_PASSWORD or keyring).",
 )
@@ -155,11 +157,14 @@ def _publish_to(
 @click.command()
 @click.argument("target")
 @click.option(
-    "--wheelhouse",
+    "--tree",
+    "--wheelhouse",  # its old name, still taken
     "root",
+    cls=RenamedOption,
     required=True,
     type=GIVEN_PATH,
-    help="The tree, e.g. wheelhouse/cu130.",
+    metavar="TREE",
+    help="The published tree, as publish --to and serve name it, e.g. wheelhouse/cu130.",
 )
 @click.option("--reason", default="", help="Why (shown by pip and uv).")
 @click.option("--undo", is_flag=True, help="Take a yank back.")
@@ -182,7 +187,7 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
 
 
 @click.command()
-@click.argument("directory", required=False, type=GIVEN_PATH)
+@click.argument("directory", metavar="[TREE]", required=False, type=GIVEN_PATH)
 @click.option(
     "--host",
     default="127.0.0.1",
@@ -213,7 +218,8 @@ def serve(
     max_connections: int | None,
 ) -> None:
     """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
-    404 for unknown projects). DIRECTORY defaults to the one tree under ./wheelhouse."""
+    404 for unknown projects). TREE, the published tree as publish --to and yank --tree name it,
+    defaults to the one tree under ./wheelhouse."""
     for option, seconds in (("--header-timeout", header_timeout), ("--idle-timeout", idle_timeout)):
         if not 0 < seconds <= _MAX_TIMEOUT:  # nan and inf too
             raise BadArgument(

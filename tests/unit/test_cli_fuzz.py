@@ -168,7 +168,7 @@ COMMANDS = [
                 ["", " ", "x", "==", "x==nan", "ünï==1", "9" * 400],
             ),
             _slot(
-                "--wheelhouse",
+                "--tree",
                 ["tree"],
                 ["", "typo", "a-dir", "/dev/null", "binary", "/dev/zero", "x" * 300],
                 required=True,

@@ -22,7 +22,7 @@ TWO_MEANINGS = {
     "--version": {"version", "recipe_version"},  # wheelbuild's own (the group) vs a recipe's release
     "--archs": {"archs", "archs_options"},  # one list to build vs calibrate's one set to measure per use
 }
-OLD_NAMES = {"--config"}  # renamed: --config-file everywhere
+OLD_NAMES = {"--config", "--wheelhouse"}  # renamed: --config-file, and yank's --tree
 
 
 def _commands(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[str, click.Command]]:
@@ -110,6 +110,20 @@ def test_the_matrix_file_option_takes_its_old_name_too(
     result = CliRunner().invoke(main, [*command, spelling, "a-dir"])
     assert result.exit_code == 13, result.output
     assert "a-dir" in result.stderr.splitlines()[-2]
+
+
+def test_the_published_tree_is_one_name_in_publish_yank_and_serve() -> None:
+    for path in ("publish", "yank", "serve"):
+        shown = _help(f"wheelbuild {path}", main.commands[path])
+        assert "TREE" in shown and "the published tree" in shown.lower(), shown
+
+
+@pytest.mark.parametrize("spelling", ["--tree", "--wheelhouse"])
+def test_yank_takes_its_old_tree_option_too(tmp_path: Path, spelling: str) -> None:
+    """The tree given either way is the one read: one without an index is refused naming it (53)."""
+    result = CliRunner().invoke(main, ["yank", "wbtiny==0.1.0", spelling, str(tmp_path / "tree-typo")])
+    assert result.exit_code == 53, result.output
+    assert "tree-typo" in result.stderr
 
 
 def test_image_ls_has_a_header_and_each_images_size() -> None:

@@ -548,7 +548,7 @@ def _refused(result: Result, code: int, says: str) -> None:
         (("serve", "tree", "--idle-timeout", "inf"), 13, "--idle-timeout inf"),
         (("publish", f"in/{NAME}", "--to", "", "--torch", "cu130"), 13, "empty"),
         (("publish", f"in/{NAME}", "--to", "-Fcfg:/srv", "--torch", "cu130"), 13, "begins with '-'"),
-        (("yank", "wbtiny==0.1.0", "--wheelhouse", "tree-typo"), 53, "no index"),
+        (("yank", "wbtiny==0.1.0", "--tree", "tree-typo"), 53, "no index"),
     ],
 )
 def test_each_command_refuses_with_a_cause_and_a_remedy(
