@@ -41,6 +41,7 @@ TOP = {
     "nightly_coverage": "pipeline",
     "calibrate": "pipeline",
     "preflight": "pipeline",
+    "prebuild": "pipeline",  # every check build makes before its first container; plan runs it too
     "prune": "pipeline",
     "matrix": "pipeline",
     "matrix_runs": "pipeline",
