@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Unpack
 
 import click
 
@@ -31,12 +31,12 @@ from .cli_options import (
     torch_option,
     with_image_flags,
 )
+from .cli_spec import BuildOptions, build_spec
 from .cli_wheels import echo_built, echo_modules
-from .dist import dist_target
 from .errors import BadArgument, DoctorFound, PlanOverBudget, WheelbuildError
 from .plan.planner import format_plan, over_budget
 from .prebuild import plan_of, prebuild, torch_chosen
-from .recipes import Recipe, resolve_recipe
+from .recipes import resolve_recipe
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine
@@ -44,15 +44,7 @@ from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import (
     DEFAULT_OUTPUT_DIR,
-    BuildSpec,
-    GpuMode,
-    PinMode,
-    Resources,
-    check_cpus,
     parse_archs,
-    parse_env,
-    parse_ptx,
-    parse_python,
 )
 from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
@@ -66,49 +58,16 @@ def main() -> None:
 
 @main.command(cls=ConfiguredCommand)
 @build_flags
-def build(verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Any) -> None:
+def build(
+    verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Unpack[BuildOptions]
+) -> None:
     """Build PACKAGE's wheel: a recipe (flash-attn, wbdemo), a project path or an sdist (a path, or
     a URL with #sha256=); without PACKAGE, wbdemo. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
-    spec = _spec(given)  # config_file: read before parsing, by ConfiguredCommand
+    spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     reporter = _say_option_files(Reporter(show_log=verbose))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
     echo_built(result, reporter)
-
-
-def _spec(given: dict[str, Any]) -> BuildSpec:
-    """The BuildSpec of build's options (as click parsed them), each checked: build and plan
-    read the options one way."""
-    return BuildSpec(
-        recipe=_recipe(given["package"], given["recipe_version"], given["arch_env"], given["env_pairs"]),
-        variant=parse_variant(given["torch_variant"], given["torch_index_url"]),
-        archs=parse_archs(given["archs"]),
-        ptx=parse_ptx(given["archs"]),
-        pythons=tuple(parse_python(p) for p in given["pythons"]),
-        gpus=GpuMode(given["gpus"]),
-        resources=_resources(given["memory"], given["cpus"], given["max_jobs"], given["nvcc_threads"]),
-        output_dir=Path(given["output_dir"]).resolve(),
-        rebuild=given["rebuild"],
-        keep_package_archs=given["keep_package_archs"],
-        build_network=given["build_network"],
-        compiler_cache=given["compiler_cache"],
-        admission=given["admission"],
-        cicc_gate=given["cicc_gate"],
-        gate=given["gate"],
-        torch_range=given["torch_range"],
-        torch_range_older=given["torch_range_older"],
-        pin=PinMode(given["pin"]),
-        dist=dist_target(
-            given["dist"], given["dist_network"], given["dist_token_file"], given["dist_servers"]
-        ),
-    )
-
-
-def _recipe(
-    package: str | None, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]
-) -> Recipe:
-    """PACKAGE as a recipe, with the --env variables the command line gave it."""
-    return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
 
 def _say_option_files(reporter: Reporter) -> Reporter:
@@ -119,18 +78,6 @@ def _say_option_files(reporter: Reporter) -> Reporter:
     return reporter
 
 
-def _resources(
-    memory: str | None, cpus: float | None, max_jobs: int | None, nvcc_threads: int | None
-) -> Resources:
-    """--memory, --cpus, --max-jobs and --nvcc-threads, checked; None: the planner's to derive."""
-    return Resources(
-        memory=parse_memory(memory) if memory is not None else None,
-        cpus=check_cpus(cpus),
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
-    )
-
-
 @main.command(cls=ConfiguredCommand)
 @click.option(
     "--strict",
@@ -139,14 +86,18 @@ def _resources(
 )
 @build_flags
 def plan(
-    strict: bool, verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Any
+    strict: bool,
+    verbose: bool,
+    image_flags: ImageFlags,
+    config_file: Path | None,
+    **given: Unpack[BuildOptions],
 ) -> None:
     """The dry run of build: every check build makes before its first container (the same errors
     and exit codes; the source and torch's index are read as build reads them), then the plan
     that will run (MAX_JOBS, NVCC_THREADS, container limit, predicted peak and time) and why,
     then every build option and where its value came from (command line, WHEELBUILD_*,
     [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`."""
-    spec = _spec(given)
+    spec = build_spec(given)
     # What was looked up goes to stderr; the plan on stdout says the choice once.
     reporter = Reporter(sys.stderr)
     with DockerEngine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here

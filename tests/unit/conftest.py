@@ -148,13 +148,19 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
 @pytest.fixture(autouse=True)
 def own_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test its own wheelbuild cache: a profile `wheelbuild calibrate` left on this machine
-    must not change what a planner test sees. PyTorch's cu130 and cu128 pages are in it
-    (FAKE_TORCH), so a command run in process reads no index over the network."""
+    must not change what a planner test sees."""
     cache = tmp_path / "wheelbuild-cache"
     monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(cache))
-    for tag, releases in FAKE_TORCH.items():
-        seed_torch_index(cache, f"https://download.pytorch.org/whl/{tag}", releases)
     return cache
+
+
+@pytest.fixture
+def fake_torch_index(own_cache_dir: Path) -> Path:
+    """PyTorch's cu130 and cu128 pages (FAKE_TORCH) in own_cache_dir, so that build or plan run
+    in process reads no index over the network."""
+    for tag, releases in FAKE_TORCH.items():
+        seed_torch_index(own_cache_dir, f"https://download.pytorch.org/whl/{tag}", releases)
+    return own_cache_dir
 
 
 @pytest.fixture

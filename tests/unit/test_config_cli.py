@@ -21,6 +21,9 @@ from .conftest import NO_DOCKER, WHEELBUILD
 
 Invoke = Callable[..., Result]
 
+# build and plan read torch's index before Docker: from the cache, as seeded.
+pytestmark = pytest.mark.usefixtures("fake_torch_index")
+
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

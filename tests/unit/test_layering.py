@@ -63,6 +63,7 @@ TOP = {
     "cli": "cli",
     "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
     "cli_options": "cli",
+    "cli_spec": "cli",  # build's and plan's options -> BuildSpec, one way for both
     "cli_index": "cli",
     "cli_nightly": "cli",
     "cli_dist": "cli",
