@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -197,9 +198,14 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_doctor_reaches_the_torch_index_the_file_names_as_build_would(here: Path, invoke: Invoke) -> None:
+def test_doctor_reaches_the_torch_index_the_file_names_as_build_would(
+    here: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No network: every request goes to a closed port on 127.0.0.1 (the proxies too), so each
     reach check says which URL it tried. No Docker either: doctor exits 26 on that."""
+    # urlopen keeps the opener its first call builds, with the proxies of that moment: this
+    # test's must not outlive it (the doctor tests after it reach servers on 127.0.0.1).
+    monkeypatch.setattr(urllib.request, "_opener", None)
     port = _closed_port()
     index = f"http://127.0.0.1:{port}"
     proxies = {name: index for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
