@@ -23,26 +23,21 @@ from .check import first_problem, stamp_and_check
 from .errors import Interrupted
 from .import_gate import GateRun, import_gate
 from .plan.admission import admission_file
-from .plan.planner import Plan, ninja_order_file
+from .plan.planner import Plan, ninja_order_file, over_budget
+from .prebuild import Prebuilt, constraints, plan_of, prebuild, torch_chosen
 from .preflight import (
     ImageOptions,
     arch_note,
     build_network,
     compiled_archs,
-    compiler_in_image,
     ensure_cuda12_layer,
     ensure_image,
-    governed,
     image_inputs,
     new_run_id,
-    plan_for,
     remember_build,
-    resolve_torch,
-    surveyed,
-    torch_index,
 )
 from .provenance import STATEMENT_SUFFIX
-from .pythons import PythonConstraints, admitted_by
+from .pythons import admitted_by
 from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
 from .report import (
@@ -68,17 +63,15 @@ from .report import (
     write_report,
 )
 from .report_attempts import attempt_record
-from .requires_python import requires_python_of
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, shared_cache_env
 from .run.ports import Engine
 from .run.reporter import Reporter
 from .run.results import inputs_key
 from .secrets import redact_url
-from .sources import cache_dir, prepare_source, resolve_lookup, source_date
+from .sources import cache_dir, source_date
 from .spec import BuildSpec, PinMode, format_archs
 from .statements import build_facts, run_redactor, write_statements
-from .torch_releases import TorchIndex
 from .units import format_bytes
 from .wheel.abi import check_wheel_abi
 from .wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
@@ -87,14 +80,6 @@ from .wheel.gate import failure as gate_failure
 from .wheel.wheels import inspect_wheel
 
 __all__ = ["BuildResult", "run_build", "stamp_and_check"]
-
-
-def _torch_chosen(
-    spec: BuildSpec, index: TorchIndex | None, pythons: tuple[str, ...], reporter: Reporter
-) -> tuple[BuildSpec, str]:
-    """The spec with its torch release resolved for these Pythons (see preflight.resolve_torch)."""
-    variant, why = resolve_torch(spec.variant, index, pythons, reporter, spec.recipe)
-    return replace(spec, variant=variant), why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,8 +94,8 @@ def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
 
 
 def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
-    run = _start(spec, options, reporter, engine)
-    run, ready = _preflight(run, reporter, engine)
+    run, prebuilt = _start(spec, options, reporter, engine)
+    run, ready = _preflight(run, prebuilt, reporter, engine)
     store = cache_dir() / "results"
     stored = None if run.spec.rebuild else results.lookup(store, ready.key)
     if stored:
@@ -141,60 +126,47 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report, uses)
 
 
-def _start(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> Run:
-    """A run id, its release pinned, its reaper started, orphans swept, and the GPU question asked."""
+def _start(
+    spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine
+) -> tuple[Run, Prebuilt]:
+    """A run id, every check before a container (prebuild.py, which `plan` runs too), then the
+    run's reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
     torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
     archs = format_archs(spec.archs, spec.ptx)
     reporter.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
-    # A release the recipe does not pin is found on the index and pinned now, before any work.
-    spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
+    prebuilt = prebuild(spec, options, reporter, engine)
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
     if swept := engine.sweep_orphans():
         reporter.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
-    gpus = engine.resolve_gpus(spec.gpus)
+    gpus = engine.resolve_gpus(prebuilt.spec.gpus)
     if not gpus and spec.gpus.value == "auto":
         reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
-    return Run(spec, options, run_id, spec.output_dir / "runs" / run_id, gpus)
+    return Run(prebuilt.spec, options, run_id, spec.output_dir / "runs" / run_id, gpus), prebuilt
 
 
-def _preflight(run: Run, reporter: Reporter, engine: Engine) -> tuple[Run, Ready]:
-    """Everything that can fail before a container, in the order that wastes least: the compiler
-    for the variant and archs, the CUDA 12 layer, the source (and the switches its build files
-    call for, which join the spec), torch's releases on its index and the Pythons named, then the
-    image, and the torch release and Pythons the image's interpreters allow."""
-    spec = run.spec
+def _preflight(run: Run, prebuilt: Prebuilt, reporter: Reporter, engine: Engine) -> tuple[Run, Ready]:
+    """After the checks: the image's inputs, the CUDA 12 layer, the image, and the torch release
+    and Pythons the image's interpreters allow (when none were named)."""
+    spec, index, requires_python = run.spec, prebuilt.index, prebuilt.requires_python
     inputs = image_inputs(engine, run.options.for_variant(spec.variant))
-    # Before any work: no download and no image build for an impossible variant or arch.
-    compiler = compiler_in_image(spec.variant, spec.archs, inputs)
     ensure_cuda12_layer(engine, inputs, reporter)
-    source = prepare_source(spec.recipe.source, reporter.info)
-    spec, survey, switches = surveyed(spec, source, reporter)
-    requires_python = requires_python_of(source.project_dir / source.package)
-    index = torch_index(spec.variant, bool(spec.pythons), reporter)
-    if spec.pythons:
-        spec, torch_why = _torch_chosen(spec, index, spec.pythons, reporter)
-        _constraints(spec, index, requires_python).check_named(spec)
-
     reporter.step("image")
     image = ensure_image(engine, inputs, reporter)
     in_image = tuple(engine.image_pythons(image.tag))
-    if not spec.pythons:
-        spec, torch_why = _torch_chosen(spec, index, admitted_by(requires_python, in_image), reporter)
-    choice = _constraints(spec, index, requires_python).choose(in_image, spec)
+    torch_why = prebuilt.torch_why
+    if torch_why is None:
+        spec, torch_why = torch_chosen(spec, index, admitted_by(requires_python, in_image), reporter)
+    choice = constraints(spec, index, requires_python).choose(in_image, spec)
     for left in choice.left_out:
         reporter.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
-    date = source_date(source)
+    source = prebuilt.source
     ready = Ready(
-        inputs, compiler, source, image, choice.pythons, key, survey, switches, torch_why, index, date
-    )
+        inputs, prebuilt.compiler, source, image, choice.pythons, key, prebuilt.survey, prebuilt.switches,
+        torch_why, index, source_date(source),
+    )  # fmt: skip
     return replace(run, spec=spec), ready
-
-
-def _constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str | None) -> PythonConstraints:
-    tags = index.python_tags(spec.variant.torch_version) if index is not None else None
-    return PythonConstraints(tags, requires_python)
 
 
 def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
@@ -232,18 +204,14 @@ def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Re
 
 
 def _plan(spec: BuildSpec, ready: Ready, reporter: Reporter) -> Plan:
-    """The plan for the archs each unit really compiles (the asked ones, or the package's own)."""
-    archs = compiled_archs(spec, ready.survey)
-    plan = governed(
-        plan_for(spec.recipe, archs, spec.resources, toolkit=ready.compiler.version),
-        spec.dist,
-        spec.admission,
-        spec.cicc_gate,
-    )
+    """The plan (prebuild.plan_of, which `plan` prints), said; a peak over the limit a warning."""
+    plan = plan_of(spec, ready.compiler.version, ready.survey)
     reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in (*plan.reasons, arch_note(spec, ready.survey)):
         if reason:
             reporter.info(reason)
+    if over := over_budget(plan):
+        reporter.warn(over)
     return plan
 
 

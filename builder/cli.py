@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import Unpack
 
 import click
 
@@ -28,6 +29,7 @@ from .cli_options import (
     torch_option,
     with_image_flags,
 )
+from .cli_spec import BuildOptions, build_spec
 from .cli_types import (
     GIVEN_PATH,
     GIVEN_TEXT,
@@ -36,10 +38,10 @@ from .cli_types import (
     joined_list,
 )
 from .cli_wheels import echo_built, echo_modules
-from .dist import dist_target
-from .errors import BadArgument, DoctorFound, WheelbuildError
-from .plan.planner import format_plan
-from .recipes import Recipe, resolve_recipe
+from .errors import BadArgument, DoctorFound, PlanOverBudget, WheelbuildError
+from .plan.planner import format_plan, over_budget
+from .prebuild import plan_of, prebuild, torch_chosen
+from .recipes import resolve_recipe
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine
@@ -48,15 +50,7 @@ from .run.reporter import Reporter
 from .sources import cache_dir
 from .spec import (
     DEFAULT_OUTPUT_DIR,
-    BuildSpec,
-    GpuMode,
-    PinMode,
-    Resources,
-    check_cpus,
     parse_archs,
-    parse_env,
-    parse_ptx,
-    parse_python,
 )
 from .units import format_bytes, parse_memory
 from .variants import DEFAULT_ARCHS, parse_variant
@@ -74,70 +68,15 @@ def main() -> None:
 @main.command(cls=ConfiguredCommand)
 @build_flags
 def build(
-    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
-    torch_variant: str,
-    torch_index_url: str | None,
-    archs: str,
-    pythons: tuple[str, ...],
-    recipe_version: str | None,
-    arch_env: str | None,
-    memory: str | None,
-    cpus: float | None,
-    max_jobs: int | None,
-    nvcc_threads: int | None,
-    env_pairs: tuple[str, ...],
-    gpus: str,
-    output_dir: Path,
-    admission: bool,
-    cicc_gate: bool,
-    dist: str | None,
-    dist_network: str | None,
-    dist_token_file: Path | None,
-    dist_servers: str | None,
-    keep_package_archs: bool,
-    build_network: bool,
-    compiler_cache: bool,
-    rebuild: bool,
-    gate: bool,
-    torch_range: bool,
-    torch_range_older: int,
-    pin: str,
-    verbose: bool,
-    image_flags: ImageFlags,
-    config_file: Path | None,  # read before parsing, by ConfiguredCommand
+    verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Unpack[BuildOptions]
 ) -> None:
     """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=) or a recipe (flash-attn);
     without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
-    spec = BuildSpec(
-        recipe=_recipe(package, recipe_version, arch_env, env_pairs),
-        variant=parse_variant(torch_variant, torch_index_url),
-        archs=parse_archs(archs),
-        ptx=parse_ptx(archs),
-        pythons=tuple(parse_python(p) for p in pythons),
-        gpus=GpuMode(gpus),
-        resources=_resources(memory, cpus, max_jobs, nvcc_threads),
-        output_dir=output_dir.resolve(),
-        rebuild=rebuild,
-        keep_package_archs=keep_package_archs,
-        build_network=build_network,
-        compiler_cache=compiler_cache,
-        admission=admission,
-        cicc_gate=cicc_gate,
-        gate=gate,
-        torch_range=torch_range,
-        torch_range_older=torch_range_older,
-        pin=PinMode(pin),
-        dist=dist_target(dist, dist_network, dist_token_file, dist_servers),
-    )
+    spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     reporter = _say_option_files(Reporter(show_log=verbose))
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
     echo_built(result, reporter)
-
-
-def _recipe(package: str, version: str | None, arch_env: str | None, env_pairs: tuple[str, ...]) -> Recipe:
-    """PACKAGE as a recipe, with the --env variables the command line gave it."""
-    return resolve_recipe(package, version=version, arch_env=arch_env).with_env(parse_env(env_pairs))
 
 
 def _say_option_files(reporter: Reporter) -> Reporter:
@@ -148,62 +87,47 @@ def _say_option_files(reporter: Reporter) -> Reporter:
     return reporter
 
 
-def _resources(
-    memory: str | None, cpus: float | None, max_jobs: int | None, nvcc_threads: int | None
-) -> Resources:
-    """--memory, --cpus, --max-jobs and --nvcc-threads, checked; None: the planner's to derive."""
-    return Resources(
-        memory=parse_memory(memory) if memory is not None else None,
-        cpus=check_cpus(cpus),
-        max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads,
-    )
-
-
 @main.command(cls=ConfiguredCommand)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="A predicted peak over the memory limit is an error (exit 28), not a warning.",
+)
 @build_flags
 def plan(
-    package: str,  # PACKAGE, the example (--example) or `.`: build_flags chose it
-    torch_variant: str,
-    torch_index_url: str | None,
-    archs: str,
-    recipe_version: str | None,
-    arch_env: str | None,
-    memory: str | None,
-    cpus: float | None,
-    max_jobs: int | None,
-    nvcc_threads: int | None,
-    env_pairs: tuple[str, ...],
-    dist: str | None,
-    dist_network: str | None,
-    dist_servers: str | None,
-    admission: bool,
-    cicc_gate: bool,
-    **_build_only: object,  # the other build options: checked by click, shown below, used by build
+    strict: bool,
+    verbose: bool,
+    image_flags: ImageFlags,
+    config_file: Path | None,
+    **given: Unpack[BuildOptions],
 ) -> None:
-    """Print the plan (MAX_JOBS, NVCC_THREADS, container limit) and its reasoning, without
-    building, then every build option and where its value came from (command line,
-    WHEELBUILD_*, [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`.
-    PACKAGE as for build: without it, the project in this folder; --example, the bundled one."""
-    # --env counts: a model learned from a build with it is kept apart (plan/learned.py).
-    recipe = _recipe(package, recipe_version, arch_env, env_pairs)
-    named = _build_only.get("pythons")
-    pythons = tuple(parse_python(str(p)) for p in named) if isinstance(named, tuple) and named else None
+    """The dry run of build: every check build makes before its first container (the same errors
+    and exit codes; the source and torch's index are read as build reads them), then the plan
+    that will run (MAX_JOBS, NVCC_THREADS, container limit, predicted peak and time) and why,
+    then every build option and where its value came from (command line, WHEELBUILD_*,
+    [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`. PACKAGE as
+    for build: without it, the project in this folder; --example, the bundled one."""
+    spec = build_spec(given)
     # What was looked up goes to stderr; the plan on stdout says the choice once.
-    variant, torch_why = preflight.planned_torch(
-        parse_variant(torch_variant, torch_index_url), pythons, Reporter(sys.stderr), recipe
-    )
-    planned = preflight.plan_for(
-        recipe,
-        parse_archs(archs),
-        _resources(memory, cpus, max_jobs, nvcc_threads),
-        toolkit=preflight.toolkit_for(variant),
-    )
-    target = dist_target(dist, dist_network, None, dist_servers)
-    click.echo(format_plan(preflight.governed(planned, target, admission, cicc_gate)))
+    reporter = Reporter(sys.stderr)
+    with DockerEngine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
+        prebuilt = prebuild(spec, image_flags.options(), reporter, engine)
+    spec, torch_why = prebuilt.spec, prebuilt.torch_why
+    if torch_why is None:  # the image's Pythons are build's to learn: any CPython the package admits
+        spec, torch_why = torch_chosen(spec, prebuilt.index, None, reporter)
+    planned = plan_of(spec, prebuilt.compiler.version, prebuilt.survey)
+    click.echo(format_plan(planned))
+    if note := preflight.arch_note(spec, prebuilt.survey):
+        click.echo(f"archs: {note}")
     click.echo(f"torch: {torch_why}")
     for line in provenance():
         click.echo(line)
+    if over := over_budget(planned):
+        if strict:
+            raise PlanOverBudget(
+                over, "give more --memory, or fewer --max-jobs; or drop --strict to plan anyway"
+            )
+        reporter.warn(over)
 
 
 @main.command("doctor", cls=ConfiguredCommand)

@@ -302,6 +302,13 @@ class ConfigValueInvalid(WheelbuildError):
     exit_code = 18
 
 
+class PlanOverBudget(WheelbuildError):
+    """`wheelbuild plan --strict`: the plan's predicted peak is over its memory limit (without
+    --strict, a warning): a build would likely be OOM-killed and retried at half the jobs."""
+
+    exit_code = 28
+
+
 class GcIncomplete(WheelbuildError):
     """`wheelbuild gc` could not remove something it planned to (permissions, a Docker error);
     the rest was done, and nothing it keeps was touched."""

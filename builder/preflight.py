@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .dist import DistTarget
-from .errors import CompilerUnavailable, TorchIndexUnreachable
+from .errors import CompilerUnavailable, CudaRedistUnreachable, DockerUnavailable, TorchIndexUnreachable
 from .plan import cgroup
 from .plan.admission import with_admission
 from .plan.calibration import load_calibrated
@@ -51,8 +51,10 @@ __all__ = [
     "arch_note",
     "build_network",
     "compiled_archs",
+    "compiler_for_options",
     "compiler_in_image",
     "cuda12_layer",
+    "cuda12_obtainable",
     "ensure_cuda12_layer",
     "ensure_image",
     "governed",
@@ -60,11 +62,9 @@ __all__ = [
     "model_for",
     "new_run_id",
     "plan_for",
-    "planned_torch",
     "remember_build",
     "resolve_torch",
     "surveyed",
-    "toolkit_for",
     "torch_index",
 ]
 
@@ -128,17 +128,54 @@ def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Ima
     return image
 
 
-def toolkit_for(variant: TorchVariant, cuda12_version: str = "12.8") -> str:
-    """The CUDA version that compiles for `variant` (a calibrated profile is per toolkit)."""
-    return CUDA13_VERSION if variant.cuda_major == 13 else cuda12_version
-
-
 def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
     """The image's compiler for this variant and these archs: variants.builds_for says which
     compilers build for a torch, one table (variants.ARCH_SUPPORT) which archs each compiles."""
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
         cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
+    return _compiler(variant, archs, cuda12)
+
+
+def compiler_for_options(
+    variant: TorchVariant, archs: tuple[int, ...], options: ImageOptions
+) -> CudaCompiler:
+    """compiler_in_image for the image these options make for `variant`, known before the image
+    (and before Docker): its CUDA 12 compiler is the layer's (its pins' version) or --cuda12-image's."""
+    wanted = options.for_variant(variant)
+    cuda12 = None
+    if wanted.cuda12_image is not None:
+        cuda12 = CudaCompiler.cuda12(wanted.cuda12_version)
+    elif wanted.cuda12_redist:
+        cuda12 = CudaCompiler.cuda12(cuda12_layer().version)
+    return _compiler(variant, archs, cuda12)
+
+
+def cuda12_obtainable(options: ImageOptions, variant: TorchVariant, images: ImageIds) -> None:
+    """Whether the CUDA 12 layer a build of `variant` needs can be had, before any download:
+    its tree or archives are kept here, NVIDIA's server (or the mirror) answers for each
+    archive not kept, or its image is here already (Docker is asked only then, and a daemon
+    that does not answer counts as no image). CudaRedistUnreachable otherwise."""
+    wanted = options.for_variant(variant)
+    if not wanted.cuda12_redist or wanted.cuda12_image is not None:
+        return
+    layer = cuda12_layer()
+    base_url = cuda_redist.redist_url(os.environ)
+    missing = cuda_redist.unreachable_archive(layer, base_url, cache_dir())
+    if missing is None:
+        return
+    try:
+        if images.local_image_id(layer.tag):
+            return
+    except DockerUnavailable:
+        pass
+    raise CudaRedistUnreachable(
+        f"the CUDA {layer.release} compiler layer torch {variant} needs is not here, and {missing}",
+        cuda_redist.remedy(base_url),
+    )
+
+
+def _compiler(variant: TorchVariant, archs: tuple[int, ...], cuda12: CudaCompiler | None) -> CudaCompiler:
     compiler = compiler_for(variant, archs, cuda12)
     if compiler is not None:
         return compiler
@@ -186,8 +223,10 @@ def plan_for(
         why = explain_container_limit(available, own.memory_limit)
     else:
         budget, why = memory, f"memory limit {format_bytes(memory)}: given"
+    cpus_why = f"CPUs {cpus:g}: given" if cpus is not None else ""
     if cpus is None:
         cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
+        cpus_why = f"CPUs {cpus:g}: {'our cgroup' if own.effective_cpus else 'this process'}'s"
     model, learned_line = model_for(recipe, toolkit)
     plan = plan_build(
         budget=budget,
@@ -197,6 +236,7 @@ def plan_for(
         max_jobs=resources.max_jobs,
         nvcc_threads=resources.nvcc_threads,
         budget_reason=why,
+        cpus_reason=cpus_why,
     )
     return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
 
@@ -383,16 +423,3 @@ def resolve_torch(
         choice = asked_release(index, variant, python=pythons[0] if pythons else None)
     reporter.info(choice.why)
     return replace(variant, torch_version=choice.version, newest=False), choice.why
-
-
-def planned_torch(
-    variant: TorchVariant, pythons: Sequence[str] | None, reporter: Reporter, recipe: Recipe | None = None
-) -> tuple[TorchVariant, str]:
-    """The torch release a build would use (resolve_torch), for the Pythons named or, before the
-    image is known, any; for `plan`, an index that cannot be read is only a warning."""
-    try:
-        index: TorchIndex | None = read_torch_index(variant.index_url)
-    except TorchIndexUnreachable as unreachable:
-        reporter.warn(unreachable.cause)
-        index = None
-    return resolve_torch(variant, index, pythons, reporter, recipe)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from ..units import PAGE, format_bytes
 from .memory_model import MemoryModel, UnitCost, launch_order
 from .phases import cicc_windows, shape_of
-from .planner import OVERSUBSCRIBE, Plan
+from .planner import OVERSUBSCRIBE, Plan, governed_by
 from .simulation import SimResult, simulate
 
 __all__ = [
@@ -99,24 +99,44 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
         threads, lines = _admission_threads(plan, budget)
     # Kept jobs keep their slots too (an admitted plan predicted again, as remember_build does).
     jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
-    why = _admission_line(model, jobs, slots, budget, gate)
+    why = _admission_line(model, jobs, threads, slots, budget, gate)
     run = _admitted_run(plan, jobs, threads, budget, slots=slots)
-    return replace(
+    admitted = replace(
         plan,
         max_jobs=jobs,
         nvcc_threads=threads,
         admission_budget=budget,
         admission_slots=slots,
-        reasons=(*plan.reasons, *lines, why),
+        reasons=(*plan.reasons, *lines, why, *_simulated_lines(run, plan.memory)),
         # The wrapper, not MAX_JOBS, bounds what runs together: the peak is the simulated one.
         predicted_peak=run.peak if run is not None else plan.predicted_peak,
         predicted_seconds=run.seconds if run is not None else plan.predicted_seconds,
     )
+    return governed_by(plan, "admission", admitted)
 
 
-def _admission_line(model: MemoryModel, jobs: int, slots: int | None, budget: int, gate: bool) -> str:
+def _simulated_lines(run: SimResult | None, limit: int) -> list[str]:
+    """The admitted build's predicted peak and time, as the plan's summary shows them; none
+    without a unit list to simulate (the static plan's then stand)."""
+    if run is None:
+        return []
+    verdict = "within" if run.peak <= limit else "OVER"
+    return [
+        f"predicted peak {format_bytes(run.peak)} {verdict} {format_bytes(limit)} with admission: the "
+        "highest the simulated build holds (the reserve, and each admitted compile at its predicted "
+        "peak with the model's margin)",
+        f"predicted build: {run.seconds:.0f} s with admission, each unit's time as the model has it "
+        "(the calibration machine's speed per core; for comparing plans, not a promise)",
+    ]
+
+
+def _admission_line(
+    model: MemoryModel, jobs: int, threads: int, slots: int | None, budget: int, gate: bool
+) -> str:
     """The plan's reason line for admission: what ninja launches and what each compile waits for."""
-    head = f"admission: ninja launches up to MAX_JOBS={jobs}{_shape_text(jobs, slots)}"
+    head = (
+        f"admission: ninja launches up to MAX_JOBS={jobs} at NVCC_THREADS={threads}{_shape_text(jobs, slots)}"
+    )
     if gate and _gate_applies(model):
         return (
             f"{head}; within {format_bytes(budget)} (the limit less the model's reserve), each compile "

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..dist import ServerShape
+from ..units import format_bytes
 from .fleet import DistUnit, Fleet, RemoteJob, plan_dist_jobs
 from .memory_model import MemoryModel, UnitCost
-from .planner import Plan
+from .planner import Plan, governed_by
 
 # Without --dist-servers: servers that hold every job, this many slots per local CPU. A guess,
 # and the plan says so; the servers' real size only moves the point where they become the bound.
@@ -58,12 +59,18 @@ def with_distribution(plan: Plan, servers: ServerShape | None) -> Plan:
         else f"{len(fleet.servers)} server(s) of {fleet.servers[0].cores} cores"
     )
     why = f"--dist: {chosen.reason}; bound: {chosen.bound}; {fleet_line}; NVCC_THREADS=1, each arch is a job of its own"
-    return replace(
+    peak = plan.model.reserve + chosen.predicted.local_peak
+    numbers = (
+        f"--dist: MAX_JOBS={chosen.max_jobs} at NVCC_THREADS=1; predicted peak {format_bytes(peak)} here "
+        f"(the reserve and the local parts), predicted build: {chosen.predicted.seconds:.0f} s with the servers"
+    )
+    distributed = replace(
         plan,
         max_jobs=chosen.max_jobs,
         nvcc_threads=1,
         admission_budget=None,
-        predicted_peak=plan.model.reserve + chosen.predicted.local_peak,
+        predicted_peak=peak,
         predicted_seconds=chosen.predicted.seconds,
-        reasons=(*plan.reasons, why),
+        reasons=(*plan.reasons, why, numbers),
     )
+    return governed_by(plan, "--dist", distributed)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..units import PAGE, format_bytes
 from .memory_model import GIB, MemoryModel, launch_order, ninja_order
@@ -36,7 +36,9 @@ __all__ = [
     "container_limit",
     "explain_container_limit",
     "format_plan",
+    "governed_by",
     "ninja_order_file",
+    "over_budget",
     "plan_build",
     "predicted_build_seconds",
 ]
@@ -72,6 +74,10 @@ class Plan:
     cicc_gate: bool = False
     # With admission: the most compiles the wrapper admits at once; MAX_JOBS above it is lookahead.
     admission_slots: int | None = None
+    # A governed plan (admission, --dist): how many of `reasons` lead to the static plan it
+    # started from, and what governs it; format_plan labels the two parts. None: static.
+    static_reasons: int | None = None
+    governor: str = ""
 
     def halved(self, times: int = 1) -> Plan | None:
         """The plan after `times` OOM kills (0: this one), each halving the jobs; at one job, the
@@ -110,6 +116,8 @@ class Plan:
             admission_budget=None if self.admission_budget is None else self.admission_budget * 3 // 4,
             admission_slots=None if self.admission_slots is None else max(1, self.admission_slots // 2),
             cicc_gate=self.cicc_gate,
+            static_reasons=None if self.static_reasons is None else 0,
+            governor=self.governor,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -184,13 +192,14 @@ def plan_build(
     max_jobs: int | None = None,
     nvcc_threads: int | None = None,
     budget_reason: str | None = None,
+    cpus_reason: str | None = None,
 ) -> Plan:
     """MAX_JOBS and NVCC_THREADS for a container of `budget` bytes and `cpus` CPUs (see module doc).
 
     Given values are kept as they are; the reasons say when the model thinks they do not fit.
     """
     archs = max(1, archs)
-    reasons: list[str] = [budget_reason] if budget_reason else []
+    reasons: list[str] = [r for r in (budget_reason, cpus_reason) if r]
     reasons.append(
         f"model: {model.describe()}; reserve {format_bytes(model.reserve)} once, "
         f"+{model.margin:.0%} on every unit's peak"
@@ -384,8 +393,33 @@ def _peak_line(model: MemoryModel, peak: int, budget: int, jobs: int, threads: i
     )
 
 
+def governed_by(static: Plan, governor: str, plan: Plan) -> Plan:
+    """`plan`, made from `static` by `governor` ("admission"), marked so that format_plan
+    labels the static plan's reasons and the governed plan's apart (a plan governed again, as
+    remember_build predicts it, keeps its first mark)."""
+    if static.static_reasons is not None:
+        return plan
+    return replace(plan, static_reasons=len(static.reasons), governor=governor)
+
+
+def over_budget(plan: Plan) -> str | None:
+    """The warning for a plan whose predicted peak is over its memory limit; None when it fits."""
+    if plan.predicted_peak <= plan.memory:
+        return None
+    return (
+        f"predicted peak {format_bytes(plan.predicted_peak)} is over the memory limit "
+        f"{format_bytes(plan.memory)} ({plan.predicted_peak / plan.memory:.0%}): expect an OOM kill "
+        "and attempts at half the jobs, unless the model over-estimates; give more --memory"
+    )
+
+
+_STATIC = "the static plan: MAX_JOBS alone bounds memory"
+
+
 def format_plan(plan: Plan) -> str:
-    """The plan and its reasoning, for `wheelbuild plan` and the build log."""
+    """The plan and its reasoning, for `wheelbuild plan` and the build log: the summary is the
+    plan that runs, and each of its numbers is said in a reason; a governed plan's reasons come
+    in two labelled parts, the static plan's, then the governed plan's, which the summary is."""
     width = 16
     rows = [
         ("memory limit", format_bytes(plan.memory)),
@@ -397,8 +431,20 @@ def format_plan(plan: Plan) -> str:
     ]
     if plan.predicted_seconds is not None:
         rows.append(("predicted time", f"{plan.predicted_seconds:.0f} s (calibration machine)"))
+    runs = f"the {plan.governor} plan" if plan.static_reasons is not None else "the static plan"
+    rows.insert(0, ("runs", runs))
     lines = [f"plan for {plan.model.describe()}"]
     lines += [f"  {key:<{width}}{value}" for key, value in rows]
-    lines.append("why:")
-    lines += [f"  - {reason}" for reason in plan.reasons]
+    if plan.static_reasons is None:
+        lines.append(f"why ({_STATIC}):")
+        lines += [f"  - {reason}" for reason in plan.reasons]
+        return "\n".join(lines)
+    static, governed = plan.reasons[: plan.static_reasons], plan.reasons[plan.static_reasons :]
+    if static:
+        lines.append(f"why, 1 of 2 ({_STATIC}; without {plan.governor}, this would run):")
+        lines += [f"  - {reason}" for reason in static]
+    lines.append(
+        f"why{', 2 of 2' if static else ''} (the {plan.governor} plan: what runs, the summary above):"
+    )
+    lines += [f"  - {reason}" for reason in governed]
     return "\n".join(lines)

@@ -152,7 +152,8 @@ def redist_url(env: Mapping[str, str]) -> str:
     return (env.get(REDIST_URL_ENV) or DEFAULT_REDIST_URL).rstrip("/")
 
 
-def _remedy(base_url: str) -> str:
+def remedy(base_url: str) -> str:
+    """What to do when the CUDA 12 layer's archives cannot be downloaded from `base_url`."""
     return (
         f"point {REDIST_URL_ENV} at a mirror of NVIDIA's redist tree (now {base_url}), "
         "or pass --cuda12-image with an NVIDIA CUDA 12.8+ devel image pinned by digest"
@@ -189,7 +190,7 @@ def _download(archive: RedistArchive, base_url: str, dest: Path, on_line: Callab
                 reason = getattr(exc, "reason", exc)
                 raise CudaRedistUnreachable(
                     f"could not download the CUDA 12 compiler from {url} ({reason})",
-                    _remedy(base_url),
+                    remedy(base_url),
                 ) from None
             if digest.hexdigest() != archive.sha256:
                 raise CudaRedistMismatch(
@@ -363,9 +364,33 @@ def unpack(layer: CudaLayer, archives: Mapping[str, Path], dest: Path) -> None:
         )
 
 
+def _tree(layer: CudaLayer, cache: Path) -> Path:
+    return cache / "cuda-redist" / "trees" / layer.sha256[:16]
+
+
+def unreachable_archive(layer: CudaLayer, base_url: str, cache: Path) -> str | None:
+    """Why the layer's tree cannot be made here ("<url> does not answer (why)"), or None when it
+    can: the tree or every archive is kept under `cache`, or the server answers a HEAD request
+    for each archive that is not (nothing is downloaded)."""
+    if (_tree(layer, cache) / ".complete").is_file():
+        return None
+    for archive in layer.archives:
+        if (cache / "cuda-redist" / "sha256" / archive.sha256 / archive.file_name).is_file():
+            continue
+        url = f"{base_url}/{archive.path}"
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, method="HEAD"), timeout=CONNECT_TIMEOUT_S
+            ):
+                pass
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return f"{url} does not answer ({getattr(exc, 'reason', exc)})"
+    return None
+
+
 def prepare_tree(layer: CudaLayer, base_url: str, cache: Path, on_line: Callable[[str], None]) -> Path:
     """The unpacked layer (its CUDA_HOME), made once per set of pins and reused after."""
-    tree = cache / "cuda-redist" / "trees" / layer.sha256[:16]
+    tree = _tree(layer, cache)
     if (tree / ".complete").is_file():
         return tree
     archives = fetch_archives(layer, base_url, cache, on_line)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,10 +89,40 @@ def make_result(tmp_path: Path) -> Callable[..., AttemptResult]:
     return make
 
 
+# torch's pages as a fake PyTorch index lists them (labelled releases: no METADATA is read), put
+# in a cache as an earlier read would have: the CLI reads them without a request.
+FAKE_TORCH: dict[str, dict[str, tuple[str, ...]]] = {
+    "cu130": {"2.14.1+cu130": ("cp310", "cp311", "cp312", "cp313"), "2.13.0+cu130": ("cp311", "cp312")},
+    "cu128": {"2.10.0+cu128": ("cp310", "cp311", "cp312", "cp313")},
+}
+
+
+def seed_torch_index(cache: Path, url: str, releases: dict[str, tuple[str, ...]]) -> None:
+    """torch's page on *url* in *cache* (a WHEELBUILD_CACHE_DIR), read a minute ago."""
+    key = url.rstrip("/")
+    path = cache / "torch-index" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files = [
+        [
+            f"torch-{version}-{py}-{py}-manylinux_2_28_x86_64.whl",
+            False,
+            "",
+            hashlib.sha256(version.encode() + py.encode()).hexdigest(),
+            False,
+        ]
+        for version, pythons in releases.items()
+        for py in pythons
+    ]
+    path.write_text(json.dumps({"index": key, "fetched": time.time() - 60, "files": files}))
+
+
 @pytest.fixture
 def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the installed `wheelbuild` console script for real, with Docker unreachable; with
-    capped=True, in an address space of ADDRESS_SPACE_CAP."""
+    capped=True, in an address space of ADDRESS_SPACE_CAP. PyTorch's cu130 and cu128 pages are
+    in its cache (FAKE_TORCH), so a command reads no index over the network."""
+    for tag, releases in FAKE_TORCH.items():
+        seed_torch_index(tmp_path / "cache", f"https://download.pytorch.org/whl/{tag}", releases)
 
     def run(
         *args: str, capped: bool = False, prefix: tuple[str, ...] = ()
@@ -119,3 +152,28 @@ def own_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "wheelbuild-cache"
     monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(cache))
     return cache
+
+
+@pytest.fixture
+def fake_torch_index(own_cache_dir: Path) -> Path:
+    """PyTorch's cu130 and cu128 pages (FAKE_TORCH) in own_cache_dir, so that build or plan run
+    in process reads no index over the network."""
+    for tag, releases in FAKE_TORCH.items():
+        seed_torch_index(own_cache_dir, f"https://download.pytorch.org/whl/{tag}", releases)
+    return own_cache_dir
+
+
+@pytest.fixture
+def flash_attn_sdist(tmp_path: Path) -> Path:
+    """flash-attn 2.8.3's sdist in the test's caches, where a plan or build of the recipe finds it
+    (downloaded once per machine by tests/sdists.py; linked, not copied)."""
+    from tests.sdists import SDISTS, fetch
+
+    pinned = SDISTS["flash-attn==2.8.3"]
+    found = fetch("flash-attn==2.8.3")
+    for cache in ("cache", "wheelbuild-cache"):  # run_cli's, and own_cache_dir's (in process)
+        kept = tmp_path / cache / "sdists" / pinned.sha256 / pinned.filename
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if not kept.exists():
+            kept.symlink_to(found)
+    return found

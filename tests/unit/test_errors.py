@@ -9,6 +9,7 @@ from wheelbuild import errors
 from wheelbuild.errors import WheelbuildError
 
 KNOWN_CODES = {
+    "PlanOverBudget": 28,
     "UnknownPackage": 10,
     "BadVariant": 11,
     "BadMemory": 12,

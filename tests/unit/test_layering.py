@@ -41,6 +41,7 @@ TOP = {
     "nightly_coverage": "pipeline",
     "calibrate": "pipeline",
     "preflight": "pipeline",
+    "prebuild": "pipeline",  # every check build makes before its first container; plan runs it too
     "prune": "pipeline",
     "matrix": "pipeline",
     "matrix_runs": "pipeline",
@@ -63,6 +64,7 @@ TOP = {
     "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
     "cli_options": "cli",
     "cli_types": "cli",  # the CLI's click types and option classes (GIVEN_PATH, RenamedOption)
+    "cli_spec": "cli",  # build's and plan's options -> BuildSpec, one way for both
     "cli_index": "cli",
     "cli_nightly": "cli",
     "cli_dist": "cli",

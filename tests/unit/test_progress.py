@@ -44,6 +44,9 @@ SUMMARY = (
     f"1.0 MB in a minute, SHA256={SHA}"
 )
 
+# build and plan read torch's index before Docker: from the cache, as seeded.
+pytestmark = pytest.mark.usefixtures("fake_torch_index")
+
 
 @dataclass
 class FakeClock:
