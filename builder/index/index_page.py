@@ -131,7 +131,8 @@ def _row(dist: Distribution) -> str:
         f'<td class="variant">{html.escape(cuda)}<br>{html.escape(torch)}'
         + (f'<div class="range">{html.escape(dist.torch_range)}</div>' if dist.torch_range else "")
         + "</td>",
-        f'<td class="python" title="{html.escape(platforms)}">{html.escape(pythons)}</td>',
+        f'<td class="python">{html.escape(pythons)}</td>',
+        f'<td class="platform">{html.escape(platforms)}</td>',
         f'<td class="archs">{html.escape(_archs(dist))}</td>',
         f'<td class="size">{format_bytes(dist.size)}</td>',
         f'<td class="date">{dist.upload_time.strftime("%Y-%m-%d %H:%M")} UTC</td>',
@@ -160,6 +161,7 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #d6dae2; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f1f3f7; } td.size, td.date { font-variant-numeric: tabular-nums; }
 td.version, td.variant, td.archs, td.size, td.date { white-space: nowrap; }
+td.platform { font-size: 12px; overflow-wrap: anywhere; max-width: 11em; }
 tr.yanked td { background: #fdf1f0; } tr.yanked td.yanked { color: #b3261e; }
 .cmd { display: flex; gap: 6px; align-items: center; margin: 0 0 3px; }
 .cmd code { font: 12px ui-monospace, monospace; background: #f6f8fa; border: 1px solid #e3e6ec;
@@ -191,7 +193,7 @@ def render(distributions: Iterable[Distribution]) -> str:
         "CUDA and torch and copy its line; pip and uv read the index at "
         f'<a href="simple/"><span class="index-url">{html.escape(PLACEHOLDER)}</span></a>.</p>\n'
         '<table class="wheels"><thead><tr><th>project</th><th>version</th><th>variant</th>'
-        "<th>Python</th><th>CUDA archs</th><th>size</th><th>date</th><th>yanked</th>"
+        "<th>Python</th><th>platform</th><th>CUDA archs</th><th>size</th><th>date</th><th>yanked</th>"
         "<th>install</th></tr></thead>\n<tbody>\n"
         f"{rows or empty}\n</tbody></table>\n<script>{_SCRIPT}</script>\n</body>\n</html>\n"
     )

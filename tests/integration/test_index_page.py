@@ -109,8 +109,8 @@ def test_serve_answers_a_browser_with_the_table_of_what_the_index_holds(tmp_path
     by_version = {row["cells"][1]: row for row in rows}
     assert [row["cells"][0] for row in rows] == ["wbcuda", "wbcuda", "wbtiny"]
     cu130 = by_version["0.1.0+cu130torch2.11"]
-    assert cu130["cells"][2:5] == ["CUDA 13.0 torch 2.11", "3.11", "sm_100, sm_120"]
-    assert cu130["cells"][7] == "—" and "yanked" not in cu130["cls"]
+    assert cu130["cells"][2:6] == ["CUDA 13.0 torch 2.11", "3.11", "manylinux_2_34_x86_64", "sm_100, sm_120"]
+    assert cu130["cells"][8] == "—" and "yanked" not in cu130["cls"]
     assert cu130["uv"] == (
         f"uv pip install --index {url} --index https://download.pytorch.org/whl/cu130 'wbcuda==0.1.0+cu130torch2.11'"
     )
@@ -119,10 +119,10 @@ def test_serve_answers_a_browser_with_the_table_of_what_the_index_holds(tmp_path
         "'wbcuda==0.1.0+cu130torch2.11'"
     )
     cu128 = by_version["0.1.0+cu128torch2.10"]
-    assert cu128["cells"][2:5] == ["CUDA 12.8 torch 2.10", "3.12", "sm_100, sm_120"]
-    assert "yanked" in cu128["cls"] and cu128["cells"][7] == f"yanked: {YANK}" and cu128["bold"] == 0
+    assert cu128["cells"][2:6] == ["CUDA 12.8 torch 2.10", "3.12", "manylinux_2_34_x86_64", "sm_100, sm_120"]
+    assert "yanked" in cu128["cls"] and cu128["cells"][8] == f"yanked: {YANK}" and cu128["bold"] == 0
     tiny = by_version["0.2.0"]
-    assert tiny["cells"][2:5] == ["— —", "3", "none"]
+    assert tiny["cells"][2:6] == ["— —", "3", "any", "none"]
     assert all(row["box"][0] > 600 and row["box"][1] > 20 for row in rows)  # laid out as a table
 
     # The static tree's page (nginx) holds the same rows; its lines name the tree's own address.

@@ -113,6 +113,9 @@ def test_a_row_per_wheel_with_variant_python_archs_size_date_and_install_lines()
     # Newest first within a project (0.10.0 before 0.2.0); a pure wheel's archs "none", unknown "?".
     assert text.index("0.10.0") < text.index("0.2.0")
     assert re.search(r'<td class="archs">\?</td>.*<td class="archs">none</td>', page, re.S)
+    # The platform has a column of its own, after the Python.
+    assert "<th>Python</th><th>platform</th>" in page
+    assert re.search(r'<td class="python">3\.12</td><td class="platform">manylinux_2_28_x86_64</td>', page)
     assert "'flash-attn==2.8.3+cu128torch2.10'" in text  # in the page as &#x27;...&#x27;
     assert page == index_page.render(
         reversed(
