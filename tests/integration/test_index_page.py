@@ -33,7 +33,7 @@ YANK = "<b>miscompiled</b> for sm_120"
 
 ROWS = """JSON.stringify([...document.querySelectorAll('table.wheels tbody tr.wheel')].map(tr => ({
   cls: tr.className,
-  cells: [...tr.querySelectorAll('td')].slice(0, 8).map(td => td.innerText.replace(/\\s+/g, ' ').trim()),
+  cells: [...tr.querySelectorAll('td')].slice(0, 9).map(td => td.innerText.replace(/\\s+/g, ' ').trim()),
   uv: tr.querySelector('.cmd.uv code').textContent,
   pip: tr.querySelector('.cmd.pip code').textContent,
   bold: tr.querySelectorAll('b').length,
