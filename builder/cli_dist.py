@@ -1,9 +1,11 @@
-"""The sccache-dist fleet's commands: dist-scheduler, dist-server, dist-stop (issue 15, part 2).
+"""The sccache-dist fleet's commands, one group as image and nightly are: dist scheduler, dist
+server, dist stop (their old names dist-scheduler, dist-server, dist-stop still run them).
 Each parses, checks what it can before Docker (token file, sizes, names, URL), calls
 run/dist_fleet.py, and prints what it started and how to reach it."""
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -77,7 +79,7 @@ def _image(client: docker.DockerClient, image: str | None, base_image: str | Non
     return dist_fleet.dist_image(client, progress=Reporter().log, base_image=base_image)
 
 
-@click.command("dist-scheduler")
+@click.command("scheduler")
 @click.option("--name", default=DEFAULT_SCHEDULER, show_default=True, type=GIVEN_TEXT, help="Container name.")
 @click.option("--port", default=dist_fleet.SCHEDULER_PORT, show_default=True, type=PORT, help="Its port.")
 @click.option(
@@ -97,7 +99,7 @@ def dist_scheduler(
     network: str,
 ) -> None:
     """Start an sccache-dist scheduler in a container: the one place build servers register
-    and builds (wheelbuild build --dist URL) ask for a server. Runs until `wheelbuild dist-stop`."""
+    and builds (wheelbuild build --dist URL) ask for a server. Runs until `wheelbuild dist stop`."""
     dist_fleet.check_token_file(token_file)
     dist_fleet.check_name(name, "--name")
     dist_fleet.check_name(network, "--network")
@@ -112,7 +114,7 @@ def dist_scheduler(
     if publish:
         click.echo(f"  from other machines: http://<this host's address>:{port} (published on {publish})")
     click.echo(
-        f"  next, per build machine: wheelbuild dist-server --network {network} --scheduler {url} "
+        f"  next, per build machine: wheelbuild dist server --network {network} --scheduler {url} "
         f"--memory SIZE --token-file {token_file}"
     )
     click.echo(f"  builds: wheelbuild build --dist {url} --dist-network {network} ...")
@@ -129,7 +131,7 @@ def _scheduler_url(text: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
-@click.command("dist-server")
+@click.command("server")
 @click.option("--name", default="wbdist-server", show_default=True, type=GIVEN_TEXT, help="Container name.")
 @click.option(
     "--scheduler",
@@ -170,7 +172,7 @@ def dist_server(
     network: str,
 ) -> None:
     """Start an sccache-dist build server in a memory-limited container, sized so the jobs the
-    scheduler sends it at once fit its memory. Runs until `wheelbuild dist-stop`."""
+    scheduler sends it at once fit its memory. Runs until `wheelbuild dist stop`."""
     url = _scheduler_url(scheduler)
     limit = parse_memory(memory)
     cores = check_cpus(cpus) or float(len(os.sched_getaffinity(0)))
@@ -195,7 +197,7 @@ def dist_server(
     )
 
 
-@click.command("dist-stop")
+@click.command("stop")
 @click.option("--name", type=GIVEN_TEXT, help="Only this container [default: every fleet container].")
 @click.option("--network", type=GIVEN_TEXT, help="Only the fleet on this network.")
 def dist_stop(name: str | None, network: str | None) -> None:
@@ -208,4 +210,20 @@ def dist_stop(name: str | None, network: str | None) -> None:
         click.echo("no fleet container here" + (f" named {name}" if name else ""))
 
 
-COMMANDS = (dist_scheduler, dist_server, dist_stop)
+@click.group("dist")
+def dist() -> None:
+    """A fleet of sccache-dist containers that spreads one build's compiles over machines (build
+    --dist URL): a scheduler, a server per build machine, and stop."""
+
+
+def _old_name(command: click.Command, name: str) -> click.Command:
+    """The same command under its old name, run as before but not shown in help."""
+    old = copy.copy(command)
+    old.name, old.hidden = name, True
+    return old
+
+
+for _command in (dist_scheduler, dist_server, dist_stop):
+    dist.add_command(_command)
+
+COMMANDS = (dist, *(_old_name(c, f"dist-{c.name}") for c in (dist_scheduler, dist_server, dist_stop)))

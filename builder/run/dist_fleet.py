@@ -1,7 +1,7 @@
 """The sccache-dist fleet's Docker edge (issue 15, part 2): the fleet image, a scheduler and build
 servers as long-lived containers on a user-defined bridge network, and their removal. What
 scripts/dist-smoke proved by hand (its header holds the findings), as functions of a docker
-client; `wheelbuild dist-scheduler`, `dist-server` and `dist-stop` (cli_dist.py) call them, and
+client; `wheelbuild dist scheduler`, `dist server` and `dist stop` (cli_dist.py) call them, and
 so does the --dist build's integration test.
 
 The token. sccache-dist 0.16.0 reads its token from its config file only. It reaches each
@@ -27,7 +27,7 @@ heaviest job defaults to flash-attn's measured bwd cicc (HEAVIEST_JOB); `job_mem
 
 Labels: every fleet container carries ROLE_LABEL (and FLEET_LABEL: its network) and never the
 build's ownership labels (ownership.OWNER_LABEL, RUN_LABEL), so a build's orphan sweep and its
-reaper, which select by those, never touch the fleet; dist-stop selects by ROLE_LABEL.
+reaper, which select by those, never touch the fleet; dist stop selects by ROLE_LABEL.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def check_name(name: str, what: str) -> str:
 
 
 def labels(role: str, network: str) -> dict[str, str]:
-    """The fleet's labels: found by dist-stop, never by the build's orphan sweep or reaper."""
+    """The fleet's labels: found by dist stop, never by the build's orphan sweep or reaper."""
     return {ROLE_LABEL: role, FLEET_LABEL: network}
 
 
@@ -383,7 +383,7 @@ def _start(
         if exc.status_code == 409:
             raise BadArgument(
                 f"a container named {name} already exists",
-                f"remove it (wheelbuild dist-stop --name {name}) or give another --name",
+                f"remove it (wheelbuild dist stop --name {name}) or give another --name",
             ) from exc
         raise
     client.api.start(created["Id"])

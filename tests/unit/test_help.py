@@ -140,3 +140,15 @@ def test_image_ls_has_a_header_and_each_images_size() -> None:
     ]  # fmt: skip
     assert second.split()[2:4] == ["2.0", "GiB"]
     assert first.index("516371a6feee") == header.index("ID") == second.index("a" * 12)  # aligned
+
+
+def test_the_dist_fleet_is_one_group_and_its_old_names_still_run() -> None:
+    top = _help("wheelbuild", main)
+    assert " dist " in f" {top} " and "dist-stop" not in top
+    for name in ("scheduler", "server", "stop"):
+        new = CliRunner().invoke(main, ["dist", name, "--help"])
+        old = CliRunner().invoke(main, [f"dist-{name}", "--help"])
+        assert new.exit_code == old.exit_code == 0, new.output + old.output
+        group = main.commands["dist"]
+        assert isinstance(group, click.Group)
+        assert group.commands[name].callback is main.commands[f"dist-{name}"].callback
