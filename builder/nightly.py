@@ -34,7 +34,7 @@ from .errors import (
 )
 from .index import remote
 from .matrix import Cell, Matrix, tracking
-from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows
+from .nightly_coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows
 from .nightly_index import (
     INDEX_URL_ENV,
     PublishedWheel,
@@ -49,7 +49,6 @@ from .nightly_index import (
 from .nightly_publish import (
     CELL_RECORD,
     PUBLISH_TO_ENV,
-    CellOutcome,
     publish_night,
     publish_target,
     read_outcomes,

@@ -9,16 +9,14 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from packaging.version import Version
 
 from .variants import parse_variant
 
-if TYPE_CHECKING:
-    from .nightly_publish import CellOutcome
-
 __all__ = [
+    "CellOutcome",
     "Grid",
     "Row",
     "coverage_grids",
@@ -27,6 +25,16 @@ __all__ = [
     "coverage_rows",
     "plan_entries",
 ]
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What one cell of the night came to: the wheels that passed, or why it failed."""
+
+    id: str
+    torch: str
+    wheels: tuple[Path, ...]  # those that passed (empty when the cell failed)
+    failure: str | None
 
 
 @dataclass(frozen=True)

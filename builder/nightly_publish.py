@@ -25,7 +25,7 @@ from .index import index as index_files
 from .index import publish as publishing
 from .index import remote
 from .matrix import Matrix
-from .nightly_coverage import Row, coverage_html, coverage_markdown, coverage_rows, plan_entries
+from .nightly_coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows, plan_entries
 from .nightly_index import INDEX_URL_ENV, served_wheels
 from .report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
@@ -73,14 +73,6 @@ def report_verdict(report: BuildReport | Mapping[str, object], wheels: Sequence[
     if refused:
         return f"the import gate did not pass {', '.join(refused)}"
     return None
-
-
-@dataclass(frozen=True)
-class CellOutcome:
-    id: str
-    torch: str
-    wheels: tuple[Path, ...]  # those that passed (empty when the cell failed)
-    failure: str | None
 
 
 def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[str, object] | None]:

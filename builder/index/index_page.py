@@ -3,7 +3,7 @@ person picks by (project, version, variant: CUDA and torch, Python, CUDA archs, 
 yanked) and a copyable install line. `wheelbuild publish` writes it with the pages under
 ``simple/`` (so nginx serves it too) and `wheelbuild serve` answers a browser's ``/`` with it.
 
-Pure: the index's :class:`~wheelbuild.index.index.Distribution` records in, the page out, the same bytes
+Pure: the index's :class:`~wheelbuild.index.pages.Distribution` records in, the page out, the same bytes
 for the same records (a publish that changes nothing rewrites nothing). Every name comes from a
 file someone published and is escaped. The page's only script (fixed text, allowed by its hash
 in the page's Content-Security-Policy) puts the address the page was loaded from into the install
@@ -17,7 +17,6 @@ import hashlib
 import html
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from packaging.tags import Tag
@@ -27,9 +26,7 @@ from packaging.version import InvalidVersion
 from ..provenance import ENVELOPE_SUFFIX
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
-
-if TYPE_CHECKING:
-    from .index import Distribution
+from .pages import Distribution
 
 __all__ = ["PAGE", "install_lines", "python_of", "render", "variant_of"]
 

@@ -7,13 +7,25 @@ saw of an attempt in, the typed error that explains it out (None: nothing recogn
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from ..errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable, WheelbuildError
 from .buildlog import NOT_LINKED_MARK
 
-if TYPE_CHECKING:  # attempt.classify calls this module
-    from .attempt import AttemptResult
+
+class AttemptLog(Protocol):
+    """What this module reads of an attempt (run/attempt.py's AttemptResult, which calls it)."""
+
+    @property
+    def log_path(self) -> Path: ...
+    @property
+    def log_tail(self) -> tuple[str, ...]: ...
+    @property
+    def link_checks(self) -> tuple[str, ...]: ...
+    @property
+    def prebuilt_urls(self) -> tuple[str, ...]: ...
+
 
 # What urllib, requests and pip print when a download finds no network.
 _NETWORK_ERROR = re.compile(
@@ -22,7 +34,7 @@ _NETWORK_ERROR = re.compile(
 )
 
 
-def contract_failure(result: AttemptResult) -> WheelbuildError | None:
+def contract_failure(result: AttemptLog) -> WheelbuildError | None:
     """A shared object the link ledger does not know, or a failed fetch of a prebuilt binary."""
     tail = "\n".join(result.log_tail[-25:])
     fetched = f"; the package's build fetched {result.prebuilt_urls[0]}" if result.prebuilt_urls else ""
@@ -91,7 +103,7 @@ _COMPILER_REFUSALS = (
 )
 
 
-def compile_failure(result: AttemptResult) -> WheelbuildError | None:
+def compile_failure(result: AttemptLog) -> WheelbuildError | None:
     """The first compiler error, and what it means when the fault is not the source's."""
     text = "\n".join(result.log_tail)
     tail = "\n".join(result.log_tail[-25:])
