@@ -3,7 +3,7 @@ source, Pythons) -> image -> stored result? -> plan -> attempts (tenacity: an OO
 half the parallelism) -> stamp and check -> import gate -> report -> ready to publish.
 
 What build shares with calibrate (image inputs, image, compiler, plan) is preflight.py's; the
-report's format is report.py's; the nightly's matrix against what is published is matrix_runs.py's.
+report's format is report/build_report.py's; the nightly's matrix against what is published is matrix_runs.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from . import report_html
 from .attempts import attempts_until_built
 from .build_run import BuildResult, Checked, Ready, Run
 from .check import first_problem, stamp_and_check
@@ -40,7 +39,9 @@ from .provenance import STATEMENT_SUFFIX
 from .pythons import admitted_by
 from .range_gate import pinned_to_ranges, torch_ranges
 from .recipes import source_location, source_pin
-from .report import (
+from .report import page as report_html
+from .report.attempt_records import attempt_record
+from .report.build_report import (
     GATE_PHASE,
     REPORT_NAME,
     TORCH_RANGE_PHASE,
@@ -62,7 +63,6 @@ from .report import (
     read_report,
     write_report,
 )
-from .report_attempts import attempt_record
 from .run import results
 from .run.attempt import AttemptConfig, AttemptResult, shared_cache_env
 from .run.ports import Engine

@@ -12,7 +12,7 @@ from .errors import WheelbuildError
 from .plan.planner import Plan
 from .preflight import ImageOptions
 from .recipes.survey import Survey
-from .report import PhaseRecord
+from .report.build_report import PhaseRecord
 from .run.image import Image, ImageInputs
 from .sources import PreparedSource, SourceDate
 from .spec import BuildSpec

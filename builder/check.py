@@ -34,7 +34,7 @@ from .errors import (
     WheelbuildError,
 )
 from .index import index
-from .report import REPORT_NAME, BuildReport, read_report
+from .report.build_report import REPORT_NAME, BuildReport, read_report
 from .spec import BuildSpec, PinMode
 from .variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from .wheel.abi import check_wheel_abi

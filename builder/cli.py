@@ -15,7 +15,7 @@ import click
 
 from . import build as build_pipeline
 from . import calibrate as calibrating
-from . import check, cli_dist, cli_index, cli_nightly, cli_verify, config, preflight, prune, report_html
+from . import check, cli_dist, cli_index, cli_nightly, cli_verify, config, preflight, prune
 from .cli_options import (
     CONFIG_FILES_KEY,
     ConfiguredCommand,
@@ -42,6 +42,7 @@ from .errors import BadArgument, DoctorFound, PlanOverBudget, WheelbuildError
 from .plan.planner import format_plan, over_budget
 from .prebuild import plan_of, prebuild, torch_chosen
 from .recipes import resolve_recipe
+from .report import page as report_html
 from .run import doctor, gc
 from .run.attempt import SHARED_CACHE_ENV
 from .run.engine import DockerEngine

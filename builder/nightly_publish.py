@@ -27,7 +27,7 @@ from .index import remote
 from .matrix import Matrix
 from .nightly_coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows, plan_entries
 from .nightly_index import INDEX_URL_ENV, served_wheels
-from .report import REPORT_NAME, BuildReport, read_report, report_from_json
+from .report.build_report import REPORT_NAME, BuildReport, read_report, report_from_json
 from .sources import cache_dir
 from .statements import for_publish, subjects_check
 from .variants import parse_variant

@@ -23,7 +23,7 @@ from .errors import ReportUnreadable
 from .index import index
 from .names import DIST_DOCKERFILE, dist_image_tag
 from .preflight import ImageOptions, cuda12_layer, image_inputs
-from .report import REPORT_NAME, BuildReport, read_report
+from .report.build_report import REPORT_NAME, BuildReport, read_report
 from .run import gc
 from .run.image import image_script, production_base
 from .run.ports import GcEngine, ImageIds

@@ -5,7 +5,7 @@ checked against its field's type (str, int, float, bool, another record, a tuple
 Optional and `object` for a table kept as written): a key absent or null is its field's empty
 value, a value of the wrong type is a RecordError naming where it is. So a field added to a
 record is written and read, type-checked, with nothing else to change. Pure; what reads untrusted
-JSON caps its size first (build-report.json: report.py).
+JSON caps its size first (build-report.json: report/build_report.py).
 """
 
 from __future__ import annotations

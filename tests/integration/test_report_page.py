@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wheelbuild import report_html
+from wheelbuild.report import page as report_html
 
 from tests.browser import chromium, count_near, distinct_colors, read_png
 from tests.reportkit import phased_report, real_report, synthetic_report

@@ -12,7 +12,7 @@ import pytest
 from wheelbuild.check import describe_gate, gate_verdict
 from wheelbuild.errors import ImportGateFailed
 from wheelbuild.nightly_publish import report_verdict
-from wheelbuild.report import (
+from wheelbuild.report.build_report import (
     Abi3Record,
     AttemptRecord,
     BuildReport,

@@ -16,7 +16,7 @@ from typing import Any
 
 import docker.errors
 import pytest
-from wheelbuild import build, preflight, report_html, sources
+from wheelbuild import build, preflight, sources
 from wheelbuild.attempts import attempts_until_built
 from wheelbuild.errors import BadArgument, CompileFailed, OutOfMemory
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
@@ -24,7 +24,8 @@ from wheelbuild.plan.planner import Plan
 from wheelbuild.preflight import ImageOptions
 from wheelbuild.project_pages import IndexFile
 from wheelbuild.recipes import EXAMPLE_DIR, resolve_recipe
-from wheelbuild.report import GateSkipped, read_report
+from wheelbuild.report import page as report_html
+from wheelbuild.report.build_report import GateSkipped, read_report
 from wheelbuild.run import results
 from wheelbuild.run.attempt import (
     ATTEMPT_SCRIPTS,
@@ -312,7 +313,7 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     assert [a["max_jobs"] for a in report["attempts"]] == [2, 1]
     assert report["attempts"][0]["oom_evidence"] == ["docker oom event x1", "cgroup oom_kill +1"]
     assert result.plan is not None and result.plan.max_jobs == 1
-    # The keys wheelbuild has always written, plus its schema (report.py) and the contract it
+    # The keys wheelbuild has always written, plus its schema (report/build_report.py) and the contract it
     # kept, and it reads back equal.
     assert set(report) == {
         "schema", "run_id", "inputs_key", "recipe", "torch", "archs", "pythons", "image", "plan",

@@ -28,7 +28,7 @@ from wheelbuild.errors import BadArgument
 from wheelbuild.plan.dist_plan import with_distribution
 from wheelbuild.plan.memory_model import GIB, flash_attn_model, wbdemo_model
 from wheelbuild.plan.planner import plan_build
-from wheelbuild.report_attempts import attempt_record
+from wheelbuild.report.attempt_records import attempt_record
 from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env, redactor_for
 from wheelbuild.run.attempt_run import write_secrets
 from wheelbuild.run.buildlog import BuildLog

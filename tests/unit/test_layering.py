@@ -9,7 +9,7 @@ from pathlib import Path
 BUILDER = Path(__file__).resolve().parents[2] / "builder"
 
 # The stages are folders; their room is their name.
-STAGES = {"plan", "run", "wheel", "index", "recipes"}
+STAGES = {"plan", "run", "wheel", "index", "recipes", "report"}
 
 # The modules on top of builder/, each in its room. A new one must be placed here.
 TOP = {
@@ -51,12 +51,6 @@ TOP = {
     "torch_releases": "pipeline",  # torch's releases on its index: Pythons, CUDA, the newest
     "remote_wheel": "pipeline",  # a wheel on a server: one member by byte ranges, or whole
     "requires_python": "pipeline",
-    "report": "pipeline",
-    "report_attempts": "pipeline",
-    "report_html": "pipeline",
-    "report_chart": "pipeline",
-    "report_values": "pipeline",
-    "report_wheels": "pipeline",
     "check": "pipeline",
     "statements": "pipeline",  # the provenance statement a build writes beside each wheel
     "verify": "pipeline",  # `wheelbuild verify`: a wheel against its signed statement, or rebuilt
@@ -72,7 +66,7 @@ TOP = {
     "cli_verify": "cli",
 }
 
-_BELOW_PIPELINE = {"shared", "plan", "wheel", "recipes", "spec", "run", "index"}
+_BELOW_PIPELINE = {"shared", "plan", "wheel", "recipes", "spec", "run", "index", "report"}
 
 # room -> the rooms it may import (its own included). Lower stages never import higher ones:
 # plan/ and wheel/ are pure leaves, run/ may use plan/ (and what to build), index/ knows wheel/ only.
@@ -84,6 +78,8 @@ ALLOWED = {
     "spec": {"spec", "recipes", "shared"},
     "run": {"run", "plan", "recipes", "spec", "shared"},
     "index": {"index", "wheel", "shared"},
+    # the build's record and its page: what plan/, run/ and wheel/ produced, read back
+    "report": {"report", "plan", "run", "wheel", "shared"},
     "pipeline": _BELOW_PIPELINE | {"pipeline"},
     "cli": _BELOW_PIPELINE | {"pipeline", "cli"},
 }

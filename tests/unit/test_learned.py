@@ -36,7 +36,7 @@ from wheelbuild.plan.unit_memory import (
 )
 from wheelbuild.preflight import model_for, plan_for
 from wheelbuild.recipes import resolve_recipe
-from wheelbuild.report_attempts import attempt_record
+from wheelbuild.report.attempt_records import attempt_record
 from wheelbuild.run.attempt import AttemptResult
 from wheelbuild.spec import Resources
 

@@ -1,4 +1,4 @@
-"""build-report.json through report.py, its one writer and reader: every key survives a read and
+"""build-report.json through report/build_report.py, its one writer and reader: every key survives a read and
 a write, older reports (no schema field) still read, and a newer schema, an oversized file or a
 field of the wrong type is refused with ReportUnreadable (exit 19)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from wheelbuild.errors import ReportUnreadable
 from wheelbuild.records import read_record
-from wheelbuild.report import (
+from wheelbuild.report.build_report import (
     MAX_REPORT_SIZE,
     SCHEMA,
     BuildReport,

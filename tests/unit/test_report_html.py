@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild import report_html
 from wheelbuild.plan.memory_model import MIB
-from wheelbuild.report_chart import MAX_PHASES
-from wheelbuild.report_values import MAX_TEXT, size_text
+from wheelbuild.report import page as report_html
+from wheelbuild.report.chart import MAX_PHASES
+from wheelbuild.report.values import MAX_TEXT, size_text
 from wheelbuild.run import attempt_run
 from wheelbuild.run.attempt import AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySeries

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.range_gate import other_requirements
 from wheelbuild.records import read_record
-from wheelbuild.report import BuildReport, report_from_json
+from wheelbuild.report.build_report import BuildReport, report_from_json
 from wheelbuild.wheel.abi import check_wheel_abi
 from wheelbuild.wheel.torch_range import TorchRange, TorchTrial, neighbours, written_pin
 from wheelbuild.wheel.torch_symbols import first_missing, needed_from_torch, torch_exports

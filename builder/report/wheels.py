@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from .records import RecordError, read_record
-from .report import GateRecord
-from .report_values import MAX_ROWS, html_table, items_of, mapping_of, number_of, one_line, size_text, text_of
-from .wheel.abi3 import python_tag
-from .wheel.torch_range import TorchRange
+from ..records import RecordError, read_record
+from ..wheel.abi3 import python_tag
+from ..wheel.torch_range import TorchRange
+from .build_report import GateRecord
+from .values import MAX_ROWS, html_table, items_of, mapping_of, number_of, one_line, size_text, text_of
 
 MAX_TRIALS = 50  # torch releases per torch range: a handful are tried
 MAX_VERSION = 64  # characters of a torch release ("2.14.1+cu130"); a longer one is damage

@@ -24,14 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bounded import FileRefused, read_bounded
-from .errors import ReportUnreadable
-from .plan.planner import Plan
-from .records import OMIT, REQUIRED, Json, Record, RecordError, read_record
-from .wheel.abi3 import Abi3Use
-from .wheel.gate import GateResult
-from .wheel.torch_range import TorchRange
-from .wheel.wheels import WheelInfo
+from ..bounded import FileRefused, read_bounded
+from ..errors import ReportUnreadable
+from ..plan.planner import Plan
+from ..records import OMIT, REQUIRED, Json, Record, RecordError, read_record
+from ..wheel.abi3 import Abi3Use
+from ..wheel.gate import GateResult
+from ..wheel.torch_range import TorchRange
+from ..wheel.wheels import WheelInfo
 
 __all__ = [
     "GATE_PHASE",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .dist import remote_share
-from .plan.learned import SAMPLE_S
-from .plan.planner import Plan
-from .report import AttemptRecord, CacheStats, MemorySeriesRecord, PhaseRecord, UnitRecord
-from .run.attempt import AttemptResult
+from ..dist import remote_share
+from ..plan.learned import SAMPLE_S
+from ..plan.planner import Plan
+from ..run.attempt import AttemptResult
+from .build_report import AttemptRecord, CacheStats, MemorySeriesRecord, PhaseRecord, UnitRecord
 
 __all__ = ["attempt_record"]
 

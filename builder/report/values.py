@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
-from .units import MAX_MEMORY
+from ..units import MAX_MEMORY
 
 # What a page draws or prints, at most. No machine has 4 EiB, so a memory limit above it is
 # cgroup v1's "no limit" (2**63 - 4096), and any other size above it is not a measurement; no

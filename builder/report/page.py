@@ -2,11 +2,11 @@
 nothing fetched), what a user opens to see why an attempt was killed.
 
 The run: which torch it built for and why, the pin mode, links to its build.log and gate.log.
-For every attempt: its chart (report_chart.py: memory over time against its limit, its phases,
+For every attempt: its chart (chart.py: memory over time against its limit, its phases,
 the predicted peak over the compiles, OOM kills and units finished), its peak and the phase it
 was taken in, the model's prediction against the compile's peak, and its phases' times; then
 the units (when each finished, what the model predicted) and the attempts as tables; the wheels
-with their gate verdicts, torch pins and torch ranges (report_wheels.py); the build's contract.
+with their gate verdicts, torch pins and torch ranges (wheels.py); the build's contract.
 
 :func:`render` is pure: a report (the JSON object build.py writes) in, the page out. A report is
 read as untrusted (package names, evidence lines and paths come from the build): every value is
@@ -21,9 +21,9 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .report import read_report_json
-from .report_chart import ChartedAttempt, chart, charted_attempt
-from .report_values import (
+from .build_report import read_report_json
+from .chart import ChartedAttempt, chart, charted_attempt
+from .values import (
     MAX_ROWS,
     escaped,
     fmt_num,
@@ -35,7 +35,7 @@ from .report_values import (
     size_text,
     text_of,
 )
-from .report_wheels import (
+from .wheels import (
     LOGS,
     WHEEL_COLUMNS,
     Evidence,
@@ -379,7 +379,7 @@ def _heading(
 
 
 def load_report(path: Path) -> object:
-    """The parsed build-report.json at *path* (a run folder or the file itself), from report.py's
+    """The parsed build-report.json at *path* (a run folder or the file itself), from build_report.py's
     one reader (size capped, schema checked); the page draws whatever fields it holds."""
     return read_report_json(path)
 

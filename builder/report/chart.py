@@ -11,8 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .report import GATE_PHASE, TORCH_RANGE_PHASE
-from .report_values import (
+from ..run.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
+from .build_report import GATE_PHASE, TORCH_RANGE_PHASE
+from .values import (
     MAX_BYTES,
     MAX_ROWS,
     MAX_SECONDS,
@@ -28,7 +29,6 @@ from .report_values import (
     text_of,
     within,
 )
-from .run.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
 
 # The chart's geometry, in SVG user units (it scales to the page's width).
 WIDTH, HEIGHT = 860, 300
