@@ -351,7 +351,16 @@ def test_an_arch_the_variants_cuda_cannot_compile_fails_before_any_work(
 
 @pytest.mark.parametrize("docker_host", ["unix:///nonexistent/docker.sock"])
 def test_no_docker_daemon_is_a_clear_error(docker_host: str) -> None:
-    result = wheelbuild("build", "wbdemo", "--torch", "cu130", env={"DOCKER_HOST": docker_host})
+    # build's checks before a container read torch's index first (as plan does): a reachable one
+    result = wheelbuild(
+        "build",
+        "wbdemo",
+        "--torch",
+        "cu130",
+        "--torch-index-url",
+        TORCH_INDEX,
+        env={"DOCKER_HOST": docker_host},
+    )
     assert result.returncode == 20, result.stdout + result.stderr
     assert f"no Docker daemon answers at {docker_host}" in result.stderr
     assert "remedy:" in result.stderr

@@ -46,7 +46,7 @@ def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     assert f"profile: {profile}" in done.stdout
 
     plan = subprocess.run(
-        [WHEELBUILD, "plan", "flash-attn", "--memory", "64g", "--cpus", "128"],
+        [WHEELBUILD, "plan", "flash-attn", "--torch-index-url", TORCH_INDEX, "--memory", "64g", "--cpus", "128"],
         env={**os.environ, "WHEELBUILD_CACHE_DIR": str(tmp_path)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert plan.returncode == 0, plan.stderr
