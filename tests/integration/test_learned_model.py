@@ -20,9 +20,9 @@ def test_a_build_teaches_the_next_plan_and_the_plan_says_how_far_off_it_was(
     env = ["--env", "WBDEMO_BLOB_ELEMENTS=1500000", "--env", f"WBDEMO_BLOB_SALT={uuid.uuid4().hex}"]
     # A cache dir of its own: what this build teaches stays out of the other tests' plans.
     cache = {"WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")}
-    common = ["--torch", "cu130", "--memory", "6g", "--cpus", "2", *env]
+    common = ["--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--memory", "6g", "--cpus", "2", *env]
     built = wheelbuild(
-        "build", "wbdemo", *common, "--torch-index-url", TORCH_INDEX, "--python", "3.11", "--no-gate",
+        "build", "wbdemo", *common, "--python", "3.11", "--no-gate",
         "--output-dir", str(tmp_path / "out"), env=cache,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr
@@ -47,5 +47,9 @@ def test_a_build_teaches_the_next_plan_and_the_plan_says_how_far_off_it_was(
     assert abs(after) < abs(before), line
     print(f"\nlearned model: {line.strip()}")
     # Another env has learned nothing: its plan is the built-in one.
-    other = wheelbuild("plan", "wbdemo", "--torch", "cu130", "--memory", "6g", "--cpus", "2", env=cache)
+    other = wheelbuild(
+        "plan", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--memory", "6g", "--cpus", "2",
+        env=cache,
+    )  # fmt: skip
+    assert other.returncode == 0, other.stderr
     assert "learned from build" not in other.stdout
