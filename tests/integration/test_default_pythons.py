@@ -323,10 +323,22 @@ def test_plan_names_the_newest_release_and_without_the_index_the_tables_with_its
         "(2.15.0 is CUDA 13.2)"
     ]
     # The server is gone and nothing was kept for this URL: the table, said as such, with its date.
-    gone = wheelbuild("plan", "wbdemo", "--torch", "cu130", env={"WHEELBUILD_TORCH_INDEX_URL": url + "x/"})
+    # With a Python named, build goes on (the install will tell), and so does its dry run.
+    gone = wheelbuild(
+        "plan",
+        "wbdemo",
+        "--torch",
+        "cu130",
+        "--python",
+        "3.11",
+        env={"WHEELBUILD_TORCH_INDEX_URL": url + "x/"},
+    )
     assert gone.returncode == 0, gone.stderr
     table = f"torch {DEFAULT_TORCH['cu130']}: the newest cu130 release wheelbuild knew of on {DEFAULT_TORCH_AS_OF}"
     assert f"warning: {table}" in gone.stderr
     assert f"torch: {table}" in gone.stdout
+    # Without one, build cannot choose its Pythons and refuses (25); plan refuses as build does.
+    unnamed = wheelbuild("plan", "wbdemo", "--torch", "cu130", env={"WHEELBUILD_TORCH_INDEX_URL": url + "x/"})
+    assert unnamed.returncode == 25, unnamed.stderr
     assert wrong.returncode == 11
     assert f"torch 2.10.0 on {url.rstrip('/')} is built with CUDA 12.8, not 13.0 (cu130)" in wrong.stderr
