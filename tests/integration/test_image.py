@@ -61,9 +61,13 @@ def test_unchanged_inputs_reuse_the_image(cuda_image: str, base_image: str) -> N
 
 def test_image_ls_lists_the_image(cuda_image: str) -> None:
     listed = wheelbuild("image", "ls")
-    assert listed.returncode == 0
-    line = next(line for line in listed.stdout.splitlines() if line.startswith(cuda_image))
-    assert "cuda 13.1" in line and "cuda12 none" in line
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["TAG", "ID", "SIZE", "BASE", "CUDA", "CUDA12"]
+    line = next(line for line in rows if line.startswith(cuda_image))
+    tag, _id, size, unit, _base, cuda, cuda12, *_ = line.split()
+    assert tag == cuda_image and cuda == "13.1" and cuda12 == "none", line
+    assert float(size) > 0 and unit.endswith("B"), line
 
 
 def test_missing_base_image_fails_the_image_build() -> None:
