@@ -156,7 +156,7 @@ def _torch_problem(cell: Cell) -> str | None:
     variant = parse_variant(cell.torch)
     if ceiling is None or not ceiling.excludes(variant.torch_version):
         return None
-    return f"{cell.package} cannot be built for torch {variant.torch_version}: {ceiling.why}"
+    return ceiling.refusal(cell.package, variant).cause
 
 
 def _compiler_problem(cell: Cell, cuda12: CudaCompiler | None) -> str | None:

@@ -400,17 +400,16 @@ def resolve_torch(
     release for the tag, with a warning naming its date. Raises BadVariant for a release past
     the recipe's torch ceiling."""
     ceiling = recipe.torch_ceiling if recipe is not None else None
-    past = recipe is not None and ceiling is not None and ceiling.excludes(variant.torch_version)
-    if recipe is not None and ceiling is not None and past and not variant.newest:
-        raise ceiling.refusal(recipe.name, variant)
+    known = f"the newest {variant.tag} release wheelbuild knew of"
+    if recipe is not None and ceiling is not None and ceiling.excludes(variant.torch_version):
+        if not variant.newest:
+            raise ceiling.refusal(recipe.name, variant)
+        if index is None:  # the table's release is past it: the newest known to compile instead
+            variant = replace(variant, torch_version=ceiling.last_good)
+            known = f"the newest {variant.tag} release {recipe.name} compiles with that wheelbuild knew of"
     if index is None:
         if not variant.newest:
             return variant, f"torch {variant.torch_version}: as asked (its index could not be read)"
-        known = f"the newest {variant.tag} release wheelbuild knew of"
-        if recipe is not None and ceiling is not None and past:
-            # The table's release is past the ceiling: the newest known to compile instead.
-            variant = replace(variant, torch_version=ceiling.last_good)
-            known = f"the newest {variant.tag} release {recipe.name} compiles with that wheelbuild knew of"
         why = (
             f"torch {variant.torch_version}: {known} on {DEFAULT_TORCH_AS_OF} "
             "(its own table; the index could not be read)"
