@@ -10,16 +10,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from wheelbuild.pipeline.statements import build_facts, write_statements
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
-from wheelbuild.provenance import BuildFacts
+from wheelbuild.provenance.statement import BuildFacts
 from wheelbuild.recipes import Recipe, resolve_recipe
 from wheelbuild.run.attempt import AttemptResult
 from wheelbuild.run.image import ImageInputs
 from wheelbuild.secrets import Redactor
-from wheelbuild.sources import SourceDate
-from wheelbuild.spec import BuildSpec
-from wheelbuild.statements import build_facts, write_statements
+from wheelbuild.spec.build_spec import BuildSpec
+from wheelbuild.spec.sources import SourceDate
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.wheels import inspect_wheel
 

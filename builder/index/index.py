@@ -53,7 +53,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
-from ..provenance import ENVELOPE_SUFFIX
+from ..provenance.statement import ENVELOPE_SUFFIX
 from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page

@@ -23,7 +23,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from ..provenance import ENVELOPE_SUFFIX
+from ..provenance.statement import ENVELOPE_SUFFIX
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
 from .pages import Distribution

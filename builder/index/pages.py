@@ -17,7 +17,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from ..provenance import ENVELOPE_SUFFIX
+from ..provenance.statement import ENVELOPE_SUFFIX
 
 API_VERSION = "1.1"
 FILES = "files"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..dist import ServerShape
 from ..units import format_bytes
+from .dist import ServerShape
 from .fleet import DistUnit, Fleet, RemoteJob, plan_dist_jobs
 from .memory_model import MemoryModel, UnitCost
 from .planner import Plan, governed_by

@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..bounded import read_bounded
+from ..host.unit_memory import UnitMemory
 from ..units import format_bytes
 from .calibration import Measurement, calibrated_model, family_of, profile_tsv
 from .memory_model import MemoryModel, parse_profile
-from .unit_memory import UnitMemory
 
 __all__ = [
     "BuildMeasurement",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..dist import remote_share
+from ..plan.dist import remote_share
 from ..plan.learned import SAMPLE_S
 from ..plan.planner import Plan
 from ..run.attempt import AttemptResult

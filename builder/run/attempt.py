@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import secrets
-from ..dist import DistTarget, read_token
 from ..errors import BuildFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
-from ..names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
-from ..plan.unit_memory import UnitMemory
+from ..host.unit_memory import UnitMemory
+from ..plan.dist import DistTarget, read_token
 from ..variants import TorchVariant
 from .buildlog import MEMORY_MISSING_MARK, NETWORK_STUCK_MARK, TORCH_MISMATCH_MARK, StepTime
 from .diagnosis import compile_failure, contract_failure
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
+from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import secrets
-from ..dist import CLIENT_CONFIG_FILE, client_config, read_token
+from ..plan.dist import CLIENT_CONFIG_FILE, client_config, read_token
 from .attempt import SCCACHE_DIR, AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
 from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, StepTime, network_request
 from .ownership import ATTEMPT_LABEL

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
-from ..names import LAYER_REPOSITORY
 from ..variants import CudaCompiler
+from .names import LAYER_REPOSITORY
 
 DEFAULT_REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
 REDIST_URL_ENV = "WHEELBUILD_CUDA_REDIST_URL"  # a mirror, or an air-gapped site's copy

@@ -45,19 +45,19 @@ import docker.models.containers
 import docker.models.networks
 
 from ..errors import BadArgument, BadMemory, DockerUnavailable, ImageBuildFailed
-from ..names import DIST_DOCKERFILE, dist_image_tag
+from ..host.ca_bundle import resolve_ca_bundle
 from ..plan.fleet import Fleet, RemoteJob
-from ..spec import resolve_ca_bundle
 from ..units import format_bytes
 from .engine import DockerEngine
 from .image import ImageInputs, image_script, production_base
+from .names import DIST_DOCKERFILE, dist_image_tag
 
 OnLine = Callable[[str], None]
 
 SECCOMP_PROFILE = "sccache-dist-seccomp.json"
 IMAGE_LABEL = "org.wheelbuild.dist.inputs.sha256"
-ROLE_LABEL = "wheelbuild.dist.role"  # scheduler | server | network | build-dir
-FLEET_LABEL = "wheelbuild.dist.network"
+ROLE_LABEL = "wheelbuild.plan.dist.role"  # scheduler | server | network | build-dir
+FLEET_LABEL = "wheelbuild.plan.dist.network"
 TOKEN_INSIDE = "/run/wbdist/token"
 BUILD_DIR_INSIDE = "/sccache-dist"
 SCHEDULER_PORT = 10600
@@ -211,7 +211,7 @@ def dist_image(
     """The fleet image's tag: images/Dockerfile.sccache-dist FROM the build image. The build
     image is made first as `wheelbuild build` makes it (the same inputs, so the same tag: reused
     when present); its base is `base_image`, else $WHEELBUILD_BASE_IMAGE, else the production
-    manylinux pin; its CA bundle `ca_bundle`, else the host's (spec.resolve_ca_bundle, as the
+    manylinux pin; its CA bundle `ca_bundle`, else the host's (host/ca_bundle.py, as the
     build's). The fleet image is tagged by dist_image_tag and reused when present."""
     engine = DockerEngine(client, sweep=False)
     base = base_image or os.environ.get("WHEELBUILD_BASE_IMAGE") or production_base()

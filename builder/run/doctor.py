@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..host.ca_bundle import DEFAULT_CA_BUNDLE
 from ..secrets import redact_url
-from ..spec import DEFAULT_CA_BUNDLE
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
 from .cuda_redist import REDIST_URL_ENV, redist_url

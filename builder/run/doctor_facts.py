@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..plan import cgroup
+from ..host import cgroup
+from ..host.ca_bundle import DEFAULT_CA_BUNDLE
 from ..secrets import authorized_request, redact_url, without_credentials
-from ..spec import DEFAULT_CA_BUNDLE
 
 REACH_TIMEOUT_S = 5.0  # per request; all of them run at once
 REACH_DEADLINE_S = 8.0  # what the slowest (DNS that hangs, a trickling answer) may take in all

@@ -45,14 +45,14 @@ import requests
 
 from .. import secrets
 from ..errors import DockerUnavailable, ImageBuildFailed, NvidiaRuntimeMissing
-from ..names import IMAGE_REPOSITORY
-from ..spec import GpuMode
+from ..host.gpu import GpuMode
 from . import attempt_run, doctor, gate_container, gc, unit_compile
 from .attempt import AttemptConfig, AttemptResult
 from .buildlog import BuildLog, MemorySample
 from .containers import remove_all, script_volume, set_network, transient_retry
 from .cuda_redist import CudaLayer
 from .image import DOCKERFILE, LABEL, Image, ImageInputs, production_base
+from .names import IMAGE_REPOSITORY
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
 from .watcher import AttemptWatcher

@@ -16,10 +16,10 @@ import docker.types
 
 from .. import secrets
 from ..bounded import read_bounded
-from ..names import TORCH_WHEELS_VOLUME
 from .attempt import WHEEL_CACHE_SCRIPT
 from .containers import StartContainer, remove_all, script_volume
 from .image import SCRIPTS_INSIDE
+from .names import TORCH_WHEELS_VOLUME
 from .ports import GateJob, OnLine
 
 GATE_SCRIPT = "wheelbuild-gate"

@@ -27,7 +27,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import BadArgument, GcIncomplete
-from ..names import (
+from ..units import format_bytes
+from .names import (
     CACHE_VOLUMES,
     DIST_REPOSITORY,
     IMAGE_REPOSITORY,
@@ -35,7 +36,6 @@ from ..names import (
     PREFIX,
     TORCH_VOLUME_PREFIX,
 )
-from ..units import format_bytes
 
 DEFAULT_KEEP_RUNS = 5
 # A run without build-report.json written to this recently may still be building.

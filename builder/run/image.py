@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ..bundled import bundled_dir
 from ..errors import ImageInputsMissing
-from ..names import IMAGE_REPOSITORY
-from ..provenance import Material
+from ..provenance.statement import Material
 from ..units import format_bytes
 from .cuda_redist import DEFAULT_REDIST_URL, CudaLayer
+from .names import IMAGE_REPOSITORY
 
 IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"

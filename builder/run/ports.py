@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..spec import GpuMode
+from ..host.gpu import GpuMode
 from . import gc
 from .attempt import AttemptConfig, AttemptResult
 from .buildlog import BuildLog, MemorySample

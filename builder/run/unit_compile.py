@@ -16,8 +16,8 @@ import docker.types
 
 from .. import secrets
 from ..errors import TorchIndexUnreachable
-from ..names import TORCH_VOLUME_PREFIX
 from .containers import StartContainer, remove_all, script_volume, transient_retry
+from .names import TORCH_VOLUME_PREFIX
 from .ports import OnLine, UnitCompile, UnitResult
 
 CALIBRATE_MARK = "wheelbuild-calibrate:"  # the line images/wheelbuild-calibrate-unit ends with

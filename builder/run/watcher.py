@@ -14,8 +14,8 @@ import docker
 import docker.errors
 import docker.types
 
-from ..plan import cgroup
-from ..plan.unit_memory import UnitTracker, read_processes
+from ..host import cgroup
+from ..host.unit_memory import UnitTracker, read_processes
 from .attempt import OomEvidence
 from .buildlog import COMPILE_STEP, MemorySample, MemorySeries
 from .ownership import ATTEMPT_LABEL

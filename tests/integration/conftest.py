@@ -23,7 +23,7 @@ from typing import Any
 import docker
 import pytest
 from wheelbuild.run import ownership
-from wheelbuild.torch_releases import newest_release, read_torch_index
+from wheelbuild.spec.torch_releases import newest_release, read_torch_index
 from wheelbuild.variants import parse_variant
 
 REPO = Path(__file__).resolve().parents[2]

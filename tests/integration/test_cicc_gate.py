@@ -109,7 +109,7 @@ def test_real_ciccs_take_turns_behind_the_gate(cuda_image: str, tmp_path: Path) 
 
 
 # One unit for two archs at nvcc --threads 2, watched as the build's watcher watches it: the
-# project's own UnitTracker (builder/plan/unit_memory.py, pure, mounted in) over the container's
+# project's own UnitTracker (builder/host/unit_memory.py, pure, mounted in) over the container's
 # processes, sampled every 5 ms.
 WATCHED = r"""
 set -e

@@ -1,4 +1,4 @@
-"""wheelbuild.pythons.torch_python_tags against the real `wheelbuild serve` over HTTP (no Docker): stand-in
+"""wheelbuild.spec.pythons.torch_python_tags against the real `wheelbuild serve` over HTTP (no Docker): stand-in
 torch wheels published into a wheelhouse tree, their Python tags read from the served page (PEP 691
 JSON; the HTML form says the same), yanks and other platforms left out, credentials in the URL sent
 as Basic auth and never shown, the answer cached so that a second call needs no server."""
@@ -16,12 +16,12 @@ from pathlib import Path
 import bcrypt
 import pytest
 from wheelbuild.errors import TorchIndexUnreachable
+from wheelbuild.index.project_pages import HttpRefused, files_on_page
 from wheelbuild.index.publish import publish
 from wheelbuild.index.yank import yank
-from wheelbuild.project_pages import HttpRefused, files_on_page
-from wheelbuild.pythons import choose_pythons
-from wheelbuild.remote_wheel import remote_metadata
-from wheelbuild.torch_releases import newest_release, python_tags, read_torch_index, torch_python_tags
+from wheelbuild.spec.pythons import choose_pythons
+from wheelbuild.spec.remote_wheel import remote_metadata
+from wheelbuild.spec.torch_releases import newest_release, python_tags, read_torch_index, torch_python_tags
 from wheelbuild.variants import DEFAULT_TORCH, DEFAULT_TORCH_AS_OF, parse_variant
 
 from tests.indexkit import make_wheel

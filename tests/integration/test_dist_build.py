@@ -24,8 +24,8 @@ import docker
 import docker.errors
 import pytest
 from elftools.elf.elffile import ELFFile
+from wheelbuild.host.ca_bundle import DEFAULT_CA_BUNDLE
 from wheelbuild.run import dist_fleet
-from wheelbuild.spec import DEFAULT_CA_BUNDLE
 from wheelbuild.wheel.wheels import inspect_wheel
 
 from .conftest import REPO, WHEELBUILD, wheelbuild

@@ -25,10 +25,10 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from wheelbuild.preflight import ImageOptions, image_inputs
+from wheelbuild.host.ca_bundle import resolve_ca_bundle
 from wheelbuild.run import gc
 from wheelbuild.run.engine import DockerEngine
-from wheelbuild.spec import resolve_ca_bundle
+from wheelbuild.run.image_options import ImageOptions, image_inputs
 
 from .conftest import REPO
 from .test_gc import _tiny_image

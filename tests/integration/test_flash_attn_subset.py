@@ -25,15 +25,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from wheelbuild import build as build_pipeline
+from wheelbuild.host.ca_bundle import resolve_ca_bundle
+from wheelbuild.pipeline import build as build_pipeline
 from wheelbuild.plan.memory_model import MemoryModel, flash_attn_model
-from wheelbuild.preflight import ImageOptions
 from wheelbuild.recipes.base import LocalSdist
 from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
 from wheelbuild.run.engine import DockerEngine
+from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.run.reporter import Reporter
-from wheelbuild.sources import prepare_source
-from wheelbuild.spec import BuildSpec, Resources, resolve_ca_bundle
+from wheelbuild.spec.build_spec import BuildSpec, Resources
+from wheelbuild.spec.sources import prepare_source
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
 

@@ -24,13 +24,13 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from wheelbuild.host.ca_bundle import resolve_ca_bundle
 from wheelbuild.index import publish as publishing
-from wheelbuild.names import DIST_DOCKERFILE, dist_image_tag
-from wheelbuild.preflight import ImageOptions, cuda12_layer, image_inputs
 from wheelbuild.run import gc
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import image_script
-from wheelbuild.spec import resolve_ca_bundle
+from wheelbuild.run.image_options import ImageOptions, cuda12_layer, image_inputs
+from wheelbuild.run.names import DIST_DOCKERFILE, dist_image_tag
 
 from tests.indexkit import make_wheel
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import docker
-from wheelbuild.names import TORCH_WHEELS_VOLUME
+from wheelbuild.run.names import TORCH_WHEELS_VOLUME
 from wheelbuild.variants import parse_variant
 
 from tests.integration.conftest import REPO, WHEELBUILD, newest_cu130, wheelbuild

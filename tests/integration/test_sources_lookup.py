@@ -1,4 +1,4 @@
-"""wheelbuild.sources.lookup_sdist against the real PyPI (its PEP 691 JSON; no Docker): a flash-attn release
+"""wheelbuild.spec.sources.lookup_sdist against the real PyPI (its PEP 691 JSON; no Docker): a flash-attn release
 wheelbuild does not pin is found, pinned by the sha256 PyPI lists, and downloads to that hash."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from packaging.version import Version
 from wheelbuild.errors import BadArgument, BadVariant
 from wheelbuild.index.publish import publish
 from wheelbuild.recipes import RemoteSdist, resolve_recipe
-from wheelbuild.sources import lookup_sdist, resolve_lookup
-from wheelbuild.sources import newest_release as newest_sdist
-from wheelbuild.torch_releases import newest_release, read_torch_index
+from wheelbuild.spec.sources import lookup_sdist, resolve_lookup
+from wheelbuild.spec.sources import newest_release as newest_sdist
+from wheelbuild.spec.torch_releases import newest_release, read_torch_index
 from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel

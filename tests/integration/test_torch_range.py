@@ -8,7 +8,7 @@ a wheel that calls what a later torch changed, is test_contract.py's wbcublas.""
 from __future__ import annotations
 
 from packaging.version import Version
-from wheelbuild.torch_releases import read_torch_index
+from wheelbuild.spec.torch_releases import read_torch_index
 from wheelbuild.wheel.torch_range import neighbours
 
 from tests.integration.conftest import (

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild.check import describe_gate, gate_verdict
 from wheelbuild.errors import ImportGateFailed
-from wheelbuild.nightly_publish import report_verdict
+from wheelbuild.nightly.publish import report_verdict
+from wheelbuild.pipeline.check import describe_gate, gate_verdict
 from wheelbuild.report.build_report import (
     Abi3Record,
     AttemptRecord,

@@ -16,17 +16,17 @@ from typing import Any
 
 import docker.errors
 import pytest
-from wheelbuild import build, preflight, sources
-from wheelbuild.attempts import attempts_until_built
 from wheelbuild.errors import BadArgument, CompileFailed, OutOfMemory
+from wheelbuild.host.gpu import GpuMode
+from wheelbuild.index.project_pages import IndexFile
+from wheelbuild.pipeline import build, preflight, results
+from wheelbuild.pipeline.attempts import attempts_until_built
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
-from wheelbuild.preflight import ImageOptions
-from wheelbuild.project_pages import IndexFile
 from wheelbuild.recipes import EXAMPLE_DIR, resolve_recipe
 from wheelbuild.report import page as report_html
 from wheelbuild.report.build_report import GateSkipped, read_report
-from wheelbuild.run import results
+from wheelbuild.run import image_options
 from wheelbuild.run.attempt import (
     ATTEMPT_SCRIPTS,
     AttemptConfig,
@@ -41,11 +41,13 @@ from wheelbuild.run.buildlog import BuildLog, MemorySample
 from wheelbuild.run.cuda_redist import CudaLayer
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import IMAGES_DIR, Image, ImageInputs
+from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.run.ownership import RUN_LABEL
 from wheelbuild.run.ports import Engine, GateJob, UnitCompile
 from wheelbuild.run.reporter import Reporter
-from wheelbuild.spec import BuildSpec, GpuMode, PinMode, Resources
-from wheelbuild.torch_releases import TorchIndex
+from wheelbuild.spec import sources
+from wheelbuild.spec.build_spec import BuildSpec, PinMode, Resources
+from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.wheels import inspect_wheel
 
@@ -277,7 +279,7 @@ def test_unchanged_inputs_reuse_the_stored_result_and_start_no_attempt(
 ) -> None:
     spec, options, written = flow
     fake = _engine()  # any attempt would fail: the script is empty
-    inputs = preflight.image_inputs(fake, options.for_variant(spec.variant))
+    inputs = image_options.image_inputs(fake, options.for_variant(spec.variant))
     key = results.inputs_key(spec, inputs, ("cp311",))
     earlier = tmp_path / "earlier"
     wheel = make_wheel(earlier, "wbdemo", "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_28_x86_64")
@@ -484,7 +486,7 @@ def test_pin_proven_is_an_input_of_the_result_store_key(
 ) -> None:
     """--pin proven writes other METADATA than --pin built: a stored result of one is never the other's."""
     spec, options, _written = flow
-    inputs = preflight.image_inputs(_engine(), options.for_variant(spec.variant))
+    inputs = image_options.image_inputs(_engine(), options.for_variant(spec.variant))
     proven = replace(spec, pin=PinMode.PROVEN)
     assert results.inputs_key(proven, inputs, ("cp311",)) != results.inputs_key(spec, inputs, ("cp311",))
     with pytest.raises(BadArgument, match="--pin proven writes the torch range"):
@@ -528,7 +530,7 @@ def test_a_build_writes_beside_each_wheel_the_statement_of_what_went_in(
     assert internal["doesNotChangeOutput"] == {"MAX_JOBS": "2", "NVCC_THREADS": "1", "compilerCache": True}
     assert "MAX_JOBS" not in internal["buildEnv"] and internal["buildEnv"]["WBDEMO_CUDA_ARCHS"] == "100;120"
     assert found["predicate"]["runDetails"]["builder"]["version"]["wheelbuild-code"] == results.code_digest(
-        Path(build.__file__).parent, tuple(IMAGES_DIR / n for n in ATTEMPT_SCRIPTS)
+        Path(build.__file__).parent.parent, tuple(IMAGES_DIR / n for n in ATTEMPT_SCRIPTS)
     )
 
 
@@ -538,7 +540,7 @@ def test_reused_wheels_come_with_the_statement_of_the_build_that_made_them(
     spec, options, _written = flow
     fake = _engine()
     key = results.inputs_key(
-        spec, preflight.image_inputs(fake, options.for_variant(spec.variant)), ("cp311",)
+        spec, image_options.image_inputs(fake, options.for_variant(spec.variant)), ("cp311",)
     )
     earlier = tmp_path / "earlier"
     wheel = make_wheel(earlier, "wbdemo", "0.1.0+cu130torch2.11", tag="cp311-cp311-manylinux_2_28_x86_64")

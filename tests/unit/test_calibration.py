@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from wheelbuild import preflight
+from wheelbuild.pipeline import preflight
 from wheelbuild.plan.calibration import (
     Measurement,
     calibrated_model,
@@ -21,7 +21,7 @@ from wheelbuild.plan.calibration import (
 from wheelbuild.plan.memory_model import GIB, MIB, flash_attn_model, parse_profile
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.recipes.flash_attn import UNITS
-from wheelbuild.spec import Resources
+from wheelbuild.spec.build_spec import Resources
 
 FAMILIES = UNITS.families
 MODEL = flash_attn_model()

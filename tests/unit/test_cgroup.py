@@ -1,4 +1,4 @@
-"""wheelbuild.plan.cgroup: host memory and cgroup v1/v2/hybrid limits, read from fixture trees and from this machine."""
+"""wheelbuild.host.cgroup: host memory and cgroup v1/v2/hybrid limits, read from fixture trees and from this machine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wheelbuild.plan.cgroup import (
+from wheelbuild.host.cgroup import (
     CgroupDir,
     CgroupLimits,
     host_memory_available,
@@ -557,7 +557,7 @@ def test_parse_cpuset_counts_each_cpu_once(ranges: list[tuple[int, int]]) -> Non
 
 
 def _real_layout() -> str:
-    """The cgroup layout /proc/self/mountinfo shows, judged without wheelbuild.plan.cgroup."""
+    """The cgroup layout /proc/self/mountinfo shows, judged without wheelbuild.host.cgroup."""
     fstypes: list[tuple[str, str]] = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         after = line.split(" - ", 1)[1].split()

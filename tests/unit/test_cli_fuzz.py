@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wheelbuild import cli
+from wheelbuild.cli import main as cli
 from wheelbuild.index import serve as serving
 from wheelbuild.index.publish import publish
 

@@ -1,4 +1,4 @@
-"""wheelbuild.config: [tool.wheelbuild] read from files, validated, and each value's source shown."""
+"""wheelbuild.spec.config: [tool.wheelbuild] read from files, validated, and each value's source shown."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wheelbuild import config
-from wheelbuild.config import FileConfig, Origin, Resolved, find_project, load_config
 from wheelbuild.errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid
-from wheelbuild.matrix import load_matrix
+from wheelbuild.nightly.matrix import load_matrix
+from wheelbuild.spec import config
+from wheelbuild.spec.config import FileConfig, Origin, Resolved, find_project, load_config
 
 
 def _write(path: Path, text: str) -> Path:

@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-from wheelbuild import config
-from wheelbuild.cli import main
+from wheelbuild.cli.main import main
+from wheelbuild.spec import config
 
 from .conftest import NO_DOCKER, WHEELBUILD
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wheelbuild.dist import (
+from wheelbuild.errors import BadArgument
+from wheelbuild.plan.dist import (
     CLIENT_CONFIG_FILE,
     TOKEN_ENV,
     DistTarget,
@@ -24,7 +25,6 @@ from wheelbuild.dist import (
     parse_servers,
     read_token,
 )
-from wheelbuild.errors import BadArgument
 from wheelbuild.plan.dist_plan import with_distribution
 from wheelbuild.plan.memory_model import GIB, flash_attn_model, wbdemo_model
 from wheelbuild.plan.planner import plan_build

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from wheelbuild.cli import main
+from wheelbuild.cli.main import main
 from wheelbuild.errors import BadArgument, BadMemory
-from wheelbuild.names import dist_image_tag
 from wheelbuild.run import dist_fleet
 from wheelbuild.run.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
+from wheelbuild.run.names import dist_image_tag
 from wheelbuild.run.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL
 
 GIB = 1024**3

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from wheelbuild.check import inspect_or_refuse
 from wheelbuild.errors import InvalidWheel
+from wheelbuild.pipeline.check import inspect_or_refuse
 from wheelbuild.wheel.wheels import MAX_MEMBER_SIZE, CudaArchs, FatbinFormatError, archs_in_elf, inspect_wheel
 
 from tests import toolchain

@@ -1,4 +1,4 @@
-"""wheelbuild gc's decisions (wheelbuild.run.gc, pure) and its folder side (wheelbuild.prune) on real
+"""wheelbuild gc's decisions (wheelbuild.run.gc, pure) and its folder side (wheelbuild.gc.prune) on real
 temp folders: what is kept, what goes, and that a published wheel's run is never a candidate."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import names, prune
 from wheelbuild.errors import BadArgument, GcIncomplete
+from wheelbuild.gc import prune
 from wheelbuild.index import publish as publishing
-from wheelbuild.run import gc
+from wheelbuild.run import gc, names
 
 from tests.indexkit import make_wheel
 
@@ -437,7 +437,7 @@ def test_the_dist_fleets_images_are_gcs_too_under_a_tests_prefix_its_own() -> No
 SCAN_IN_A_CHILD = """
 import sys
 from pathlib import Path
-from wheelbuild import prune
+from wheelbuild.gc import prune
 out = Path(sys.argv[1])
 runs = prune.scan_runs(out / "runs", print)
 published = prune.published_in(out, print)

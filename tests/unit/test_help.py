@@ -10,11 +10,8 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from wheelbuild.cli import main
-from wheelbuild.cli_types import (
-    LIST_RULE,
-    RenamedOption,
-)
+from wheelbuild.cli.main import main
+from wheelbuild.cli.params import LIST_RULE, RenamedOption
 from wheelbuild.run.image import Image, image_table
 
 # One flag, two meanings, each said in its help (asserted below); nothing else may differ.

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from packaging.version import Version
-from wheelbuild.check import check_wheels, describe_gate, gate_verdict, inputs_key_beside, inspect_or_refuse
-from wheelbuild.cli import main
+from wheelbuild.cli.main import main
 from wheelbuild.errors import (
     BadArgument,
     BadMemory,
@@ -34,6 +33,13 @@ from wheelbuild.index import serve as serving
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.remote import RsyncTarget, parse_target
 from wheelbuild.index.yank import unyank, yank
+from wheelbuild.pipeline.check import (
+    check_wheels,
+    describe_gate,
+    gate_verdict,
+    inputs_key_beside,
+    inspect_or_refuse,
+)
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.stamp import stamp_wheel

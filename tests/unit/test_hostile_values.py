@@ -82,7 +82,7 @@ def test_a_torch_pin_in_metadata_past_what_python_reads_is_not_a_pin(
 
 
 # The test's hold on one import of the real CLI: a sitecustomize (Python imports it at startup,
-# from PYTHONPATH) puts a finder first on sys.meta_path that, when wheelbuild.build is about to
+# from PYTHONPATH) puts a finder first on sys.meta_path that, when wheelbuild.pipeline.build is about to
 # load, says so on a pipe and waits for a signal. The test sends SIGINT only after it has read that,
 # so the Ctrl-C lands inside the CLI's imports every time, with no sleep and no race.
 _HOLD = """
@@ -90,7 +90,7 @@ import os, signal, sys
 
 class _HoldImport:
     def find_spec(self, name, path=None, target=None):
-        if name == "wheelbuild.build":
+        if name == "wheelbuild.pipeline.build":
             sys.meta_path.remove(self)
             os.write(int(os.environ["HOLD_FD"]), b"loading\\n")
             signal.pause()  # the default SIGINT handler raises KeyboardInterrupt here

@@ -1,95 +1,34 @@
-"""builder/'s rooms and the arrows between them (issue 13, part 7): every import in builder/, read
-with ast, goes along an allowed arrow, so no stage imports a room above it."""
+"""builder/'s rooms and the arrows between them, read from the folders: each subpackage is a room,
+each module on top of builder/ is a room of its own (the words every room uses), and every import
+in builder/, read with ast (top, TYPE_CHECKING, functions), is an arrow. The arrows go one way:
+no module imports another that imports it back, no room imports a room that imports it back, and
+the rooms stand on at most MAX_FLOORS floors. A new folder is a new room with nothing to declare."""
 
 from __future__ import annotations
 
 import ast
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 BUILDER = Path(__file__).resolve().parents[2] / "builder"
+MAX_TOP_MODULES = 8  # __init__.py included: the words, not the work
+MAX_FLOORS = 9
 
-# The stages are folders; their room is their name.
-STAGES = {"plan", "run", "wheel", "index", "recipes", "report"}
-
-# The modules on top of builder/, each in its room. A new one must be placed here.
-TOP = {
-    # shared leaves every room may use
-    "wheelbuild": "shared",
-    "errors": "shared",
-    "names": "shared",
-    "units": "shared",
-    "secrets": "shared",
-    "variants": "shared",
-    "bundled": "shared",
-    "bounded": "shared",
-    "records": "shared",  # typed records as JSON: the build report's, by their fields' types
-    "dist": "shared",  # --dist's settings and sccache's client config: pure, read by spec, plan and run
-    "provenance": "shared",  # a wheel's in-toto Statement and its DSSE envelope: pure
-    "signing": "shared",  # Ed25519 and ssh-ed25519 keys: DSSE signatures made and checked
-    # what to build: BuildSpec, Resources, GpuMode and the configuration that fills them
-    "spec": "spec",
-    "config": "spec",
-    # the pipeline: orchestration and what it alone uses
-    "build": "pipeline",
-    "build_run": "pipeline",
-    "import_gate": "pipeline",
-    "attempts": "pipeline",
-    "range_gate": "pipeline",
-    "nightly": "pipeline",
-    "nightly_publish": "pipeline",
-    "nightly_index": "pipeline",
-    "nightly_coverage": "pipeline",
-    "calibrate": "pipeline",
-    "preflight": "pipeline",
-    "prebuild": "pipeline",  # every check build makes before its first container; plan runs it too
-    "prune": "pipeline",
-    "matrix": "pipeline",
-    "matrix_runs": "pipeline",
-    "sources": "pipeline",
-    "pythons": "pipeline",
-    "project_pages": "pipeline",  # a simple index's project page, read over HTTP
-    "torch_releases": "pipeline",  # torch's releases on its index: Pythons, CUDA, the newest
-    "remote_wheel": "pipeline",  # a wheel on a server: one member by byte ranges, or whole
-    "requires_python": "pipeline",
-    "check": "pipeline",
-    "statements": "pipeline",  # the provenance statement a build writes beside each wheel
-    "verify": "pipeline",  # `wheelbuild verify`: a wheel against its signed statement, or rebuilt
-    "cli": "cli",
-    "entry": "cli",  # the console script: loads cli.py, so a Ctrl-C while it loads is one line
-    "cli_options": "cli",
-    "cli_types": "cli",  # the CLI's click types and option classes (GIVEN_PATH, RenamedOption)
-    "cli_spec": "cli",  # build's and plan's options -> BuildSpec, one way for both
-    "cli_index": "cli",
-    "cli_nightly": "cli",
-    "cli_dist": "cli",
-    "cli_wheels": "cli",
-    "cli_verify": "cli",
-}
-
-_BELOW_PIPELINE = {"shared", "plan", "wheel", "recipes", "spec", "run", "index", "report"}
-
-# room -> the rooms it may import (its own included). Lower stages never import higher ones:
-# plan/ and wheel/ are pure leaves, run/ may use plan/ (and what to build), index/ knows wheel/ only.
-ALLOWED = {
-    "shared": {"shared"},
-    "plan": {"plan", "shared"},
-    "wheel": {"wheel", "shared"},
-    "recipes": {"recipes", "plan", "shared"},
-    "spec": {"spec", "recipes", "shared"},
-    "run": {"run", "plan", "recipes", "spec", "shared"},
-    "index": {"index", "wheel", "shared"},
-    # the build's record and its page: what plan/, run/ and wheel/ produced, read back
-    "report": {"report", "plan", "run", "wheel", "shared"},
-    "pipeline": _BELOW_PIPELINE | {"pipeline"},
-    "cli": _BELOW_PIPELINE | {"pipeline", "cli"},
-}
-
-# Within the pipeline, the top of it: only these may import build.py and nightly.py.
+# Within the pipeline, the top of it: only these may import the build and the nightly.
 IMPORTED_ONLY_BY = {
-    "wheelbuild.build": {"wheelbuild.cli", "wheelbuild.nightly", "wheelbuild.verify"},  # verify --rebuild
-    "wheelbuild.nightly": {"wheelbuild.cli_nightly"},
-    "wheelbuild.cli": {"wheelbuild.entry"},
+    "wheelbuild.pipeline.build": {
+        "wheelbuild.cli.main",
+        "wheelbuild.nightly.night",
+        "wheelbuild.pipeline.verify",
+    },
+    "wheelbuild.nightly.night": {"wheelbuild.cli.nightly"},
+    "wheelbuild.cli.main": {"wheelbuild.cli.entry"},
 }
+# Rooms that hold values and rules, never a Docker client (the run/ room owns that edge).
+NO_DOCKER = {"plan", "wheel", "index", "recipes", "spec", "host", "provenance", "report"}
+
+Graph = Mapping[str, set[str]]
 
 
 def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
@@ -105,62 +44,129 @@ def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
 
 
 def _imports(name: str, path: Path, is_pkg: bool, known: set[str]) -> set[str]:
-    """The wheelbuild modules one module imports (anywhere in it: top, TYPE_CHECKING, functions)."""
+    """The modules one module imports: wheelbuild's by their dotted names, others by their top name."""
     package = name if is_pkg else name.rpartition(".")[0]
     targets = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            targets |= {a.name for a in node.names if a.name.split(".")[0] == "wheelbuild"}
+            targets |= {
+                a.name if a.name.startswith("wheelbuild") else a.name.split(".")[0] for a in node.names
+            }
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
                 base = base[: len(base) - (node.level - 1)]
                 module = ".".join([*base, *([node.module] if node.module else [])])
-            elif node.module and node.module.split(".")[0] == "wheelbuild":
-                module = node.module
+            elif node.module:
+                module = node.module if node.module.startswith("wheelbuild") else node.module.split(".")[0]
             else:
                 continue
             for alias in node.names:  # `from . import engine` imports the module engine
                 sub = f"{module}.{alias.name}"
                 targets.add(sub if sub in known else module)
-    return targets
+    return targets - {name}
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    modules = _modules(root)
+    return {name: _imports(name, path, is_pkg, set(modules)) for name, (path, is_pkg) in modules.items()}
 
 
 def room_of(name: str) -> str:
+    """A subpackage's modules are its room; a module on top of builder/ is a room of its own."""
     parts = name.split(".")
-    if len(parts) > 1 and parts[1] in STAGES:
-        return parts[1]
-    top = parts[1] if len(parts) > 1 else "wheelbuild"
-    assert top in TOP, f"{name}: a new module on top of builder/; put it in a room in TOP (or a stage folder)"
-    return TOP[top]
+    return parts[1] if len(parts) > 1 else "wheelbuild"
 
 
-def wrong_arrows(root: Path) -> list[str]:
-    """Every import under root that goes against ALLOWED or IMPORTED_ONLY_BY, as 'a -> b (room -> room)'."""
-    modules = _modules(root)
-    wrong = []
-    for name, (path, is_pkg) in modules.items():
-        for target in sorted(_imports(name, path, is_pkg, set(modules))):
-            if target == name:
+def room_graph(modules: Graph) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for name, targets in modules.items():
+        arrows = rooms.setdefault(room_of(name), set())
+        arrows |= {room_of(t) for t in targets if t in modules and room_of(t) != room_of(name)}
+    return rooms
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan), each sorted."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in graph:
                 continue
-            src, dst = room_of(name), room_of(target)
-            if dst not in ALLOWED[src]:
-                wrong.append(f"{name} -> {target} ({src} -> {dst})")
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def floors(graph: Graph) -> dict[str, int]:
+    """Each room's floor in an acyclic graph: 1 for a room that imports none, else one above the
+    highest room it imports."""
+    floor: dict[str, int] = {}
+
+    def of(room: str) -> int:
+        if room not in floor:
+            floor[room] = 1 + max((of(t) for t in graph[room] if t in graph), default=0)
+        return floor[room]
+
+    for room in graph:
+        of(room)
+    return floor
+
+
+def wrong_arrows(modules: Graph) -> list[str]:
+    wrong = []
+    for name, targets in sorted(modules.items()):
+        room = room_of(name)
+        for target in sorted(targets):
             owners = IMPORTED_ONLY_BY.get(target)
             if owners is not None and name not in owners:
-                wrong.append(f"{name} -> {target} (only {sorted(owners) or 'nobody'} may import it)")
+                wrong.append(f"{name} -> {target} (only {sorted(owners)} may import it)")
+            if target == "docker" and room in NO_DOCKER:
+                wrong.append(f"{name} -> docker ({room}/ holds no Docker client: the run/ room does)")
     return wrong
 
 
-def test_every_import_in_builder_goes_along_an_allowed_arrow() -> None:
-    assert wrong_arrows(BUILDER) == []
+def test_builder_keeps_few_modules_on_top() -> None:
+    top = sorted(p.name for p in BUILDER.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{top}: put what a module does in a folder named for it"
 
 
-def test_every_stage_is_a_folder_and_every_room_is_used() -> None:
-    for stage in STAGES:
-        assert (BUILDER / stage / "__init__.py").is_file(), stage
-    rooms = {room_of(name) for name in _modules(BUILDER)}
-    assert rooms == set(ALLOWED)
+def test_no_module_and_no_room_imports_back() -> None:
+    modules = module_graph(BUILDER)
+    assert cycles(modules) == []
+    assert cycles(room_graph(modules)) == []
+
+
+def test_the_rooms_stand_on_few_floors() -> None:
+    floor = floors(room_graph(module_graph(BUILDER)))
+    assert max(floor.values()) <= MAX_FLOORS, sorted(floor.items(), key=lambda item: -item[1])
+
+
+def test_the_pipeline_top_and_docker_stay_where_they_belong() -> None:
+    assert wrong_arrows(module_graph(BUILDER)) == []
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -173,24 +179,30 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_an_upward_import_is_found(tmp_path: Path) -> None:
-    """The check itself: a plan module reaching up into run/, a wheel module into index/ (in a
-    function, by its absolute name), and a stage importing build.py are each refused."""
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    """The checks themselves: a module cycle inside one room, a cycle between rooms (one arrow made
+    in a function, by its absolute name), a Docker import in a pure room and an import of the build
+    from below are each found; the floors of a chain are counted."""
     root = _tree(
         tmp_path / "builder",
         {
             "errors.py": "",
-            "build.py": "",
-            "plan/planner.py": "from ..errors import X\nfrom ..run import engine\n",
+            "plan/planner.py": "from ..errors import X\nfrom . import fleet\n",
+            "plan/fleet.py": "from .planner import Plan\nimport docker\n",
             "run/engine.py": "from ..plan.planner import Plan\n",
-            "wheel/stamp.py": "def f():\n    from wheelbuild.index.publish import publish\n",
-            "index/publish.py": "from .. import build\n",
+            "wheel/stamp.py": "def f():\n    from wheelbuild.run.engine import DockerEngine\n",
+            "run/attempt.py": "from ..wheel import stamp\n",
+            "pipeline/build.py": "",
+            "index/publish.py": "from ..pipeline import build\n",
         },
     )
-    assert wrong_arrows(root) == [
-        "wheelbuild.index.publish -> wheelbuild.build (index -> pipeline)",
-        "wheelbuild.index.publish -> wheelbuild.build (only ['wheelbuild.cli', 'wheelbuild.nightly', "
-        "'wheelbuild.verify'] may import it)",
-        "wheelbuild.plan.planner -> wheelbuild.run.engine (plan -> run)",
-        "wheelbuild.wheel.stamp -> wheelbuild.index.publish (wheel -> index)",
+    modules = module_graph(root)
+    assert cycles(modules) == [["wheelbuild.plan.fleet", "wheelbuild.plan.planner"]]
+    assert cycles(room_graph(modules)) == [["run", "wheel"]]
+    assert wrong_arrows(modules) == [
+        "wheelbuild.index.publish -> wheelbuild.pipeline.build (only ['wheelbuild.cli.main', "
+        "'wheelbuild.nightly.night', 'wheelbuild.pipeline.verify'] may import it)",
+        "wheelbuild.plan.fleet -> docker (plan/ holds no Docker client: the run/ room does)",
     ]
+    chain = {"cli": {"pipeline"}, "pipeline": {"plan", "errors"}, "plan": {"errors"}, "errors": set()}
+    assert floors(chain) == {"cli": 4, "pipeline": 3, "plan": 2, "errors": 1}

@@ -13,6 +13,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from wheelbuild.host.unit_memory import (
+    ProcessInfo,
+    UnitMemory,
+    UnitTracker,
+    attribute,
+    generates_code,
+    read_processes,
+    unit_of,
+    waiting_for_admission,
+)
+from wheelbuild.pipeline.preflight import model_for, plan_for
 from wheelbuild.plan.learned import (
     BuildMeasurement,
     LearnedRecord,
@@ -24,21 +35,10 @@ from wheelbuild.plan.learned import (
 )
 from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, default_model, parse_profile, wbdemo_model
 from wheelbuild.plan.planner import plan_build
-from wheelbuild.plan.unit_memory import (
-    ProcessInfo,
-    UnitMemory,
-    UnitTracker,
-    attribute,
-    generates_code,
-    read_processes,
-    unit_of,
-    waiting_for_admission,
-)
-from wheelbuild.preflight import model_for, plan_for
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report.attempt_records import attempt_record
 from wheelbuild.run.attempt import AttemptResult
-from wheelbuild.spec import Resources
+from wheelbuild.spec.build_spec import Resources
 
 NVCC = ("/usr/local/cuda/bin/nvcc", "-O3", "-c", "/project/csrc/saxpy.cu", "-o", "/project/build/saxpy.o")
 

@@ -1,4 +1,4 @@
-"""wheelbuild.matrix: wheelbuild.toml's [[build]] tables into cells (pure)."""
+"""wheelbuild.nightly.matrix: wheelbuild.toml's [[build]] tables into cells (pure)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import BadArgument, BadVariant, WheelbuildError
-from wheelbuild.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
+from wheelbuild.nightly.matrix import Cell, github_matrix, load_matrix, parse_matrix, tracking
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,7 @@ def test_tracking_adds_a_newer_torch_for_each_cuda_tag() -> None:
 @pytest.mark.parametrize("kind", ["directory", "binary", "device"])
 def test_a_config_that_is_not_a_toml_file_is_a_bad_argument(tmp_path: Path, kind: str) -> None:
     from wheelbuild.errors import BadArgument
-    from wheelbuild.matrix import load_matrix
+    from wheelbuild.nightly.matrix import load_matrix
 
     path = {"directory": tmp_path, "device": Path("/dev/zero")}.get(kind, tmp_path / "blob")
     if kind == "binary":

@@ -1,4 +1,4 @@
-"""wheelbuild.nightly: which cells a night builds, their arguments, which wheels pass, where they go,
+"""wheelbuild.nightly.night: which cells a night builds, their arguments, which wheels pass, where they go,
 and the coverage table. Pure parts directly; the index read over HTTP from a real `serve`."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from unittest.mock import patch
 
 import pytest
 from click.testing import CliRunner
-from wheelbuild import build, check, nightly, nightly_index, nightly_publish
-from wheelbuild.cli import main
+from wheelbuild.cli.main import main
 from wheelbuild.errors import (
     BadArgument,
     BadVariant,
@@ -25,10 +24,14 @@ from wheelbuild.errors import (
     PublishedIndexUnreachable,
     PublishTargetMissing,
 )
+from wheelbuild.index.project_pages import IndexFile
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.remote import RsyncTarget
-from wheelbuild.matrix import Cell, load_matrix, parse_matrix
-from wheelbuild.nightly import (
+from wheelbuild.nightly import night as nightly
+from wheelbuild.nightly import publish as nightly_publish
+from wheelbuild.nightly import published as nightly_index
+from wheelbuild.nightly.matrix import Cell, load_matrix, parse_matrix
+from wheelbuild.nightly.night import (
     CellOutcome,
     Release,
     coverage_html,
@@ -48,10 +51,10 @@ from wheelbuild.nightly import (
     report_verdict,
     source_of,
 )
-from wheelbuild.preflight import ImageOptions
-from wheelbuild.project_pages import IndexFile
+from wheelbuild.pipeline import build, check
+from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.run.reporter import Reporter
-from wheelbuild.torch_releases import TorchIndex
+from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
 
 from tests.indexkit import make_wheel

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import pytest
 from click.testing import CliRunner
-from wheelbuild import build, cli
+from wheelbuild.cli import main as cli
 from wheelbuild.errors import DockerUnavailable
+from wheelbuild.host.unit_memory import ProcessInfo, UnitTracker
+from wheelbuild.pipeline import build
 from wheelbuild.plan.memory_model import GIB, MIB
-from wheelbuild.plan.unit_memory import ProcessInfo, UnitTracker
 from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
 from wheelbuild.run.reporter import STATUS_EVERY_S, TICK_S, BuildView, Reporter
 

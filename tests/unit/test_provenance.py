@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import SigningKeyUnusable
-from wheelbuild.provenance import (
+from wheelbuild.pipeline.statements import run_redactor
+from wheelbuild.provenance.signing import (
+    PASSPHRASE_ENV,
+    load_signing_key,
+    load_verifying_key,
+    signed,
+    signed_by,
+)
+from wheelbuild.provenance.statement import (
     PAYLOAD_TYPE,
     Envelope,
     StatementRefused,
@@ -24,9 +32,7 @@ from wheelbuild.provenance import (
     statement_bytes,
 )
 from wheelbuild.recipes import resolve_recipe
-from wheelbuild.signing import PASSPHRASE_ENV, load_signing_key, load_verifying_key, signed, signed_by
-from wheelbuild.spec import BuildSpec
-from wheelbuild.statements import run_redactor
+from wheelbuild.spec.build_spec import BuildSpec
 from wheelbuild.variants import parse_variant
 
 from tests.integration.test_secrets import CANARIES, INDEX, INDEX_PASSWORD, INDEX_USER, SECRETS

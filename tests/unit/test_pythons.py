@@ -1,4 +1,4 @@
-"""wheelbuild.pythons without network: which Pythons a torch's tags serve, Requires-Python read from a
+"""wheelbuild.spec.pythons without network: which Pythons a torch's tags serve, Requires-Python read from a
 real sdist and a project directory, and choose_pythons checked exhaustively over a small world of
 images, indexes, Requires-Python values and --python requests against an independent oracle."""
 
@@ -9,10 +9,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-from wheelbuild import requires_python
 from wheelbuild.errors import BadArgument, SourceUnavailable
-from wheelbuild.pythons import LeftOut, PythonChoice, choose_pythons, has_wheel
-from wheelbuild.requires_python import requires_python_of
+from wheelbuild.spec import requires_python
+from wheelbuild.spec.pythons import LeftOut, PythonChoice, choose_pythons, has_wheel
+from wheelbuild.spec.requires_python import requires_python_of
 
 from tests.sdists import make_sdist
 

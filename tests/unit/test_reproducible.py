@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from wheelbuild.cli import main
+from wheelbuild.cli.main import main
 from wheelbuild.errors import WheelsDiffer
-from wheelbuild.sources import ZIP_EPOCH, PreparedSource, source_date
+from wheelbuild.spec.sources import ZIP_EPOCH, PreparedSource, source_date
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.diff import first_difference
 from wheelbuild.wheel.stamp import stamp_wheel

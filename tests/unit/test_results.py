@@ -1,4 +1,4 @@
-"""wheelbuild.run.results: finished builds kept by the hash of their inputs."""
+"""wheelbuild.pipeline.results: finished builds kept by the hash of their inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild.run.results import code_digest, lookup, result_key, save, source_digest
+from wheelbuild.pipeline.results import code_digest, lookup, result_key, save, source_digest
 
 # result_key's keyword arguments, each test varying one of them
 BASE: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""wheelbuild.sources.prepare_source on local paths and a pre-filled cache (no network)."""
+"""wheelbuild.spec.sources.prepare_source on local paths and a pre-filled cache (no network)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.errors import SourceUnavailable
 from wheelbuild.recipes import LocalProject, LocalSdist, RemoteSdist
-from wheelbuild.sources import PreparedSource, cache_dir, prepare_source
+from wheelbuild.spec.sources import PreparedSource, cache_dir, prepare_source
 
 SDIST_BYTES = b"\x1f\x8b pretend sdist bytes"
 SDIST_SHA = hashlib.sha256(SDIST_BYTES).hexdigest()
@@ -126,7 +126,7 @@ def test_a_urls_credentials_become_an_authorization_header_for_urllib() -> None:
 
 def test_lookup_and_download_errors_never_show_the_credentials(tmp_path: Path) -> None:
     from wheelbuild.errors import SourceUnavailable
-    from wheelbuild.sources import _download, _files
+    from wheelbuild.spec.sources import _download, _files
 
     lines: list[str] = []
     with pytest.raises(SourceUnavailable) as looked:

@@ -1,13 +1,15 @@
-"""wheelbuild.spec: memory sizes, arch lists, Python versions and the CA bundle."""
+"""wheelbuild.spec.build_spec: memory sizes, arch lists, Python versions and the CA bundle."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from wheelbuild import spec
 from wheelbuild.errors import BadArgument, BadMemory, CaBundleMissing
-from wheelbuild.spec import format_archs, parse_archs, parse_ptx, parse_python, resolve_ca_bundle
+from wheelbuild.host import ca_bundle
+from wheelbuild.host.ca_bundle import resolve_ca_bundle
+from wheelbuild.spec import build_spec as spec
+from wheelbuild.spec.build_spec import format_archs, parse_archs, parse_ptx, parse_python
 from wheelbuild.units import format_bytes, parse_memory
 
 GIB = 1024**3
@@ -156,19 +158,19 @@ def test_no_ca_bundle_given_uses_the_host_default_when_it_exists(
 ) -> None:
     host = tmp_path / "ca-certificates.crt"
     host.write_text("-----BEGIN CERTIFICATE-----\n")
-    monkeypatch.setattr(spec, "DEFAULT_CA_BUNDLE", host)
+    monkeypatch.setattr(ca_bundle, "DEFAULT_CA_BUNDLE", host)
     assert resolve_ca_bundle(None) == host
 
 
 def test_no_ca_bundle_given_and_no_host_default_gives_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spec, "DEFAULT_CA_BUNDLE", tmp_path / "absent.crt")
+    monkeypatch.setattr(ca_bundle, "DEFAULT_CA_BUNDLE", tmp_path / "absent.crt")
     assert resolve_ca_bundle(None) is None
 
 
 def test_host_default_ca_bundle_is_the_debian_path() -> None:
-    assert Path("/etc/ssl/certs/ca-certificates.crt") == spec.DEFAULT_CA_BUNDLE
+    assert Path("/etc/ssl/certs/ca-certificates.crt") == ca_bundle.DEFAULT_CA_BUNDLE
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from wheelbuild.range_gate import other_requirements
+from wheelbuild.pipeline.range_gate import other_requirements
 from wheelbuild.records import read_record
 from wheelbuild.report.build_report import BuildReport, report_from_json
 from wheelbuild.wheel.abi import check_wheel_abi

@@ -1,4 +1,4 @@
-"""wheelbuild.torch_releases and project_pages without a server: project pages (PEP 691 JSON, PEP 503
+"""wheelbuild.spec.torch_releases and project_pages without a server: project pages (PEP 691 JSON, PEP 503
 HTML) read into files, releases and the Python tags of one torch version; the CUDA a wheel's METADATA
 says; the page cache; and which release a variant means, over releases whose CUDA is known without a
 request (a label, or a METADATA answer kept from before). tests/integration/test_default_pythons.py
@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from wheelbuild import preflight, torch_releases
 from wheelbuild.errors import BadArgument, BadVariant, TorchIndexUnreachable
-from wheelbuild.project_pages import IndexFile, file_url, files_on_page
+from wheelbuild.index.project_pages import IndexFile, file_url, files_on_page
+from wheelbuild.pipeline import preflight
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.secrets import redact_url
-from wheelbuild.torch_releases import (
+from wheelbuild.spec import torch_releases
+from wheelbuild.spec.torch_releases import (
     TorchIndex,
     asked_release,
     cuda_of_metadata,

@@ -195,9 +195,9 @@ def test_a_rebuild_is_built_from_the_statements_own_arguments_and_a_difference_i
     build forced), and a rebuilt wheel with other bytes is exit 70 naming the member that differs.
     The build itself stands in here (tests/integration/test_provenance.py runs the real one)."""
     from wheelbuild.errors import WheelsDiffer
-    from wheelbuild.preflight import ImageOptions
+    from wheelbuild.pipeline.verify import rebuild, verify_wheel
     from wheelbuild.recipes import LocalProject
-    from wheelbuild.verify import rebuild, verify_wheel
+    from wheelbuild.run.image_options import ImageOptions
 
     wheel = run_folder(tmp_path)
     verdict = verify_wheel(wheel)
@@ -231,7 +231,7 @@ def test_a_rebuild_refuses_parameters_no_build_would_be_given(
     """A statement is read as hostile: a parameter `build` would refuse is refused before any
     build, with one line and its own exit code (the statement's own, or a bad argument's)."""
     from wheelbuild.errors import WheelbuildError
-    from wheelbuild.verify import rebuild_spec, verify_wheel
+    from wheelbuild.pipeline.verify import rebuild_spec, verify_wheel
 
     found = verify_wheel(run_folder(tmp_path)).statement_of
     external = {**found.external, field: value}

@@ -1,0 +1,248 @@
+"""The nightly's commands: matrix (the declared cells) and nightly plan, build-cell and
+publish-night (the workflow's three jobs; their logic is wheelbuild.nightly.night's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from ..nightly import cell_specs as matrix_runs
+from ..nightly import matrix
+from ..nightly.night import declared_matrix
+from ..run.engine import DockerEngine
+from ..run.reporter import Reporter
+from .options import ImageFlags, torch_index_option, track_option, with_image_flags
+from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
+
+MATRIX_FILE_HELP = (
+    "The nightly's matrix: its [[build]] tables and [publish] (the file whose [tool.wheelbuild] build "
+    "reads too)."
+)
+
+
+@click.command("matrix")
+@click.option(
+    "--config-file",
+    "--config",  # its old name, still taken
+    "config_file",
+    cls=RenamedOption,
+    type=GIVEN_PATH,
+    default=Path("wheelbuild.toml"),
+    show_default=True,
+    help=MATRIX_FILE_HELP,
+)
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["github", "lines", "publish-to"]),
+    default="github",
+    show_default=True,
+    help="github: a strategy.matrix JSON value; lines: `ID ARGS...` per cell (scripts/nightly); "
+    "publish-to: where the wheels go.",
+)
+@click.option(
+    "--skip-published",
+    type=GIVEN_PATH,
+    help="A wheelhouse tree: leave out cells whose build inputs (source, image, torch, archs, "
+    "Python, tools) made a wheel it holds.",
+)
+@torch_index_option("As for build (part of the inputs).", type=GIVEN_TEXT)
+@track_option(
+    "latest: add each versioned package's newest release on the index (WHEELBUILD_SIMPLE_INDEX) "
+    "and each CUDA tag's newest torch on its torch index."
+)
+@with_image_flags
+def matrix_command(
+    config_file: Path,
+    output: str,
+    skip_published: Path | None,
+    track: str | None,
+    torch_index_url: str | None,
+    image_flags: ImageFlags,
+) -> None:
+    """Print the nightly matrix wheelbuild.toml declares: one cell per package, version, torch
+    variant, Python and arch list."""
+    declared = _declared_matrix(config_file, track, torch_index_url)
+    cells = declared.cells
+    if skip_published and output != "publish-to":
+        options = image_flags.options()
+        with DockerEngine() as engine:  # asked only for a local base's image ID
+            cells = matrix_runs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
+        click.echo(
+            f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
+            err=True,
+        )
+    if output == "github":
+        click.echo(matrix.github_matrix(cells))
+    elif output == "lines":
+        for cell in cells:
+            click.echo(f"{cell.id} {shlex.join(cell.build_args())}")
+    else:
+        click.echo(declared.publish_to)
+
+
+# ---------------------------------------------------------------------------------------------
+# wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in wheelbuild.nightly.night.
+
+_nightly_config = click.option(
+    "--config-file",
+    "--config",  # its old name, still taken
+    "config_file",
+    cls=RenamedOption,
+    type=click.Path(path_type=Path),
+    default=Path("wheelbuild.toml"),
+    show_default=True,
+    help=MATRIX_FILE_HELP,
+)
+_nightly_torch_index = torch_index_option("As for build (part of the inputs).")
+_nightly_track = track_option(
+    "latest: add each versioned package's newest release and each CUDA tag's newest torch.",
+    envvar="WHEELBUILD_NIGHTLY_TRACK",
+)
+_nightly_to = click.option(
+    "--to", "target", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
+)
+_nightly_index = click.option(
+    "--index",
+    "index_url",
+    help="A remote target's index URL [default: NIGHTLY_INDEX_URL, else [publish] index].",
+)
+
+
+def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
+    """The matrix the file declares, tracked and with its torch rules read from the index; what
+    was looked up goes to stderr."""
+    return declared_matrix(matrix.load_matrix(config), track, torch_index_url, Reporter(sys.stderr).info)
+
+
+@click.group()
+def nightly() -> None:
+    """The nightly: plan the cells, build one cell, publish what passed (see README, Nightly).
+    Builds use the production base; WHEELBUILD_BASE_IMAGE is ignored here."""
+
+
+@nightly.command("plan")
+@_nightly_config
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["github", "lines", "json"]),
+    default="json",
+    show_default=True,
+    help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the plan.",
+)
+@_nightly_to
+@_nightly_index
+@click.option(
+    "--save",
+    type=click.Path(path_type=Path),
+    help="Also write the plan as JSON here (publish-night reads it).",
+)
+@_nightly_torch_index
+@_nightly_track
+def nightly_plan(
+    config_file: Path,
+    output: str,
+    target: str | None,
+    index_url: str | None,
+    save: Path | None,
+    torch_index_url: str | None,
+    track: str | None,
+) -> None:
+    """The cells to build tonight: those that can be built, less those already published."""
+    from ..nightly import night
+
+    reporter = Reporter(sys.stderr)
+    with DockerEngine() as engine:  # asked only for a local test base
+        planned = night.plan_night(
+            matrix.load_matrix(config_file),
+            os.environ,
+            to=target,
+            index_url=index_url,
+            torch_index_url=torch_index_url,
+            reporter=reporter,
+            engine=engine,
+            track=track,
+        )
+    for skipped in planned.skipped:
+        reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
+    reporter.info(
+        f"{len(planned.build)} cell(s) to build, {len(planned.published)} already published, "
+        f"{len(planned.skipped)} skipped"
+    )
+    document = json.dumps(planned.to_json(), indent=2)
+    if save:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(document + "\n")
+    text = {"github": night.github_output, "lines": night.lines_output}.get(output)
+    printed = text(planned) if text else document
+    if printed:  # no cell, no line: scripts/nightly counts lines
+        click.echo(printed)
+
+
+@nightly.command("build-cell")
+@click.argument("cell_id")
+@_nightly_config
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The cell's output folder.")
+@click.option(
+    "-v/-q",
+    "--verbose/--quiet",
+    default=False,
+    help="Show cibuildwheel's full log (build.log has it either way), or not: steps, status lines and summaries.",
+)
+@_nightly_torch_index
+@_nightly_track
+def nightly_build_cell(
+    cell_id: str, config_file: Path, out: Path, verbose: bool, torch_index_url: str | None, track: str | None
+) -> None:
+    """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
+    records the outcome, a failure too."""
+    from ..nightly import night
+
+    with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
+        result = night.build_cell(
+            matrix.load_matrix(config_file),
+            cell_id,
+            out,
+            os.environ,
+            torch_index_url=torch_index_url,
+            reporter=Reporter(show_log=verbose),
+            engine=engine,
+            track=track,
+        )
+    for wheel in result.wheels:
+        click.echo(f"built {wheel.path}")
+
+
+@nightly.command("publish-night")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@_nightly_config
+@_nightly_to
+@_nightly_index
+def nightly_publish_night(
+    dirs: tuple[Path, ...], config_file: Path, target: str | None, index_url: str | None
+) -> None:
+    """Publish the wheels of every cell under DIRS whose report says all checks and the gate
+    passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html).
+    An upload URL's index says which wheels it holds already: those are not uploaded again."""
+    from ..nightly import night
+
+    result = night.publish_night(
+        dirs,
+        matrix.load_matrix(config_file),
+        os.environ,
+        to=target,
+        say=Reporter(sys.stderr).info,
+        index_url=index_url,
+    )
+    click.echo(night.coverage_markdown(result.rows), nl=False)
+    for page in result.pages:
+        click.echo(f"coverage page: {page}")
+
+
+COMMANDS = (matrix_command, nightly)

@@ -1,0 +1,115 @@
+"""The commands that check a wheel is what it claims to be: `diff` (two builds of the same
+inputs, byte for byte) and `verify` (a wheel against its signed provenance statement, offline,
+or rebuilt from it). They parse, call one function, and print."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..errors import InvalidWheel, WheelsDiffer
+from ..pipeline import verify as verifying
+from ..provenance import signing
+from ..run.engine import DockerEngine
+from ..run.reporter import Reporter
+from ..spec.build_spec import DEFAULT_OUTPUT_DIR
+from ..wheel.diff import first_difference
+from .options import ImageFlags, with_image_flags
+from .params import GIVEN_PATH, REPEATABLE
+
+
+@click.command("diff")
+@click.argument("first", type=GIVEN_PATH)
+@click.argument("second", type=GIVEN_PATH)
+def diff_command(first: Path, second: Path) -> None:
+    """Say whether two wheels are the same bytes and, if not, where they first differ: the
+    member and, for a shared object, the ELF section (exit 70). `diffoscope FIRST SECOND` shows
+    everything that differs."""
+    try:
+        found = first_difference(first, second)
+    except (OSError, ValueError) as bad:
+        raise InvalidWheel(
+            f"cannot compare {first.name} and {second.name}: {bad}", "name two .whl files"
+        ) from None
+    if found is None:
+        click.echo(f"{first.name} and {second.name} are the same bytes")
+        return
+    raise WheelsDiffer(
+        f"{first.name} and {second.name} differ: {found}",
+        f"diffoscope {first} {second} shows every difference",
+    )
+
+
+@click.command("verify")
+@click.argument("wheel", type=GIVEN_PATH)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=GIVEN_PATH,
+    help="The publisher's Ed25519 public key (PEM, raw, or an ssh-ed25519 line): a signature by one "
+    f"of them is required; {REPEATABLE}.",
+)
+@click.option(
+    "--statement", type=GIVEN_PATH, help="The statement [default: WHEEL.intoto.jsonl, else .intoto.json]."
+)
+@click.option("--source", type=GIVEN_PATH, help="The sdist or project the wheel was built from, to compare.")
+@click.option(
+    "--materials/--no-materials",
+    default=True,
+    show_default=True,
+    help="Compare the inputs this machine has (images/ files, pins, the source) with the statement's.",
+)
+@click.option(
+    "--rebuild", is_flag=True, help="Build the statement's inputs again (every unit compiled) and compare."
+)
+@click.option(
+    "--output-dir",
+    type=GIVEN_PATH,
+    default=DEFAULT_OUTPUT_DIR,
+    show_default=True,
+    help="Where --rebuild builds.",
+)
+@with_image_flags
+def verify_command(
+    wheel: Path,
+    keys: tuple[Path, ...],
+    statement: Path | None,
+    source: Path | None,
+    materials: bool,
+    rebuild: bool,
+    output_dir: Path,
+    image_flags: ImageFlags,
+) -> None:
+    """Check WHEEL against its provenance statement with no network: the signature (--key), that
+    the statement is this wheel's (its sha256), the inputs this machine has; with --rebuild,
+    build it again from the statement and compare the sha256 (exit codes 70-76)."""
+    trusted = [signing.load_verifying_key(key, os.environ) for key in keys]
+    verdict = verifying.verify_wheel(
+        wheel, statement=statement, keys=trusted, source=source, materials=materials
+    )
+    click.echo(f"{wheel.name}: sha256 {verdict.sha256}")
+    signer = f"signed by {verdict.signed_by}" if verdict.signed_by else "signature not checked (no --key)"
+    click.echo(f"    statement {verdict.statement} ({signer}); its subject is this wheel")
+    seen = f"{len(verdict.matched)} the same here" + (
+        f" ({', '.join(verdict.matched)})" if verdict.matched else ""
+    )
+    click.echo(
+        f"    inputs: {seen}; {verdict.unseen} not here to compare"
+        if materials
+        else "    inputs: not compared"
+    )
+    for note in verdict.notes:
+        click.echo(f"    note: {note}")
+    if rebuild:
+        reporter = Reporter()
+        with DockerEngine(sweep=False) as engine:
+            build = verifying.builder(reporter, engine)
+            rebuilt = verifying.rebuild(verdict, image_flags.options(), output_dir, source, build)
+        click.echo(f"    rebuilt: the same sha256 ({rebuilt})")
+    click.echo("verified")
+
+
+COMMANDS = (diff_command, verify_command)

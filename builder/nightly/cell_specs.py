@@ -1,0 +1,53 @@
+"""The nightly matrix against what is published: which cells' build inputs no published wheel
+was built from. Beside matrix.py (pure: the cells), this module asks the image store, through
+its Protocol, for a local base image's ID, which is part of a cell's inputs key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..index import publish
+from ..pipeline.results import inputs_key
+from ..recipes import resolve_recipe
+from ..run.image_options import ImageOptions, image_inputs
+from ..run.ports import ImageIds
+from ..spec.build_spec import BuildSpec, PinMode, parse_archs, parse_ptx
+from ..spec.sources import resolve_lookup
+from ..variants import parse_variant
+from .matrix import Cell
+
+__all__ = ["cell_inputs_key", "cell_spec", "unpublished_cells"]
+
+
+def cell_spec(cell: Cell, torch_index_url: str | None, output_dir: Path = Path(".")) -> BuildSpec:
+    """What a nightly cell builds: `wheelbuild build` with the cell's arguments, gate included."""
+    return BuildSpec(
+        recipe=resolve_lookup(resolve_recipe(cell.package, version=cell.version), lambda _line: None),
+        variant=parse_variant(cell.torch, torch_index_url),
+        archs=parse_archs(cell.archs),
+        ptx=parse_ptx(cell.archs),
+        pythons=(cell.python,) if cell.python else (),
+        output_dir=output_dir,
+        torch_range=cell.torch_range,
+        pin=PinMode(cell.pin),
+    )
+
+
+def cell_inputs_key(cell: Cell, options: ImageOptions, torch_index_url: str | None, images: ImageIds) -> str:
+    """The inputs key a build of *cell* (one named Python) will have. *images* is only asked
+    when the base is a local tag (a pinned production base is its own identity)."""
+    spec = cell_spec(cell, torch_index_url)
+    inputs = image_inputs(images, options.for_variant(spec.variant))
+    return inputs_key(spec, inputs, spec.pythons)
+
+
+def unpublished_cells(
+    cells: tuple[Cell, ...], tree: Path, options: ImageOptions, torch_index_url: str | None, images: ImageIds
+) -> tuple[Cell, ...]:
+    """The cells whose build inputs no wheel in *tree* was built from: a quiet night (no new
+    source, image, torch or tool) leaves none to build."""
+    published = publish.published_inputs(tree)
+    if not published:
+        return cells
+    return tuple(c for c in cells if cell_inputs_key(c, options, torch_index_url, images) not in published)

@@ -1,0 +1,254 @@
+"""What the nightly's target already holds, read over HTTP from its index (PEP 691 JSON or PEP
+503 HTML): the inputs keys beside each wheel of a wheelbuild tree, which `nightly plan` skips,
+and the file names an upload server lists, which `nightly publish-night` never uploads again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ..errors import PublishedIndexUnreachable, PublishTargetMissing
+from ..index import index as index_files
+from ..index import publish as publishing
+from ..index import remote
+from ..index.project_pages import IndexFile, anchors, files_on_page
+from ..secrets import redact_url, without_credentials
+from ..wheel.abi3 import stable_abi
+from ..wheel.wheels import MAX_METADATA_SIZE
+
+__all__ = [
+    "INDEX_URL_ENV",
+    "PublishedWheel",
+    "Release",
+    "covering_wheel",
+    "held_wheel",
+    "published_keys",
+    "published_torch_pins",
+    "remote_inputs",
+    "served_wheels",
+]
+
+INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
+ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
+
+
+def _get(
+    url: str, authorization: str | None, shown: str, *, missing_ok: bool = False
+) -> tuple[bytes, str] | None:
+    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    if authorization:  # *authorization* is only given for the index's own host
+        request.add_unredirected_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read(64 << 20), str(response.headers.get("Content-Type", ""))
+    except urllib.error.HTTPError as error:
+        if error.code == 404 and missing_ok:
+            return None
+        why = f"HTTP {error.code} {error.reason}"
+    except OSError as error:
+        why = str(error) or type(error).__name__
+    raise PublishedIndexUnreachable(
+        f"could not read {redact_url(shown)}: {why}",
+        f"check {INDEX_URL_ENV} ([publish] index) and that the index is up; its credentials go in the URL",
+    )
+
+
+def _not_a_page(url: str) -> PublishedIndexUnreachable:
+    return PublishedIndexUnreachable(
+        f"{redact_url(url)} is not a PEP 691 index page", f"point {INDEX_URL_ENV} at the tree's simple/"
+    )
+
+
+def _project_links(body: bytes, content_type: str, url: str) -> list[str]:
+    """The project pages an index's root links, relative to it: PEP 691 JSON or PEP 503 HTML."""
+    if content_type.split(";")[0].strip().endswith("json"):
+        try:
+            entries = json.loads(body).get("projects", [])
+            return [f"{e['name']}/" for e in entries if isinstance(e, dict) and "name" in e]
+        except (ValueError, AttributeError, TypeError):
+            raise _not_a_page(url) from None
+    return [href for values in anchors(body) if (href := values.get("href"))]
+
+
+def _files(body: bytes, content_type: str, url: str) -> tuple[IndexFile, ...]:
+    try:
+        return files_on_page(body, content_type)
+    except ValueError:
+        raise _not_a_page(url) from None
+
+
+def _served(index_url: str) -> Iterator[tuple[str, IndexFile, Callable[[str], str | None]]]:
+    """Each wheel a served index lists, read over HTTP: the project list, then each project's
+    page; with its page's URL and the Authorization for a URL (the index's own host only). An
+    index that does not exist yet (404) lists none. Credentials in the URL go as a header."""
+    bare, authorization = without_credentials(index_url)
+    root = bare.rstrip("/") + "/"
+
+    def auth(url: str) -> str | None:  # credentials never go to another host a page links
+        return authorization if urlsplit(url).netloc == urlsplit(root).netloc else None
+
+    page = _get(root, authorization, index_url, missing_ok=True)
+    if page is None:
+        return
+    for href in _project_links(*page, index_url):
+        project_url = urljoin(root, href)
+        project = _get(project_url, auth(project_url), project_url)
+        assert project is not None
+        for file in _files(*project, project_url):
+            if file.filename.endswith(".whl") and file.url:
+                yield project_url, file, auth
+
+
+def remote_inputs(index_url: str) -> set[str]:
+    """The inputs keys a served wheelhouse tree holds: ``<file>.inputs`` beside each wheel its
+    index lists (wheelbuild's trees have them; an upload server's index has none)."""
+    keys: set[str] = set()
+    for project_url, file, auth in _served(index_url):
+        sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
+        found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
+        if found is not None:
+            with contextlib.suppress(ValueError):  # not text, or not keys: its cells are built again
+                keys |= index_files.inputs_keys(found[0].decode())
+    return keys
+
+
+def served_wheels(index_url: str) -> set[str]:
+    """The wheel file names a served index lists (an upload server's, which keeps no inputs
+    keys: a name it holds is never uploaded again)."""
+    return {file.filename for _, file, _ in _served(index_url)}
+
+
+def published_keys(to: str, index_url: str | None, tags: Iterable[str]) -> set[str]:
+    """The inputs keys published in each variant's tree of *to*: a local tree read directly, a
+    remote one (ssh tree or upload URL) over HTTP from *index_url* ({variant} in it)."""
+    keys: set[str] = set()
+    for tag in sorted(set(tags)):
+        where = remote.target_for(to, tag, several=False)
+        if isinstance(where, Path):
+            keys |= publishing.published_inputs(where)
+            continue
+        if not index_url:
+            raise PublishTargetMissing(
+                f"the target {to} is remote, and no index URL says where to read what it holds",
+                f"set {INDEX_URL_ENV} (or [publish] index) to its index, e.g. https://wheels.example/{{variant}}/simple/",
+            )
+        keys |= remote_inputs(index_url.replace("{variant}", tag))
+    return keys
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a cell's wheel will be named by, known before it is built: the project, its release
+    and the variant's local label (flash-attn, 2.8.3, cu130torch2.11), and the Python (cp311)."""
+
+    project: str
+    version: str
+    label: str
+    python: str
+
+
+def held_wheel(release: Release, served: Iterable[str]) -> str | None:
+    """The wheel among *served* (file names an upload server's index lists) that the cell of
+    *release* would build: the same project, release+label and Python (or an abi3 wheel that
+    serves it). Such a cell need not be built: the server never takes that name again (pure)."""
+    try:
+        wanted = Version(f"{release.version}+{release.label}")
+    except InvalidVersion:
+        return None
+    for filename in sorted(served):
+        try:
+            name, version, _build, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        if name != canonicalize_name(release.project) or version != wanted:
+            continue
+        abi3 = stable_abi(filename)
+        if any(t.interpreter == release.python for t in tags) or (abi3 and abi3.serves(release.python)):
+            return filename
+    return None
+
+
+@dataclass(frozen=True)
+class PublishedWheel:
+    """A wheel a target holds, with what its METADATA requires of torch."""
+
+    filename: str
+    torch: str  # the specifier of its torch requirement without a marker: >=2.12,<2.15; "" if none
+
+
+def _torch_specifier(metadata: bytes) -> str:
+    head = metadata.decode("utf-8", errors="replace").split("\n\n", 1)[0]
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() != "requires-dist":
+            continue
+        try:
+            requirement = Requirement(value.strip())
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
+            # lower bounds first, as a range is read: >=2.12,<2.15
+            return ",".join(sorted(map(str, requirement.specifier), key=lambda s: not s.startswith(">")))
+    return ""
+
+
+def published_torch_pins(to: str, index_url: str | None, tags: Iterable[str]) -> tuple[PublishedWheel, ...]:
+    """Each wheel published in each variant's tree of *to*, with its torch specifier: a local
+    tree's METADATA sidecars read directly, a remote one's over HTTP (PEP 658) from *index_url*."""
+    found: list[PublishedWheel] = []
+    for tag in sorted(set(tags)):
+        where = remote.target_for(to, tag, several=False)
+        if isinstance(where, Path):
+            for sidecar in sorted((where / index_files.FILES).glob(f"*.whl{index_files.METADATA_SUFFIX}")):
+                metadata = index_files.read_capped_metadata(sidecar)
+                found.append(
+                    PublishedWheel(
+                        sidecar.name.removesuffix(index_files.METADATA_SUFFIX), _torch_specifier(metadata)
+                    )
+                )
+            continue
+        if not index_url:
+            continue  # published_keys has said what a remote target needs
+        for project_url, file, auth in _served(index_url.replace("{variant}", tag)):
+            if not file.metadata:
+                continue
+            url = urljoin(project_url, file.url.split("#")[0]) + index_files.METADATA_SUFFIX
+            got = _get(url, auth(url), url, missing_ok=True)
+            if got is not None:
+                found.append(PublishedWheel(file.filename, _torch_specifier(got[0][:MAX_METADATA_SIZE])))
+    return tuple(found)
+
+
+def covering_wheel(
+    release: Release, torch_version: str, published: Iterable[PublishedWheel]
+) -> PublishedWheel | None:
+    """The published wheel whose proven torch range already serves a cell of *release* built for
+    *torch_version*: the same project, release, CUDA tag and Python (or an abi3 wheel that serves
+    it), and a torch requirement that admits that torch (pure)."""
+    tag = release.label.partition("torch")[0]
+    for wheel in sorted(published, key=lambda w: w.filename):
+        try:
+            name, version, _build, tags = parse_wheel_filename(wheel.filename)
+            admits = bool(wheel.torch) and SpecifierSet(wheel.torch).contains(torch_version)
+        except (InvalidWheelFilename, InvalidSpecifier, InvalidVersion):
+            continue
+        label = version.local or ""
+        if name != canonicalize_name(release.project) or version.public != release.version or not admits:
+            continue
+        if label.partition("torch")[0] != tag:
+            continue
+        abi3 = stable_abi(wheel.filename)
+        if any(t.interpreter == release.python for t in tags) or (abi3 and abi3.serves(release.python)):
+            return wheel
+    return None

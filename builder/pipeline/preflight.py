@@ -1,0 +1,385 @@
+"""What `wheelbuild build` and `wheelbuild calibrate` need before any container: the image's
+inputs (and the CUDA 12 layer a cu12x variant needs), the image itself, the compiler in it for
+the variant and archs, the plan for this machine's resources, and (build's) what the package's
+build files ask for. Both orchestrations sit above this module; it imports neither.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import CompilerUnavailable, CudaRedistUnreachable, DockerUnavailable, TorchIndexUnreachable
+from ..host import cgroup
+from ..plan.admission import with_admission
+from ..plan.calibration import load_calibrated
+from ..plan.dist import DistTarget
+from ..plan.dist_plan import with_distribution
+from ..plan.learned import BuildMeasurement, learn, learned_path, load_learned, save_learned
+from ..plan.memory_model import MemoryModel
+from ..plan.planner import Plan, container_limit, explain_container_limit, plan_build
+from ..recipes import Recipe
+from ..recipes.survey import Survey, survey_source
+from ..run import cuda_redist
+from ..run.attempt import AttemptResult, shared_cache_env
+from ..run.image import NO_CUDA12, Image, ImageInputs
+from ..run.image_options import ImageOptions, cuda12_layer
+from ..run.ports import ImageIds, Images
+from ..run.reporter import Reporter
+from ..spec.build_spec import BuildSpec, Resources
+from ..spec.sources import PreparedSource, cache_dir
+from ..spec.torch_releases import TorchIndex, asked_release, newest_release, read_torch_index
+from ..units import format_bytes
+from ..variants import (
+    CUDA13_HOME,
+    CUDA13_VERSION,
+    DEFAULT_TORCH_AS_OF,
+    CudaCompiler,
+    TorchVariant,
+    arch_range,
+    builds_for,
+    compiler_for,
+    supports_arch,
+)
+
+__all__ = [
+    "arch_note",
+    "build_network",
+    "compiled_archs",
+    "compiler_for_options",
+    "compiler_in_image",
+    "cuda12_obtainable",
+    "ensure_cuda12_layer",
+    "ensure_image",
+    "governed",
+    "model_for",
+    "new_run_id",
+    "plan_for",
+    "remember_build",
+    "resolve_torch",
+    "surveyed",
+    "torch_index",
+]
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def ensure_cuda12_layer(images: Images, inputs: ImageInputs, reporter: Reporter) -> None:
+    """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
+    are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
+    server fails here, before the sdist, the image or any container."""
+    layer = inputs.cuda12_layer
+    if layer is None or images.local_image_id(inputs.tag) or images.local_image_id(layer.tag):
+        return
+    reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
+    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
+    images.ensure_cuda_layer_image(layer, tree, reporter.log)
+
+
+def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Image:
+    ensure_cuda12_layer(images, inputs, reporter)
+    image = images.ensure_image(inputs, reporter.log)
+    reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
+    return image
+
+
+def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: ImageInputs) -> CudaCompiler:
+    """The image's compiler for this variant and these archs: variants.builds_for says which
+    compilers build for a torch, one table (variants.ARCH_SUPPORT) which archs each compiles."""
+    cuda12 = None
+    if inputs.cuda12_image != NO_CUDA12:
+        cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
+    return _compiler(variant, archs, cuda12)
+
+
+def compiler_for_options(
+    variant: TorchVariant, archs: tuple[int, ...], options: ImageOptions
+) -> CudaCompiler:
+    """compiler_in_image for the image these options make for `variant`, known before the image
+    (and before Docker): its CUDA 12 compiler is the layer's (its pins' version) or --cuda12-image's."""
+    wanted = options.for_variant(variant)
+    cuda12 = None
+    if wanted.cuda12_image is not None:
+        cuda12 = CudaCompiler.cuda12(wanted.cuda12_version)
+    elif wanted.cuda12_redist:
+        cuda12 = CudaCompiler.cuda12(cuda12_layer().version)
+    return _compiler(variant, archs, cuda12)
+
+
+def cuda12_obtainable(options: ImageOptions, variant: TorchVariant, images: ImageIds) -> None:
+    """Whether the CUDA 12 layer a build of `variant` needs can be had, before any download:
+    its tree or archives are kept here, NVIDIA's server (or the mirror) answers for each
+    archive not kept, or its image is here already (Docker is asked only then, and a daemon
+    that does not answer counts as no image). CudaRedistUnreachable otherwise."""
+    wanted = options.for_variant(variant)
+    if not wanted.cuda12_redist or wanted.cuda12_image is not None:
+        return
+    layer = cuda12_layer()
+    base_url = cuda_redist.redist_url(os.environ)
+    missing = cuda_redist.unreachable_archive(layer, base_url, cache_dir())
+    if missing is None:
+        return
+    try:
+        if images.local_image_id(layer.tag):
+            return
+    except DockerUnavailable:
+        pass
+    raise CudaRedistUnreachable(
+        f"the CUDA {layer.release} compiler layer torch {variant} needs is not here, and {missing}",
+        cuda_redist.remedy(base_url),
+    )
+
+
+def _compiler(variant: TorchVariant, archs: tuple[int, ...], cuda12: CudaCompiler | None) -> CudaCompiler:
+    compiler = compiler_for(variant, archs, cuda12)
+    if compiler is not None:
+        return compiler
+    in_image = [CudaCompiler(CUDA13_VERSION, CUDA13_HOME), *([cuda12] if cuda12 else [])]
+    same_major = [c for c in in_image if c.major == variant.cuda_major]
+    if not same_major:
+        raise CompilerUnavailable(
+            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
+            "and torch refuses an nvcc of another major",
+            "let wheelbuild add the CUDA 12 layer from NVIDIA's archives (the default for cu12x), "
+            "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
+        )
+    compiler = same_major[0]
+    if not builds_for(compiler, variant):
+        raise CompilerUnavailable(
+            f"torch {variant} is built with CUDA {variant.cuda_version}, newer than the image's nvcc "
+            f"{compiler.version}: torch's CUDA library headers are {variant.cuda_version}'s, which an "
+            "older nvcc's own headers may not compile with",
+            f"build for a torch of CUDA {compiler.version} or older, or give the image a CUDA "
+            f"{variant.cuda_version} compiler",
+        )
+    missing = [a for a in archs if not supports_arch(compiler, a)]
+    raise CompilerUnavailable(
+        f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
+        + ", ".join(f"sm_{a} (needs {arch_range(a)})" for a in missing),
+        "drop those archs from --archs, or pick a torch variant whose CUDA compiles them",
+    )
+
+
+def plan_for(
+    recipe: Recipe,
+    archs: tuple[int, ...],
+    resources: Resources,
+    root: Path = Path("/"),
+    toolkit: str = CUDA13_VERSION,
+) -> Plan:
+    """The plan for these resources, given or read from this machine (its available memory and
+    our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
+    A profile `wheelbuild calibrate` measured for this release and toolkit beats the built-in one."""
+    own = cgroup.read_limits(root)
+    memory, cpus = resources.memory, resources.cpus
+    if memory is None:
+        available = cgroup.host_memory_available(root)
+        budget = container_limit(available, own.memory_limit)
+        why = explain_container_limit(available, own.memory_limit)
+    else:
+        budget, why = memory, f"memory limit {format_bytes(memory)}: given"
+    cpus_why = f"CPUs {cpus:g}: given" if cpus is not None else ""
+    if cpus is None:
+        cpus = own.effective_cpus or float(len(os.sched_getaffinity(0)))
+        cpus_why = f"CPUs {cpus:g}: {'our cgroup' if own.effective_cpus else 'this process'}'s"
+    model, learned_line = model_for(recipe, toolkit)
+    plan = plan_build(
+        budget=budget,
+        cpus=cpus,
+        archs=len(archs),
+        model=model,
+        max_jobs=resources.max_jobs,
+        nvcc_threads=resources.nvcc_threads,
+        budget_reason=why,
+        cpus_reason=cpus_why,
+    )
+    return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
+
+
+def governed(plan: Plan, dist: DistTarget | None, admission: bool, cicc_gate: bool = True) -> Plan:
+    """The plan a build runs: with --dist, spread over the fleet's servers; else admitted by
+    memory (the default), each cicc too unless --no-cicc-gate; else the static plan as it is.
+    `wheelbuild plan` prints the same."""
+    if dist is not None:
+        return with_distribution(plan, dist.servers)
+    return with_admission(plan, cicc_gate=cicc_gate) if admission else plan
+
+
+def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:
+    """The model to plan with: the one learned from the last build of this release on this
+    toolkit (and the line saying how far off it and its predecessor were), else the profile
+    `wheelbuild calibrate` measured, else the recipe's own. A learned model of other units than
+    the recipe's (a build of a trimmed source list) is left aside, and the line says so."""
+    path = learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env)
+    aside = None
+    if learned := load_learned(
+        path, recipe.name if recipe.version is None else f"{recipe.name}-{recipe.version}"
+    ):
+        model, record = learned
+        if _unit_names(model) == _unit_names(recipe.memory_model) or not recipe.memory_model.complete:
+            return model, record.describe()
+        aside = (
+            f"left aside the model learned from build {record.run_id}: its {len(model.units)} units are not "
+            f"the recipe's {len(recipe.memory_model.units)} (delete {path.with_suffix('')}.* to forget it)"
+        )
+    return load_calibrated(cache_dir(), recipe.name, recipe.version, toolkit) or recipe.memory_model, aside
+
+
+def _unit_names(model: MemoryModel) -> set[str]:
+    return {u.name.rsplit("/", 1)[-1] for u in model.units}
+
+
+def remember_build(
+    recipe: Recipe, toolkit: str, archs: tuple[int, ...], attempt: tuple[Plan, AttemptResult], run_id: str
+) -> str | None:
+    """Learn from a finished attempt (plan/learned.py) and keep the model for the next plan of
+    this release and toolkit; the line to show, or None when there was nothing to learn."""
+    plan, result = attempt
+    if result.returncode != 0 or not result.peak_memory_compile or not result.unit_memory:
+        return None
+    families = recipe.units.families if recipe.units else None
+    measured = BuildMeasurement(
+        run_id=run_id,
+        units=result.unit_memory,
+        overhead=result.overhead_at_peak,
+        measured_peak=result.peak_memory_compile,
+        predicted_peak=plan.predicted_peak,
+        max_jobs=plan.max_jobs,
+        nvcc_threads=plan.nvcc_threads,
+        archs=archs,
+    )
+    # An admitted build's peak is predicted behind the wrapper; the learned model's the same way.
+    admitted = plan.admission_budget is not None
+
+    def predict(model: MemoryModel) -> int:
+        return with_admission(replace(plan, model=model), keep_jobs=True).predicted_peak
+
+    learned = learn(plan.model, measured, families, toolkit, predict if admitted else None)
+    if learned is None:
+        return None
+    model, record = learned
+    save_learned(
+        learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env), model, record
+    )
+    return record.describe()
+
+
+def surveyed(
+    spec: BuildSpec, source: PreparedSource, reporter: Reporter
+) -> tuple[BuildSpec, Survey, tuple[str, ...]]:
+    """The package's build files read as text (recipes/survey.py, nothing run), the spec with the
+    switches they call for in its env, and one line per switch set ("NAME=VALUE: why"), each
+    also said. A variable the recipe or --env sets wins over the switch."""
+    survey = survey_source(source.project_dir, source.package)
+    for refused in survey.refused:
+        reporter.warn(f"reading the package's build files: {refused}")
+    given = spec.recipe.extra_env
+    switches: dict[str, str] = {}
+    lines: list[str] = []
+    for switch in survey.switches:
+        if switch.name in switches:
+            continue
+        if switch.name in given:
+            if given[switch.name] != switch.value:
+                reporter.info(
+                    f"{switch.name}={given[switch.name]} as given, not {switch.value} ({switch.why})"
+                )
+            continue
+        switches[switch.name] = switch.value
+        lines.append(f"{switch.name}={switch.value}: {switch.why}")
+        reporter.info(f"setting {lines[-1]}")
+    if survey.missing_sources:
+        reporter.warn(
+            f"the source lacks files its setup.py names: {', '.join(survey.missing_sources)} "
+            "(an sdist published without its sources cannot be built; build from the project's repository)"
+        )
+    return replace(spec, recipe=spec.recipe.with_env(switches)), survey, tuple(lines)
+
+
+def compiled_archs(spec: BuildSpec, survey: Survey) -> tuple[int, ...]:
+    """The archs each CUDA unit compiles: exactly the asked ones, or with --keep-package-archs
+    those the package's build files name (an upper bound where they name them conditionally)."""
+    if spec.keep_package_archs and survey.package_archs:
+        return tuple(sorted({*survey.package_archs, *spec.archs}))
+    return spec.archs
+
+
+def arch_note(spec: BuildSpec, survey: Survey) -> str | None:
+    """What the plan says of the package's own arch list, when it names one other than asked."""
+    own = survey.package_archs
+    if not own or set(own) == set(spec.archs):
+        return None
+    named = " ".join(f"sm_{a}" for a in own)
+    if spec.keep_package_archs:
+        return f"the package's build files name {named}: compiled as they say (--keep-package-archs)"
+    asked = " ".join(f"sm_{a}" for a in spec.archs)
+    return (
+        f"the package's build files name {named} for nvcc; wheelbuild's nvcc compiles {asked} only "
+        "(--keep-package-archs keeps theirs)"
+    )
+
+
+def build_network(spec: BuildSpec, environ: Mapping[str, str]) -> str:
+    """Whether the container has its network while the package builds: "off", or "on: <why>"."""
+    if spec.build_network:
+        return "on: --build-network"
+    if spec.dist is not None:
+        return "on: --dist sends the compiles over it"
+    if shared_cache_env(environ):
+        return "on: the compiler cache's shared storage is reached over it"
+    return "off"
+
+
+def torch_index(variant: TorchVariant, pythons_named: bool, reporter: Reporter) -> TorchIndex | None:
+    """torch's page on the variant's index (kept a day). When it cannot be read: an error, unless
+    the Pythons were named (the install will tell), then None with a warning."""
+    try:
+        return read_torch_index(variant.index_url)
+    except TorchIndexUnreachable as unreachable:
+        if not pythons_named:
+            raise
+        reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
+        return None
+
+
+def resolve_torch(
+    variant: TorchVariant,
+    index: TorchIndex | None,
+    pythons: Sequence[str] | None,
+    reporter: Reporter,
+    recipe: Recipe | None = None,
+) -> tuple[TorchVariant, str]:
+    """The release the build uses, and why: for a bare tag (cu130) the index's newest built with
+    that CUDA and with a wheel for one of *pythons* (None: any CPython) that *recipe* compiles
+    with; for a full variant, the one asked, its CUDA checked. Without the index, the table's
+    release for the tag, with a warning naming its date. Raises BadVariant for a release past
+    the recipe's torch ceiling."""
+    ceiling = recipe.torch_ceiling if recipe is not None else None
+    known = f"the newest {variant.tag} release wheelbuild knew of"
+    if recipe is not None and ceiling is not None and ceiling.excludes(variant.torch_version):
+        if not variant.newest:
+            raise ceiling.refusal(recipe.name, variant)
+        if index is None:  # the table's release is past it: the newest known to compile instead
+            variant = replace(variant, torch_version=ceiling.last_good)
+            known = f"the newest {variant.tag} release {recipe.name} compiles with that wheelbuild knew of"
+    if index is None:
+        if not variant.newest:
+            return variant, f"torch {variant.torch_version}: as asked (its index could not be read)"
+        why = (
+            f"torch {variant.torch_version}: {known} on {DEFAULT_TORCH_AS_OF} "
+            "(its own table; the index could not be read)"
+        )
+        reporter.warn(why)
+        return replace(variant, newest=False), why
+    if variant.newest:
+        choice = newest_release(index, variant, pythons, ceiling=ceiling)
+    else:
+        choice = asked_release(index, variant, python=pythons[0] if pythons else None)
+    reporter.info(choice.why)
+    return replace(variant, torch_version=choice.version, newest=False), choice.why

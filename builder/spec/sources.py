@@ -1,0 +1,253 @@
+"""Get a recipe's source onto this machine: a local directory as is, an sdist verified against
+its sha256 pin (downloaded once into a cache keyed by that hash). A release a recipe does not
+pin (`pypi:<project>==<version>`) is looked up on the index first, and then pinned by the hash
+the index lists, which the build report records."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable, Mapping
+from contextlib import closing
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import assert_never
+from urllib.parse import urljoin
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from ..bounded import ArchiveRefused, tar_gz_members
+from ..errors import BadArgument, SourceUnavailable
+from ..index.index import MEDIA_JSON
+from ..recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
+from ..secrets import authorized_request, redact_url
+
+SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
+
+
+@dataclass(frozen=True)
+class PreparedSource:
+    project_dir: Path  # cibuildwheel's working directory (copied into the container)
+    package: str  # what cibuildwheel builds, relative to project_dir: "." or an sdist name
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.environ.get("WHEELBUILD_CACHE_DIR", Path(base) / "wheelbuild"))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(path: Path, expected: str | None) -> None:
+    if expected is not None and (actual := _sha256(path)) != expected:
+        raise SourceUnavailable(
+            f"{path.name} has sha256 {actual}, but the pin says {expected}",
+            "the file changed or the pin is wrong: check where it came from before updating the pin",
+        )
+
+
+def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
+    # A URL's credentials travel as a header (urllib cannot use user:pw@host) and are never shown.
+    shown = redact_url(url)
+    on_line(f"downloading {shown}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Download beside the destination, then rename: a killed download never looks complete.
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as part:
+        try:
+            with urllib.request.urlopen(authorized_request(url), timeout=120) as response:
+                shutil.copyfileobj(response, part)
+        except OSError as exc:
+            os.unlink(part.name)
+            raise SourceUnavailable(
+                f"could not download {shown}: {redact_url(str(exc))}",
+                "check the URL and the network (proxy, CA bundle)",
+            ) from exc
+    os.replace(part.name, dest)
+
+
+def _files(base: str, project: str) -> tuple[str, list[Mapping[str, object]]]:
+    """(page URL, file entries) of a project on a PEP 691 index; what is not a table is no entry."""
+    page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
+    request = authorized_request(page, {"Accept": MEDIA_JSON})
+    shown = redact_url(page)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            found = json.load(response)
+        files = found.get("files", []) if isinstance(found, dict) else []
+        return page, [entry for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise BadArgument(
+                f"{project} is not on the index ({redact_url(base)})", "check the name"
+            ) from None
+        raise SourceUnavailable(
+            f"could not look up {project} at {shown}: {redact_url(str(exc))}", "check the network"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SourceUnavailable(
+            f"could not look up {project} at {shown}: {redact_url(str(exc))}",
+            "check the network (proxy, CA bundle)",
+        ) from None
+
+
+def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
+    """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
+    page, files = _files(os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX), project)
+    found = []
+    for entry in files:
+        try:
+            name, version = parse_sdist_filename(str(entry.get("filename", "")))
+        except (InvalidSdistFilename, InvalidVersion):
+            continue
+        hashes = entry.get("hashes", {})
+        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+        if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
+            found.append((version, urljoin(page, str(entry["url"])), str(sha256)))
+    return page, found
+
+
+def lookup_sdist(project: str, version: str) -> RemoteSdist:
+    """The sdist of `project==version` as the index lists it (PEP 691 JSON), pinned by its sha256."""
+    page, sdists = _sdists(project)
+    wanted = Version(version)
+    for found, url, sha256 in sdists:
+        if found == wanted:
+            return RemoteSdist(url=url, sha256=sha256)
+    raise BadArgument(
+        f"{project} {version} has no sdist with a sha256 on the index ({redact_url(page)})",
+        f"check the version ({redact_url(page)}), or build from an sdist URL with #sha256=",
+    )
+
+
+def newest_release(project: str) -> str:
+    """The newest final (not pre-release) version with an sdist on the index."""
+    page, sdists = _sdists(project)
+    finals = [version for version, _url, _sha in sdists if not version.is_prerelease]
+    if not finals:
+        raise SourceUnavailable(f"{redact_url(page)} lists no final release of {project}", "check the index")
+    return str(max(finals))
+
+
+def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
+    """The recipe with an IndexLookup source replaced by the sdist the index lists (pinned)."""
+    match recipe.source:
+        case IndexLookup(project, version):
+            source = lookup_sdist(project, version)
+            on_line(
+                f"{project} {version} is not in wheelbuild's table: the index lists {source.url} sha256 {source.sha256}"
+            )
+            return replace(recipe, source=source)
+        case LocalProject() | LocalSdist() | RemoteSdist():
+            return recipe
+        case _:
+            assert_never(recipe.source)
+
+
+def prepare_source(source: Source, on_line: Callable[[str], None]) -> PreparedSource:
+    match source:
+        case RemoteSdist(url, sha256):
+            return _downloaded(url, sha256, on_line)
+        case LocalProject(path) if path.is_dir():
+            if not (path / "setup.py").is_file() and not (path / "pyproject.toml").is_file():
+                raise SourceUnavailable(
+                    f"{path} has neither setup.py nor pyproject.toml",
+                    "point at the project's root directory",
+                )
+            return PreparedSource(project_dir=path, package=".")
+        case LocalSdist(path, sha256) if path.is_file():
+            _verify(path, sha256)
+            return PreparedSource(project_dir=path.parent, package=path.name)
+        case LocalProject(path) | LocalSdist(path):
+            raise SourceUnavailable(f"source {path} does not exist", "check the path")
+        case IndexLookup(project, version):
+            raise AssertionError(f"{project}=={version} is looked up (resolve_lookup) before it is prepared")
+        case _:
+            assert_never(source)
+
+
+def _downloaded(url: str, sha256: str, on_line: Callable[[str], None]) -> PreparedSource:
+    """The sdist at *url*, downloaded once into the cache keyed by its pin and verified."""
+    name = url.rsplit("/", 1)[-1]
+    dest = cache_dir() / "sdists" / sha256 / name
+    if not dest.is_file():
+        _download(url, dest, on_line)
+    try:
+        _verify(dest, sha256)
+    except SourceUnavailable:
+        dest.unlink()  # a bad download must not poison the cache
+        raise
+    on_line(f"source {name}, sha256 {sha256[:16]}... verified")
+    return PreparedSource(project_dir=dest.parent, package=name)
+
+
+# The date a wheel's zip entries carry when the inputs name none: 1980-01-01T00:00:00Z, the
+# earliest a zip entry can say.
+ZIP_EPOCH = 315532800
+SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist to find its newest member
+SDIST_MEMBERS = 100_000
+
+
+@dataclass(frozen=True)
+class SourceDate:
+    """SOURCE_DATE_EPOCH for a build, taken from its inputs, and where it came from."""
+
+    epoch: int
+    why: str
+
+
+def source_date(source: PreparedSource) -> SourceDate:
+    """The date the wheel's zip entries carry, the same on every machine that builds these
+    inputs: an sdist's newest member, else a git checkout's last commit of the project's folder,
+    else 1980-01-01 (the zip epoch)."""
+    if source.package != ".":
+        sdist = source.project_dir / source.package
+        newest = 0
+        try:
+            with closing(tar_gz_members(sdist, SDIST_LIMIT, SDIST_MEMBERS)) as members:
+                newest = max((int(member.mtime) for member, _archive in members), default=0)
+        except (ArchiveRefused, OSError, EOFError, tarfile.TarError, zlib.error, ValueError):
+            newest = 0  # unreadable here: the build will say so; no date from it
+        if newest >= ZIP_EPOCH:
+            return SourceDate(newest, f"the newest file in {source.package}")
+    else:
+        committed = _last_commit(source.project_dir)
+        if committed is not None:
+            return SourceDate(
+                committed[0], f"the last commit of {source.project_dir.name}/ ({committed[1][:12]})"
+            )
+    return SourceDate(ZIP_EPOCH, "no date in the inputs: 1980-01-01, the zip epoch")
+
+
+def _last_commit(folder: Path) -> tuple[int, str] | None:
+    """(commit time, hash) of the last commit that touched *folder*, if git can say; git runs
+    on the host, reading the repository only (no package code runs)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), "log", "-1", "--format=%ct %H", "--", "."],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = done.stdout.split()
+    if done.returncode != 0 or len(fields) != 2 or not fields[0].isdigit():
+        return None
+    return int(fields[0]), fields[1]
