@@ -1,5 +1,5 @@
 """Reading a file that came from somewhere we do not trust (a config, a build report, a mark
-another process wrote, an sdist): never block on a FIFO or a device, never read past a cap. Pure."""
+another process wrote, an sdist): never block on a FIFO or a device, never read past a cap. Files only: no Docker, no subprocess."""
 
 from __future__ import annotations
 

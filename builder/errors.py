@@ -1,20 +1,16 @@
 """Typed errors: each failure has its own exit code, a one-line cause and a one-line remedy.
 
 Errors are raised where they are understood and rendered once, by the CLI. Exit codes are part
-of the interface (scripts and CI branch on them), so they never change meaning:
-
-    2        usage error (click)
-    10-19    bad input: fix the command line or config
-    20-29    the machine: Docker, NVIDIA runtime, compilers
-    30-39    the image
-    40-49    the build itself
-    50-59    publish and serve
-    70-79    reproducibility and provenance: diff, verify, signed statements (publish --sign-key)
-    130      interrupted (Ctrl-C or SIGTERM)
+of the interface (scripts and CI branch on them), so a code never changes meaning and is never
+reused. The table of codes is generated from the classes here (`exit_codes()`: the docs'
+reference prints it); besides these, 2 is click's usage error and 130 an interrupt (Ctrl-C or
+SIGTERM).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import ClassVar
 
 
@@ -362,3 +358,31 @@ class SigningKeyUnusable(WheelbuildError):
     by a passphrase that was not given (by name, in the environment) or is wrong."""
 
     exit_code = 76
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    name: str
+    meaning: str  # the class's docstring, or its name in words when it has none
+
+
+def _words(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+
+
+def exit_codes() -> tuple[ExitCode, ...]:
+    """Every WheelbuildError subclass's exit code, in code order: the generated table."""
+    found: list[type[WheelbuildError]] = []
+    pending = list(WheelbuildError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    rows = {
+        cls.exit_code: ExitCode(
+            cls.exit_code, cls.__name__, " ".join((cls.__doc__ or _words(cls.__name__)).split())
+        )
+        for cls in found
+    }
+    return tuple(rows[code] for code in sorted(rows))

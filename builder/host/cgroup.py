@@ -1,7 +1,7 @@
 """Read the resources a process may use: host memory, and the cgroup (v1, v2 or hybrid) limits,
 usage and OOM counters that cap it.
 
-Pure: no Docker, no subprocess. Every reader takes a ``root`` path and only reads files under it,
+Reads this machine's files: no Docker, no subprocess. Every reader takes a ``root`` path and only reads files under it,
 so tests can point it at a fixture tree; ``Path("/")`` reads this machine.
 
 Absent files mean "unlimited or not reported by this kernel" and read as None; content that

@@ -1,4 +1,4 @@
-"""Each compile unit's own memory and time, measured in a real build. Pure: process snapshots
+"""Each compile unit's own memory and time, measured in a real build. No Docker, no subprocess: process snapshots
 in, per-unit figures out; the engine's watcher takes the snapshots (run/watcher.py).
 
 Once a second the watcher lists the container's processes (pid, parent, resident memory,

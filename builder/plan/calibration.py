@@ -1,5 +1,5 @@
 """Calibration: measure a sample of a recipe's real units on this toolkit, and turn the sample into
-a profile the planner prefers over the built-in one. Pure: measurements in, text out.
+a profile the planner prefers over the built-in one. No Docker, no subprocess: measurements in, text out, and a profile file read when named.
 
 - Units are grouped in families (flash-attn: fwd, bwd, fwd_split). `--sample N` takes N units,
   cheapest first by the built-in model, one family after another in the recipe's order, so a

@@ -1,5 +1,5 @@
 """--dist: one build's compiles spread over sccache-dist build servers. What the user gives,
-parsed and checked, and the sccache client config the build's compiler cache starts with. Pure.
+parsed and checked, and the sccache client config the build's compiler cache starts with. No Docker, no subprocess; the token file is read with a cap.
 
 The build's sccache server is the sccache-dist client: it runs `nvcc --dryrun` and sends each
 step it can (cudafe++, cicc, ptxas, the host compile) to a build server the scheduler picks;

@@ -1,4 +1,4 @@
-"""A model that learns from every build. Pure: a build's per-unit measurements in, a profile
+"""A model that learns from every build. No Docker, no subprocess: a build's per-unit measurements in, a profile
 and its record out; preflight.py keeps them in the cache and plans with them.
 
 After a build, each unit the watcher measured (plan/unit_memory.py: its processes' memory at

@@ -1,4 +1,4 @@
-"""What compiling an extension costs: peak memory and CPU time per translation unit. Pure.
+"""What compiling an extension costs: peak memory and CPU time per translation unit. No Docker, no subprocess; a profile is read from its TSV file.
 
 A MemoryModel is the planner's view of one build: its ninja targets ("units"), in build order, each
 with

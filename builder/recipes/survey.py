@@ -6,7 +6,7 @@ its sdist does not hold.
 The source is hostile: an sdist is read as one capped stream (bounded.tar_gz_members, the same
 reader requires_python.py uses), at most SDIST_MEMBERS members and SDIST_LIMIT bytes
 decompressed, each build file at most FILE_LIMIT bytes; nothing is extracted, imported or run.
-What the survey refused or could not read is said in `refused`, never raised. Pure."""
+What the survey refused or could not read is said in `refused`, never raised. Reads the source's files, never runs them: no Docker, no subprocess."""
 
 from __future__ import annotations
 

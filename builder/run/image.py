@@ -1,7 +1,7 @@
 """The build image: images/Dockerfile.cuda131 plus its inputs, tagged by their content hash.
 
 An unchanged Dockerfile with unchanged build args gives the same tag, so the image is reused,
-never rebuilt. Pure: building and listing through the docker SDK live in engine.py.
+never rebuilt. No Docker here: building and listing through the docker SDK live in engine.py.
 """
 
 from __future__ import annotations

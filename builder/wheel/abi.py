@@ -27,7 +27,7 @@ checked here from the ELF files alone:
 A wheel is read as untrusted input: no member is read whose declared size or compression ratio
 is over a cap, and a member is never read past its declared size.
 
-Pure: reads bytes and files, returns values. The ELF reading is elf_abi.py's.
+Reads bytes and files, returns values; no Docker, no subprocess. The ELF reading is elf_abi.py's.
 """
 
 from __future__ import annotations

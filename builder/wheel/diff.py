@@ -3,7 +3,7 @@ differ and, for an ELF shared object, the first section whose bytes differ (and 
 Enough for CI to say why a rebuild is not bit-identical; diffoscope is the tool for the deep look.
 
 Both files are untrusted: members are read under the caps every wheel gets (wheels.read_member),
-sections through the bounded reader (elf_sections). Pure: files in, a Difference or None out.
+sections through the bounded reader (elf_sections). Files in, a Difference or None out; no Docker, no subprocess.
 """
 
 from __future__ import annotations

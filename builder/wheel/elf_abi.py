@@ -5,7 +5,7 @@ demangled through libstdc++. Whether that fits a platform tag is abi.py's to say
 
 The file is untrusted input: its sections are read through elf_sections, so one that points
 past the end of the file, or holds no bytes in it, is refused, not read.
-Pure: reads bytes and files, returns values; ``demangle`` uses libstdc++ through ctypes, no
+Reads bytes and files, returns values; ``demangle`` uses libstdc++ through ctypes, no
 subprocess.
 """
 

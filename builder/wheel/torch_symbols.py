@@ -7,7 +7,7 @@ function takes one more argument: the import fails with ``undefined symbol``, an
 before any install.
 
 "A torch symbol" is one the build's torch exports: a module's other undefined symbols (libc,
-libstdc++, CUDA's runtime, Python) are the import gate's to find. Pure: zip and ELF files in,
+libstdc++, CUDA's runtime, Python) are the import gate's to find. No Docker, no subprocess: zip and ELF files in,
 sets and names out; the torch wheels come from torch_range.py.
 """
 

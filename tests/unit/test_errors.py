@@ -107,3 +107,12 @@ def test_error_keeps_cause_remedy_and_details_and_renders_both() -> None:
     assert error.details == "tail"
     assert str(error) == "memory size '6x' is not understood (remedy: write 6g)"
     assert error.args == ("memory size '6x' is not understood",)
+
+
+def test_the_generated_table_lists_every_code_once_in_order_with_its_meaning() -> None:
+    table = errors.exit_codes()
+    assert [row.code for row in table] == sorted(KNOWN_CODES.values())
+    assert {row.name: row.code for row in table} == KNOWN_CODES
+    source = next(row for row in table if row.name == "SourceUnavailable")
+    assert source.meaning.startswith("A source path or sdist is missing")
+    assert next(row for row in table if row.name == "BadMemory").meaning == "bad memory"
