@@ -6,6 +6,7 @@ other, each on sources salted apart so none finds another's units in the compile
 static plan, admission (the default: behind the cicc gate, each compile admitted at its cost
 outside cicc and each cicc at its own), and admission of whole units (--no-cicc-gate, the
 default until 2026-12-01). bench/subset compares the admission variants over several builds.
+A second test builds one trimmed sdist three times (two cold, one warm) for one sha256.
 
 The wheel would not import (flash_api.cpp calls kernels that were cut), so the gate is off: this
 measures the build. Twenty-odd minutes on 2 cores, so it runs only with `pytest -m hours`. It
@@ -14,6 +15,7 @@ writes its figures to $WHEELBUILD_SUBSET_FIGURES (or the test's folder) and prin
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -38,7 +40,7 @@ from wheelbuild.spec.sources import prepare_source
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
 
-from .conftest import TORCH_INDEX
+from .conftest import TORCH_INDEX, wheelbuild
 
 KEPT = (
     "flash_fwd_hdim64_fp16_sm80.cu",
@@ -107,6 +109,7 @@ def build_subset(
     gated: bool = False,
     max_jobs: int | None = None,
     memory: str = MEMORY,
+    compiler_cache: bool = True,
 ) -> dict[str, object]:
     """One build of the trimmed sdist (see the module doc); its figures. bench/subset runs it too."""
     recipe = replace(
@@ -125,6 +128,8 @@ def build_subset(
         admission=admission,
         cicc_gate=gated,
         gate=False,
+        torch_range=False,
+        compiler_cache=compiler_cache,
     )
     # As the CLI makes them: the host's CA bundle goes into the image (this network's TLS proxy).
     options = ImageOptions(
@@ -138,6 +143,7 @@ def build_subset(
     report = json.loads(result.report.read_text())
     attempts = report["attempts"]
     return {
+        "wheels": sorted(str(w) for w in result.run_dir.glob("*.whl")),
         "admission": admission,
         "cicc_gate": admission and gated,
         "ninja_line": _line(log, "wheelbuild-ninja:"),
@@ -207,3 +213,33 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
     assert admitted["gate_line"] is not None, summary
     assert static["gate_line"] is None and whole["gate_line"] is None, summary
     assert admitted["compile_s"] < static["compile_s"], summary  # type: ignore[operator]
+
+
+@pytest.mark.hours
+def test_the_subset_built_twice_cold_and_once_warm_gives_one_wheel(
+    cuda_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real flash-attn units, as the example's reproducibility test does it: one trimmed sdist
+    (one salt, so the same source), built twice with the compiler cache off (every unit compiled
+    for real) into other run folders, then once warm from those. One sha256, or `wheelbuild diff`
+    names the first member and ELF section that differ; the figures go to
+    $WHEELBUILD_SUBSET_FIGURES (or the test's folder) either way."""
+    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", os.environ.get("WHEELBUILD_SUBSET_CACHE", str(SUBSET_CACHE)))
+    original = prepare_source(SDISTS["2.8.3"], print)
+    sdist = trimmed_sdist(original.project_dir / original.package, tmp_path, uuid.uuid4().hex)
+    builds = {
+        name: build_subset(sdist, tmp_path / name, admission=True, compiler_cache=cache)
+        for name, cache in (("cold-1", False), ("cold-2", False), ("warm", True))
+    }
+    wheels = {name: Path(str(figures["wheels"][0])) for name, figures in builds.items()}  # type: ignore[index]
+    digests = {name: hashlib.sha256(w.read_bytes()).hexdigest() for name, w in wheels.items()}
+    diffs = {
+        name: wheelbuild("diff", str(wheels["cold-1"]), str(wheels[name])).stderr.strip()
+        for name in ("cold-2", "warm")
+        if digests[name] != digests["cold-1"]
+    }
+    summary = {"sha256": digests, "diffs": diffs, "compile_s": {n: b["compile_s"] for n, b in builds.items()}}
+    path = Path(os.environ.get("WHEELBUILD_SUBSET_FIGURES", tmp_path / "subset.json"))
+    path.with_name(path.stem + "-reproducible.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    assert len(set(digests.values())) == 1, summary
