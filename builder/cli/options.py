@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypedDict, TypeVar, Unpack
+from typing import NoReturn, TypedDict, TypeVar, Unpack
 
 import click
 
@@ -81,8 +81,8 @@ def _options(*options: Decorator) -> Decorator:
 
 
 def _decls(option: config.Option) -> list[str]:
-    """A row's names as click takes them: its switch (--gate/--no-gate), old names, short names,
-    then its parameter when click would not derive it from the switch."""
+    """A row's names as click takes them: its short names (-v/-q), its switch (--gate/--no-gate),
+    its old names, then its parameter when click would not derive it from the switch."""
     decls = [option.switch, *(f"--{old}" for old in option.old_names)]
     if option.short:
         decls.insert(0, option.short)
@@ -91,7 +91,7 @@ def _decls(option: config.Option) -> list[str]:
     return decls
 
 
-def _click_type(option: config.Option) -> click.ParamType[Any] | None:
+def _click_type(option: config.Option) -> click.ParamType[object] | None:
     """The click type for a row's kind; None where click's own (a flag, text that may be empty)."""
     if option.choices:
         return click.Choice(list(option.choices))
@@ -106,10 +106,19 @@ def _click_type(option: config.Option) -> click.ParamType[Any] | None:
     return None
 
 
+class _RowSettings(OptionSettings, total=False):
+    """What a row sets of click.option's keywords, besides those a shared option may."""
+
+    help: str
+    hidden: bool
+    cls: type[click.Option]
+    old_names: tuple[str, ...]  # RenamedOption's
+
+
 def table_option(option: config.Option) -> Decorator:
     """One row of the options table (spec/option_table.py) as a click option: its names, help,
     type, default and WHEELBUILD_* variable, repeatable when it takes a list."""
-    settings: dict[str, Any] = {"envvar": option.env, "show_envvar": True, "help": option.help}
+    settings: _RowSettings = {"envvar": option.env, "show_envvar": True, "help": option.help}
     if (param_type := _click_type(option)) is not None:
         settings["type"] = param_type
     listed = option.kind in LIST_KINDS
@@ -126,7 +135,8 @@ def table_option(option: config.Option) -> Decorator:
     if option.hidden:
         settings["hidden"] = True
     if option.old_names:
-        settings.update(cls=RenamedOption, old_names=tuple(f"--{old}" for old in option.old_names))
+        settings["cls"] = RenamedOption
+        settings["old_names"] = tuple(f"--{old}" for old in option.old_names)
     return click.option(*_decls(option), **settings)
 
 
@@ -276,9 +286,9 @@ class ConfiguredCommand(click.Command):
     table whose keys the files may set (build's, unless a command is given another)."""
 
     def __init__(
-        self, *args: Any, option_table: tuple[config.Option, ...] = config.OPTIONS, **kwargs: Any
+        self, *args: object, option_table: tuple[config.Option, ...] = config.OPTIONS, **kwargs: object
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.option_table = option_table
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
