@@ -1,5 +1,6 @@
-"""What the commands share: how an error is shown, the group that renders it, path and text
-types that refuse '', the option groups several commands take, and the build options' files."""
+"""What the commands share: how an error is shown, the group that renders it, the option groups
+several commands take, build's options made from the rows of spec/option_table.py (each row one
+click option: table_option), and the files those options are read from."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ class WheelbuildGroup(click.Group):
 
 
 # ---------------------------------------------------------------------------------------------
-# Options that several commands take, each declared once: a group is one decorator; an option
-# whose help differs per command is a factory that takes its help.
+# Options that several commands take, each declared once: build's are the option table's rows; a
+# group is one decorator; an option whose help differs per command is a factory that takes its help.
 
 _F = TypeVar("_F", bound=Callable[..., object])
 CommandFunction = Callable[..., object]
