@@ -1,5 +1,6 @@
-"""What the commands share: how an error is shown, the group that renders it, path and text
-types that refuse '', the option groups several commands take, and the build options' files."""
+"""What the commands share: how an error is shown, the group that renders it, the option groups
+several commands take, build's options made from the rows of spec/option_table.py (each row one
+click option: table_option), and the files those options are read from."""
 
 from __future__ import annotations
 
@@ -14,13 +15,11 @@ import click
 
 from ..errors import WheelbuildError
 from ..host.ca_bundle import resolve_ca_bundle
-from ..host.gpu import GpuMode
 from ..recipes import chosen_package, default_package, known_recipes
 from ..run import image_options
 from ..spec import config
-from ..spec.build_spec import DEFAULT_OUTPUT_DIR, MAX_CPUS, TORCH_RANGE_OLDER
-from ..variants import DEFAULT_ARCHS
-from .params import GIVEN_PATH, GIVEN_TEXT, REPEATABLE, joined_list
+from ..spec.option_table import LIST_KINDS
+from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption, joined_list
 
 
 def fail_with(error: WheelbuildError) -> NoReturn:
@@ -50,10 +49,9 @@ class WheelbuildGroup(click.Group):
 
 
 # ---------------------------------------------------------------------------------------------
-# Options that several commands take, each declared once: a group is one decorator; an option
-# whose help differs per command is a factory that takes its help.
+# Options that several commands take, each declared once: build's are the option table's rows; a
+# group is one decorator; an option whose help differs per command is a factory that takes its help.
 
-_TORCH_INDEX_ENV = "WHEELBUILD_TORCH_INDEX_URL"
 _F = TypeVar("_F", bound=Callable[..., object])
 CommandFunction = Callable[..., object]
 Decorator = Callable[[CommandFunction], CommandFunction]
@@ -83,15 +81,77 @@ def _options(*options: Decorator) -> Decorator:
     return apply
 
 
+def _decls(option: config.Option) -> list[str]:
+    """A row's names as click takes them: its short names (-v/-q), its switch (--gate/--no-gate),
+    its old names, then its parameter when click would not derive it from the switch."""
+    decls = [option.switch, *(f"--{old}" for old in option.old_names)]
+    if option.short:
+        decls.insert(0, option.short)
+    if option.param != option.key.replace("-", "_"):
+        decls.append(option.param)
+    return decls
+
+
+def _click_type(option: config.Option) -> click.ParamType[object] | None:
+    """The click type for a row's kind; None where click's own (a flag, text that may be empty)."""
+    if option.choices:
+        return click.Choice(list(option.choices))
+    if option.kind is config.Kind.INT:
+        return click.IntRange(*option.bounds) if option.bounds else click.INT
+    if option.kind is config.Kind.NUMBER:
+        return click.FLOAT
+    if option.kind is config.Kind.PATH:
+        return GIVEN_PATH
+    if option.kind is config.Kind.TEXT and option.refuse_empty:
+        return GIVEN_TEXT
+    return None
+
+
+class _RowSettings(OptionSettings, total=False):
+    """What a row sets of click.option's keywords, besides those a shared option may."""
+
+    help: str
+    hidden: bool
+    cls: type[click.Option]
+    old_names: tuple[str, ...]  # RenamedOption's
+
+
+def table_option(option: config.Option) -> Decorator:
+    """One row of the options table (spec/option_table.py) as a click option: its names, help,
+    type, default and WHEELBUILD_* variable, repeatable when it takes a list."""
+    settings: _RowSettings = {"envvar": option.env, "show_envvar": True, "help": option.help}
+    if (param_type := _click_type(option)) is not None:
+        settings["type"] = param_type
+    listed = option.kind in LIST_KINDS
+    if listed:
+        settings["multiple"] = True
+    if option.kind is config.Kind.ARCHS:
+        settings["callback"] = joined_list
+    if option.kind is config.Kind.BOOL and not option.off:
+        settings["is_flag"] = True
+    if option.default is not None:
+        settings["default"] = (option.default,) if listed else option.default
+        if option.show_default:
+            settings["show_default"] = True
+    if option.hidden:
+        settings["hidden"] = True
+    if option.old_names:
+        settings["cls"] = RenamedOption
+        settings["old_names"] = tuple(f"--{old}" for old in option.old_names)
+    return click.option(*_decls(option), **settings)
+
+
 def torch_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
-    """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130)."""
-    return click.option("--torch", "torch_variant", help=help, **kwargs)
+    """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130), with this command's help."""
+    return click.option(*_decls(config.BY_KEY["torch"]), help=help, **kwargs)
 
 
 def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
-    """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from."""
+    """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from, with this
+    command's help."""
+    option = config.BY_KEY["torch-index-url"]
     kwargs.setdefault("show_envvar", True)
-    return click.option("--torch-index-url", envvar=_TORCH_INDEX_ENV, help=help, **kwargs)
+    return click.option(*_decls(option), envvar=option.env, help=help, **kwargs)
 
 
 def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
@@ -118,30 +178,8 @@ class ImageFlags:
         )
 
 
-_image_flags = _options(
-    click.option(
-        "--base-image",
-        envvar="WHEELBUILD_BASE_IMAGE",
-        show_envvar=True,
-        type=GIVEN_TEXT,
-        help="Base for the build image [default: manylinux_2_28 pinned by cibuildwheel; "
-        "tests use scripts/make-base-image].",
-    ),
-    click.option(
-        "--ca-bundle",
-        envvar="WHEELBUILD_CA_BUNDLE",
-        show_envvar=True,
-        type=GIVEN_PATH,
-        help="PEM bundle trusted inside builds (TLS proxies) [default: the host's bundle].",
-    ),
-    click.option(
-        "--cuda12-image",
-        envvar="WHEELBUILD_CUDA12_IMAGE",
-        show_envvar=True,
-        type=GIVEN_TEXT,
-        help="NVIDIA CUDA 12.8+ devel image (pinned by digest) whose compiler serves cu12x variants.",
-    ),
-)
+IMAGE_KEYS = ("base-image", "ca-bundle", "cuda12-image")  # the table's rows with_image_flags takes
+_image_flags = _options(*(table_option(config.BY_KEY[key]) for key in IMAGE_KEYS))
 
 
 def with_image_flags(f: CommandFunction) -> CommandFunction:
@@ -184,209 +222,10 @@ def reads_build_config(f: CommandFunction) -> CommandFunction:
     )(command)
 
 
-def _build_option(
-    key: str, *decls: str, help: str | None = None, **kwargs: Unpack[OptionSettings]
-) -> Decorator:
-    """A build option with the WHEELBUILD_* variable builder/spec/config.py names for its key."""
-    return click.option(*decls, envvar=config.BY_KEY[key].env, show_envvar=True, help=help, **kwargs)
-
-
-# Every option of `build`, which `plan` takes too: each also from WHEELBUILD_<KEY> and from
-# [tool.wheelbuild] (builder/spec/config.py lists the same keys; a test keeps the two in step).
-_build_flags = (
-    torch_option(
-        "cu130, cu128, ... or 2.11.0+cu130.",
-        envvar=config.BY_KEY["torch"].env,
-        show_envvar=True,
-        default="cu130",
-        show_default=True,
-    ),
-    torch_index_option(
-        "Index to install torch from [default: PyTorch's index for the variant].",
-        show_envvar=True,
-        type=GIVEN_TEXT,
-    ),
-    _build_option(
-        "archs",
-        "--archs",
-        multiple=True,
-        callback=joined_list,
-        default=(",".join(map(str, DEFAULT_ARCHS)),),
-        show_default=True,
-        help="CUDA SM archs to compile SASS for, plain numbers, comma-separated (120+PTX: its PTX too; a "
-        f"package's own 90a or 100f variant is kept); {REPEATABLE} (the variable: space-separated).",
-    ),
-    _build_option(
-        "python",
-        "--python",
-        "pythons",
-        multiple=True,
-        help=f"3.11 or cp311; {REPEATABLE} (the variable: space-separated) [default: every one in the image].",
-    ),
-    _build_option(
-        "version",
-        "--version",
-        "recipe_version",
-        help="Release of a known recipe (flash-attn 2.8.3) to build; not wheelbuild's own version, which "
-        "`wheelbuild --version` prints.",
-    ),
-    _build_option(
-        "arch-env",
-        "--arch-env",
-        help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
-    ),
-    _build_option(
-        "memory",
-        "--memory",
-        help="Container memory limit, docker units (12g) [default: host available minus a reserve].",
-    ),
-    _build_option("cpus", "--cpus", type=float, help="Container CPUs [default: all of this process's]."),
-    _build_option(
-        "max-jobs",
-        "--max-jobs",
-        type=click.IntRange(min=1, max=MAX_CPUS),
-        help="MAX_JOBS for ninja [default: from memory and CPUs].",
-    ),
-    _build_option(
-        "nvcc-threads",
-        "--nvcc-threads",
-        type=click.IntRange(min=1, max=MAX_CPUS),
-        help="NVCC_THREADS [default: planned from memory, CPUs and the recipe's model].",
-    ),
-    _build_option(
-        "env",
-        "--env",
-        "env_pairs",
-        multiple=True,
-        help=f"KEY=VALUE for the build's environment; {REPEATABLE} (the variable: space-separated).",
-    ),
-    _build_option(
-        "gpus",
-        "--gpus",
-        type=click.Choice([m.value for m in GpuMode]),
-        default="auto",
-        show_default=True,
-        help="Pass the GPUs to the build's containers and the import gate (its GPU smoke test needs one): "
-        "auto (when Docker has the NVIDIA runtime), all (fail without it), none. Compiling needs none.",
-    ),
-    _build_option(
-        "output-dir",
-        "--output-dir",
-        type=GIVEN_PATH,
-        default=DEFAULT_OUTPUT_DIR,
-        show_default=True,
-        help="Where each run's folder goes (OUTPUT_DIR/runs/<run-id>: wheels, build.log, build-report.json).",
-    ),
-    _build_option(
-        "admission",
-        "--admission/--no-admission",
-        default=True,
-        show_default=True,
-        help="Admit compiles by memory: MAX_JOBS up to the CPUs, each compile waiting until its predicted "
-        "peak fits. --no-admission: the static plan alone.",
-    ),
-    _build_option(
-        "cicc-gate",
-        "--cicc-gate/--no-cicc-gate",
-        default=True,
-        show_default=True,
-        help="With admission, admit each cicc on its own too: a compile waits at its cost outside cicc, "
-        "each cicc until its own peak fits. --no-cicc-gate: admit each compile at its whole peak.",
-    ),
-    _build_option(
-        "dist",
-        "--dist",
-        type=GIVEN_TEXT,
-        help="Send compiles to this sccache-dist scheduler (http://HOST:PORT); its token from "
-        "$WHEELBUILD_DIST_TOKEN or --dist-token-file.",
-    ),
-    _build_option(
-        "dist-network", "--dist-network", type=GIVEN_TEXT, help="Docker network the build joins to reach it."
-    ),
-    _build_option(
-        "dist-token-file", "--dist-token-file", type=GIVEN_PATH, help="File holding the scheduler's token."
-    ),
-    _build_option(
-        "dist-servers",
-        "--dist-servers",
-        type=GIVEN_TEXT,
-        help="The build servers, COUNTxCORESxMEMORY (2x16x64g), for the plan.",
-    ),
-    _build_option(
-        "keep-package-archs",
-        "--keep-package-archs",
-        is_flag=True,
-        help="Compile the archs the package's own build files name (an arch-specific kernel) instead of "
-        "exactly --archs; the check then allows their extra SASS.",
-    ),
-    _build_option(
-        "build-network",
-        "--build-network",
-        is_flag=True,
-        help="Keep the network on while the package builds (by default the build container is taken "
-        "off it, so no setup.py fetches a prebuilt binary); for a package that truly needs it.",
-    ),
-    _build_option(
-        "compiler-cache",
-        "--compiler-cache/--no-compiler-cache",
-        default=True,
-        show_default=True,
-        help="Compile through the machine's sccache (retries and rebuilds resume from it); "
-        "--no-compiler-cache compiles every unit for real.",
-    ),
-    _build_option(
-        "rebuild", "--rebuild", is_flag=True, help="Build even if a finished build had exactly these inputs."
-    ),
-    _build_option(
-        "gate",
-        "--gate/--no-gate",
-        default=True,
-        show_default=True,
-        help="Install and import each wheel in a fresh container of the base image before calling it done "
-        "(--no-gate: publish then checks it statically only).",
-    ),
-    _build_option(
-        "torch-range",
-        "--torch-range/--no-torch-range",
-        default=True,
-        show_default=True,
-        help="After the gate, load each wheel under the torch releases around its own (same CUDA major: "
-        "the newest patch of each minor, every newer one and --torch-range-older older ones), each "
-        "checked first against that torch's exported symbols, and report the range it loads with.",
-    ),
-    _build_option(
-        "torch-range-older",
-        "--torch-range-older",
-        type=click.IntRange(min=0, max=20),
-        default=TORCH_RANGE_OLDER,
-        show_default=True,
-        help="How many minors older than the build's torch the range tries.",
-    ),
-    _build_option(
-        "pin",
-        "--pin",
-        type=click.Choice(["built", "proven"]),
-        default="built",
-        show_default=True,
-        help="What the wheel requires of torch: the minor it was built with (torch==2.14.*), or the "
-        "contiguous range it loaded with (torch>=2.12,<2.15; needs --torch-range).",
-    ),
-    _build_option(
-        "verbose",
-        "-v/-q",
-        "--verbose/--quiet",
-        default=False,
-        help="Show cibuildwheel's full log as it runs (the run's build.log has it either way), or "
-        "not: the default prints the steps, a status line at least every 15 s and the summaries.",
-    ),
-    with_image_flags,
-    _config_file_option(
-        "TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
-        "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it."
-    ),
+_build_config_file = _config_file_option(
+    "TOML file whose [tool.wheelbuild] table sets these options [default: ./wheelbuild.toml "
+    "when present]; PACKAGE/pyproject.toml's [tool.wheelbuild] ranks below it."
 )
-
-
 _example_option = click.option(
     "--example",
     is_flag=True,
@@ -394,15 +233,38 @@ _example_option = click.option(
 )
 
 
+def _table_flags(options: tuple[config.Option, ...]) -> list[Decorator]:
+    """The table's options in its order; the image's rows as with_image_flags, where the first
+    of them stands, so that the command gets them as one ImageFlags."""
+    flags: list[Decorator] = []
+    for option in options:
+        if option.key not in IMAGE_KEYS:
+            flags.append(table_option(option))
+        elif option.key == IMAGE_KEYS[0]:
+            flags.append(with_image_flags)
+    return flags
+
+
+def table_flags(options: tuple[config.Option, ...]) -> Decorator:
+    """Every option of a table, then --config-file; PACKAGE and --example passed to the command as
+    one `package`: what to build (recipes.chosen_package: PACKAGE, the example, or `.`). The
+    command is a ConfiguredCommand given the same table (`option_table=`)."""
+
+    def apply(f: CommandFunction) -> CommandFunction:
+        @functools.wraps(f)
+        def command(*args: object, package: str | None, example: bool, **kwargs: object) -> object:
+            return f(*args, package=chosen_package(package, example=example), **kwargs)
+
+        flags = _options(_example_option, *_table_flags(options), _build_config_file)
+        return click.argument("package", required=False)(flags(command))
+
+    return apply
+
+
 def build_flags(f: CommandFunction) -> CommandFunction:
-    """build's options (plan takes them too), PACKAGE and --example passed to the command as one
-    `package`: what to build (recipes.chosen_package: PACKAGE, the example, or `.`)."""
-
-    @functools.wraps(f)
-    def command(*args: object, package: str | None, example: bool, **kwargs: object) -> object:
-        return f(*args, package=chosen_package(package, example=example), **kwargs)
-
-    return click.argument("package", required=False)(_options(_example_option, *_build_flags)(command))
+    """build's options (plan takes them too): the rows of spec/option_table.py, each also from
+    WHEELBUILD_<KEY> and from [tool.wheelbuild]."""
+    return table_flags(config.OPTIONS)(f)
 
 
 CONFIG_FILES_KEY = (
@@ -421,7 +283,14 @@ class ConfiguredCommand(click.Command):
     default and records each value's source. PACKAGE (when the command takes one) and
     --config-file are read first, with click's own parser, because they say which files to read.
     A command with only some of build's options (doctor, gc) takes the keys it has and has the
-    file checked whole, so that it reads the file exactly as build does."""
+    file checked whole, so that it reads the file exactly as build does. `option_table` is the
+    table whose keys the files may set (build's, unless a command is given another)."""
+
+    def __init__(
+        self, *args: object, option_table: tuple[config.Option, ...] = config.OPTIONS, **kwargs: object
+    ) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.option_table = option_table
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -438,7 +307,8 @@ class ConfiguredCommand(click.Command):
             package = default_package(
                 named if isinstance(named, str) else None, example=opts.get("example") is True
             )
-            files = config.load_config(config.find_project(package, known_recipes()), config_file)
+            project = config.find_project(package, known_recipes())
+            files = config.load_config(project, config_file, options=self.option_table)
             ctx.default_map = {**(ctx.default_map or {}), **files.default_map()}
             ctx.meta[CONFIG_FILES_KEY] = files
         return super().parse_args(ctx, args)
@@ -447,6 +317,11 @@ class ConfiguredCommand(click.Command):
 def _files(ctx: click.Context) -> config.FileConfig:
     files: config.FileConfig = ctx.meta.get(CONFIG_FILES_KEY, config.FileConfig())
     return files
+
+
+def _table(ctx: click.Context) -> tuple[config.Option, ...]:
+    command = ctx.command
+    return command.option_table if isinstance(command, ConfiguredCommand) else config.OPTIONS
 
 
 def _resolved(ctx: click.Context, option: config.Option) -> config.Resolved:
@@ -461,7 +336,7 @@ def option_source(key: str) -> str:
     """Where the current command's value of a build option came from, as a user would name it:
     `--base-image`, `WHEELBUILD_BASE_IMAGE`, `wheelbuild.toml's base-image`; '' for the default."""
     ctx = click.get_current_context()
-    item = _resolved(ctx, config.BY_KEY[key])
+    item = _resolved(ctx, next(option for option in _table(ctx) if option.key == key))
     named = config.source_name(item, _files(ctx))
     return f"{named}'s {key}" if item.origin is config.Origin.FILE else named
 
@@ -470,7 +345,7 @@ def provenance() -> list[str]:
     """Each build option's value and where it came from, by click's record of its source."""
     ctx = click.get_current_context()
     files = _files(ctx)
-    resolved = [_resolved(ctx, option) for option in config.OPTIONS]
+    resolved = [_resolved(ctx, option) for option in _table(ctx)]
     read = ", ".join(files.files) or "none"
     return [
         f"options (command line > WHEELBUILD_* > file > default; files: {read}):",

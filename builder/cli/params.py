@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..spec import option_table
+
 __all__ = ["GIVEN_PATH", "GIVEN_TEXT", "LIST_RULE", "REPEATABLE", "RenamedOption", "joined_list"]
 
 
@@ -43,15 +45,15 @@ GIVEN_TEXT = _GivenText()
 class RenamedOption(click.Option):
     """An option whose first long name is its name and whose others are old spellings kept working
     (deprecated): accepted, never shown in help. `old_names` lists them for the tests that walk
-    every command's help."""
+    every command's help; given, it names them (an option with short names as well)."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, old_names: tuple[str, ...] = (), **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.old_names = tuple(self.opts[1:])
+        self.old_names = old_names or tuple(self.opts[1:])
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         shown = self.opts
-        self.opts = shown[:1]
+        self.opts = [name for name in shown if name not in self.old_names]
         try:
             return super().get_help_record(ctx)
         finally:
@@ -62,7 +64,7 @@ class RenamedOption(click.Option):
 # The one rule for options that take a list: each may be given again, and the values add up
 # (`--archs 100 --archs 120` is `--archs 100,120`); an option of one value keeps the last given.
 LIST_RULE = "Options that take a list may be repeated: the values add up (--archs 100 --archs 120 is --archs 100,120)."
-REPEATABLE = "repeatable, the lists add up"
+REPEATABLE = option_table.REPEATABLE  # the options table's help says it too
 
 
 def joined_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> str | None:

@@ -1,6 +1,7 @@
 """Build options from files, and where each value came from. Pure: files in, values out (tomllib
 to read; no Docker, no click: the CLI turns `FileConfig.default_map()` into click's default_map
-and click's parameter sources into `Origin`).
+and click's parameter sources into `Origin`). The options, their keys and kinds are the rows of
+spec/option_table.py; nothing here names one option's key but to show its value.
 
 Precedence is the command line, then WHEELBUILD_* variables, then files, then defaults. Files,
 highest first:
@@ -18,22 +19,22 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from ..bounded import FileRefused, read_bounded
 from ..errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
-from ..secrets import BY_NAME_ONLY, SECRET_NAME, SECRET_VALUE, redact_url, url_secrets
-from ..units import parse_memory
-from ..variants import parse_variant
-from .build_spec import MAX_CPUS, check_cpus, parse_archs, parse_env, parse_python
+from ..secrets import SECRET_NAME, SECRET_VALUE, redact_url
+from .option_table import BY_KEY, NO_SECRETS, OPTIONS, Kind, Option
 
 __all__ = [
+    "BY_KEY",
     "MAX_CONFIG",
     "OPTIONS",
     "FileConfig",
+    "Kind",
     "Option",
     "Origin",
     "Resolved",
@@ -51,116 +52,6 @@ DEFAULT_FILE = Path("wheelbuild.toml")
 # tables it has (build, publish: builder/nightly/matrix.py; tool.wheelbuild: here).
 _OWN_FILE_TABLES = ("build", "publish", "tool")
 
-_NO_SECRETS = f"leave credentials out of config files (they are committed and shared); they reach wheelbuild {BY_NAME_ONLY}"
-
-
-class Kind(StrEnum):
-    TEXT = "a string"
-    PATH = "a path (string)"
-    INT = "an integer"
-    NUMBER = "a number"
-    BOOL = "true or false"
-    ARCHS = 'a string like "100,120" or a list of SM numbers'
-    STRINGS = "a string or a list of strings"
-    TABLE = "a table of strings"
-
-
-@dataclass(frozen=True)
-class Option:
-    key: str  # the file's key and the long flag without its dashes: max-jobs
-    param: str  # the CLI's parameter name (click's default_map key): max_jobs
-    kind: Kind
-    example: str  # TOML, for remedies and the README
-    unset: str = "-"  # what no value means, for the provenance table
-    check: Callable[..., object] | None = None  # the CLI's own parser: a bad value names its file
-    choices: tuple[str, ...] = ()
-
-    @property
-    def env(self) -> str:
-        return "WHEELBUILD_" + self.key.upper().replace("-", "_")
-
-    @property
-    def flag(self) -> str:
-        return f"--{self.key}"
-
-
-def _jobs(value: int) -> None:
-    if not 1 <= value <= MAX_CPUS:
-        raise BadArgument(f"{value} is not from 1 to {MAX_CPUS}", "give a count of jobs, e.g. 8")
-
-
-def _no_url_secrets(url: str) -> None:
-    if url_secrets(url):
-        raise ConfigValueInvalid(f"the URL {redact_url(url)} carries credentials", _NO_SECRETS)
-
-
-# Every option of `wheelbuild build` (and `wheelbuild plan`, which takes the same), in help order.
-OPTIONS: tuple[Option, ...] = (
-    Option("torch", "torch_variant", Kind.TEXT, '"cu130"', check=parse_variant),
-    Option(
-        "torch-index-url",
-        "torch_index_url",
-        Kind.TEXT,
-        '"https://download.pytorch.org/whl/cu130"',
-        unset="PyTorch's index for the variant",
-        check=_no_url_secrets,
-    ),
-    Option("archs", "archs", Kind.ARCHS, '"100,120"', check=parse_archs),
-    Option(
-        "python",
-        "pythons",
-        Kind.STRINGS,
-        '["3.11", "3.12"]',
-        unset="every one in the image",
-        check=lambda values: [parse_python(v) for v in values],
-    ),
-    Option("version", "recipe_version", Kind.TEXT, '"2.8.3"', unset="the recipe's default"),
-    Option("arch-env", "arch_env", Kind.TEXT, '"TORCH_CUDA_ARCH_LIST"'),
-    Option(
-        "memory", "memory", Kind.TEXT, '"64g"', unset="this machine's, less a reserve", check=parse_memory
-    ),
-    Option("cpus", "cpus", Kind.NUMBER, "16", unset="all of this process's", check=check_cpus),
-    Option("max-jobs", "max_jobs", Kind.INT, "8", unset="planned", check=_jobs),
-    Option("nvcc-threads", "nvcc_threads", Kind.INT, "2", unset="planned", check=_jobs),
-    Option(
-        "env",
-        "env_pairs",
-        Kind.TABLE,
-        '{ FLASH_ATTENTION_FORCE_BUILD = "TRUE" }',
-        unset="none",
-        check=parse_env,
-    ),
-    Option("gpus", "gpus", Kind.TEXT, '"auto"', choices=("auto", "all", "none")),
-    Option("output-dir", "output_dir", Kind.PATH, '"wheelhouse"'),
-    Option("admission", "admission", Kind.BOOL, "false"),
-    Option("cicc-gate", "cicc_gate", Kind.BOOL, "false"),
-    Option("dist", "dist", Kind.TEXT, '"http://scheduler:10600"', unset="local compiles"),
-    Option("dist-network", "dist_network", Kind.TEXT, '"wbdist"', unset="the default bridge"),
-    Option(
-        "dist-token-file",
-        "dist_token_file",
-        Kind.PATH,
-        '"/run/secrets/dist-token"',
-        unset="$WHEELBUILD_DIST_TOKEN",
-    ),
-    Option("dist-servers", "dist_servers", Kind.TEXT, '"2x16x64g"', unset="assumed"),
-    Option("keep-package-archs", "keep_package_archs", Kind.BOOL, "true"),
-    Option("build-network", "build_network", Kind.BOOL, "true"),
-    Option("compiler-cache", "compiler_cache", Kind.BOOL, "false"),
-    Option("rebuild", "rebuild", Kind.BOOL, "true"),
-    Option("gate", "gate", Kind.BOOL, "false"),
-    Option("torch-range", "torch_range", Kind.BOOL, "false"),
-    Option("torch-range-older", "torch_range_older", Kind.INT, "1"),
-    Option("pin", "pin", Kind.TEXT, '"proven"', choices=("built", "proven")),
-    Option("verbose", "verbose", Kind.BOOL, "true"),
-    Option(
-        "base-image", "base_image", Kind.TEXT, '"manylinux_2_28_x86_64:local"', unset="cibuildwheel's pin"
-    ),
-    Option("ca-bundle", "ca_bundle", Kind.PATH, '"certs/proxy-ca.pem"', unset="the host's"),
-    Option("cuda12-image", "cuda12_image", Kind.TEXT, '"nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:..."'),
-)
-BY_KEY = {o.key: o for o in OPTIONS}
-
 
 @dataclass(frozen=True)
 class FileConfig:
@@ -168,11 +59,13 @@ class FileConfig:
 
     values: Mapping[str, tuple[object, str]] = field(default_factory=dict)
     files: tuple[str, ...] = ()  # the files read, lowest first
+    options: tuple[Option, ...] = field(default=OPTIONS, repr=False)  # the table the keys are from
 
     def default_map(self) -> dict[str, object]:
         """click's default_map: an arch list as the one value of the repeatable --archs."""
+        by_key = {option.key: option for option in self.options}
         return {
-            BY_KEY[key].param: (value,) if BY_KEY[key].kind is Kind.ARCHS else value
+            by_key[key].param: (value,) if by_key[key].kind is Kind.ARCHS else value
             for key, (value, _file) in self.values.items()
         }
 
@@ -224,12 +117,14 @@ def _nearest(key: str, known: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def _unknown(label: str, where: str, key: str, known: Sequence[str]) -> ConfigKeyUnknown:
+def _unknown(
+    label: str, where: str, key: str, known: Sequence[str], examples: Mapping[str, Option] = BY_KEY
+) -> ConfigKeyUnknown:
     nearest = _nearest(key, known)
     if nearest is None:
         remedy = f"use one of: {', '.join(known)}"
-    elif nearest in BY_KEY:
-        remedy = f"did you mean {nearest!r}? e.g. {nearest} = {BY_KEY[nearest].example}"
+    elif nearest in examples:
+        remedy = f"did you mean {nearest!r}? e.g. {nearest} = {examples[nearest].example}"
     else:
         remedy = f"did you mean {nearest!r}?"
     return ConfigKeyUnknown(f"{label}: {where} has no key {key!r}", remedy)
@@ -310,10 +205,10 @@ def _refuse_secrets(option: Option, value: object, label: str) -> None:
         for name, text in value.items():
             if SECRET_NAME.search(name) or (isinstance(text, str) and SECRET_VALUE.search(text)):
                 raise ConfigValueInvalid(
-                    f"{label}: {TABLE} {option.key} sets {name}, which looks like a credential", _NO_SECRETS
+                    f"{label}: {TABLE} {option.key} sets {name}, which looks like a credential", NO_SECRETS
                 )
     elif isinstance(value, str) and SECRET_VALUE.search(value):
-        raise ConfigValueInvalid(f"{label}: {TABLE} {option.key} looks like a credential", _NO_SECRETS)
+        raise ConfigValueInvalid(f"{label}: {TABLE} {option.key} looks like a credential", NO_SECRETS)
 
 
 def _options_table(data: dict[str, object], label: str, own_file: bool) -> dict[str, object]:
@@ -338,17 +233,18 @@ def _options_table(data: dict[str, object], label: str, own_file: bool) -> dict[
     return table
 
 
-def _read(path: Path, label: str, base: Path, *, missing: str) -> dict[str, object]:
+def _read(path: Path, label: str, options: Sequence[Option], *, missing: str) -> dict[str, object]:
     data = read_toml(path, remedy="name a TOML file, e.g. --config-file wheelbuild.toml", missing=missing)
     table = _options_table(data, label, own_file=path.name != "pyproject.toml")
+    by_key = {option.key: option for option in options}
     values: dict[str, object] = {}
     for key, value in table.items():
         if SECRET_NAME.search(key):
-            raise ConfigValueInvalid(f"{label}: {TABLE} {key} looks like a credential", _NO_SECRETS)
-        option = BY_KEY.get(key)
+            raise ConfigValueInvalid(f"{label}: {TABLE} {key} looks like a credential", NO_SECRETS)
+        option = by_key.get(key)
         if option is None:
-            raise _unknown(label, TABLE, key, tuple(BY_KEY))
-        values[key] = _typed(option, value, label, base)
+            raise _unknown(label, TABLE, key, tuple(by_key), by_key)
+        values[key] = _typed(option, value, label, path.parent)
     return values
 
 
@@ -366,9 +262,16 @@ def find_project(package: str | None, recipes: Iterable[str]) -> Path | None:
         return None
 
 
-def load_config(project: Path | None, config_file: Path | None, *, cwd: Path = Path()) -> FileConfig:
-    """The options [tool.wheelbuild] sets: the project's pyproject.toml under the config file
-    (--config-file, else ./wheelbuild.toml when there is one). A given config file must exist."""
+def load_config(
+    project: Path | None,
+    config_file: Path | None,
+    *,
+    cwd: Path = Path(),
+    options: tuple[Option, ...] = OPTIONS,
+) -> FileConfig:
+    """The options [tool.wheelbuild] sets, by the keys of `options`: the project's pyproject.toml
+    under the config file (--config-file, else ./wheelbuild.toml when there is one). A given
+    config file must exist."""
     layers: list[tuple[Path, Path]] = []  # (path as the user names it, path to open)
     if project is not None:
         layers.append((project / "pyproject.toml", project / "pyproject.toml"))
@@ -379,9 +282,9 @@ def load_config(project: Path | None, config_file: Path | None, *, cwd: Path = P
     values: dict[str, tuple[object, str]] = {}
     for shown, path in layers:
         label = str(shown)
-        read = _read(path, label, path.parent, missing="check the path given to --config-file")
+        read = _read(path, label, options, missing="check the path given to --config-file")
         values.update({key: (value, label) for key, value in read.items()})
-    return FileConfig(values=values, files=tuple(str(shown) for shown, _ in layers))
+    return FileConfig(values=values, files=tuple(str(shown) for shown, _ in layers), options=options)
 
 
 def _shown(option: Option, value: object) -> str:
@@ -391,7 +294,7 @@ def _shown(option: Option, value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:g}"
-    if option.key == "env" and isinstance(value, tuple):  # names only: values may be private
+    if option.kind is Kind.TABLE and isinstance(value, tuple):  # names only: values may be private
         return ", ".join(str(pair).partition("=")[0] for pair in value) + " (values not shown)"
     if isinstance(value, tuple):
         return " ".join(map(str, value))

@@ -16,7 +16,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from wheelbuild.cli.main import main
+from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT
 from wheelbuild.spec import config
+from wheelbuild.spec.option_table import LIST_KINDS
 
 from .conftest import NO_DOCKER, WHEELBUILD
 
@@ -180,18 +182,50 @@ def test_help_works_beside_a_broken_file(here: Path, invoke: Invoke) -> None:
     assert "WHEELBUILD_MEMORY" in result.stdout and "--config-file" in result.stdout
 
 
-def test_every_config_key_is_an_option_of_build_and_plan_with_its_variable() -> None:
-    for name in ("build", "plan"):
-        command = main.commands[name]
-        options = {p.name: p for p in command.params if isinstance(p, click.Option)}
-        for option in config.OPTIONS:
-            assert option.param in options, (name, option.key)
-            assert options[option.param].envvar == option.env, (name, option.key)
-            assert option.flag in options[option.param].opts, (name, option.key)
-        plan_only = {"strict"} if name == "plan" else set()  # a peak over the limit: an error
-        assert set(options) - {o.param for o in config.OPTIONS} == {"config_file", "example", *plan_only}, (
-            name
-        )
+def _expected_type(row: config.Option) -> tuple[type[click.ParamType], dict[str, object]]:
+    """The click type a row's kind and settings ask for, and what that type must carry."""
+    if row.choices:
+        return click.Choice, {"choices": row.choices}
+    if row.kind is config.Kind.INT:
+        assert row.bounds is not None, row.key  # every integer option here has a range
+        return click.IntRange, {"min": row.bounds[0], "max": row.bounds[1]}
+    if row.kind is config.Kind.NUMBER:
+        return click.types.FloatParamType, {}
+    if row.kind is config.Kind.PATH:
+        return type(GIVEN_PATH), {}
+    if row.kind is config.Kind.BOOL:
+        return click.types.BoolParamType, {}
+    return type(GIVEN_TEXT) if row.refuse_empty else click.types.StringParamType, {}
+
+
+@pytest.mark.parametrize("name", ["build", "plan"])
+def test_the_click_options_of_build_and_plan_are_exactly_the_option_tables_rows(name: str) -> None:
+    command = main.commands[name]
+    options = [p for p in command.params if isinstance(p, click.Option)]
+    params = {o.param for o in config.OPTIONS}
+    # the table's rows in the table's order, and besides them only what picks the files and PACKAGE
+    assert [p.name for p in options if p.name in params] == [o.param for o in config.OPTIONS]
+    plan_only = {"strict"} if name == "plan" else set()  # a peak over the limit: an error
+    assert {p.name for p in options} - params == {"config_file", "example", *plan_only}
+    by_param = {p.name: p for p in options}
+    for row in config.OPTIONS:
+        option = by_param[row.param]
+        on, _, off = row.short.partition("/")
+        assert set(option.opts) == {row.flag, *(f"--{old}" for old in row.old_names), *filter(None, [on])}
+        assert set(option.secondary_opts) == set(filter(None, [f"--{row.off}" if row.off else "", off]))
+        assert (option.envvar, option.show_envvar) == (row.env, True), row.key
+        assert (option.help, option.hidden) == (row.help, row.hidden), row.key
+        assert option.multiple == (row.kind in LIST_KINDS), row.key
+        assert option.is_flag == (row.kind is config.Kind.BOOL), row.key
+        default = option.to_info_dict()["default"]
+        if row.kind is config.Kind.BOOL and row.default is None:
+            assert not default, row.key  # a flag that only turns on is off when not given
+        else:
+            assert default == ((row.default,) if option.multiple and row.default is not None else row.default)
+        assert option.show_default is (True if row.default is not None and row.show_default else None)
+        param_type, carried = _expected_type(row)
+        assert type(option.type) is param_type, row.key
+        assert {k: getattr(option.type, k) for k in carried} == carried, row.key
 
 
 def _closed_port() -> int:
