@@ -17,7 +17,7 @@ from ..errors import WheelbuildError
 from ..host.ca_bundle import resolve_ca_bundle
 from ..recipes import chosen_package, default_package, known_recipes
 from ..run import image_options
-from ..spec import config
+from ..spec import config, option_table
 from ..spec.option_table import LIST_KINDS
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption, joined_list
 
@@ -81,7 +81,7 @@ def _options(*options: Decorator) -> Decorator:
     return apply
 
 
-def _decls(option: config.Option) -> list[str]:
+def _decls(option: option_table.Option) -> list[str]:
     """A row's names as click takes them: its short names (-v/-q), its switch (--gate/--no-gate),
     its old names, then its parameter when click would not derive it from the switch."""
     decls = [option.switch, *(f"--{old}" for old in option.old_names)]
@@ -92,7 +92,7 @@ def _decls(option: config.Option) -> list[str]:
     return decls
 
 
-def _click_type(option: config.Option) -> click.ParamType[object] | None:
+def _click_type(option: option_table.Option) -> click.ParamType[object] | None:
     """The click type for a row's kind; None where click's own (a flag, text that may be empty)."""
     if option.choices:
         return click.Choice(list(option.choices))
@@ -116,7 +116,7 @@ class _RowSettings(OptionSettings, total=False):
     old_names: tuple[str, ...]  # RenamedOption's
 
 
-def table_option(option: config.Option) -> Decorator:
+def table_option(option: option_table.Option) -> Decorator:
     """One row of the options table (spec/option_table.py) as a click option: its names, help,
     type, default and WHEELBUILD_* variable, repeatable when it takes a list."""
     settings: _RowSettings = {"envvar": option.env, "show_envvar": True, "help": option.help}
@@ -143,13 +143,13 @@ def table_option(option: config.Option) -> Decorator:
 
 def torch_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch: the torch variant (cu130, cu128, ... or 2.11.0+cu130), with this command's help."""
-    return click.option(*_decls(config.BY_KEY["torch"]), help=help, **kwargs)
+    return click.option(*_decls(option_table.BY_KEY["torch"]), help=help, **kwargs)
 
 
 def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--torch-index-url (WHEELBUILD_TORCH_INDEX_URL): the index torch comes from, with this
     command's help."""
-    option = config.BY_KEY["torch-index-url"]
+    option = option_table.BY_KEY["torch-index-url"]
     kwargs.setdefault("show_envvar", True)
     return click.option(*_decls(option), envvar=option.env, help=help, **kwargs)
 
@@ -179,7 +179,7 @@ class ImageFlags:
 
 
 IMAGE_KEYS = ("base-image", "ca-bundle", "cuda12-image")  # the table's rows with_image_flags takes
-_image_flags = _options(*(table_option(config.BY_KEY[key]) for key in IMAGE_KEYS))
+_image_flags = _options(*(table_option(option_table.BY_KEY[key]) for key in IMAGE_KEYS))
 
 
 def with_image_flags(f: CommandFunction) -> CommandFunction:
@@ -233,7 +233,7 @@ _example_option = click.option(
 )
 
 
-def _table_flags(options: tuple[config.Option, ...]) -> list[Decorator]:
+def _table_flags(options: tuple[option_table.Option, ...]) -> list[Decorator]:
     """The table's options in its order; the image's rows as with_image_flags, where the first
     of them stands, so that the command gets them as one ImageFlags."""
     flags: list[Decorator] = []
@@ -245,7 +245,7 @@ def _table_flags(options: tuple[config.Option, ...]) -> list[Decorator]:
     return flags
 
 
-def table_flags(options: tuple[config.Option, ...]) -> Decorator:
+def table_flags(options: tuple[option_table.Option, ...]) -> Decorator:
     """Every option of a table, then --config-file; PACKAGE and --example passed to the command as
     one `package`: what to build (recipes.chosen_package: PACKAGE, the example, or `.`). The
     command is a ConfiguredCommand given the same table (`option_table=`)."""
@@ -264,7 +264,7 @@ def table_flags(options: tuple[config.Option, ...]) -> Decorator:
 def build_flags(f: CommandFunction) -> CommandFunction:
     """build's options (plan takes them too): the rows of spec/option_table.py, each also from
     WHEELBUILD_<KEY> and from [tool.wheelbuild]."""
-    return table_flags(config.OPTIONS)(f)
+    return table_flags(option_table.OPTIONS)(f)
 
 
 CONFIG_FILES_KEY = (
@@ -287,7 +287,10 @@ class ConfiguredCommand(click.Command):
     table whose keys the files may set (build's, unless a command is given another)."""
 
     def __init__(
-        self, *args: object, option_table: tuple[config.Option, ...] = config.OPTIONS, **kwargs: object
+        self,
+        *args: object,
+        option_table: tuple[option_table.Option, ...] = option_table.OPTIONS,
+        **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.option_table = option_table
@@ -319,12 +322,12 @@ def _files(ctx: click.Context) -> config.FileConfig:
     return files
 
 
-def _table(ctx: click.Context) -> tuple[config.Option, ...]:
+def _table(ctx: click.Context) -> tuple[option_table.Option, ...]:
     command = ctx.command
-    return command.option_table if isinstance(command, ConfiguredCommand) else config.OPTIONS
+    return command.option_table if isinstance(command, ConfiguredCommand) else option_table.OPTIONS
 
 
-def _resolved(ctx: click.Context, option: config.Option) -> config.Resolved:
+def _resolved(ctx: click.Context, option: option_table.Option) -> config.Resolved:
     return config.Resolved(
         option,
         ctx.params[option.param],

@@ -1,4 +1,4 @@
-"""Build options from files, and where each value came from. Pure: files in, values out (tomllib
+"""Build options from files, and where each value came from. Files in, values out (tomllib
 to read; no Docker, no click: the CLI turns `FileConfig.default_map()` into click's default_map
 and click's parameter sources into `Origin`). The options, their keys and kinds are the rows of
 spec/option_table.py; nothing here names one option's key but to show its value.
@@ -30,9 +30,7 @@ from ..secrets import SECRET_NAME, SECRET_VALUE, redact_url
 from .option_table import BY_KEY, NO_SECRETS, OPTIONS, Kind, Option
 
 __all__ = [
-    "BY_KEY",
     "MAX_CONFIG",
-    "OPTIONS",
     "FileConfig",
     "Kind",
     "Option",

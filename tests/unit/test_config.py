@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid
 from wheelbuild.nightly.matrix import load_matrix
-from wheelbuild.spec import config
+from wheelbuild.spec import config, option_table
 from wheelbuild.spec.config import FileConfig, Origin, Resolved, find_project, load_config
 
 
@@ -114,7 +114,7 @@ def test_an_unknown_key_with_nothing_near_lists_the_keys(tmp_path: Path) -> None
     path = _write(tmp_path / "wheelbuild.toml", "[tool.wheelbuild]\nzzzzzz = 1\n")
     with pytest.raises(ConfigKeyUnknown) as raised:
         load_config(None, path)
-    assert raised.value.remedy == "use one of: " + ", ".join(o.key for o in config.OPTIONS)
+    assert raised.value.remedy == "use one of: " + ", ".join(o.key for o in option_table.OPTIONS)
 
 
 @pytest.mark.parametrize(
@@ -257,7 +257,7 @@ def test_find_project_is_a_local_folder_with_pyproject_and_never_a_recipe(
 
 
 def test_env_names_keep_the_variables_that_existed_before() -> None:
-    envs = {o.key: o.env for o in config.OPTIONS}
+    envs = {o.key: o.env for o in option_table.OPTIONS}
     assert envs["torch-index-url"] == "WHEELBUILD_TORCH_INDEX_URL"
     assert envs["base-image"] == "WHEELBUILD_BASE_IMAGE"
     assert envs["ca-bundle"] == "WHEELBUILD_CA_BUNDLE"
@@ -271,7 +271,7 @@ def test_provenance_names_the_flag_the_variable_the_file_or_the_default() -> Non
         values={"archs": ("100,120", "wheelbuild.toml"), "env": (("A=secret", "B=1"), "wheelbuild.toml")},
         files=("wheelbuild.toml",),
     )
-    by_key = config.BY_KEY
+    by_key = option_table.BY_KEY
     lines = config.provenance(
         [
             Resolved(by_key["memory"], "64g", Origin.ENVIRONMENT),

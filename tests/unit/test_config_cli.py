@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from wheelbuild.cli.main import main
 from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT
-from wheelbuild.spec import config
+from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import LIST_KINDS
 
 from .conftest import NO_DOCKER, WHEELBUILD
@@ -90,7 +90,7 @@ def test_plan_shows_each_value_and_its_source_from_the_real_command(here: Path) 
     assert sources["gate"] == "false from WHEELBUILD_GATE"
     assert sources["torch"] == "cu130 (default)"
     assert sources["gpus"] == "auto (default)"
-    assert set(sources) == {o.key for o in config.OPTIONS}
+    assert set(sources) == {o.key for o in option_table.OPTIONS}
     # ... and the plan itself used them
     assert "memory limit    64.0 GiB" in result.stdout
     assert "CPUs            4\n" in result.stdout
@@ -202,13 +202,13 @@ def _expected_type(row: config.Option) -> tuple[type[click.ParamType], dict[str,
 def test_the_click_options_of_build_and_plan_are_exactly_the_option_tables_rows(name: str) -> None:
     command = main.commands[name]
     options = [p for p in command.params if isinstance(p, click.Option)]
-    params = {o.param for o in config.OPTIONS}
+    params = {o.param for o in option_table.OPTIONS}
     # the table's rows in the table's order, and besides them only what picks the files and PACKAGE
-    assert [p.name for p in options if p.name in params] == [o.param for o in config.OPTIONS]
+    assert [p.name for p in options if p.name in params] == [o.param for o in option_table.OPTIONS]
     plan_only = {"strict"} if name == "plan" else set()  # a peak over the limit: an error
     assert {p.name for p in options} - params == {"config_file", "example", *plan_only}
     by_param = {p.name: p for p in options}
-    for row in config.OPTIONS:
+    for row in option_table.OPTIONS:
         option = by_param[row.param]
         on, _, off = row.short.partition("/")
         assert set(option.opts) == {row.flag, *(f"--{old}" for old in row.old_names), *filter(None, [on])}

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 from wheelbuild.cli.options import ConfiguredCommand, ImageFlags, WheelbuildGroup, provenance, table_flags
 from wheelbuild.errors import ConfigKeyUnknown, ConfigValueInvalid
-from wheelbuild.spec import config
+from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import Kind, Option, ReferenceRow, reference
 
 KNOB = Option(
@@ -29,7 +29,7 @@ KNOB = Option(
     bounds=(1, 9),
     old_names=("knobs",),
 )
-TABLE = (*config.OPTIONS, KNOB)
+TABLE = (*option_table.OPTIONS, KNOB)
 
 Invoke = Callable[..., Result]
 
@@ -134,7 +134,7 @@ def test_the_reference_has_a_row_per_option_with_its_names_kind_and_default() ->
         help="How many knobs the build turns.",
     )
     rows = {row.config_key: row for row in reference()}
-    assert list(rows) == [o.key for o in config.OPTIONS]
+    assert list(rows) == [o.key for o in option_table.OPTIONS]
     assert rows["gate"].option == "--gate/--no-gate"
     assert (rows["gate"].default, rows["gate"].kind) == ("true", "true or false")
     assert (rows["verbose"].option, rows["verbose"].default) == ("-v/-q --verbose/--quiet", "false")
