@@ -182,9 +182,14 @@ def fetch(
     TooLarge past the cap and HttpRefused for anything else that went wrong."""
     with _opened(url, kind, headers, "GET", timeout) as response:
         status = int(response.status)
-        body = response.read(kind.cap + 1)
-        if len(body) > kind.cap:
-            raise TooLarge(url, kind, status)
+        blocks, total = [], 0
+        # Block by block: a buffer is never sized by the cap, nor by what the server says.
+        while block := response.read(min(_CHUNK, kind.cap + 1 - total)):
+            blocks.append(block)
+            total += len(block)
+            if total > kind.cap:
+                raise TooLarge(url, kind, status)
+        body = b"".join(blocks)
         found = {key.lower(): value for key, value in response.headers.items()}
     return Answer(body, status, found)
 

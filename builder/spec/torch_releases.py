@@ -37,7 +37,6 @@ from packaging.version import InvalidVersion, Version
 from ..errors import BadArgument, BadVariant, TorchIndexUnreachable
 from ..index import reader
 from ..index.project_pages import ACCEPT, IndexFile, file_url, files_on_page
-from ..index.reader import HttpRefused
 from ..secrets import Redactor, redact_url, url_secrets
 from ..variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
 from .pythons import has_wheel
@@ -258,7 +257,7 @@ class TorchIndex:
         url = self.wheel_url(wheel)
         try:
             download_wheel(url, wheel.sha256, dest)
-        except HttpRefused as refused:
+        except reader.HttpRefused as refused:
             raise _unreachable(redact_url(url), Redactor(url_secrets(self.url))(refused.why)) from None
 
     def metadata(self, wheel: IndexFile) -> bytes:
@@ -271,7 +270,7 @@ class TorchIndex:
             if wheel.metadata:
                 return reader.fetch(f"{url}.metadata", reader.METADATA).body
             return remote_metadata(url, wheel.filename)
-        except HttpRefused as refused:
+        except reader.HttpRefused as refused:
             raise _unreachable(shown, redact(f"its METADATA could not be read: {refused.why}")) from None
         except (zipfile.BadZipFile, KeyError, ValueError) as bad:
             raise _unreachable(shown, redact(f"it is not a readable wheel: {bad}")) from None
@@ -318,7 +317,7 @@ def _fetch_page(index_url: str, timeout: float) -> tuple[IndexFile, ...]:
             headers={"Accept": ACCEPT},
             timeout=timeout,
         )
-    except HttpRefused as refused:
+    except reader.HttpRefused as refused:
         if refused.status == 404:
             return ()
         raise _unreachable(shown, redact(refused.why)) from None
