@@ -357,6 +357,22 @@ def test_an_oversized_answer_is_each_callers_own_error(
     )
 
 
+def test_an_inputs_sidecar_over_its_cap_names_no_keys_as_a_damaged_one(server: _Server) -> None:
+    from wheelbuild.nightly.published import remote_inputs
+
+    wheel = "wbtiny-0.1.0-py3-none-any.whl"
+    key = "a" * 64
+    server.routes["/simple/"] = _body(b'<a href="wbtiny/">wbtiny</a>', content_type="text/html")
+    server.routes["/simple/wbtiny/"] = _body(
+        f'<a href="../../files/{wheel}">{wheel}</a><a href="../../files/b-{wheel}">b</a>'.encode(),
+        content_type="text/html",
+    )
+    server.routes[f"/files/{wheel}.inputs"] = _chunked(f"{key}\n".encode() * 2000)  # 130 KB
+    server.routes[f"/files/b-{wheel}.inputs"] = _body(f"{'b' * 64}\n".encode())
+    assert remote_inputs(f"{server.url}/simple/") == {"b" * 64}
+    assert f"/files/{wheel}.inputs" in [path for path, _auth, _agent in server.seen]
+
+
 # --- one reader ------------------------------------------------------------------------------------
 
 # What opens a connection: a module that uses any of these but the reader reads over HTTP itself.
