@@ -53,12 +53,11 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
-from ..provenance.statement import ENVELOPE_SUFFIX
 from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
 from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
-from .pages import API_VERSION, FILES, SIMPLE, Distribution, render
+from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIMPLE, Distribution, render
 from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [

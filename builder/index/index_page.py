@@ -23,10 +23,9 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from ..provenance.statement import ENVELOPE_SUFFIX
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
-from .pages import Distribution
+from .pages import ENVELOPE_SUFFIX, Distribution
 
 __all__ = ["PAGE", "install_lines", "python_of", "render", "variant_of"]
 

@@ -17,11 +17,11 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from ..provenance.statement import ENVELOPE_SUFFIX
-
 API_VERSION = "1.1"
 FILES = "files"
 SIMPLE = "simple"
+# Beside a published wheel: its provenance, one DSSE envelope on one line (provenance/statement.py).
+ENVELOPE_SUFFIX = ".intoto.jsonl"
 
 
 @dataclass(frozen=True)

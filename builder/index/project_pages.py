@@ -1,23 +1,20 @@
-"""A simple index's project page, read: PEP 691 JSON or PEP 503 HTML, the files it lists with
-their hashes and whether their metadata is served apart (PEP 658/714), and one capped HTTP GET
-that sends a URL's credentials as a header, only to the host that URL names.
+"""A simple index's pages, read: a project page (PEP 691 JSON or PEP 503 HTML), the files it
+lists with their hashes and whether their metadata is served apart (PEP 658/714); an index's
+list of projects; and which URLs a page's credentials go to (its own host only).
 
-Pure but for :func:`http_get`; the torch index (torch_releases.py) and the nightly's served
-index (nightly_index.py) both read pages through it.
+Pure: reader.py fetches the pages. The torch index (spec/torch_releases.py), PyPI's pages
+(spec/sources.py) and the nightly's served index (nightly/published.py) are all read here.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin, urlsplit
 
-from ..secrets import authorized_request, without_credentials
+from ..secrets import without_credentials
 from .index import MEDIA_HTML_V1, MEDIA_JSON
 
 # PEP 691 negotiation: JSON preferred, HTML (PEP 503) from an index that only has that (PyTorch's).
@@ -113,11 +110,23 @@ def files_on_page(body: bytes, content_type: str) -> tuple[IndexFile, ...]:
     return tuple(file for file in map(_file_of, anchors(body)) if file is not None)
 
 
-def file_url(page_url: str, file: IndexFile) -> str:
-    """The absolute URL of a file a page lists (its fragment dropped), with the page's credentials
-    where the file is on the page's own host: pip sends an index's credentials to that host only."""
+def projects_on_list(body: bytes, content_type: str) -> list[str]:
+    """The project pages an index's list of projects links, relative to it: PEP 691 JSON when
+    *content_type* is JSON, else PEP 503 HTML. Raises ValueError for JSON that is not such a list."""
+    if content_type.split(";")[0].strip().endswith("json"):
+        try:
+            entries = json.loads(body).get("projects", [])
+            return [f"{e['name']}/" for e in entries if isinstance(e, dict) and "name" in e]
+        except (AttributeError, TypeError) as error:
+            raise ValueError(f"the JSON page has no list of projects ({error})") from None
+    return [href for values in anchors(body) if (href := values.get("href"))]
+
+
+def linked_url(page_url: str, href: str) -> str:
+    """The absolute URL of a link on a page (its fragment dropped), with the page's credentials
+    where it is on the page's own host: pip sends an index's credentials to that host only."""
     bare_page = without_credentials(page_url)[0]
-    absolute = urljoin(bare_page, file.url or file.filename).split("#", 1)[0]
+    absolute = urljoin(bare_page, href).split("#", 1)[0]
     user_info = urlsplit(page_url).netloc.rpartition("@")[0]
     target = urlsplit(absolute)
     if user_info and target.netloc == urlsplit(bare_page).netloc:
@@ -125,33 +134,7 @@ def file_url(page_url: str, file: IndexFile) -> str:
     return absolute
 
 
-class HttpRefused(Exception):
-    """An HTTP read that did not give what was asked: the status (0 without one) and why."""
-
-    def __init__(self, status: int, why: str) -> None:
-        super().__init__(why)
-        self.status = status
-        self.why = why
-
-
-def http_get(
-    url: str, limit: int, *, headers: Mapping[str, str] | None = None, timeout: float = 60.0
-) -> tuple[bytes, int, Mapping[str, str]]:
-    """GET *url* (its credentials as a header that no redirect carries on), reading at most
-    *limit* bytes: (body, status, headers). Raises HttpRefused for an HTTP error, a network
-    failure or a body over *limit*; its text holds no credential."""
-    try:
-        with urllib.request.urlopen(authorized_request(url, headers), timeout=timeout) as response:
-            body: bytes = response.read(limit + 1)
-            status = int(response.status)
-            found = {key.lower(): value for key, value in response.headers.items()}
-    except urllib.error.HTTPError as error:
-        why = f"HTTP {error.code} {error.reason}"
-        if error.code in (401, 403):
-            why += " (the credentials in the URL are missing or refused)"
-        raise HttpRefused(error.code, why) from None
-    except (OSError, http.client.HTTPException, ValueError) as error:
-        raise HttpRefused(0, str(error) or type(error).__name__) from None
-    if len(body) > limit:
-        raise HttpRefused(status, f"the answer is larger than {limit} bytes")
-    return body, status, found
+def file_url(page_url: str, file: IndexFile) -> str:
+    """The absolute URL of a file a page lists, with the page's credentials where the file is on
+    the page's own host (linked_url)."""
+    return linked_url(page_url, file.url or file.filename)

@@ -5,13 +5,9 @@ and the file names an upload server lists, which `nightly publish-night` never u
 from __future__ import annotations
 
 import contextlib
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -21,8 +17,8 @@ from packaging.version import InvalidVersion, Version
 from ..errors import PublishedIndexUnreachable, PublishTargetMissing
 from ..index import index as index_files
 from ..index import publish as publishing
-from ..index import remote
-from ..index.project_pages import IndexFile, anchors, files_on_page
+from ..index import reader, remote
+from ..index.project_pages import ACCEPT, IndexFile, files_on_page, linked_url, projects_on_list
 from ..secrets import redact_url, without_credentials
 from ..wheel.abi3 import stable_abi
 from ..wheel.wheels import MAX_METADATA_SIZE
@@ -40,24 +36,19 @@ __all__ = [
 ]
 
 INDEX_URL_ENV = "NIGHTLY_INDEX_URL"
-ACCEPT = f"{index_files.MEDIA_JSON}, text/html;q=0.1"
 
 
 def _get(
-    url: str, authorization: str | None, shown: str, *, missing_ok: bool = False
-) -> tuple[bytes, str] | None:
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
-    if authorization:  # *authorization* is only given for the index's own host
-        request.add_unredirected_header("Authorization", authorization)
+    url: str, kind: reader.Kind, shown: str, *, missing_ok: bool = False, too_large_ok: bool = False
+) -> reader.Answer | None:
+    """*url* read as *kind*; *shown* is what an error names (its credentials hidden here). None
+    for a 404 where *missing_ok*, and for an answer over the cap where *too_large_ok*."""
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.read(64 << 20), str(response.headers.get("Content-Type", ""))
-    except urllib.error.HTTPError as error:
-        if error.code == 404 and missing_ok:
+        return reader.fetch(url, kind, headers={"Accept": ACCEPT})
+    except reader.HttpRefused as refused:
+        if (refused.status == 404 and missing_ok) or (isinstance(refused, reader.TooLarge) and too_large_ok):
             return None
-        why = f"HTTP {error.code} {error.reason}"
-    except OSError as error:
-        why = str(error) or type(error).__name__
+        why = refused.why
     raise PublishedIndexUnreachable(
         f"could not read {redact_url(shown)}: {why}",
         f"check {INDEX_URL_ENV} ([publish] index) and that the index is up; its credentials go in the URL",
@@ -70,63 +61,59 @@ def _not_a_page(url: str) -> PublishedIndexUnreachable:
     )
 
 
-def _project_links(body: bytes, content_type: str, url: str) -> list[str]:
-    """The project pages an index's root links, relative to it: PEP 691 JSON or PEP 503 HTML."""
-    if content_type.split(";")[0].strip().endswith("json"):
-        try:
-            entries = json.loads(body).get("projects", [])
-            return [f"{e['name']}/" for e in entries if isinstance(e, dict) and "name" in e]
-        except (ValueError, AttributeError, TypeError):
-            raise _not_a_page(url) from None
-    return [href for values in anchors(body) if (href := values.get("href"))]
-
-
-def _files(body: bytes, content_type: str, url: str) -> tuple[IndexFile, ...]:
-    try:
-        return files_on_page(body, content_type)
-    except ValueError:
-        raise _not_a_page(url) from None
-
-
-def _served(index_url: str) -> Iterator[tuple[str, IndexFile, Callable[[str], str | None]]]:
+def _served(index_url: str) -> Iterator[tuple[str, IndexFile]]:
     """Each wheel a served index lists, read over HTTP: the project list, then each project's
-    page; with its page's URL and the Authorization for a URL (the index's own host only). An
-    index that does not exist yet (404) lists none. Credentials in the URL go as a header."""
-    bare, authorization = without_credentials(index_url)
-    root = bare.rstrip("/") + "/"
-
-    def auth(url: str) -> str | None:  # credentials never go to another host a page links
-        return authorization if urlsplit(url).netloc == urlsplit(root).netloc else None
-
-    page = _get(root, authorization, index_url, missing_ok=True)
-    if page is None:
+    page; with its page's URL, which carries the index's credentials where it is on the index's
+    own host (linked_url: credentials never go to another host a page links). An index that does
+    not exist yet (404) lists none."""
+    root = index_url.rstrip("/") + "/"
+    listed = _get(root, reader.PROJECT_LIST, index_url, missing_ok=True)
+    if listed is None:
         return
-    for href in _project_links(*page, index_url):
-        project_url = urljoin(root, href)
-        project = _get(project_url, auth(project_url), project_url)
+    try:
+        hrefs = projects_on_list(listed.body, listed.content_type)
+    except ValueError:
+        raise _not_a_page(index_url) from None
+    for href in hrefs:
+        project_url = linked_url(root, href)
+        project = _get(project_url, reader.PROJECT_PAGE, without_credentials(project_url)[0])
         assert project is not None
-        for file in _files(*project, project_url):
+        try:
+            files = files_on_page(project.body, project.content_type)
+        except ValueError:
+            raise _not_a_page(without_credentials(project_url)[0]) from None
+        for file in files:
             if file.filename.endswith(".whl") and file.url:
-                yield project_url, file, auth
+                yield project_url, file
+
+
+def _sidecar(
+    project_url: str, file: IndexFile, suffix: str, kind: reader.Kind, *, too_large_ok: bool = False
+) -> bytes | None:
+    """The file served beside a wheel a page lists (*suffix*: .inputs, .metadata), or None when
+    the server has none (or, where *too_large_ok*, one over *kind*'s cap)."""
+    url = linked_url(project_url, file.url) + suffix
+    found = _get(url, kind, without_credentials(url)[0], missing_ok=True, too_large_ok=too_large_ok)
+    return None if found is None else found.body
 
 
 def remote_inputs(index_url: str) -> set[str]:
     """The inputs keys a served wheelhouse tree holds: ``<file>.inputs`` beside each wheel its
     index lists (wheelbuild's trees have them; an upload server's index has none)."""
     keys: set[str] = set()
-    for project_url, file, auth in _served(index_url):
-        sidecar = urljoin(project_url, file.url.split("#")[0]) + index_files.INPUTS_SUFFIX
-        found = _get(sidecar, auth(sidecar), sidecar, missing_ok=True)
+    for project_url, file in _served(index_url):
+        # One too large for a sidecar wheelbuild writes is damaged, as one that names no keys is.
+        found = _sidecar(project_url, file, index_files.INPUTS_SUFFIX, reader.INPUTS, too_large_ok=True)
         if found is not None:
             with contextlib.suppress(ValueError):  # not text, or not keys: its cells are built again
-                keys |= index_files.inputs_keys(found[0].decode())
+                keys |= index_files.inputs_keys(found.decode())
     return keys
 
 
 def served_wheels(index_url: str) -> set[str]:
     """The wheel file names a served index lists (an upload server's, which keeps no inputs
     keys: a name it holds is never uploaded again)."""
-    return {file.filename for _, file, _ in _served(index_url)}
+    return {file.filename for _, file in _served(index_url)}
 
 
 def published_keys(to: str, index_url: str | None, tags: Iterable[str]) -> set[str]:
@@ -220,13 +207,12 @@ def published_torch_pins(to: str, index_url: str | None, tags: Iterable[str]) ->
             continue
         if not index_url:
             continue  # published_keys has said what a remote target needs
-        for project_url, file, auth in _served(index_url.replace("{variant}", tag)):
+        for project_url, file in _served(index_url.replace("{variant}", tag)):
             if not file.metadata:
                 continue
-            url = urljoin(project_url, file.url.split("#")[0]) + index_files.METADATA_SUFFIX
-            got = _get(url, auth(url), url, missing_ok=True)
+            got = _sidecar(project_url, file, index_files.METADATA_SUFFIX, reader.METADATA)
             if got is not None:
-                found.append(PublishedWheel(file.filename, _torch_specifier(got[0][:MAX_METADATA_SIZE])))
+                found.append(PublishedWheel(file.filename, _torch_specifier(got[:MAX_METADATA_SIZE])))
     return tuple(found)
 
 

@@ -24,11 +24,11 @@ from ..errors import (
     WheelbuildError,
 )
 from ..index.index import hash_file
+from ..index.pages import ENVELOPE_SUFFIX
 from ..index.wheel_names import is_served_name
 from ..plan.planner import Plan
 from ..provenance.signing import SigningKey, VerifyingKey, signed, signed_by
 from ..provenance.statement import (
-    ENVELOPE_SUFFIX,
     MAX_STATEMENT,
     PAYLOAD_TYPE,
     STATEMENT_SUFFIX,

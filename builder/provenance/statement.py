@@ -37,7 +37,6 @@ from ..secrets import SECRET_NAME, SECRET_VALUE
 __all__ = [
     "BUILDER_ID",
     "BUILD_TYPE",
-    "ENVELOPE_SUFFIX",
     "HIDDEN",
     "MAX_STATEMENT",
     "PAYLOAD_TYPE",
@@ -68,7 +67,6 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"  # DSSE's payloadType for an in-to
 BUILD_TYPE = "urn:wheelbuild:build:v1"
 BUILDER_ID = "urn:wheelbuild:builder"
 STATEMENT_SUFFIX = ".intoto.json"  # beside a wheel in its run folder: the Statement
-ENVELOPE_SUFFIX = ".intoto.jsonl"  # beside a published wheel: one DSSE envelope, one line
 MAX_STATEMENT = 4 << 20  # bytes: a few hundred materials at most; anything bigger is not ours
 HIDDEN = "***"
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -24,13 +24,13 @@ import shutil
 import tarfile
 import tempfile
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from ..errors import BadArgument, CudaRedistMismatch, CudaRedistUnreachable
+from ..index import reader
+from ..secrets import redact_url
 from ..variants import CudaCompiler
 from .names import LAYER_REPOSITORY
 
@@ -38,7 +38,7 @@ DEFAULT_REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
 REDIST_URL_ENV = "WHEELBUILD_CUDA_REDIST_URL"  # a mirror, or an air-gapped site's copy
 PINS_ENV = "WHEELBUILD_CUDA12_PINS"  # another pins file (a site's own, or a test's stand-ins)
 PINS_FILE = "cuda-12.8-redist.toml"
-CONNECT_TIMEOUT_S = 20.0  # an unreachable server fails the build in seconds, not minutes
+CONNECT_TIMEOUT_S = reader.ARCHIVE.timeout_s  # an unreachable server fails the build in seconds, not minutes
 CHUNK = 1 << 20
 # Caps for a member of an archive whose pin gives no size: nvcc's largest file is ~100 MB.
 MAX_MEMBER = 2 * 1024**3
@@ -160,41 +160,50 @@ def remedy(base_url: str) -> str:
     )
 
 
+def _progress(name: str, size: str, on_line: Callable[[str], None]) -> Callable[[int], None]:
+    """A line every 64 MiB received."""
+    next_report = 64 * CHUNK
+
+    def heard(received: int) -> None:
+        nonlocal next_report
+        if received >= next_report:
+            on_line(f"  {name}: {received / 1024**2:.0f} MiB{size}")
+            next_report += 64 * CHUNK
+
+    return heard
+
+
+def _fetch_archive(
+    url: str, part: reader.Sink, kind: reader.Kind, on_bytes: Callable[[int], None], base_url: str
+) -> str:
+    """The sha256 of *url*, streamed into *part*, no more than its pin's size."""
+    try:
+        return reader.download(url, part, kind, on_bytes=on_bytes)
+    except reader.TooLarge:
+        raise CudaRedistMismatch(
+            f"{redact_url(url)} sent more than the {kind.cap} bytes its pin allows",
+            "the mirror serves another file under that name: fix the mirror",
+        ) from None
+    except reader.HttpRefused as refused:
+        raise CudaRedistUnreachable(
+            f"could not download the CUDA 12 compiler from {redact_url(url)} ({refused.why})",
+            remedy(redact_url(base_url)),
+        ) from None
+
+
 def _download(archive: RedistArchive, base_url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     """Stream one archive into `dest`, hashing as it comes; anything wrong leaves nothing."""
     url = f"{base_url}/{archive.path}"
     size = f" ({archive.size / 1024**2:.0f} MiB)" if archive.size else ""
     on_line(f"downloading {archive.file_name}{size} from {base_url}")
-    cap = archive.size if archive.size is not None else MAX_MEMBER
-    digest = hashlib.sha256()
-    received = 0
+    kind = replace(reader.ARCHIVE, cap=archive.size if archive.size is not None else MAX_MEMBER)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=".part-", delete=False) as part:
         try:
-            try:
-                with urllib.request.urlopen(url, timeout=CONNECT_TIMEOUT_S) as response:
-                    next_report = 64 * CHUNK
-                    while block := response.read(CHUNK):
-                        received += len(block)
-                        if received > cap:
-                            raise CudaRedistMismatch(
-                                f"{url} sent more than the {cap} bytes its pin allows",
-                                "the mirror serves another file under that name: fix the mirror",
-                            )
-                        digest.update(block)
-                        part.write(block)
-                        if received >= next_report:
-                            on_line(f"  {archive.file_name}: {received / 1024**2:.0f} MiB{size}")
-                            next_report += 64 * CHUNK
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise CudaRedistUnreachable(
-                    f"could not download the CUDA 12 compiler from {url} ({reason})",
-                    remedy(base_url),
-                ) from None
-            if digest.hexdigest() != archive.sha256:
+            found = _fetch_archive(url, part, kind, _progress(archive.file_name, size, on_line), base_url)
+            if found != archive.sha256:
                 raise CudaRedistMismatch(
-                    f"{archive.file_name} from {base_url} has sha256 {digest.hexdigest()}, "
+                    f"{archive.file_name} from {base_url} has sha256 {found}, "
                     f"but its pin says {archive.sha256}",
                     "the download was altered or the mirror is stale; nothing was kept. "
                     "Fix the mirror; never edit a pin to match a download",
@@ -379,12 +388,9 @@ def unreachable_archive(layer: CudaLayer, base_url: str, cache: Path) -> str | N
             continue
         url = f"{base_url}/{archive.path}"
         try:
-            with urllib.request.urlopen(
-                urllib.request.Request(url, method="HEAD"), timeout=CONNECT_TIMEOUT_S
-            ):
-                pass
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return f"{url} does not answer ({getattr(exc, 'reason', exc)})"
+            reader.probe(url, method="HEAD", timeout=CONNECT_TIMEOUT_S)
+        except reader.HttpRefused as refused:
+            return f"{redact_url(url)} does not answer ({refused.why})"
     return None
 
 

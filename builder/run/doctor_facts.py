@@ -4,25 +4,22 @@ layout, each as a plain fact for the pure checks in doctor.py. Nothing here impo
 
 from __future__ import annotations
 
-import http.client
 import shutil
 import ssl
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import cgroup
 from ..host.ca_bundle import DEFAULT_CA_BUNDLE
-from ..secrets import authorized_request, redact_url, without_credentials
+from ..index import reader
+from ..secrets import redact_url, without_credentials
 
 REACH_TIMEOUT_S = 5.0  # per request; all of them run at once
 REACH_DEADLINE_S = 8.0  # what the slowest (DNS that hangs, a trickling answer) may take in all
-_READ_LIMIT = 64 * 1024  # an answer is proof enough of reach; the page itself is not needed
 
 
 @dataclass(frozen=True)
@@ -52,17 +49,12 @@ class DiskFacts:
 def reach(url: str, timeout: float = REACH_TIMEOUT_S) -> Reach:
     """GET url (credentials moved into a header, never shown) and read a little of the answer."""
     shown = redact_url(url)
-    request = authorized_request(url, {"User-Agent": "wheelbuild-doctor"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read(_READ_LIMIT)
-            return Reach(shown, status=int(response.status))
-    except urllib.error.HTTPError as exc:
-        return Reach(shown, status=exc.code)
-    except urllib.error.URLError as exc:
-        return Reach(shown, error=_scrub(str(exc.reason), url))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return Reach(shown, error=_scrub(str(exc) or type(exc).__name__, url))
+        return Reach(shown, status=reader.probe(url, timeout=timeout))
+    except reader.HttpRefused as refused:
+        if refused.status:
+            return Reach(shown, status=refused.status)
+        return Reach(shown, error=_scrub(refused.why, url))
 
 
 def _scrub(text: str, url: str) -> str:

@@ -2,26 +2,23 @@
 HTTP byte ranges, reading the zip's end record, its directory and that member only, never the
 whole file; or the whole file, streamed, capped and checked against the sha256 its page names.
 
-Credentials in a URL go as a header to that URL's host only (project_pages.http_get), never to a
-log or an error.
+Credentials in a URL go as a header to that URL's host only (index/reader.py), never to a log
+or an error.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
-import urllib.error
-import urllib.request
 import zipfile
 from typing import BinaryIO
 
 from packaging.utils import parse_wheel_filename
 
-from ..index.project_pages import HttpRefused, http_get
-from ..secrets import authorized_request
+from ..index import reader
+from ..index.reader import HttpRefused
 
-METADATA_LIMIT = 4 << 20  # torch's METADATA is ~40 KB
+METADATA_LIMIT = reader.METADATA.cap
 RANGE_BUDGET = 64 << 20  # bytes read from one wheel for one member: torch's zip directory is ~2 MB
 _TAIL = 256 << 10  # the first range read from a wheel's end: the end record and most directories
 
@@ -47,14 +44,14 @@ class _RemoteFile(io.RawIOBase):
             raise HttpRefused(206, f"reading its METADATA would take more than {RANGE_BUDGET} bytes")
         self._budget -= length
         try:
-            body, status, headers = http_get(self._url, length, headers={"Range": value})
-        except HttpRefused as refused:
+            answer = reader.fetch(self._url, reader.byte_range(length), headers={"Range": value})
+        except reader.TooLarge as refused:
             if refused.status != 200:
                 raise
-            status = 200  # the whole file, cut off at what was asked
-        if status != 206:
-            raise HttpRefused(status, "the server does not serve byte ranges")
-        return body, status, dict(headers)
+            raise HttpRefused(200, "the server does not serve byte ranges") from None  # the whole file
+        if answer.status != 206:
+            raise HttpRefused(answer.status, "the server does not serve byte ranges")
+        return answer.body, answer.status, dict(answer.headers)
 
     def readable(self) -> bool:
         return True
@@ -110,22 +107,9 @@ def remote_metadata(url: str, filename: str) -> bytes:
 # A whole wheel
 
 
-def download_wheel(url: str, sha256: str, dest: BinaryIO, limit: int) -> None:
-    """Stream the file at *url* into *dest*: at most *limit* bytes, and (where *sha256* is given)
-    only a file of that sha256. Raises HttpRefused."""
-    digest = hashlib.sha256()
-    total = 0
-    try:
-        with urllib.request.urlopen(authorized_request(url), timeout=120) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                total += len(block)
-                if total > limit:
-                    raise HttpRefused(200, f"it is larger than {limit} bytes")
-                digest.update(block)
-                dest.write(block)
-    except urllib.error.HTTPError as error:
-        raise HttpRefused(error.code, f"HTTP {error.code} {error.reason}") from None
-    except OSError as error:
-        raise HttpRefused(0, str(error) or type(error).__name__) from None
-    if sha256 and digest.hexdigest() != sha256:
-        raise HttpRefused(200, f"its sha256 is {digest.hexdigest()}, not the {sha256} its page names")
+def download_wheel(url: str, sha256: str, dest: BinaryIO) -> None:
+    """Stream the file at *url* into *dest*: at most a wheel's cap (reader.WHEEL), and (where
+    *sha256* is given) only a file of that sha256. Raises HttpRefused."""
+    found = reader.download(url, dest, reader.WHEEL)
+    if sha256 and found != sha256:
+        raise HttpRefused(200, f"its sha256 is {found}, not the {sha256} its page names")

@@ -6,16 +6,12 @@ the index lists, which the build report records."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,9 +27,11 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import ArchiveRefused, tar_gz_members
 from ..errors import BadArgument, SourceUnavailable
+from ..index import reader
 from ..index.index import MEDIA_JSON
+from ..index.project_pages import IndexFile, files_on_page
 from ..recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
-from ..secrets import authorized_request, redact_url
+from ..secrets import redact_url
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
 
@@ -73,36 +71,33 @@ def _download(url: str, dest: Path, on_line: Callable[[str], None]) -> None:
     # Download beside the destination, then rename: a killed download never looks complete.
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as part:
         try:
-            with urllib.request.urlopen(authorized_request(url), timeout=120) as response:
-                shutil.copyfileobj(response, part)
-        except OSError as exc:
+            reader.download(url, part, reader.SDIST)
+        except reader.HttpRefused as refused:
             os.unlink(part.name)
             raise SourceUnavailable(
-                f"could not download {shown}: {redact_url(str(exc))}",
+                f"could not download {shown}: {refused.why}",
                 "check the URL and the network (proxy, CA bundle)",
-            ) from exc
+            ) from None
     os.replace(part.name, dest)
 
 
-def _files(base: str, project: str) -> tuple[str, list[Mapping[str, object]]]:
-    """(page URL, file entries) of a project on a PEP 691 index; what is not a table is no entry."""
+def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
+    """(page URL, files) of a project on a PEP 691 index, read as JSON whatever the server calls it."""
     page = f"{base.rstrip('/')}/{canonicalize_name(project)}/"
-    request = authorized_request(page, {"Accept": MEDIA_JSON})
     shown = redact_url(page)
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            found = json.load(response)
-        files = found.get("files", []) if isinstance(found, dict) else []
-        return page, [entry for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        answer = reader.fetch(page, reader.PROJECT_PAGE, headers={"Accept": MEDIA_JSON})
+        return page, files_on_page(answer.body, MEDIA_JSON)
+    except reader.HttpRefused as refused:
+        if refused.status == 404:
             raise BadArgument(
                 f"{project} is not on the index ({redact_url(base)})", "check the name"
             ) from None
         raise SourceUnavailable(
-            f"could not look up {project} at {shown}: {redact_url(str(exc))}", "check the network"
+            f"could not look up {project} at {shown}: {refused.why}",
+            "check the network" if refused.status else "check the network (proxy, CA bundle)",
         ) from None
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise SourceUnavailable(
             f"could not look up {project} at {shown}: {redact_url(str(exc))}",
             "check the network (proxy, CA bundle)",
@@ -113,15 +108,13 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
     """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
     page, files = _files(os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX), project)
     found = []
-    for entry in files:
+    for file in files:
         try:
-            name, version = parse_sdist_filename(str(entry.get("filename", "")))
+            name, version = parse_sdist_filename(file.filename)
         except (InvalidSdistFilename, InvalidVersion):
             continue
-        hashes = entry.get("hashes", {})
-        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
-        if name == canonicalize_name(project) and sha256 and not entry.get("yanked"):
-            found.append((version, urljoin(page, str(entry["url"])), str(sha256)))
+        if name == canonicalize_name(project) and file.sha256 and file.url and not file.yanked:
+            found.append((version, urljoin(page, file.url), file.sha256))
     return page, found
 
 

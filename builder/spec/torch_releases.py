@@ -35,16 +35,15 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ..errors import BadArgument, BadVariant, TorchIndexUnreachable
-from ..index.project_pages import ACCEPT, HttpRefused, IndexFile, file_url, files_on_page, http_get
+from ..index import reader
+from ..index.project_pages import ACCEPT, IndexFile, file_url, files_on_page
 from ..secrets import Redactor, redact_url, url_secrets
 from ..variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
 from .pythons import has_wheel
-from .remote_wheel import METADATA_LIMIT, download_wheel, remote_metadata
+from .remote_wheel import download_wheel, remote_metadata
 from .sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
-PAGE_LIMIT = 64 << 20  # PyTorch's torch page is a few MiB; a bigger answer is not an index page
-WHEEL_LIMIT = 8 << 30  # a torch wheel is ~0.5 GB; one of 8 GiB is not a torch wheel
 
 _CPYTHON = re.compile(r"cp3(\d+)(t?)")
 # glibc Linux on x86_64; the production base is manylinux (glibc), so musllinux wheels do not count.
@@ -257,8 +256,8 @@ class TorchIndex:
         Raises TorchIndexUnreachable."""
         url = self.wheel_url(wheel)
         try:
-            download_wheel(url, wheel.sha256, dest, WHEEL_LIMIT)
-        except HttpRefused as refused:
+            download_wheel(url, wheel.sha256, dest)
+        except reader.HttpRefused as refused:
             raise _unreachable(redact_url(url), Redactor(url_secrets(self.url))(refused.why)) from None
 
     def metadata(self, wheel: IndexFile) -> bytes:
@@ -269,9 +268,9 @@ class TorchIndex:
         redact = Redactor(url_secrets(self.url))
         try:
             if wheel.metadata:
-                return http_get(f"{url}.metadata", METADATA_LIMIT)[0]
+                return reader.fetch(f"{url}.metadata", reader.METADATA).body
             return remote_metadata(url, wheel.filename)
-        except HttpRefused as refused:
+        except reader.HttpRefused as refused:
             raise _unreachable(shown, redact(f"its METADATA could not be read: {refused.why}")) from None
         except (zipfile.BadZipFile, KeyError, ValueError) as bad:
             raise _unreachable(shown, redact(f"it is not a readable wheel: {bad}")) from None
@@ -312,15 +311,18 @@ def _fetch_page(index_url: str, timeout: float) -> tuple[IndexFile, ...]:
     shown = f"{redact_url(index_url).rstrip('/')}/torch/"
     redact = Redactor(url_secrets(index_url))
     try:
-        body, _status, headers = http_get(
-            f"{index_url.rstrip('/')}/torch/", PAGE_LIMIT, headers={"Accept": ACCEPT}, timeout=timeout
+        answer = reader.fetch(
+            f"{index_url.rstrip('/')}/torch/",
+            reader.PROJECT_PAGE,
+            headers={"Accept": ACCEPT},
+            timeout=timeout,
         )
-    except HttpRefused as refused:
+    except reader.HttpRefused as refused:
         if refused.status == 404:
             return ()
         raise _unreachable(shown, redact(refused.why)) from None
     try:
-        return files_on_page(body, headers.get("content-type", ""))
+        return files_on_page(answer.body, answer.content_type)
     except ValueError as exc:  # garbled JSON, or JSON that is not a project page
         raise _unreachable(shown, f"not a PEP 691 project page ({redact(str(exc))})") from None
 

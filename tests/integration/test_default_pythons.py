@@ -16,8 +16,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 from wheelbuild.errors import TorchIndexUnreachable
-from wheelbuild.index.project_pages import HttpRefused, files_on_page
+from wheelbuild.index.project_pages import files_on_page
 from wheelbuild.index.publish import publish
+from wheelbuild.index.reader import HttpRefused
 from wheelbuild.index.yank import yank
 from wheelbuild.spec.pythons import choose_pythons
 from wheelbuild.spec.remote_wheel import remote_metadata
