@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import re
 import shlex
-import urllib.request
 from collections.abc import Iterable, Mapping
 from urllib.parse import unquote
 
@@ -85,16 +84,6 @@ def without_credentials(url: str) -> tuple[str, str | None]:
     user, _, password = userinfo.partition(":")
     token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
     return f"{scheme}{location}{query}", f"Basic {token}"
-
-
-def authorized_request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
-    """A urllib request for `url` with its user info moved into an Authorization header, which
-    urllib never sends on to a host a redirect names."""
-    bare, authorization = without_credentials(url)
-    request = urllib.request.Request(bare, headers=dict(headers or {}))
-    if authorization:
-        request.add_unredirected_header("Authorization", authorization)
-    return request
 
 
 def sccache_env_file(values: Mapping[str, str]) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from ..secrets import Redactor, authorized_request, redact_url, url_secrets
+from ..secrets import Redactor, redact_url, url_secrets, without_credentials
 from ..units import format_bytes
 from .inputs import MAX_INPUTS_SIZE
 
@@ -53,6 +53,16 @@ SDIST = Kind("an sdist", 2 << 30, 120.0)  # flash-attn's, cutlass included, is ~
 WHEEL = Kind("a wheel", 8 << 30, 120.0)  # a torch wheel is ~0.5-1 GB
 ARCHIVE = Kind("an archive", 2 << 30, 20.0)  # NVIDIA's nvcc archive is ~100 MB; a silent server fails fast
 PROBE = Kind("an answer to a reach check", 64 << 10, 5.0)  # an answer proves reach; its body is not needed
+
+
+def authorized_request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
+    """A urllib request for `url` with its user info moved into an Authorization header, which
+    urllib never sends on to a host a redirect names."""
+    bare, authorization = without_credentials(url)
+    request = urllib.request.Request(bare, headers=dict(headers or {}))
+    if authorization:
+        request.add_unredirected_header("Authorization", authorization)
+    return request
 
 
 def byte_range(length: int) -> Kind:

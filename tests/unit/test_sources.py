@@ -113,7 +113,7 @@ def test_url_sdist_in_the_cache_with_wrong_bytes_is_rejected_and_evicted(
 
 
 def test_a_urls_credentials_become_an_authorization_header_for_urllib() -> None:
-    from wheelbuild.secrets import authorized_request as _request
+    from wheelbuild.index.reader import authorized_request as _request
 
     request = _request("https://ci:pa@ss/w0rd@idx.example/simple/x/", {"Accept": "application/json"})
     assert request.full_url == "https://idx.example/simple/x/"
