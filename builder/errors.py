@@ -34,22 +34,34 @@ class WheelbuildError(Exception):
 
 
 class UnknownPackage(WheelbuildError):
+    """PACKAGE is not a known recipe and no such path (a project folder or an sdist) exists."""
+
     exit_code = 10
 
 
 class BadVariant(WheelbuildError):
+    """The torch variant is not understood, or names a torch release that does not fit the build
+    (another CUDA on its index, past a recipe's torch ceiling, no wheel for the Pythons named)."""
+
     exit_code = 11
 
 
 class BadMemory(WheelbuildError):
+    """A memory size (`--memory`, a config file's `memory`) is not understood: docker units, `64g`."""
+
     exit_code = 12
 
 
 class BadArgument(WheelbuildError):
+    """A bad argument: archs, Python, version, an sdist pin, a file refused before reading; or no
+    PACKAGE and no project in the current folder."""
+
     exit_code = 13
 
 
 class CaBundleMissing(WheelbuildError):
+    """The CA bundle path (`--ca-bundle`, WHEELBUILD_CA_BUNDLE) does not exist."""
+
     exit_code = 14
 
 
@@ -71,20 +83,28 @@ class ReportUnreadable(WheelbuildError):
 
 
 class DockerUnavailable(WheelbuildError):
+    """No Docker daemon answers (not installed, not started, or its socket not reachable)."""
+
     exit_code = 20
 
 
 class NvidiaRuntimeMissing(WheelbuildError):
+    """`--gpus all` was asked, but the Docker daemon has no NVIDIA runtime."""
+
     exit_code = 21
 
 
 class CompilerUnavailable(WheelbuildError):
-    """The torch variant needs a CUDA compiler the image does not carry."""
+    """No CUDA compiler the image can get serves the torch variant and archs: its CUDA major is not
+    torch's, or it does not compile an arch asked for."""
 
     exit_code = 22
 
 
 class ImageBuildFailed(WheelbuildError):
+    """The build image (or the sccache-dist fleet's) could not be built; the cause quotes the build's
+    last message."""
+
     exit_code = 30
 
 
@@ -95,6 +115,9 @@ class ImageInputsMissing(WheelbuildError):
 
 
 class CompileFailed(WheelbuildError):
+    """A compile failed: the first compiler error (or what it means, e.g. torch's headers needing
+    C++20) and the log's tail are shown. Never retried."""
+
     exit_code = 40
 
 
@@ -143,6 +166,8 @@ class LabelDisagreesWithPin(WheelbuildError):
 
 
 class Interrupted(WheelbuildError):
+    """Interrupted by Ctrl-C or SIGTERM; every container of the run was removed."""
+
     exit_code = 130
 
 
