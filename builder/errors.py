@@ -160,7 +160,8 @@ class TorchNotPinned(WheelbuildError):
 
 class LabelDisagreesWithPin(WheelbuildError):
     """The wheel's local version label names a torch its METADATA's torch requirement does not
-    admit (+cu130torch2.14 beside torch==2.11.*): one of the two was changed after the build."""
+    admit (+cu130torch2.14 beside torch==2.11.*): one of the two was changed after the build.
+    `publish` reads the label for a wheel it has neither `--torch` nor a build report for."""
 
     exit_code = 64
 
@@ -255,7 +256,7 @@ class StableAbiBroken(WheelbuildError):
 class ArchUnasked(WheelbuildError):
     """An extension module holds SASS for archs that were not asked for: the package compiled an
     arch list of its own past wheelbuild-nvcc, so the wheel and its memory plan are not what the
-    build said."""
+    build said (`--keep-package-archs` allows it)."""
 
     exit_code = 62
 
@@ -342,8 +343,8 @@ class GcIncomplete(WheelbuildError):
 
 
 class WheelsDiffer(WheelbuildError):
-    """`wheelbuild diff`: two wheels that should be the same bytes are not (the cause names the
-    first member and, for an ELF file, the first section where they differ)."""
+    """`wheelbuild diff`, `verify --rebuild`: two wheels that should be the same bytes are not (the
+    cause names the first member and, for an ELF file, the first section where they differ)."""
 
     exit_code = 70
 
