@@ -104,7 +104,9 @@ def _command_section(command: click.Command, ctx: click.Context) -> list[str]:
     if arguments:
         lines += [
             "Arguments: "
-            + ", ".join(f"`{a.make_metavar(ctx)}`" + (" (optional)" if not a.required else "") for a in arguments)
+            + ", ".join(
+                f"`{a.make_metavar(ctx)}`" + (" (optional)" if not a.required else "") for a in arguments
+            )
             + ".",
             "",
         ]
