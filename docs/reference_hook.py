@@ -96,7 +96,8 @@ def _commands(group: click.Group, ctx: click.Context) -> Iterator[tuple[click.Co
 def _command_section(command: click.Command, ctx: click.Context) -> list[str]:
     path = ctx.command_path
     usage = " ".join([path, *command.collect_usage_pieces(ctx)])
-    lines = [f"## {path}", "", f"    {usage}", "", inspect.cleandoc(command.help or ""), ""]
+    paragraphs = [_cell(p) for p in inspect.cleandoc(command.help or "").split("\n\n")]
+    lines = [f"## {path}", "", f"    {usage}", "", "\n\n".join(paragraphs), ""]
     if isinstance(command, click.Group):
         subs = [n for n in command.list_commands(ctx) if not (command.get_command(ctx, n) or command).hidden]
         lines += [f"Commands: {', '.join(f'`{n}`' for n in subs)}.", ""]
