@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -167,3 +168,26 @@ def test_the_reference_pages_show_the_tables_made_from_the_code(measured: dict[s
     from wheelbuild.spec.config import OPTIONS
 
     assert measured["reference/options.html"]["tableRows"] >= len(OPTIONS)
+
+
+def _readme_links() -> list[str]:
+    readme = (REPO / "README.md").read_text()
+    return re.findall(r"\]\((docs/[^)\s]+)\)", readme)
+
+
+def test_the_readme_is_short_and_its_links_into_docs_name_pages() -> None:
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+    links = _readme_links()
+    assert len(links) >= 15, links  # every guide, the concepts, reference, architecture, benchmarks
+    assert [link for link in links if not (REPO / link.split("#")[0]).is_file()] == []
+
+
+def test_the_readmes_anchors_into_docs_resolve(measured: dict[str, dict[str, Any]]) -> None:
+    anchored = [link.removeprefix("docs/").split("#") for link in _readme_links() if "#" in link]
+    assert anchored, "the README links to a section of a page"
+    missing = [
+        f"{page}#{anchor}"
+        for page, anchor in anchored
+        if anchor not in measured[page.removesuffix(".md") + ".html"]["ids"]
+    ]
+    assert missing == []
