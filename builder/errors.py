@@ -30,22 +30,34 @@ class WheelbuildError(Exception):
 
 
 class UnknownPackage(WheelbuildError):
+    """PACKAGE is not a known recipe and no such path (a project folder or an sdist) exists."""
+
     exit_code = 10
 
 
 class BadVariant(WheelbuildError):
+    """The torch variant is not understood, or names a torch release that does not fit the build
+    (another CUDA on its index, past a recipe's torch ceiling, no wheel for the Pythons named)."""
+
     exit_code = 11
 
 
 class BadMemory(WheelbuildError):
+    """A memory size (`--memory`, a config file's `memory`) is not understood: docker units, `64g`."""
+
     exit_code = 12
 
 
 class BadArgument(WheelbuildError):
+    """A bad argument: archs, Python, version, an sdist pin, a file refused before reading; or no
+    PACKAGE and no project in the current folder."""
+
     exit_code = 13
 
 
 class CaBundleMissing(WheelbuildError):
+    """The CA bundle path (`--ca-bundle`, WHEELBUILD_CA_BUNDLE) does not exist."""
+
     exit_code = 14
 
 
@@ -67,20 +79,28 @@ class ReportUnreadable(WheelbuildError):
 
 
 class DockerUnavailable(WheelbuildError):
+    """No Docker daemon answers (not installed, not started, or its socket not reachable)."""
+
     exit_code = 20
 
 
 class NvidiaRuntimeMissing(WheelbuildError):
+    """`--gpus all` was asked, but the Docker daemon has no NVIDIA runtime."""
+
     exit_code = 21
 
 
 class CompilerUnavailable(WheelbuildError):
-    """The torch variant needs a CUDA compiler the image does not carry."""
+    """No CUDA compiler the image can get serves the torch variant and archs: its CUDA major is not
+    torch's, or it does not compile an arch asked for."""
 
     exit_code = 22
 
 
 class ImageBuildFailed(WheelbuildError):
+    """The build image (or the sccache-dist fleet's) could not be built; the cause quotes the build's
+    last message."""
+
     exit_code = 30
 
 
@@ -91,6 +111,9 @@ class ImageInputsMissing(WheelbuildError):
 
 
 class CompileFailed(WheelbuildError):
+    """A compile failed: the first compiler error (or what it means, e.g. torch's headers needing
+    C++20) and the log's tail are shown. Never retried."""
+
     exit_code = 40
 
 
@@ -133,12 +156,15 @@ class TorchNotPinned(WheelbuildError):
 
 class LabelDisagreesWithPin(WheelbuildError):
     """The wheel's local version label names a torch its METADATA's torch requirement does not
-    admit (+cu130torch2.14 beside torch==2.11.*): one of the two was changed after the build."""
+    admit (+cu130torch2.14 beside torch==2.11.*): one of the two was changed after the build.
+    `publish` reads the label for a wheel it has neither `--torch` nor a build report for."""
 
     exit_code = 64
 
 
 class Interrupted(WheelbuildError):
+    """Interrupted by Ctrl-C or SIGTERM; every container of the run was removed."""
+
     exit_code = 130
 
 
@@ -226,7 +252,7 @@ class StableAbiBroken(WheelbuildError):
 class ArchUnasked(WheelbuildError):
     """An extension module holds SASS for archs that were not asked for: the package compiled an
     arch list of its own past wheelbuild-nvcc, so the wheel and its memory plan are not what the
-    build said."""
+    build said (`--keep-package-archs` allows it)."""
 
     exit_code = 62
 
@@ -313,8 +339,8 @@ class GcIncomplete(WheelbuildError):
 
 
 class WheelsDiffer(WheelbuildError):
-    """`wheelbuild diff`: two wheels that should be the same bytes are not (the cause names the
-    first member and, for an ELF file, the first section where they differ)."""
+    """`wheelbuild diff`, `verify --rebuild`: two wheels that should be the same bytes are not (the
+    cause names the first member and, for an ELF file, the first section where they differ)."""
 
     exit_code = 70
 

@@ -122,7 +122,7 @@ def _declared_matrix(config: Path, track: str | None, torch_index_url: str | Non
 
 @click.group()
 def nightly() -> None:
-    """The nightly: plan the cells, build one cell, publish what passed (see README, Nightly).
+    """The nightly: plan the cells, build one cell, publish what passed (see docs/guides/nightly.md).
     Builds use the production base; WHEELBUILD_BASE_IMAGE is ignored here."""
 
 

@@ -151,7 +151,7 @@ def test_pip_installs_the_fixture_by_name_from_the_served_index_and_imports_it(
 def test_uv_project_takes_the_fixture_from_our_index_and_torch_from_pypi(
     published: Path, tmp_path: Path
 ) -> None:
-    """The README's uv setup: our index explicit, pinned to the package by [tool.uv.sources]."""
+    """docs/guides/publish.md's uv setup: our index explicit, pinned to the package by [tool.uv.sources]."""
     env = clean_env(tmp_path, uv_cache=UV_CACHE)
     log = tmp_path / "access.log"
     with running_server(published, access_log=log) as url:

@@ -1,0 +1,1 @@
+../docs/reference_hook.py
