@@ -9,7 +9,6 @@ SIGTERM).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -390,11 +389,7 @@ class SigningKeyUnusable(WheelbuildError):
 class ExitCode:
     code: int
     name: str
-    meaning: str  # the class's docstring, or its name in words when it has none
-
-
-def _words(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+    meaning: str  # the class's docstring, on one line
 
 
 def exit_codes() -> tuple[ExitCode, ...]:
@@ -406,9 +401,7 @@ def exit_codes() -> tuple[ExitCode, ...]:
         found.append(cls)
         pending.extend(cls.__subclasses__())
     rows = {
-        cls.exit_code: ExitCode(
-            cls.exit_code, cls.__name__, " ".join((cls.__doc__ or _words(cls.__name__)).split())
-        )
+        cls.exit_code: ExitCode(cls.exit_code, cls.__name__, " ".join((cls.__doc__ or "").split()))
         for cls in found
     }
     return tuple(rows[code] for code in sorted(rows))

@@ -3,7 +3,7 @@
 A page asks for a table with a marker line, `<!-- generated: NAME -->`, which this hook replaces:
 `cli` (every command and option of the click tree under `wheelbuild.cli.main.main`), `options`
 (the build options: config keys, WHEELBUILD_* variables and defaults, from
-`wheelbuild.spec.config.OPTIONS` and the `build` command's click options), `variables` (every
+`wheelbuild.spec.option_table.OPTIONS` and the `build` command's click options), `variables` (every
 variable another command's option reads) and `exit-codes` (every subclass of
 `wheelbuild.errors.WheelbuildError`, with its exit code and docstring). Nothing generated is
 committed, so the reference cannot drift from the code. An unknown marker fails the build.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import click
 
@@ -136,7 +135,7 @@ def cli_reference() -> str:
 def options_reference() -> str:
     """The build options: each one's config key, variable, TOML type, example and default."""
     from wheelbuild.cli.main import build
-    from wheelbuild.spec.config import OPTIONS
+    from wheelbuild.spec.option_table import OPTIONS
 
     params = {p.name: p for p in build.params}
     lines = [
@@ -169,19 +168,6 @@ def variables_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _error_classes() -> list[type[Any]]:
-    from wheelbuild import errors
-
-    found: list[type[Any]] = []
-    pending = list(errors.WheelbuildError.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.__module__ == errors.__name__:  # tests may define subclasses of their own
-            found.append(cls)
-    return sorted(found, key=lambda cls: cls.exit_code)
-
-
 def exit_codes_reference() -> str:
     """Every exit code: click's usage error, then each WheelbuildError subclass and its docstring."""
     lines = [
@@ -189,9 +175,10 @@ def exit_codes_reference() -> str:
         "|---|---|---|",
         f"| {USAGE_ERROR} | (click) | usage error: the command line could not be parsed |",
     ]
-    for cls in _error_classes():
-        doc = inspect.cleandoc(cls.__doc__ or "")
-        lines.append(f"| {cls.exit_code} | `{cls.__name__}` | {_cell(doc)} |")
+    from wheelbuild.errors import exit_codes
+
+    for row in exit_codes():
+        lines.append(f"| {row.code} | `{row.name}` | {_cell(row.meaning)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -182,7 +182,7 @@ def load_matrix(path: Path) -> Matrix:
     config = read_toml(
         path,
         remedy="pass --config a wheelbuild.toml",
-        missing="write one (see README, Nightly), or pass --config",
+        missing="write one (see docs/guides/nightly.md), or pass --config-file",
     )
     return parse_matrix(config, str(path))
 

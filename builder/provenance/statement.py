@@ -63,7 +63,7 @@ __all__ = [
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # DSSE's payloadType for an in-toto Statement
-# What this predicate's parameters mean (README, "Provenance"); a URN: it names, it resolves nowhere.
+# What this predicate's parameters mean (docs/guides/reproducible.md); a URN: it names, it resolves nowhere.
 BUILD_TYPE = "urn:wheelbuild:build:v1"
 BUILDER_ID = "urn:wheelbuild:builder"
 STATEMENT_SUFFIX = ".intoto.json"  # beside a wheel in its run folder: the Statement

@@ -165,7 +165,7 @@ def test_the_reference_pages_show_the_tables_made_from_the_code(measured: dict[s
     } <= set(cli["headings"])
     codes = {cls.exit_code for cls in errors.WheelbuildError.__subclasses__()}
     assert measured["reference/exit-codes.html"]["tableRows"] >= len(codes) + 1  # and click's 2
-    from wheelbuild.spec.config import OPTIONS
+    from wheelbuild.spec.option_table import OPTIONS
 
     assert measured["reference/options.html"]["tableRows"] >= len(OPTIONS)
 
