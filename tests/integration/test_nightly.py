@@ -36,8 +36,8 @@ def test_nightly_builds_the_fixture_publishes_both_cells_and_a_second_night_buil
         **os.environ,
         "WHEELBUILD_TORCH_INDEX_URL": TORCH_INDEX,
         "NIGHTLY_PUBLISH_TO": str(tmp_path / "wheelhouse" / "{variant}"),
-        # The test base, named by its test-only variable: WHEELBUILD_BASE_IMAGE alone is ignored.
-        "WHEELBUILD_NIGHTLY_TEST_BASE": base_image,
+        # The test base, named by the nightly's own variable: WHEELBUILD_BASE_IMAGE alone is ignored.
+        "WHEELBUILD_NIGHTLY_BASE_IMAGE": base_image,
         "GITHUB_STEP_SUMMARY": str(summary),
     }
     done = subprocess.run(

@@ -118,14 +118,11 @@ def test_the_production_image_pythons_come_from_the_installed_cibuildwheel() -> 
     assert all(p.startswith("cp3") and not p.endswith("t") for p in pythons)
 
 
-def test_the_test_base_is_out_of_reach_unless_the_test_only_override_is_set() -> None:
+def test_the_test_base_is_out_of_reach_unless_the_nightlys_own_base_image_names_it() -> None:
     # scripts/setup exports WHEELBUILD_BASE_IMAGE for the test suite: the nightly ignores it.
     assert image_options({"WHEELBUILD_BASE_IMAGE": "wheelbuild-base:bookworm"}).base_image is None
     assert image_options({"WHEELBUILD_CUDA12_IMAGE": "nvidia/cuda:12.8"}).cuda12_image is None
-    assert (
-        image_options({nightly.TEST_BASE_ENV: "wheelbuild-base:bookworm"}).base_image
-        == "wheelbuild-base:bookworm"
-    )
+    assert image_options({}, "wheelbuild-base:bookworm").base_image == "wheelbuild-base:bookworm"
 
 
 def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_outcome(
@@ -154,7 +151,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
             "--out",
             str(out),
         ],
-        env={"WHEELBUILD_BASE_IMAGE": "wheelbuild-base:test", nightly.TEST_BASE_ENV: ""},
+        env={"WHEELBUILD_BASE_IMAGE": "wheelbuild-base:test", nightly.BASE_IMAGE_ENV: ""},
     )
     assert result.exit_code == BuildFailed.exit_code, result.output
     ((spec, options),) = seen
@@ -616,7 +613,7 @@ def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_i
         'archs = ["120"]\npin = "proven"\n'
     )
     monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(nightly.TEST_BASE_ENV, raising=False)
+    monkeypatch.delenv(nightly.BASE_IMAGE_ENV, raising=False)
     with running_server(tmp_path / "torch-index") as url:
         done = CliRunner().invoke(
             main,
