@@ -110,8 +110,9 @@ _nightly_to = click.option(
 _nightly_base = click.option(
     "--base-image",
     envvar="WHEELBUILD_NIGHTLY_BASE_IMAGE",  # the nightly's own: never WHEELBUILD_BASE_IMAGE
+    show_envvar=True,
     help="Build on this base (a mirror or local build of manylinux_2_28) instead of production's "
-    "[env WHEELBUILD_NIGHTLY_BASE_IMAGE; default: cibuildwheel's pinned manylinux_2_28].",
+    "[default: cibuildwheel's pinned manylinux_2_28].",
 )
 _nightly_index = click.option(
     "--index",

@@ -238,8 +238,8 @@ def test_the_default_scope_names_are_the_ones_builds_use() -> None:
     assert scope.retag("wheelbuild-cuda131:abc") == "wheelbuild-cuda131:abc"
 
 
-def test_a_test_scope_sees_only_its_own_names() -> None:
-    scope = gc.parse_scope("wbgctest-1a2b")
+def test_a_scope_of_another_prefix_sees_only_its_own_names() -> None:
+    scope = gc.Scope(names.checked_prefix("wbgctest-1a2b"))
     assert scope.retag("wheelbuild-cuda131:abc") == "wbgctest-1a2b-cuda131:abc"
     assert scope.retag("wheelbuild-cuda12-redist:abc") == "wbgctest-1a2b-cuda12-redist:abc"
     assert scope.owns_image("wbgctest-1a2b-cuda131:x")
@@ -251,7 +251,7 @@ def test_a_test_scope_sees_only_its_own_names() -> None:
     assert scope.volume_kind("wheelbuild-torch-0123456789abcdef") is None
     for bad in ("Upper", "-dash", "a b", "x" * 70, "a/b"):
         with pytest.raises(BadArgument):
-            gc.parse_scope(bad)
+            names.checked_prefix(bad)
 
 
 def test_the_summary_totals_what_goes_human_readable() -> None:
