@@ -36,7 +36,7 @@ from tests.indexkit import make_wheel
 
 from .conftest import Completed, wheelbuild
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.docker
 
 MIB = 1024 * 1024
 TEST_LABEL = "org.wheelbuild.gc-test"

@@ -8,7 +8,6 @@ import pytest
 from wheelbuild.errors import BadArgument, BadMemory, CaBundleMissing
 from wheelbuild.host import ca_bundle
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
-from wheelbuild.spec import build_spec as spec
 from wheelbuild.spec.build_spec import format_archs, parse_archs, parse_ptx, parse_python
 from wheelbuild.units import format_bytes, parse_memory
 
