@@ -70,7 +70,7 @@ class Scope:
 
     @property
     def dist_repository(self) -> str:
-        """The sccache-dist fleet's images: wbdist-sccache, or under a test's prefix its own."""
+        """The sccache-dist fleet's images: wbdist-sccache, or under another prefix its own."""
         return DIST_REPOSITORY if self.prefix == DEFAULT_SCOPE else f"{self.prefix}-dist-sccache"
 
     @property

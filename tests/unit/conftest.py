@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.admitkit import bench  # noqa: F401  (the fixture, found by name)
 from tests.clikit import (  # noqa: F401  (fixtures, found by name; constants the tests import)
     NO_DOCKER,
     REPO,
