@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.admitkit import bench  # noqa: F401  (the fixture, found by name)
-from tests.clikit import (  # noqa: F401  (fixtures, found by name; constants the tests import)
-    NO_DOCKER,
-    REPO,
-    WHEELBUILD,
+from tests.clikit import (  # noqa: F401  (fixtures, found by name)
     fake_torch_index,
     make_config,
     make_result,

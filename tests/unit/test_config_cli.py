@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from wheelbuild.cli.main import main
 from wheelbuild.spec import config
 
-from .conftest import NO_DOCKER, WHEELBUILD
+from tests.clikit import NO_DOCKER, WHEELBUILD
 
 Invoke = Callable[..., Result]
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import REPO
+from tests.clikit import REPO
 
 # What the test tools are found as; hidden from setup's PATH so that it must ask for them.
 TEST_TOOLS = ("gcc", "g++", "objdump", "rsync", "ssh", "ssh-keygen", "strace", "chromium", "chromium-browser")
