@@ -26,6 +26,7 @@ def _gib(text: str) -> float:
     return float(number) * {"GiB": 1.0, "MiB": 1 / 1024}[unit]
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_prints_a_plan_that_fits_its_budget(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -37,6 +38,7 @@ def test_plan_prints_a_plan_that_fits_its_budget(
     assert _gib(rows["predicted peak"]) <= 64.0
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_with_dist_shows_the_distributed_plan_and_its_bound(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -56,6 +58,7 @@ def test_plan_with_dist_shows_the_distributed_plan_and_its_bound(
     assert refused.returncode != 0 and "need --dist" in refused.stderr
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_never_gives_fewer_jobs_for_more_memory(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -69,6 +72,7 @@ def test_plan_never_gives_fewer_jobs_for_more_memory(
     assert jobs[0] >= 1 and jobs[-1] > jobs[0]
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -81,6 +85,7 @@ def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
     assert "admission:" not in static.stdout and "NVCC_THREADS    1" in static.stdout
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_takes_the_cicc_gate_unless_told_not_to(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -95,6 +100,7 @@ def test_plan_takes_the_cicc_gate_unless_told_not_to(
     assert re.search(r"cicc-gate\s+false\s+from --cicc-gate", whole.stdout), whole.stdout
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_with_one_arch_never_uses_two_nvcc_threads(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
@@ -103,6 +109,7 @@ def test_plan_with_one_arch_never_uses_two_nvcc_threads(
     assert rows["NVCC_THREADS"] == "1"
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_plan_reads_this_machine_when_no_resources_are_given(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],

@@ -49,6 +49,7 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_a_known_recipe_reads_only_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
     _write(here / "flash-attn" / "pyproject.toml", '[tool.wheelbuild]\nmemory = "8g"\n')  # not the recipe

@@ -103,6 +103,7 @@ def test_plan_refuses_what_build_refuses_before_a_container_with_builds_code(
     assert "plan for" not in planned.stdout  # no plan is printed for what build would refuse
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_a_predicted_peak_over_the_limit_is_a_warning_and_with_strict_an_error(run_cli: RunCli) -> None:
     args = ("plan", "flash-attn", "--memory", "8g", "--cpus", "2")
@@ -137,6 +138,7 @@ def _sections(stdout: str) -> tuple[dict[str, str], list[list[str]]]:
     return rows, parts
 
 
+@pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
 @pytest.mark.parametrize(
     ("resources", "runs"),

@@ -15,6 +15,8 @@ from tests.sdists import fetch
 
 CONV_ARCHS = (75, 80, 87, 90, 100, 103, 110, 120, 121)
 
+pytestmark = pytest.mark.network  # real sdists, from PyPI once per machine (tests/sdists.py)
+
 
 # project==version -> (switches, package_archs, downloads_prebuilt, cuda_needs_gpu, missing_sources)
 REAL: dict[str, tuple[dict[str, str], tuple[int, ...], bool, bool, tuple[str, ...]]] = {
