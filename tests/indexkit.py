@@ -1,6 +1,6 @@
 """Test helpers for the private index: make small real wheels, and check a whole index tree the
 way a client would read it (every page parses, every link resolves to a file with the hash the
-link names). Shared by tests/unit/test_index.py, test_publish.py and tests/integration/test_serve.py.
+link names). Shared by tests/unit/test_index.py, test_publish.py and tests/local/test_serve.py.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from ..run import doctor, gc, image_options
 from ..run.attempt import SHARED_CACHE_ENV
 from ..run.engine import DockerEngine
 from ..run.image import image_table
+from ..run.names import PREFIX, checked_prefix
 from ..run.reporter import Reporter
 from ..spec import config
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR, parse_archs
@@ -61,6 +62,7 @@ from .wheels import echo_built, echo_modules
 )
 def main() -> None:
     """Build CUDA extension wheels in a reproducible, memory-limited CUDA 13.1 container."""
+    checked_prefix(PREFIX)  # WHEELBUILD_DOCKER_PREFIX, read at import: refused here, before any command
 
 
 @main.command(cls=ConfiguredCommand)
@@ -267,12 +269,6 @@ def calibrate(
 @click.option(
     "-n", "--dry-run", is_flag=True, help="Say what would be removed and how much it frees; remove nothing."
 )
-@click.option(
-    "--scope",
-    envvar=gc.SCOPE_ENV,
-    hidden=True,
-    help="Tests only: the name prefix of the images and volumes gc sees.",
-)
 @with_image_flags
 @reads_build_config
 def gc_command(
@@ -280,7 +276,6 @@ def gc_command(
     keep_runs: int,
     caches: bool,
     dry_run: bool,
-    scope: str | None,
     image_flags: ImageFlags,
 ) -> None:
     """Remove old runs, stored results, build and dist-fleet images and calibrate's torch volumes;
@@ -292,7 +287,7 @@ def gc_command(
         store=cache_dir() / "results",
         keep_runs=keep_runs,
         caches=caches,
-        scope=gc.parse_scope(scope),
+        scope=gc.Scope(),
         image_options=image_flags.options(),
     )
     reporter = Reporter()

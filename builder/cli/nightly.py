@@ -107,6 +107,13 @@ _nightly_track = track_option(
 _nightly_to = click.option(
     "--to", "target", help="The publish target [default: NIGHTLY_PUBLISH_TO, else [publish] to]."
 )
+_nightly_base = click.option(
+    "--base-image",
+    envvar="WHEELBUILD_NIGHTLY_BASE_IMAGE",  # the nightly's own: never WHEELBUILD_BASE_IMAGE
+    show_envvar=True,
+    help="Build on this base (a mirror or local build of manylinux_2_28) instead of production's "
+    "[default: cibuildwheel's pinned manylinux_2_28].",
+)
 _nightly_index = click.option(
     "--index",
     "index_url",
@@ -123,7 +130,8 @@ def _declared_matrix(config: Path, track: str | None, torch_index_url: str | Non
 @click.group()
 def nightly() -> None:
     """The nightly: plan the cells, build one cell, publish what passed (see docs/guides/nightly.md).
-    Builds use the production base; WHEELBUILD_BASE_IMAGE is ignored here."""
+    Builds use the production base, or the nightly's own --base-image; WHEELBUILD_BASE_IMAGE is
+    ignored here."""
 
 
 @nightly.command("plan")
@@ -145,6 +153,7 @@ def nightly() -> None:
 )
 @_nightly_torch_index
 @_nightly_track
+@_nightly_base
 def nightly_plan(
     config_file: Path,
     output: str,
@@ -153,12 +162,13 @@ def nightly_plan(
     save: Path | None,
     torch_index_url: str | None,
     track: str | None,
+    base_image: str | None,
 ) -> None:
     """The cells to build tonight: those that can be built, less those already published."""
     from ..nightly import night
 
     reporter = Reporter(sys.stderr)
-    with DockerEngine() as engine:  # asked only for a local test base
+    with DockerEngine() as engine:  # asked only for a --base-image's Pythons
         planned = night.plan_night(
             matrix.load_matrix(config_file),
             os.environ,
@@ -168,6 +178,7 @@ def nightly_plan(
             reporter=reporter,
             engine=engine,
             track=track,
+            base_image=base_image,
         )
     for skipped in planned.skipped:
         reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
@@ -197,11 +208,18 @@ def nightly_plan(
 )
 @_nightly_torch_index
 @_nightly_track
+@_nightly_base
 def nightly_build_cell(
-    cell_id: str, config_file: Path, out: Path, verbose: bool, torch_index_url: str | None, track: str | None
+    cell_id: str,
+    config_file: Path,
+    out: Path,
+    verbose: bool,
+    torch_index_url: str | None,
+    track: str | None,
+    base_image: str | None,
 ) -> None:
-    """Build one cell of the plan (import gate included) on the production base; OUT/cell.json
-    records the outcome, a failure too."""
+    """Build one cell of the plan (import gate included) on the production base, or --base-image;
+    OUT/cell.json records the outcome, a failure too."""
     from ..nightly import night
 
     with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
@@ -214,6 +232,7 @@ def nightly_build_cell(
             reporter=Reporter(show_log=verbose),
             engine=engine,
             track=track,
+            base_image=base_image,
         )
     for wheel in result.wheels:
         click.echo(f"built {wheel.path}")

@@ -2,7 +2,7 @@
 usage and OOM counters that cap it.
 
 Reads this machine's files: no Docker, no subprocess. Every reader takes a ``root`` path and only reads files under it,
-so tests can point it at a fixture tree; ``Path("/")`` reads this machine.
+so a copied or mounted tree reads as this machine's does; ``Path("/")`` reads this machine.
 
 Absent files mean "unlimited or not reported by this kernel" and read as None; content that
 cannot be parsed raises ValueError naming the file.

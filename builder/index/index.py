@@ -35,7 +35,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import Message
@@ -72,7 +72,6 @@ __all__ = [
     "Distribution",
     "IndexEntry",
     "IndexPlan",
-    "WriteHook",
     "atomic_write",
     "file_sha256",
     "hash_file",
@@ -105,10 +104,6 @@ TEMP_SUFFIX = ".tmp"
 _MAX_CACHE_SIZE = 64 * 1024  # a .sha256 or .archs cache line, a yank reason
 _CHUNK = 1 << 20
 _VALID_PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-
-# Called with the relative path of each file just before it is renamed into place (its temp file
-# is complete and synced): tests stop a writer there to prove what a crash leaves behind.
-WriteHook = Callable[[str], None]
 
 
 def normalize(name: str) -> str:
@@ -397,7 +392,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | Path, *, hook: WriteHook | None = None, rel: str = "") -> None:
+def atomic_write(path: Path, data: bytes | Path) -> None:
     """Put *data* (bytes, or the contents of a file) at *path* all at once: a temp file in the
     same directory, synced, then renamed over *path*. A reader sees the old file or the new one,
     never a part. A killed writer leaves only a ``.<name>.*.tmp`` file, which readers ignore."""
@@ -413,18 +408,16 @@ def atomic_write(path: Path, data: bytes | Path, *, hook: WriteHook | None = Non
             out.flush()
             os.fsync(out.fileno())
         os.chmod(temp, 0o644)  # served by whatever serves the tree; mkstemp made it 0600
-        place(Path(temp), path, hook=hook, rel=rel)
+        place(Path(temp), path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
 
 
-def place(temp: Path, path: Path, *, hook: WriteHook | None = None, rel: str = "") -> None:
+def place(temp: Path, path: Path) -> None:
     """Rename the complete, synced file *temp* (on the same file system) over *path*, and sync
     the folder: a reader sees the old file or the new one, never a part."""
-    if hook is not None:
-        hook(rel or path.name)
     os.replace(temp, path)
     _fsync_dir(path.parent)
 
@@ -443,7 +436,7 @@ def _link_below(root: Path, rel: str) -> Path | None:
     return None
 
 
-def write_plan(root: Path, plan: IndexPlan, *, hook: WriteHook | None = None) -> tuple[str, ...]:
+def write_plan(root: Path, plan: IndexPlan) -> tuple[str, ...]:
     """Carry out *plan* under *root*, in order; files whose bytes are already there are left
     alone. Returns the relative paths written or removed.
 
@@ -461,7 +454,7 @@ def write_plan(root: Path, plan: IndexPlan, *, hook: WriteHook | None = None) ->
             with contextlib.suppress(FileNotFoundError, NotADirectoryError, FileRefused):
                 if read_bounded(target, len(data)) == data:
                     continue
-        atomic_write(target, data, hook=hook, rel=rel)
+        atomic_write(target, data)
         changed.append(rel)
     for rel in plan.removes:
         target = root / rel

@@ -136,8 +136,8 @@ def remove_temp_files(root: Path) -> None:
                 shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
 
 
-def regenerate(root: Path, hook: index.WriteHook | None) -> tuple[str, ...]:
-    return index.write_plan(root, index.plan_index(root), hook=hook)
+def regenerate(root: Path) -> tuple[str, ...]:
+    return index.write_plan(root, index.plan_index(root))
 
 
 # What publish runs on the copies it made in the tree (wheel given -> its copy), under the lock,
@@ -159,7 +159,6 @@ def publish(
     root: Path,
     *,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-    hook: index.WriteHook | None = None,
     sidecars: Sidecars | None = None,
     check: CopiesCheck | None = None,
 ) -> PublishResult:
@@ -177,7 +176,7 @@ def publish(
     Raises InvalidWheel for a file that is not a good wheel, WheelConflict when a published file
     of the same name has other bytes (nothing is copied then), PublishLocked when the lock is not
     had within *lock_timeout* seconds, IndexWriteFailed when the disk refuses a write, and what
-    *check* raises. *hook* is called before each file is renamed into place (for tests)."""
+    *check* raises."""
     sidecars = sidecars or Sidecars()
     _check_inputs(sidecars.inputs)
     wheel_names.refuse_two_of_one_slot(
@@ -199,8 +198,8 @@ def publish(
                 if check is not None:
                     check(copies)
                 added, present = _new_and_present(checked, files)
-                _put_in_place(files, copies, added, present, sidecars, hook)
-            written = regenerate(root, hook)
+                _put_in_place(files, copies, added, present, sidecars)
+            written = regenerate(root)
         except OSError as error:
             raise write_failed(root, error) from error
         finally:
@@ -300,41 +299,31 @@ def _add_wheel(
     info: index.IndexEntry,
     sha256: str,
     sidecars: Sidecars,
-    hook: index.WriteHook | None,
 ) -> None:
     """One wheel into files/: its METADATA, inputs key, statement and torch range first, then
     the checked *copy* renamed into place, then its sha256 cache (each atomically), so no page
     can link a wheel whose metadata is missing."""
     target = files / info.filename
-    rel = f"{index.FILES}/{info.filename}"
     inputs_keys = sidecars.inputs.get(info.filename, ())
-    _add_statement(target, sidecars.statements.get(info.filename), hook)
+    _add_statement(target, sidecars.statements.get(info.filename))
     if torch_range := sidecars.torch_ranges.get(info.filename):
         index.atomic_write(
             target.with_name(target.name + index.TORCH_RANGE_SUFFIX),
             torch_range.encode()[: index.MAX_TORCH_RANGE],
-            hook=hook,
-            rel=rel + index.TORCH_RANGE_SUFFIX,
         )
     index.atomic_write(
         target.with_name(target.name + index.METADATA_SUFFIX),
         info.metadata,
-        hook=hook,
-        rel=rel + index.METADATA_SUFFIX,
     )
     if inputs_keys:
         index.atomic_write(
             target.with_name(target.name + index.INPUTS_SUFFIX),
             "".join(f"{key}\n" for key in inputs_keys).encode(),
-            hook=hook,
-            rel=rel + index.INPUTS_SUFFIX,
         )
-    index.place(copy, target, hook=hook, rel=rel)
+    index.place(copy, target)
     index.atomic_write(
         target.with_name(target.name + index.SHA256_SUFFIX),
         index.sha256_record(sha256, target.stat()),
-        hook=hook,
-        rel=rel + index.SHA256_SUFFIX,
     )
 
 
@@ -344,23 +333,22 @@ def _put_in_place(
     added: Sequence[_Checked],
     present: Sequence[str],
     sidecars: Sidecars,
-    hook: index.WriteHook | None,
 ) -> None:
     """The new wheels into files/ with their sidecars; a statement beside a wheel already there."""
     for path, info, sha256 in added:
-        _add_wheel(files, copies[path], info, sha256, sidecars, hook)
+        _add_wheel(files, copies[path], info, sha256, sidecars)
     for name in present:
-        _add_statement(files / name, sidecars.statements.get(name), hook)
+        _add_statement(files / name, sidecars.statements.get(name))
 
 
-def _add_statement(wheel: Path, statement: bytes | None, hook: index.WriteHook | None) -> None:
+def _add_statement(wheel: Path, statement: bytes | None) -> None:
     """*wheel*'s provenance statement (one DSSE envelope line) beside it as ``<wheel>.intoto.jsonl``,
     unless it has one already: files in a tree are never replaced (rsync pushes only new ones),
     so a caller's check of the copies is where a statement is judged."""
     sidecar = wheel.with_name(wheel.name + index.ENVELOPE_SUFFIX)
     if statement is None or os.path.lexists(sidecar):
         return
-    index.atomic_write(sidecar, statement, hook=hook, rel=f"{index.FILES}/{sidecar.name}")
+    index.atomic_write(sidecar, statement)
 
 
 def published_inputs(root: Path) -> set[str]:
@@ -384,14 +372,12 @@ def only_tree(parent: Path) -> Path:
     return trees[0]
 
 
-def reindex(
-    root: Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT, hook: index.WriteHook | None = None
-) -> tuple[str, ...]:
+def reindex(root: Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> tuple[str, ...]:
     """Regenerate the index of *root* from its files (after a wheel was removed by hand, or to
     finish a publish that was killed). Returns what was written or removed."""
     with locked_tree(root, lock_timeout):
         remove_temp_files(root)
         try:
-            return regenerate(root, hook)
+            return regenerate(root)
         except OSError as error:
             raise write_failed(root, error) from error

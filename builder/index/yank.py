@@ -63,9 +63,7 @@ def _targets(root: Path, target: str) -> list[str]:
     return matches
 
 
-def _set_yank(
-    root: Path, target: str, reason: str | None, lock_timeout: float, hook: index.WriteHook | None
-) -> YankResult:
+def _set_yank(root: Path, target: str, reason: str | None, lock_timeout: float) -> YankResult:
     try:
         indexed = (root / index.SIMPLE / "index.html").is_file()
     except OSError:  # a name too long for the file system
@@ -94,9 +92,9 @@ def _set_yank(
                 if index.read_yank(marker) == reason:
                     unchanged.append(name)
                 else:
-                    index.atomic_write(marker, reason.encode(), hook=hook, rel=f"{index.FILES}/{marker.name}")
+                    index.atomic_write(marker, reason.encode())
                     changed.append(name)
-            written = publishing.regenerate(root, hook)
+            written = publishing.regenerate(root)
         except OSError as error:
             raise publishing.write_failed(root, error) from error
     return YankResult(root=root, changed=tuple(changed), unchanged=tuple(unchanged), written=written)
@@ -108,12 +106,11 @@ def yank(
     reason: str = "",
     *,
     lock_timeout: float = publishing.DEFAULT_LOCK_TIMEOUT,
-    hook: index.WriteHook | None = None,
 ) -> YankResult:
     """Mark the wheels *target* names (a file name or PROJECT==VERSION) as yanked (PEP 592), with
     *reason* (one line; may be empty), and regenerate the index. Installers skip yanked files
     unless pinned exactly."""
-    return _set_yank(root, target, " ".join(reason.split()), lock_timeout, hook)
+    return _set_yank(root, target, " ".join(reason.split()), lock_timeout)
 
 
 def unyank(
@@ -121,7 +118,6 @@ def unyank(
     target: str,
     *,
     lock_timeout: float = publishing.DEFAULT_LOCK_TIMEOUT,
-    hook: index.WriteHook | None = None,
 ) -> YankResult:
     """Take back a yank of the wheels *target* names, and regenerate the index."""
-    return _set_yank(root, target, None, lock_timeout, hook)
+    return _set_yank(root, target, None, lock_timeout)

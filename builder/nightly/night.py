@@ -13,8 +13,8 @@
   reported, the others still publish; then the coverage table (published / failed / skipped per
   cell), as Markdown and as an HTML page.
 
-The test base is out of reach: nightly reads WHEELBUILD_NIGHTLY_TEST_BASE (tests only), never
-WHEELBUILD_BASE_IMAGE, which scripts/setup exports for the test suite.
+The base is the production one unless the nightly's own --base-image (WHEELBUILD_NIGHTLY_BASE_IMAGE)
+names another; WHEELBUILD_BASE_IMAGE, which scripts/setup exports for the test suite, is never read.
 """
 
 from __future__ import annotations
@@ -59,19 +59,22 @@ from .published import (
     served_wheels,
 )
 
-TEST_BASE_ENV = "WHEELBUILD_NIGHTLY_TEST_BASE"  # tests only: a local base instead of production
+# The nightly's own base image variable (`--base-image` of nightly plan and build-cell): a base of
+# the operator's (a mirror of manylinux_2_28, a local build of it) instead of production's. Not
+# WHEELBUILD_BASE_IMAGE, which scripts/setup exports for the test suite's builds.
+BASE_IMAGE_ENV = "WHEELBUILD_NIGHTLY_BASE_IMAGE"
 
 
 # ---------------------------------------------------------------------------------------------
 # Where a nightly builds and publishes
 
 
-def image_options(environ: Mapping[str, str]) -> ImageOptions:
-    """The production base (manylinux_2_28 pinned by cibuildwheel), unless the test-only
-    override is set; cu12x cells get the default CUDA 12 layer (no --cuda12-image)."""
+def image_options(environ: Mapping[str, str], base_image: str | None = None) -> ImageOptions:
+    """The production base (manylinux_2_28 pinned by cibuildwheel), unless the nightly's own
+    *base_image* is given; cu12x cells get the default CUDA 12 layer (no --cuda12-image)."""
     ca = environ.get("WHEELBUILD_CA_BUNDLE")
     return ImageOptions(
-        base_image=environ.get(TEST_BASE_ENV) or None,
+        base_image=base_image or None,
         ca_bundle=resolve_ca_bundle(Path(ca) if ca else None),
     )
 
@@ -268,14 +271,14 @@ def lines_output(plan: NightPlan) -> str:
 @dataclass(frozen=True)
 class _Context:
     options: ImageOptions
-    images: Images  # asked only when the base is a local test base
+    images: Images  # asked only when the base is not production's (--base-image)
     # source_of(cell) -> the recipe's project and release, when it names one (else the name of
     # the wheel is known only once it is built)
     releases: Mapping[str, tuple[str, str]]
 
 
 def _image_pythons(options: ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
-    """The production image's CPythons from cibuildwheel's list; a local test base's from its
+    """The production image's CPythons from cibuildwheel's list; another base's from its
     build image (made or reused: the Pythons are what the image's Dockerfile finds there)."""
     if not options.base_image:
         return production_pythons()
@@ -294,9 +297,10 @@ def _feasible(
     torch_index_url: str | None,
     reporter: Reporter,
     images: Images,
+    base_image: str | None,
 ) -> tuple[tuple[Cell, ...], tuple[Skipped, ...], _Context]:
     say = reporter.info
-    options = image_options(environ)
+    options = image_options(environ, base_image)
     image = _image_pythons(options, images, reporter)
     say(f"image {options.base_image or production_base()}: {', '.join(image)}")
     tags = {}
@@ -327,12 +331,13 @@ def plan_night(
     reporter: Reporter,
     engine: Images,
     track: str | None = None,
+    base_image: str | None = None,
 ) -> NightPlan:
     """The night's plan for the matrix as the file declares it (its torch rules and --track's
     additions are read from the indexes here, once there is a target)."""
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
     matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
     keys = {
         c.id: matrix_runs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
     }
@@ -415,11 +420,12 @@ def build_cell(
     reporter: Reporter,
     engine: Engine,
     track: str | None = None,
+    base_image: str | None = None,
 ) -> build.BuildResult:
     """Build the cell named *cell_id* into *out* and record the outcome in ``out/cell.json``
     (written on failure too, then the error is raised)."""
     matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine)
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
     cell = next((c for c in good if c.id == cell_id), None)
     if cell is None:
         why = next((s.why for s in skipped if s.cell.id == cell_id), None)
@@ -456,10 +462,10 @@ def _write_json(path: Path, value: object) -> None:
 
 
 __all__ = [
+    "BASE_IMAGE_ENV",
     "CELL_RECORD",
     "INDEX_URL_ENV",
     "PUBLISH_TO_ENV",
-    "TEST_BASE_ENV",
     "CellOutcome",
     "NightPlan",
     "Release",

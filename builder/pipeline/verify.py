@@ -231,8 +231,8 @@ def _archs(value: object) -> tuple[int, ...]:
     return tuple(int(str(a)) for a in found)
 
 
-# A build of a spec with these image options: the wheels it made (builder() in use; a test may
-# hand in its own).
+# A build of a spec with these image options: the wheels it made (builder(): `wheelbuild build`
+# itself on an engine; rebuild takes any).
 Builder = Callable[[BuildSpec, ImageOptions], Sequence[Path]]
 
 

@@ -63,7 +63,7 @@ def _docker_host() -> str:
 
 
 class DockerEngine:
-    """The docker client and everything done with it. `client` wraps one already made (tests);
+    """The docker client and everything done with it. `client` wraps one the caller made;
     otherwise the first use connects (DOCKER_HOST or the local socket), pings, and, with `sweep`,
     removes containers whose wheelbuild is gone."""
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from ..errors import BadArgument, GcIncomplete
+from ..errors import GcIncomplete
 from ..units import format_bytes
 from .names import (
     CACHE_VOLUMES,
@@ -41,11 +41,9 @@ DEFAULT_KEEP_RUNS = 5
 # A run without build-report.json written to this recently may still be building.
 RECENT_S = 24 * 3600
 PUBLISHED_MARK = "published.json"  # in a run folder: where its wheels were published, by publish
-SCOPE_ENV = "WHEELBUILD_GC_SCOPE"  # test-only: the name prefix of the images and volumes gc sees
-DEFAULT_SCOPE = PREFIX
+DEFAULT_SCOPE = PREFIX  # this process's: names.PREFIX_ENV's value, or wheelbuild
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 RESULT_KEY = re.compile(r"[0-9a-f]{64}")
-_SCOPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 
 
 class Kind(StrEnum):
@@ -57,8 +55,8 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class Scope:
-    """The names gc may touch: wheelbuild's own repositories and volumes. A test gives its own
-    prefix (WHEELBUILD_GC_SCOPE) so that gc sees its throwaway objects and nothing else."""
+    """The names gc may touch: wheelbuild's own repositories and volumes, under this process's
+    prefix (names.PREFIX) or, to name another's objects, under the prefix given."""
 
     prefix: str = DEFAULT_SCOPE
 
@@ -72,7 +70,7 @@ class Scope:
 
     @property
     def dist_repository(self) -> str:
-        """The sccache-dist fleet's images: wbdist-sccache, or under a test's prefix its own."""
+        """The sccache-dist fleet's images: wbdist-sccache, or under another prefix its own."""
         return DIST_REPOSITORY if self.prefix == DEFAULT_SCOPE else f"{self.prefix}-dist-sccache"
 
     @property
@@ -98,17 +96,6 @@ class Scope:
         if self.prefix == DEFAULT_SCOPE or not tag.startswith(f"{DEFAULT_SCOPE}-"):
             return tag
         return self.prefix + tag[len(DEFAULT_SCOPE) :]
-
-
-def parse_scope(text: str | None) -> Scope:
-    if text is None or text == "":
-        return Scope()
-    if not _SCOPE.fullmatch(text):
-        raise BadArgument(
-            f"{SCOPE_ENV}={text!r} is not a name prefix (lower-case letters, digits, '.', '_', '-')",
-            f"unset {SCOPE_ENV}: it is for tests, which scope gc to their own throwaway objects",
-        )
-    return Scope(text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,33 +1,45 @@
-"""What wheelbuild names its own in Docker: image repositories and volumes. Pure.
+"""What wheelbuild names its own in Docker: image repositories and volumes.
 
-Builds create them by these names and `wheelbuild gc` recognizes them by the same ones
-(gc.Scope puts a test's prefix in place of PREFIX), so each is written once, here.
+Builds create them by these names and `wheelbuild gc` recognizes them by the same ones, so each
+is written once, here. All begin with PREFIX: `wheelbuild`, or WHEELBUILD_DOCKER_PREFIX's value,
+read once per process, so that checkouts, users or CI runners sharing one Docker engine can each
+keep their images, caches and gc apart (gc.Scope names them under any prefix).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+
+from ..errors import BadArgument
 
 __all__ = [
     "CACHE_VOLUMES",
+    "DEFAULT_PREFIX",
     "DIST_DOCKERFILE",
     "DIST_REPOSITORY",
     "IMAGE_REPOSITORY",
     "LAYER_REPOSITORY",
     "PIP_CACHE_VOLUME",
     "PREFIX",
+    "PREFIX_ENV",
     "SCCACHE_VOLUME",
     "TORCH_VOLUME_PREFIX",
     "TORCH_WHEELS_VOLUME",
+    "checked_prefix",
     "dist_image_tag",
 ]
 
-PREFIX = "wheelbuild"
+PREFIX_ENV = "WHEELBUILD_DOCKER_PREFIX"
+DEFAULT_PREFIX = "wheelbuild"
+PREFIX = os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX  # checked by the CLI before any command
+_VALID_PREFIX = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 IMAGE_REPOSITORY = f"{PREFIX}-cuda131"  # the build image, tagged by its inputs' hash
 LAYER_REPOSITORY = f"{PREFIX}-cuda12-redist"  # the CUDA 12 compiler layer, tagged by its pins' hash
-# The sccache-dist fleet's image (wheelbuild dist), FROM the build image: outside PREFIX, as
-# scripts/dist-smoke tags the same inputs the same way and both reuse one image.
-DIST_REPOSITORY = "wbdist-sccache"
+# The sccache-dist fleet's image (wheelbuild dist), FROM the build image: under the default prefix
+# outside it, as scripts/dist-smoke tags the same inputs the same way and both reuse one image.
+DIST_REPOSITORY = "wbdist-sccache" if PREFIX == DEFAULT_PREFIX else f"{PREFIX}-dist-sccache"
 DIST_DOCKERFILE = "Dockerfile.sccache-dist"  # in images/
 
 PIP_CACHE_VOLUME = f"{PREFIX}-pip-cache"
@@ -48,3 +60,13 @@ def dist_image_tag(dockerfile: bytes, build_image_id: str, repository: str = DIS
     digest scripts/dist-smoke computes, so both reuse one image)."""
     digest = hashlib.sha256(dockerfile + build_image_id.encode() + b"\n").hexdigest()
     return f"{repository}:{digest[:16]}"
+
+
+def checked_prefix(text: str) -> str:
+    """*text* if it can begin a Docker repository and volume name; else BadArgument."""
+    if not _VALID_PREFIX.fullmatch(text):
+        raise BadArgument(
+            f"{PREFIX_ENV}={text!r} is not a name prefix (lower-case letters, digits, '.', '_', '-')",
+            f"set {PREFIX_ENV} to one such as wheelbuild-ci, or unset it for the default ({DEFAULT_PREFIX})",
+        )
+    return text

@@ -1,4 +1,4 @@
-"""Integration fixtures: a real Docker engine, the local base image, the real CUDA image.
+"""The Docker suite's fixtures: a real Docker engine, the local base image, the real CUDA image.
 
 Nothing here is mocked. scripts/test starts the engine and exports WHEELBUILD_BASE_IMAGE; run
 alone, these fixtures make the base image themselves (reused when present).
@@ -9,13 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
-import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +23,10 @@ from wheelbuild.run import ownership
 from wheelbuild.spec.torch_releases import newest_release, read_torch_index
 from wheelbuild.variants import parse_variant
 
-REPO = Path(__file__).resolve().parents[2]
-WHEELBUILD = str(Path(sys.executable).parent / "wheelbuild")
-# PyPI's torch 2.11-2.14 are CUDA 13.0 builds (2.15 is 13.2); PyTorch's own index is not
-# reachable here.
-TORCH_INDEX = "https://pypi.org/simple"
+from tests.runkit import REPO, TORCH_INDEX, WHEELBUILD, Completed, default_sigint, poll_until, wheelbuild
+
+__all__ = ["REPO", "TORCH_INDEX", "WHEELBUILD", "Completed", "default_sigint", "poll_until", "wheelbuild"]
+
 
 # A build tries its wheels against the torch releases around its own by default, installing each
 # (~3 GB with its CUDA wheels): only the tests of that range run it (their --torch-range wins).
@@ -65,37 +61,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/integration/ is `integration` (a conftest's pytestmark marks only
-    the conftest), so `-m 'not integration'` is the fast suite and nothing else."""
+    """Every test under tests/integration/ is `docker` (a conftest's pytestmark marks only the
+    conftest), so `-m 'not docker'` is every test that runs without an engine."""
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.integration)
-
-
-@dataclass(frozen=True)
-class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def run_id(self) -> str:
-        match = re.search(r"\(run (\S+)\)", self.stdout)
-        assert match, f"no run id in output:\n{self.stdout[-2000:]}"
-        return match[1]
-
-
-def wheelbuild(*args: str, env: dict[str, str] | None = None, timeout: float = 1200) -> Completed:
-    """Run the real CLI as a user would."""
-    proc = subprocess.run(
-        [WHEELBUILD, *args],
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    return Completed(proc.returncode, proc.stdout, proc.stderr)
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture(scope="session")
@@ -246,23 +216,6 @@ def _owner_pid(token: str) -> int | None:
     """The pid in an owner token (host/boot/pidns:pid:start)."""
     pid = token.partition(":")[2].partition(":")[0]
     return int(pid) if pid.isdigit() else None
-
-
-def poll_until(condition: Callable[[], object], timeout_s: float, step_s: float = 0.2) -> bool:
-    """The condition polled until it holds or the deadline passes: whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step_s)
-    return True
-
-
-def default_sigint() -> None:
-    """preexec_fn for a build a test will stop with SIGINT, as a user's Ctrl-C: a shell without
-    job control starts background commands with SIGINT ignored, and a CI runner may start the
-    suite so; the child must get the signal whatever this process inherited."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def compiler_processes() -> list[str]:

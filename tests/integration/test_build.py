@@ -347,26 +347,3 @@ def test_an_arch_the_variants_cuda_cannot_compile_fails_before_any_work(
     assert "CUDA 13.1, which cannot compile sm_70 (needs CUDA 9.0 to 12.9)" in result.stderr
     assert "image wheelbuild-cuda131" not in result.stdout  # failed before the image step
     assert watched.created == ()  # and before any container
-
-
-@pytest.mark.parametrize("docker_host", ["unix:///nonexistent/docker.sock"])
-def test_no_docker_daemon_is_a_clear_error(docker_host: str) -> None:
-    # build's checks before a container read torch's index first (as plan does): a reachable one
-    result = wheelbuild(
-        "build",
-        "wbdemo",
-        "--torch",
-        "cu130",
-        "--torch-index-url",
-        TORCH_INDEX,
-        env={"DOCKER_HOST": docker_host},
-    )
-    assert result.returncode == 20, result.stdout + result.stderr
-    assert f"no Docker daemon answers at {docker_host}" in result.stderr
-    assert "remedy:" in result.stderr
-
-
-def test_ca_bundle_path_missing_is_a_clear_error() -> None:
-    result = wheelbuild("build", "wbdemo", "--ca-bundle", "/nonexistent/ca.pem")
-    assert result.returncode == 14
-    assert "CA bundle /nonexistent/ca.pem does not exist" in result.stderr

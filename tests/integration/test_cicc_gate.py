@@ -17,7 +17,7 @@ import pytest
 
 from builder.wheel.wheels import archs_in_elf
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.docker
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 

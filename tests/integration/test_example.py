@@ -26,7 +26,7 @@ import docker
 import docker.errors
 import pytest
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
-from wheelbuild.run import gc
+from wheelbuild.run import gc, names
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image_options import ImageOptions, image_inputs
 
@@ -141,7 +141,7 @@ def test_after_scripts_example_doctor_plan_and_gc_read_what_it_set(
     assert sources["torch-index-url"] == [PYPI, "from", "wheelbuild.toml"]
 
     # gc counts the image of the example's inputs as current: one of that tag and an older one,
-    # under a scope of this test's own so that gc sees nothing else.
+    # under a Docker prefix of this test's own so that gc sees nothing else.
     scope = gc.Scope(f"wbextest-{secrets.token_hex(4)}")
     options = ImageOptions(base_image=base, ca_bundle=resolve_ca_bundle(None))
     current = scope.retag(image_inputs(DockerEngine(docker_client), options).tag)
@@ -150,7 +150,7 @@ def test_after_scripts_example_doctor_plan_and_gc_read_what_it_set(
         for tag in (current, stale):
             _tiny_image(docker_client, tag, base, scope.prefix)
         swept = clone.wheelbuild(
-            "gc", "--dry-run", "--output-dir", tmp_path / "out", **{gc.SCOPE_ENV: scope.prefix}
+            "gc", "--dry-run", "--output-dir", tmp_path / "out", **{names.PREFIX_ENV: scope.prefix}
         )
         assert swept.returncode == 0, swept.stdout + swept.stderr
         (kept,) = [line for line in swept.stdout.splitlines() if f" {current} " in line]

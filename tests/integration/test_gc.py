@@ -2,9 +2,9 @@
 
 The test makes tiny images tagged under a repository of its own (FROM the local base, 1 MiB of
 its own each), volumes of its own, a running and a created container, and a real output dir
-with runs and a published index. WHEELBUILD_GC_SCOPE points gc at that prefix, so it cannot see,
-let alone remove, wheelbuild's real images and volumes (a build may be using them right now):
-the test checks that too.
+with runs and a published index. gc runs under that prefix (WHEELBUILD_DOCKER_PREFIX, as a
+second checkout sharing the engine would), so it cannot see, let alone remove, wheelbuild's real
+images and volumes (a build may be using them right now): the test checks that too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import docker.errors
 import pytest
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
 from wheelbuild.index import publish as publishing
-from wheelbuild.run import gc
+from wheelbuild.run import gc, names
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import image_script
 from wheelbuild.run.image_options import ImageOptions, cuda12_layer, image_inputs
@@ -36,7 +36,7 @@ from tests.indexkit import make_wheel
 
 from .conftest import Completed, wheelbuild
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.docker
 
 MIB = 1024 * 1024
 TEST_LABEL = "org.wheelbuild.gc-test"
@@ -169,7 +169,7 @@ def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) 
         _stored(store, results["newest-run's"], age_days=10)
         _stored(store, results["orphan"], age_days=40)
         env = {
-            gc.SCOPE_ENV: scope.prefix,
+            names.PREFIX_ENV: scope.prefix,
             "WHEELBUILD_CACHE_DIR": str(store.parent),
             "WHEELBUILD_BASE_IMAGE": base_image,
             "NO_COLOR": "1",

@@ -24,7 +24,7 @@ from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.stamp import stamp_wheel
 
 from tests.integration.conftest import FixtureBuild, newest_cu130, wheelbuild
-from tests.integration.serving import clean_env, read_log, run_ok, running_server, uv_binary
+from tests.serving import clean_env, read_log, run_ok, running_server, uv_binary
 
 SO = "wbdemo/_C.cpython-311-x86_64-linux-gnu.so"
 

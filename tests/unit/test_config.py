@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -45,22 +44,6 @@ def test_config_file_replaces_the_current_directorys_wheelbuild_toml(tmp_path: P
     other = _write(tmp_path / "ci" / "site.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
     loaded = load_config(None, other, cwd=tmp_path)
     assert loaded.values == {"memory": ("32g", str(other))}
-
-
-def test_no_file_and_a_file_without_the_table_set_nothing(tmp_path: Path) -> None:
-    assert load_config(None, None, cwd=tmp_path) == FileConfig()
-    # The repository's file as committed: a checkout's copy may carry scripts/example's table.
-    repo = Path(__file__).resolve().parents[2]
-    committed = subprocess.run(
-        ["git", "-C", repo, "show", "HEAD:wheelbuild.toml"], capture_output=True, text=True, check=False
-    )
-    nightly = _write(
-        tmp_path / "nightly" / "wheelbuild.toml",
-        committed.stdout if committed.returncode == 0 else (repo / "wheelbuild.toml").read_text(),
-    )
-    assert (
-        load_config(None, None, cwd=nightly.parent).values == {}
-    )  # the nightly's [[build]] and [publish] only
 
 
 def test_a_given_config_file_must_exist(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT
 from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import LIST_KINDS
 
-from .conftest import NO_DOCKER, WHEELBUILD
+from tests.clikit import NO_DOCKER, WHEELBUILD
 
 Invoke = Callable[..., Result]
 
@@ -134,16 +134,6 @@ def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke
     assert sources["rebuild"] == "true from WHEELBUILD_REBUILD"
     assert sources["admission"] == "true from wheelbuild.toml"
     assert sources["env"] == "A (values not shown) from wheelbuild.toml"
-
-
-@pytest.mark.usefixtures("flash_attn_sdist")
-def test_a_known_recipe_reads_only_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
-    _write(here / "flash-attn" / "pyproject.toml", '[tool.wheelbuild]\nmemory = "8g"\n')  # not the recipe
-    _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "64g"\narchs = "100"\n')
-    result = invoke("plan", "flash-attn")
-    assert result.exit_code == 0, result.output
-    assert "plan for flash-attn-2.8.3" in result.stdout
-    assert _sources(result.stdout)["memory"] == "64g from wheelbuild.toml"
 
 
 def test_an_unknown_key_stops_plan_and_build_with_17_naming_the_nearest(here: Path, invoke: Invoke) -> None:

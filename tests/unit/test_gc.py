@@ -17,6 +17,7 @@ from wheelbuild.gc import prune
 from wheelbuild.index import publish as publishing
 from wheelbuild.run import gc, names
 
+from tests.clikit import NO_DOCKER, WHEELBUILD
 from tests.indexkit import make_wheel
 
 NOW = 1_800_000_000.0
@@ -238,8 +239,8 @@ def test_the_default_scope_names_are_the_ones_builds_use() -> None:
     assert scope.retag("wheelbuild-cuda131:abc") == "wheelbuild-cuda131:abc"
 
 
-def test_a_test_scope_sees_only_its_own_names() -> None:
-    scope = gc.parse_scope("wbgctest-1a2b")
+def test_a_scope_of_another_prefix_sees_only_its_own_names() -> None:
+    scope = gc.Scope(names.checked_prefix("wbgctest-1a2b"))
     assert scope.retag("wheelbuild-cuda131:abc") == "wbgctest-1a2b-cuda131:abc"
     assert scope.retag("wheelbuild-cuda12-redist:abc") == "wbgctest-1a2b-cuda12-redist:abc"
     assert scope.owns_image("wbgctest-1a2b-cuda131:x")
@@ -251,7 +252,19 @@ def test_a_test_scope_sees_only_its_own_names() -> None:
     assert scope.volume_kind("wheelbuild-torch-0123456789abcdef") is None
     for bad in ("Upper", "-dash", "a b", "x" * 70, "a/b"):
         with pytest.raises(BadArgument):
-            gc.parse_scope(bad)
+            names.checked_prefix(bad)
+
+
+def test_a_docker_prefix_that_cannot_name_images_is_refused_before_any_command(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_")}
+    env |= {names.PREFIX_ENV: "Not/A-Name", "DOCKER_HOST": NO_DOCKER}
+    done = subprocess.run(
+        [WHEELBUILD, "gc", "--dry-run", "--output-dir", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == BadArgument.exit_code, done.stderr
+    assert f"{names.PREFIX_ENV}='Not/A-Name' is not a name prefix" in done.stderr
+    assert "no Docker daemon" not in done.stderr  # refused before gc reached for the engine
 
 
 def test_the_summary_totals_what_goes_human_readable() -> None:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clikit import NO_DOCKER, WHEELBUILD
 from tests.indexkit import make_wheel
-
-from .conftest import NO_DOCKER, WHEELBUILD
 
 DIGITS = "9" * 5000  # past sys.get_int_max_str_digits() (4,300)
 Run = Callable[..., subprocess.CompletedProcess[str]]

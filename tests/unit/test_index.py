@@ -267,16 +267,15 @@ def test_read_wheel_refuses_what_is_not_a_consistent_wheel(tmp_path: Path, case:
 
 
 def test_atomic_write_that_fails_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "page.html"
+    target = tmp_path / "tree" / "page.html"
+    target.parent.mkdir()
     target.write_bytes(b"old")
-
-    def full(rel: str) -> None:
-        raise OSError(28, "No space left on device")
-
+    unreadable = tmp_path / "a-folder"  # its contents cannot be read: the write fails midway
+    unreadable.mkdir()
     with pytest.raises(OSError):
-        index.atomic_write(target, b"new", hook=full)
+        index.atomic_write(target, unreadable)
     assert target.read_bytes() == b"old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["page.html"]
     index.atomic_write(target, b"new")
     assert target.read_bytes() == b"new"
     assert target.stat().st_mode & 0o777 == 0o644

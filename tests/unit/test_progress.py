@@ -25,7 +25,7 @@ from wheelbuild.plan.memory_model import GIB, MIB
 from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
 from wheelbuild.run.reporter import STATUS_EVERY_S, TICK_S, BuildView, Reporter
 
-from .conftest import NO_DOCKER
+from tests.clikit import NO_DOCKER
 
 SILENT_S = 18 * 60  # cicc on one flash-attn unit, with nothing printed meanwhile
 STATUS_LINE = re.compile(r"^--- (?:(\d+):)?(\d+):(\d\d) (.*)$")

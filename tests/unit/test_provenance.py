@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -171,14 +169,6 @@ def test_each_kind_of_ed25519_key_signs_and_its_public_half_verifies(tmp_path: P
     assert read_envelope(envelope_bytes(envelope)) == envelope  # survives its own encoding
 
 
-def test_an_ssh_key_id_is_the_fingerprint_ssh_keygen_prints(tmp_path: Path) -> None:
-    private = ssh_key(tmp_path, "id_ed25519")
-    printed = subprocess.run(
-        ["ssh-keygen", "-lf", str(private.with_suffix(".pub"))], capture_output=True, text=True
-    )
-    assert load_verifying_key(private.with_suffix(".pub")).keyid == printed.stdout.split()[1]
-
-
 def test_a_signature_holds_only_for_its_key_its_payload_and_its_type(tmp_path: Path) -> None:
     mine, other = ssh_key(tmp_path, "mine"), ssh_key(tmp_path, "other")
     envelope = signed(_envelope(), load_signing_key(mine, {}))
@@ -207,21 +197,3 @@ def test_a_key_with_a_passphrase_is_opened_only_by_the_passphrase_named_in_the_e
         load_signing_key(private, {PASSPHRASE_ENV: "wrong"})
     pem, _public = pem_key(tmp_path, "plain")
     assert load_signing_key(pem, {PASSPHRASE_ENV: "for another key"}).keyid  # not encrypted: not used
-
-
-def test_keys_that_are_not_ed25519_or_not_keys_are_refused_with_exit_76(tmp_path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(tmp_path / "rsa")], check=True
-    )
-    cases: list[tuple[Callable[[Path, dict[str, str]], object], Path, str]] = [
-        (load_signing_key, tmp_path / "rsa", "not an Ed25519 key"),
-        (load_verifying_key, tmp_path / "rsa.pub", "not an Ed25519 key"),
-        (load_signing_key, _write(tmp_path / "junk", b"hello"), "not a private key"),
-        (load_verifying_key, _write(tmp_path / "junk.pub", b"hello"), "not a public key"),
-        (load_verifying_key, tmp_path / "missing", "cannot be read"),
-        (load_verifying_key, tmp_path, "not a regular file"),
-    ]
-    for load, path, why in cases:
-        with pytest.raises(SigningKeyUnusable, match=why) as refused:
-            load(path, {})
-        assert refused.value.exit_code == 76

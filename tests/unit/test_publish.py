@@ -3,35 +3,25 @@ SIGKILL at any write, and two publishers at once (real processes, real filesyste
 
 from __future__ import annotations
 
-import hashlib
 import os
-import signal
 import subprocess
 import sys
-import time
-import zipfile
 from pathlib import Path
 
 import pytest
 from wheelbuild.errors import (
     BadArgument,
-    IndexWriteFailed,
     InvalidWheel,
     NotPublished,
-    PublishLocked,
     WheelConflict,
 )
 from wheelbuild.index import index
 from wheelbuild.index.publish import Sidecars, publish, published_inputs, reindex
 from wheelbuild.index.yank import unyank, yank
 
-from tests.indexkit import check_tree, lock_held, make_wheel, parse_page
+from tests.indexkit import check_tree, make_wheel, parse_page
 
 REPO = Path(__file__).resolve().parents[2]
-# A publish of one new wheel writes: its .metadata, the wheel, its .sha256 and .archs caches, its
-# project's two pages, (for a new project) the root's two pages, and the page for people.
-WRITES_NEW_PROJECT = 9
-WRITES_NEW_VERSION = 7
 
 
 def _python(code: str, *args: str) -> subprocess.Popen[str]:
@@ -259,179 +249,6 @@ def test_a_fifo_planted_as_a_published_wheels_sidecar_never_blocks_a_publish(
     assert yanked == ([""] if sidecar == ".yanked" else [None])  # a marker, even one that is not read
 
 
-def _without_record(wheel: Path, to: Path) -> Path:
-    """*wheel* with its RECORD left out, at *to*: a wheel installers refuse."""
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(to, "w") as copy:
-        for info in source.infolist():
-            if not info.filename.endswith("/RECORD"):
-                copy.writestr(info, source.read(info))
-    return to
-
-
-@pytest.mark.parametrize("swapped_in", ["a wheel installers refuse", "a good wheel of other bytes"])
-def test_what_is_checked_is_what_is_published_when_the_file_is_replaced_midway(
-    tmp_path: Path, swapped_in: str
-) -> None:
-    wheel = make_wheel(tmp_path / "in")
-    checked = wheel.read_bytes()
-    other = make_wheel(tmp_path / "other", payload="other bytes")
-    if swapped_in == "a wheel installers refuse":
-        other = _without_record(other, tmp_path / "other" / "refused.whl")
-    root = tmp_path / "tree"
-    with lock_held(root) as waited:
-        child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(root))
-        waited(child)  # it has read and checked the wheel, and waits for the lock
-        os.replace(other, wheel)  # replaced, all at once, before it copies anything
-    said, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err
-    published = root / "files" / wheel.name
-    if swapped_in == "a wheel installers refuse":
-        assert said.startswith(f"52 {wheel.name} is not a usable wheel: it has no "), said
-        assert not published.exists()
-        return
-    assert said == "", said  # published what it read under the lock, the new bytes
-    assert check_tree(root) == {"wbtiny": [wheel.name]}  # the index's sha256 is the served file's
-    assert published.read_bytes() == wheel.read_bytes() != checked
-    (tmp_path / "again").mkdir()
-    first = tmp_path / "again" / wheel.name
-    first.write_bytes(checked)
-    with pytest.raises(WheelConflict):  # the bytes first given were never published
-        publish([first], root)
-
-
-HOLD_LOCK = """
-import sys, time
-from filelock import FileLock
-with FileLock(sys.argv[1]):
-    print("held", flush=True)
-    time.sleep(60)
-"""
-
-
-def test_a_held_lock_times_out_with_its_own_error(tmp_path: Path, tree: Path) -> None:
-    holder = _python(HOLD_LOCK, str(tree / ".lock"))
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline() == "held\n"
-        wheel = make_wheel(tmp_path / "in", "waiting", "1.0")
-        start = time.monotonic()
-        with pytest.raises(PublishLocked) as raised:
-            publish([wheel], tree, lock_timeout=0.5)
-        assert time.monotonic() - start >= 0.5  # it waited its timeout (never less, however loaded)
-        assert holder.poll() is None  # and gave up while the lock was still held, not after
-        assert raised.value.exit_code == 50
-        assert not (tree / "files" / wheel.name).exists()
-    finally:
-        holder.kill()
-        holder.wait()
-    # The lock dies with its holder: the next publish goes through.
-    assert publish([wheel], tree, lock_timeout=5).added == (wheel.name,)
-
-
-PUBLISHER = """
-import sys, time
-from pathlib import Path
-from wheelbuild.index.publish import publish
-root, go, *wheels = sys.argv[1:]
-while not Path(go).exists():
-    time.sleep(0.002)
-# A little time per write widens the window in which the two publishers overlap.
-result = publish([Path(w) for w in wheels], Path(root), hook=lambda rel: time.sleep(0.005), lock_timeout=60)
-print(len(result.added), flush=True)
-"""
-
-
-def test_concurrent_publisher_processes_all_end_up_in_the_index(tmp_path: Path, tree: Path) -> None:
-    go = tmp_path / "go"
-    batches = [
-        [make_wheel(tmp_path / f"p{n}", f"proj{n}", f"1.{k}") for k in range(3)]
-        + [make_wheel(tmp_path / f"p{n}", "shared", f"2.{n}")]
-        for n in range(4)
-    ]
-    procs = [_python(PUBLISHER, str(tree), str(go), *map(str, batch)) for batch in batches]
-    time.sleep(0.3)  # let every process import and wait at the start line
-    go.touch()
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        assert out.strip() == "4"
-    listing = check_tree(tree)
-    assert sorted(listing) == ["oldpkg", "proj0", "proj1", "proj2", "proj3", "shared"]
-    for n, batch in enumerate(batches):
-        assert listing[f"proj{n}"] == [w.name for w in batch[:3]]
-    assert listing["shared"] == sorted(b[3].name for b in batches)
-    shared = parse_page((tree / "simple/shared/index.html").read_bytes())
-    assert len(shared.anchors) == 4
-
-
-@pytest.mark.parametrize("fail_at", range(1, WRITES_NEW_PROJECT + 1))
-def test_a_full_disk_at_any_write_leaves_a_valid_index_and_a_retry_finishes(
-    tmp_path: Path, tree: Path, fail_at: int
-) -> None:
-    wheel = make_wheel(tmp_path / "in", "newpkg", "1.0")
-    calls: list[str] = []
-
-    def disk_full(rel: str) -> None:
-        calls.append(rel)
-        if len(calls) == fail_at:
-            raise OSError(28, "No space left on device", rel)
-
-    with pytest.raises(IndexWriteFailed) as raised:
-        publish([wheel], tree, hook=disk_full)
-    assert raised.value.exit_code == 54
-    assert "No space left on device" in raised.value.cause
-    listing = check_tree(tree, settled=False)  # every page parses; each link resolves, right hash
-    assert listing["oldpkg"] == ["oldpkg-1.0-py3-none-any.whl"]
-    assert set(listing) <= {"oldpkg", "newpkg"}
-    assert _temp_files(tree) == []
-    assert publish([wheel], tree).added in ((wheel.name,), ())
-    assert check_tree(tree) == {"newpkg": [wheel.name], "oldpkg": ["oldpkg-1.0-py3-none-any.whl"]}
-
-
-KILLED_PUBLISHER = """
-import sys, time
-from pathlib import Path
-from wheelbuild.index.publish import publish
-wheel, root, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
-seen = []
-def hook(rel):
-    seen.append(rel)
-    if len(seen) == stop_at:
-        print(rel, flush=True)  # the temp file is complete; the rename has not happened
-        time.sleep(60)
-publish([Path(wheel)], Path(root), hook=hook)
-print("finished", flush=True)
-"""
-
-
-@pytest.mark.parametrize("kill_at", range(1, WRITES_NEW_VERSION + 1))
-def test_sigkill_at_any_write_leaves_the_previous_index_valid(
-    tmp_path: Path, tree: Path, kill_at: int
-) -> None:
-    old = check_tree(tree)
-    wheel = make_wheel(tmp_path / "in", "oldpkg", "1.1")  # a new version of a listed project
-    proc = _python(KILLED_PUBLISHER, str(wheel), str(tree), str(kill_at))
-    assert proc.stdout is not None
-    at = proc.stdout.readline().strip()
-    assert at and at != "finished", proc.stderr.read() if proc.stderr else ""
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-
-    # What a reader sees now: the old pages or new ones, each whole and each linking real files.
-    listing = check_tree(tree, settled=False)
-    assert listing["oldpkg"] in (old["oldpkg"], sorted([*old["oldpkg"], wheel.name]))
-    assert [t.name.split(".tmp")[0] for t in _temp_files(tree)] != []  # the killed write's leftover
-    # The dead process's lock is gone with it; the next publish cleans up and finishes.
-    publish([wheel], tree, lock_timeout=5)
-    assert check_tree(tree) == {"oldpkg": sorted([*old["oldpkg"], wheel.name])}
-    assert _temp_files(tree) == []
-    published = tree / "files" / wheel.name
-    assert (
-        hashlib.sha256(published.read_bytes()).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    )
-
-
 def test_yank_and_unyank_by_file_name_and_by_project_version(tmp_path: Path, tree: Path) -> None:
     wheels = [
         make_wheel(tmp_path / "in", "flash_attn", "2.8.3+cu130torch2.11", tag=f"cp3{n}-cp3{n}-linux_x86_64")
@@ -476,13 +293,3 @@ def test_reindex_after_a_wheel_was_removed_by_hand(tmp_path: Path, tree: Path) -
     written = reindex(tree)
     assert "simple/extra/index.html" in written
     assert check_tree(tree) == {"oldpkg": ["oldpkg-1.0-py3-none-any.whl"]}
-
-
-def test_the_crash_tests_stop_at_every_write_there_is(tmp_path: Path, tree: Path) -> None:
-    writes: list[str] = []
-    publish([make_wheel(tmp_path / "in", "newpkg", "1.0")], tree, hook=writes.append)
-    assert len(writes) == WRITES_NEW_PROJECT, writes
-    writes.clear()
-    publish([make_wheel(tmp_path / "in", "oldpkg", "1.1")], tree, hook=writes.append)
-    assert len(writes) == WRITES_NEW_VERSION, writes
-    assert writes[:3] == [f"files/oldpkg-1.1-py3-none-any.whl{s}" for s in (".metadata", "", ".sha256")]

@@ -22,9 +22,8 @@ from wheelbuild.run.attempt import AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySeries
 from wheelbuild.run.watcher import AttemptWatcher
 
+from tests.clikit import WHEELBUILD
 from tests.reportkit import REAL_REPORT, phased_report, range_report, real_report, step_done, synthetic_report
-
-from .conftest import WHEELBUILD
 
 
 class _Dom(HTMLParser):

@@ -19,11 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import REPO
+from tests.clikit import REPO
 
 # What the test tools are found as; hidden from setup's PATH so that it must ask for them.
-TEST_TOOLS = ("gcc", "g++", "objdump", "rsync", "ssh", "ssh-keygen", "chromium", "chromium-browser")
-TEST_PACKAGES = {"gcc", "g++", "binutils", "rsync", "openssh-client", "chromium"}
+TEST_TOOLS = ("gcc", "g++", "objdump", "rsync", "ssh", "ssh-keygen", "strace", "chromium", "chromium-browser")
+TEST_PACKAGES = {"gcc", "g++", "binutils", "rsync", "openssh-client", "strace", "chromium"}
 
 
 @dataclass(frozen=True)

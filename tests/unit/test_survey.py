@@ -5,7 +5,6 @@ refused or ignored without a crash, without extracting or running anything."""
 
 from __future__ import annotations
 
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -13,80 +12,7 @@ import pytest
 from wheelbuild.recipes import survey
 from wheelbuild.recipes.survey import Survey, Switch, survey_source
 
-from tests.sdists import fetch, make_sdist
-
-CONV_ARCHS = (75, 80, 87, 90, 100, 103, 110, 120, 121)
-
-# project==version -> (switches, package_archs, downloads_prebuilt, cuda_needs_gpu, missing_sources)
-REAL: dict[str, tuple[dict[str, str], tuple[int, ...], bool, bool, tuple[str, ...]]] = {
-    "causal-conv1d==1.7.0": ({"CAUSAL_CONV1D_FORCE_BUILD": "TRUE"}, CONV_ARCHS, True, False, ()),
-    "mamba-ssm==2.3.2.post1": ({"MAMBA_FORCE_BUILD": "TRUE"}, CONV_ARCHS, True, False, ()),
-    "fast-hadamard-transform==1.1.0": (
-        {"FAST_HADAMARD_TRANSFORM_FORCE_BUILD": "TRUE"},
-        CONV_ARCHS,
-        True,
-        False,
-        ("csrc/fast_hadamard_transform.cpp", "csrc/fast_hadamard_transform_cuda.cu"),
-    ),
-    # Its gencode list is gated on FLASH_ATTN_CUDA_ARCHS; the ROCm branch's .cu files are
-    # copies the build makes of .cpp files the sdist holds, so they are not missing.
-    "flash-attn==2.8.3": ({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}, (80, 90, 100, 120), True, False, ()),
-    # FORCE_ONLY_CUDA is read too, and left alone: it would drop the CPU kernels.
-    "torch-cluster==1.6.3": ({"FORCE_CUDA": "1"}, (), False, True, ()),
-    "torch-scatter==2.1.2": ({"FORCE_CUDA": "1"}, (), False, True, ()),
-    # No GPU switch: without TORCH_CUDA_ARCH_LIST it asks the GPU for its capability instead.
-    "grouped-gemm==0.3.0": ({}, (), False, False, ()),
-    "mmcv==2.2.0": ({"MMCV_WITH_OPS": "1", "FORCE_CUDA": "1"}, (), False, True, ()),
-    "xformers==0.0.35": ({"FORCE_CUDA": "1"}, (), False, True, ()),
-    # Read through its helper get_env_if_set and int(); without it the ops compile at first use.
-    "deepspeed==0.19.8": ({"DS_BUILD_OPS": "1"}, (), False, False, ()),
-    # The qigen extension (off unless DISABLE_QIGEN=0) names a source its sdist does not ship.
-    "auto-gptq==0.7.1": (
-        {"BUILD_CUDA_EXT": "1"},
-        (),
-        False,
-        False,
-        ("autogptq_extension/qigen/backend.cpp",),
-    ),
-}
-
-
-@pytest.mark.parametrize("key", sorted(REAL))
-def test_a_real_sdist_says_what_it_needs_to_build_here(key: str) -> None:
-    path = fetch(key)
-    found = survey_source(path.parent, path.name)
-    switches, archs, downloads, gpu, missing = REAL[key]
-    assert {s.name: s.value for s in found.switches} == switches
-    assert found.package_archs == archs
-    assert found.downloads_prebuilt is downloads
-    assert found.cuda_needs_gpu is gpu
-    assert found.missing_sources == missing
-    assert found.files_read[0] == "setup.py" and found.refused == ()
-
-
-def test_each_switch_says_why_in_one_line() -> None:
-    conv = fetch("causal-conv1d==1.7.0")
-    cluster = fetch("torch-cluster==1.6.3")
-    assert survey_source(conv.parent, conv.name).switches == (
-        Switch("CAUSAL_CONV1D_FORCE_BUILD", "TRUE", "setup.py downloads a prebuilt wheel unless it is TRUE"),
-    )
-    assert survey_source(cluster.parent, cluster.name).switches == (
-        Switch(
-            "FORCE_CUDA",
-            "1",
-            "setup.py builds its CUDA extension only on a machine with a GPU unless it is 1",
-        ),
-    )
-
-
-def test_a_project_directory_reads_as_its_sdist_does(tmp_path: Path) -> None:
-    for key in ("causal-conv1d==1.7.0", "fast-hadamard-transform==1.1.0"):
-        path = fetch(key)
-        with tarfile.open(path) as archive:
-            archive.extractall(tmp_path / key, filter="data")  # a pinned file, unpacked to compare
-        (root,) = (tmp_path / key).iterdir()
-        assert survey_source(root, ".") == survey_source(path.parent, path.name)
-
+from tests.sdists import make_sdist
 
 # --- the patterns, one at a time, in a project directory --------------------------------------
 
@@ -389,21 +315,6 @@ def test_a_zip_sdist_reads_as_a_tar_gz_does(tmp_path: Path) -> None:
     zipped = _survey(_zip(tmp_path / "demo-1.0.zip", members))
     assert zipped == _survey(make_sdist(tmp_path / "demo-1.0.tar.gz", [(n, d) for n, d in members]))
     assert zipped.missing_sources == ("csrc/demo.cu",) and zipped.files_read == ("setup.py",)
-
-
-@pytest.mark.parametrize(
-    ("key", "requires"),
-    [
-        ("causal-conv1d==1.7.0", ("setuptools", "wheel")),
-        # Its own torch bound (torch>=2.7.0,<2.8) would replace the variant's torch: left out.
-        ("grouped-gemm==0.3.0", ("setuptools<81.0.0", "packaging>=21.0.0")),
-        ("mamba-ssm==2.3.2.post1", ("setuptools>=61.0.0", "wheel", "packaging", "ninja")),
-        ("torch-cluster==1.6.3", ()),  # no pyproject.toml
-    ],
-)
-def test_the_build_requirements_are_read_without_torch(key: str, requires: tuple[str, ...]) -> None:
-    path = fetch(key)
-    assert survey_source(path.parent, path.name).build_requires == requires
 
 
 def test_build_requirements_that_are_urls_or_no_requirements_are_refused_not_installed(

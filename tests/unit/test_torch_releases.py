@@ -1,7 +1,7 @@
 """wheelbuild.spec.torch_releases and project_pages without a server: project pages (PEP 691 JSON, PEP 503
 HTML) read into files, releases and the Python tags of one torch version; the CUDA a wheel's METADATA
 says; the page cache; and which release a variant means, over releases whose CUDA is known without a
-request (a label, or a METADATA answer kept from before). tests/integration/test_default_pythons.py
+request (a label, or a METADATA answer kept from before). tests/local/test_default_pythons.py
 reads the same over HTTP from a real `wheelbuild serve`, byte ranges included."""
 
 from __future__ import annotations

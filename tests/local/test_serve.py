@@ -42,7 +42,7 @@ from wheelbuild.index.serve_log import escape as _escape
 from wheelbuild.index.yank import yank
 
 from tests.indexkit import make_wheel, parse_page
-from tests.integration.serving import (
+from tests.serving import (
     LINE,
     Hit,
     clean_env,
@@ -54,8 +54,6 @@ from tests.integration.serving import (
     serve_process,
     uv_binary,
 )
-
-pytestmark = pytest.mark.integration
 
 PIN = "wbtiny==0.1.0+cu130torch2.11"
 WHEEL = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"

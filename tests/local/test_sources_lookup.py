@@ -22,7 +22,9 @@ from wheelbuild.spec.torch_releases import newest_release, read_torch_index
 from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel
-from tests.integration.serving import running_server
+from tests.serving import running_server
+
+pytestmark = pytest.mark.network  # PyPI's JSON API and simple index, for real
 
 
 def test_an_unpinned_release_is_looked_up_and_pinned_by_pypis_sha256() -> None:

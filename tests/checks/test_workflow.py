@@ -118,7 +118,7 @@ def test_the_workflow_and_scripts_nightly_cannot_reach_the_test_base() -> None:
     for text in (WORKFLOW.read_text(), script):
         for word in (
             "WHEELBUILD_BASE_IMAGE",
-            "WHEELBUILD_NIGHTLY_TEST_BASE",
+            "WHEELBUILD_NIGHTLY_BASE_IMAGE",
             "--base-image",
             "eval",
             "CUDA12_IMAGE",
@@ -149,7 +149,7 @@ def test_scripts_nightly_runs_plan_build_cell_and_publish_night_and_takes_nothin
 import json, os, sys
 with open({str(log)!r}, "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "base": os.environ.get("WHEELBUILD_BASE_IMAGE"),
-                        "test_base": os.environ.get("WHEELBUILD_NIGHTLY_TEST_BASE")}}) + "\\n")
+                        "test_base": os.environ.get("WHEELBUILD_NIGHTLY_BASE_IMAGE")}}) + "\\n")
 if sys.argv[2] == "plan":
     print('a-cu130-cp311 ["a", "--python", "cp311"]')
     print('b$(touch${{IFS}}pwned)-cu130-cp313 ["b"]')
@@ -162,7 +162,7 @@ if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("WHEELBUILD_BASE_IMAGE", "WHEELBUILD_NIGHTLY_TEST_BASE")
+        if k not in ("WHEELBUILD_BASE_IMAGE", "WHEELBUILD_NIGHTLY_BASE_IMAGE")
     }
     done = subprocess.run(
         [tmp_path / "scripts" / "nightly", "cfg.toml", "out"], cwd=tmp_path, env=env,

@@ -21,9 +21,8 @@ from wheelbuild.index.yank import yank
 
 from tests.browser import chromium, count_near, distinct_colors, read_png
 from tests.indexkit import make_wheel
+from tests.serving import clean_env, request, run_ok, running_server, uv_binary
 from tests.toolchain import require
-
-from .serving import clean_env, request, run_ok, running_server, uv_binary
 
 KERNEL = """
 __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }

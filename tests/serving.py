@@ -1,5 +1,5 @@
-"""Helpers for tests/integration/test_serve.py: the real server in a thread, raw HTTP requests, the
-access log read back."""
+"""Helpers for tests/local/test_serve.py and the other tests that serve an index: the real server
+in a thread, raw HTTP requests, the access log read back."""
 
 from __future__ import annotations
 
