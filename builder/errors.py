@@ -385,6 +385,13 @@ class SigningKeyUnusable(WheelbuildError):
     exit_code = 76
 
 
+class KeylessSigningFailed(WheelbuildError):
+    """`--sigstore` cannot sign: the sigstore package is missing, no OIDC identity is ambient, or
+    Sigstore's servers refused or could not be reached. Nothing was published."""
+
+    exit_code = 77
+
+
 @dataclass(frozen=True)
 class ExitCode:
     code: int

@@ -17,7 +17,8 @@ from ..index import yank as yanking
 from ..pipeline import check
 from ..pipeline.statements import for_publish
 from ..pipeline.statements import subjects_check as statements_check
-from ..provenance import signing
+from ..provenance import keyless, signing
+from ..provenance.keyless import keyless_bundles
 from ..run.reporter import Reporter
 from ..spec.build_spec import parse_archs
 from ..spec.sources import cache_dir
@@ -66,6 +67,12 @@ from .params import GIVEN_PATH, REPEATABLE, RenamedOption, joined_list
     type=GIVEN_PATH,
     help=f"A public key --require-signed accepts; {REPEATABLE}.",
 )
+@click.option(
+    "--sigstore",
+    is_flag=True,
+    help="Also sign each statement keyless with Sigstore (<wheel>.sigstore.json beside it), with the "
+    "ambient OIDC identity of a CI job (GitHub Actions: `permissions: id-token: write`).",
+)
 def publish_command(
     wheels: tuple[Path, ...],
     target: str,
@@ -74,12 +81,14 @@ def publish_command(
     sign_key: Path | None,
     require_signed: bool,
     keys: tuple[Path, ...],
+    sigstore: bool,
 ) -> None:
     """Check wheels (archs, version label, torch pin), then add them to a wheelhouse tree and
     regenerate its static index (PEP 503/691/658/700, under a lock, atomically). Each wheel's
     provenance statement goes beside it (files/<wheel>.intoto.jsonl)."""
     parsed = remote.parse_target(target)  # a bad --to fails before the wheels are read
     statements = _statements(wheels, sign_key, keys, require_signed, parsed)
+    bundles = _keyless(statements, parsed) if sigstore else {}
     groups = check.check_wheels(
         wheels,
         parse_variant(torch_variant) if torch_variant is not None else None,
@@ -93,7 +102,7 @@ def publish_command(
     )
     for tag, (_variant, paths) in groups.items():
         where = remote.target_for(target, tag, several=len(groups) > 1)
-        _publish_to(where, paths, statements_check(statements, again), statements)
+        _publish_to(where, paths, statements_check(statements, again), statements, bundles)
 
 
 def _statements(
@@ -117,16 +126,28 @@ def _statements(
     return for_publish(wheels, signer, trusted, require_signed)
 
 
+def _keyless(statements: Mapping[str, bytes], target: object) -> dict[str, bytes]:
+    """Each statement signed keyless (Sigstore), before anything is published."""
+    if isinstance(target, remote.UploadEndpoint):
+        raise BadArgument(
+            "--sigstore signs the statements a tree serves beside its wheels; an upload URL takes none",
+            "publish to a tree (a directory or host:path) to serve them",
+        )
+    return keyless_bundles(statements, keyless.sigstore_signer())
+
+
 def _publish_to(
     where: Path | remote.UploadEndpoint | remote.RsyncTarget,
     wheels: tuple[Path, ...],
     again: publishing.CopiesCheck,
     statements: Mapping[str, bytes] | None = None,
+    bundles: Mapping[str, bytes] | None = None,
 ) -> None:
     sidecars = publishing.Sidecars(
         inputs={w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))},
         statements=statements or {},
         torch_ranges={w.name: line for w in wheels if (line := check.torch_range_line(w))},
+        sigstore_bundles={w.name: bundles[w.name] for w in wheels if bundles and w.name in bundles},
     )
     if isinstance(where, remote.UploadEndpoint):
         sha256 = remote.upload(wheels, where, check=again)

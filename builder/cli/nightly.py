@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from ..nightly import cell_specs as matrix_runs
-from ..nightly import matrix
+from ..nightly import cell_specs, matrix
 from ..nightly.night import declared_matrix
+from ..provenance import keyless
 from ..run.engine import DockerEngine
 from ..run.reporter import Reporter
 from .options import ImageFlags, torch_index_option, track_option, with_image_flags
@@ -72,7 +72,7 @@ def matrix_command(
     if skip_published and output != "publish-to":
         options = image_flags.options()
         with DockerEngine() as engine:  # asked only for a local base's image ID
-            cells = matrix_runs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
+            cells = cell_specs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
         click.echo(
             f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
             err=True,
@@ -243,8 +243,14 @@ def nightly_build_cell(
 @_nightly_config
 @_nightly_to
 @_nightly_index
+@click.option(
+    "--sigstore",
+    is_flag=True,
+    help="Also sign each published statement keyless with Sigstore (<wheel>.sigstore.json beside it), "
+    "with the job's ambient OIDC identity: a GitHub Actions job with `permissions: id-token: write`.",
+)
 def nightly_publish_night(
-    dirs: tuple[Path, ...], config_file: Path, target: str | None, index_url: str | None
+    dirs: tuple[Path, ...], config_file: Path, target: str | None, index_url: str | None, sigstore: bool
 ) -> None:
     """Publish the wheels of every cell under DIRS whose report says all checks and the gate
     passed; report the others; write the coverage table ($GITHUB_STEP_SUMMARY, coverage.html).
@@ -258,6 +264,7 @@ def nightly_publish_night(
         to=target,
         say=Reporter(sys.stderr).info,
         index_url=index_url,
+        keyless=keyless.sigstore_signer() if sigstore else None,
     )
     click.echo(night.coverage_markdown(result.rows), nl=False)
     for page in result.pages:

@@ -57,7 +57,7 @@ from ..wheel.layout import check_layout
 from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
 from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
-from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIMPLE, Distribution, render
+from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIGSTORE_SUFFIX, SIMPLE, Distribution, render
 from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "MEDIA_HTML_V1",
     "MEDIA_JSON",
     "NAME_MAX",
+    "SIGSTORE_SUFFIX",
     "SIMPLE",
     "Distribution",
     "IndexEntry",
@@ -328,6 +329,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
         yanked = read_yank(files_dir / (name + YANKED_SUFFIX))
         torch_range = read_torch_range(files_dir / (name + TORCH_RANGE_SUFFIX))
         statement = files_dir / (name + ENVELOPE_SUFFIX)
+        bundle = files_dir / (name + SIGSTORE_SUFFIX)
         archs = _cached_archs(wheel, sha256)
         if archs is None and (archs := read_archs(wheel)) is not None:
             sidecars[f"{FILES}/{name}{ARCHS_SUFFIX}"] = " ".join([sha256, *map(str, archs)]).encode() + b"\n"
@@ -344,6 +346,7 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
                 yanked=yanked,
                 archs=archs,
                 statement=statement.is_file() and not statement.is_symlink(),
+                sigstore_bundle=bundle.is_file() and not bundle.is_symlink(),
                 torch_range=torch_range,
             )
         )

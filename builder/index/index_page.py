@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion
 
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
-from .pages import ENVELOPE_SUFFIX, Distribution
+from .pages import ENVELOPE_SUFFIX, SIGSTORE_SUFFIX, Distribution
 
 __all__ = ["PAGE", "install_lines", "python_of", "render", "variant_of"]
 
@@ -138,6 +138,11 @@ def _row(dist: Distribution) -> str:
         + (
             f' <a class="provenance" href="files/{_quote(dist.filename + ENVELOPE_SUFFIX)}">provenance</a>'
             if dist.statement
+            else ""
+        )
+        + (
+            f' <a class="sigstore" href="files/{_quote(dist.filename + SIGSTORE_SUFFIX)}">sigstore</a>'
+            if dist.sigstore_bundle
             else ""
         )
         + "</td>",

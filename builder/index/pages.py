@@ -22,6 +22,8 @@ FILES = "files"
 SIMPLE = "simple"
 # Beside a published wheel: its provenance, one DSSE envelope on one line (provenance/statement.py).
 ENVELOPE_SUFFIX = ".intoto.jsonl"
+# Beside it too, when published with --sigstore: the Statement signed keyless (provenance/keyless.py).
+SIGSTORE_SUFFIX = ".sigstore.json"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Distribution:
     yanked: str | None  # None: not yanked; "" yanked without a reason
     archs: tuple[int, ...] | None = None  # SASS in its .so files (() none); None: not known
     statement: bool = False  # its provenance statement is beside it (<wheel>.intoto.jsonl)
+    sigstore_bundle: bool = False  # that statement signed keyless is beside it (<wheel>.sigstore.json)
     torch_range: str | None = None  # "cp311: imports with torch 2.12.1-2.15.0; fails on ..."
 
 

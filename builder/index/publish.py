@@ -152,6 +152,7 @@ class Sidecars:
     inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # keys of the builds it serves
     statements: Mapping[str, bytes] = field(default_factory=dict)  # its provenance statement
     torch_ranges: Mapping[str, str] = field(default_factory=dict)  # the torch releases it loaded with
+    sigstore_bundles: Mapping[str, bytes] = field(default_factory=dict)  # its statement signed keyless
 
 
 def publish(
@@ -306,6 +307,7 @@ def _add_wheel(
     target = files / info.filename
     inputs_keys = sidecars.inputs.get(info.filename, ())
     _add_statement(target, sidecars.statements.get(info.filename))
+    _add_beside(target, index.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(info.filename))
     if torch_range := sidecars.torch_ranges.get(info.filename):
         index.atomic_write(
             target.with_name(target.name + index.TORCH_RANGE_SUFFIX),
@@ -339,16 +341,22 @@ def _put_in_place(
         _add_wheel(files, copies[path], info, sha256, sidecars)
     for name in present:
         _add_statement(files / name, sidecars.statements.get(name))
+        _add_beside(files / name, index.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(name))
 
 
 def _add_statement(wheel: Path, statement: bytes | None) -> None:
     """*wheel*'s provenance statement (one DSSE envelope line) beside it as ``<wheel>.intoto.jsonl``,
     unless it has one already: files in a tree are never replaced (rsync pushes only new ones),
     so a caller's check of the copies is where a statement is judged."""
-    sidecar = wheel.with_name(wheel.name + index.ENVELOPE_SUFFIX)
-    if statement is None or os.path.lexists(sidecar):
+    _add_beside(wheel, index.ENVELOPE_SUFFIX, statement)
+
+
+def _add_beside(wheel: Path, suffix: str, content: bytes | None) -> None:
+    """``<wheel><suffix>`` written once: a file already there is kept."""
+    sidecar = wheel.with_name(wheel.name + suffix)
+    if content is None or os.path.lexists(sidecar):
         return
-    index.atomic_write(sidecar, statement)
+    index.atomic_write(sidecar, content)
 
 
 def published_inputs(root: Path) -> set[str]:

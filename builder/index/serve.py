@@ -305,8 +305,8 @@ class _Tree:
         kind = (
             "text/plain; charset=utf-8"
             if name.endswith((index.METADATA_SUFFIX, index.INPUTS_SUFFIX))
-            else "application/json"  # a provenance statement: one DSSE envelope
-            if name.endswith(index.ENVELOPE_SUFFIX)
+            else "application/json"  # a provenance statement (a DSSE envelope) or its Sigstore bundle
+            if name.endswith((index.ENVELOPE_SUFFIX, index.SIGSTORE_SUFFIX))
             else "application/octet-stream"
         )
         return web.FileResponse(path, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind})

@@ -43,7 +43,7 @@ from ..spec.sources import newest_release as newest_sdist
 from ..spec.sources import prepare_source, resolve_lookup
 from ..spec.torch_releases import newest_release, read_torch_index, releases_by_rule, torch_python_tags
 from ..variants import CudaCompiler, arch_range, compiler_for, parse_torch_rule, parse_variant, supports_arch
-from . import cell_specs as matrix_runs
+from . import cell_specs
 from .coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows
 from .matrix import Cell, Matrix, tracking
 from .publish import CELL_RECORD, PUBLISH_TO_ENV, publish_night, publish_target, read_outcomes, report_verdict
@@ -339,7 +339,7 @@ def plan_night(
     matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
     good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
     keys = {
-        c.id: matrix_runs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
+        c.id: cell_specs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
     }
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     tags = {parse_variant(c.torch).tag for c in good}
@@ -433,7 +433,7 @@ def build_cell(
             f"cell {cell_id} " + (f"cannot be built: {why}" if why else "is not in the matrix"),
             "pick one that `wheelbuild nightly plan` prints: " + ", ".join(c.id for c in good),
         )
-    spec = matrix_runs.cell_spec(cell, torch_index_url, out)
+    spec = cell_specs.cell_spec(cell, torch_index_url, out)
     record: dict[str, object] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:

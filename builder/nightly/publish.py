@@ -21,6 +21,7 @@ from ..index import publish as publishing
 from ..index import remote
 from ..pipeline import check
 from ..pipeline.statements import for_publish, subjects_check
+from ..provenance.keyless import KeylessSigner, keyless_bundles
 from ..report.build_report import REPORT_NAME, BuildReport, read_report, report_from_json
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
@@ -158,8 +159,11 @@ def _publish(
     inputs: Mapping[str, tuple[str, ...]],
     where: Path | remote.UploadEndpoint | remote.RsyncTarget,
     say: Callable[[str], None],
+    keyless: KeylessSigner | None = None,
 ) -> Path | None:
-    """Publish into one target; returns the tree whose coverage page to write (local or mirror)."""
+    """Publish into one target; returns the tree whose coverage page to write (local or mirror).
+    With *keyless*, a tree gets each statement signed keyless beside it too (an upload URL takes
+    no files beside its wheels)."""
     # The cells' checks, on the copies publish makes; then each cell's statement, carried beside
     # its wheel, must name that copy.
     statements = for_publish(wheels, None, (), False)
@@ -167,6 +171,11 @@ def _publish(
         inputs=inputs,
         statements=statements,
         torch_ranges={w.name: line for w in wheels if (line := check.torch_range_line(w))},
+        sigstore_bundles=(
+            keyless_bundles(statements, keyless)
+            if keyless is not None and wheels and not isinstance(where, remote.UploadEndpoint)
+            else {}
+        ),
     )
     again = subjects_check(statements, check.copies_check(None, None))
     if isinstance(where, remote.UploadEndpoint):
@@ -209,11 +218,13 @@ def publish_night(
     to: str | None,
     say: Callable[[str], None],
     index_url: str | None = None,
+    keyless: KeylessSigner | None = None,
 ) -> NightResult:
     """Publish every cell that passed (each variant's wheels into its tree), write the coverage
     table, and raise NightIncomplete when a cell failed (after the others are published). An
     upload URL's index (*index_url*, else NIGHTLY_INDEX_URL, else [publish] index) says which
-    wheels it holds already: those are not uploaded again."""
+    wheels it holds already: those are not uploaded again. With *keyless*, each statement
+    published into a tree is signed keyless (Sigstore) beside it too."""
     target = publish_target(matrix, to, environ)
     index = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     outcomes, plan = read_outcomes(dirs)
@@ -223,7 +234,7 @@ def publish_night(
     for tag, passing in sorted(by_tag.items()):
         where = remote.target_for(target, tag, several=several)
         published.trees[tag] = where
-        _publish_variant(tag, passing, where, published, say, _held_by(where, index, tag))
+        _publish_variant(tag, passing, where, published, say, _held_by(where, index, tag), keyless)
     judged = tuple(
         replace(o, wheels=(), failure=published.failed[o.id]) if o.id in published.failed else o
         for o in outcomes
@@ -313,6 +324,7 @@ def _publish_variant(
     published: _Published,
     say: Callable[[str], None],
     held: frozenset[str] = frozenset(),
+    keyless: KeylessSigner | None = None,
 ) -> None:
     good: list[CellOutcome] = []
     for outcome in passing:  # checked cell by cell: one bad cell does not stop the others
@@ -324,7 +336,7 @@ def _publish_variant(
         good.append(outcome)
     files = one_file_per_name(good, held)
     try:
-        tree = _publish(files.wheels, files.inputs, where, say)
+        tree = _publish(files.wheels, files.inputs, where, say, keyless)
     except WheelbuildError as error:
         for outcome in good:
             published.failed[outcome.id] = (

@@ -3,7 +3,7 @@ source, Pythons) -> image -> stored result? -> plan -> attempts (tenacity: an OO
 half the parallelism) -> stamp and check -> import gate -> report -> ready to publish.
 
 What build shares with calibrate (image inputs, image, compiler, plan) is preflight.py's; the
-report's format is report/build_report.py's; the nightly's matrix against what is published is matrix_runs.py's.
+report's format is report/build_report.py's; the nightly's matrix against what is published is nightly/cell_specs.py's.
 """
 
 from __future__ import annotations

@@ -38,6 +38,12 @@ def test_workflow_passes_zizmors_audits() -> None:
 # The setup step of every job: wheelbuild in a venv of the checkout, nothing else (no test
 # extras, no test base, no browser); build jobs use their runner's Docker engine.
 SETUP_STEP = "python3 -m venv .venv && .venv/bin/pip install -q -e ."
+# The publish job signs keyless with Sigstore, so it installs that extra as well.
+SETUP_STEPS = {
+    "plan": SETUP_STEP,
+    "build": SETUP_STEP,
+    "publish": "python3 -m venv .venv && .venv/bin/pip install -q -e '.[sigstore]'",
+}
 ONE_COMMAND = re.compile(
     r'^\.venv/bin/wheelbuild nightly [\w-]+(?: [^;&|`$<>()\\]*| "\$CELL_ID"| "out/\$CELL_ID")*(?: >> "\$GITHUB_OUTPUT")?$'
 )
@@ -54,13 +60,15 @@ def _runs(job: dict[str, Any]) -> list[str]:
 def test_every_run_step_is_one_wheelbuild_command_or_the_setup_step() -> None:
     for name, job in _jobs().items():
         for run in _runs(job):
-            assert run == SETUP_STEP or ONE_COMMAND.fullmatch(run), (name, run)
+            assert run == SETUP_STEPS[name] or ONE_COMMAND.fullmatch(run), (name, run)
             assert "eval" not in run and "\n" not in run, (name, run)
         for step in job["steps"]:
             assert "run" in step or step["uses"].split("@")[0] in (
                 "actions/checkout", "actions/upload-artifact", "actions/download-artifact",
             ), step  # fmt: skip
-    commands = {name: [r.split()[2] for r in _runs(job) if r != SETUP_STEP] for name, job in _jobs().items()}
+    commands = {
+        name: [r.split()[2] for r in _runs(job) if r != SETUP_STEPS[name]] for name, job in _jobs().items()
+    }
     assert commands == {"plan": ["plan"], "build": ["build-cell"], "publish": ["publish-night"]}
 
 
@@ -69,8 +77,8 @@ def test_every_job_installs_wheelbuild_alone_and_the_build_job_makes_no_test_bas
     compilers: a build runner needs none of it, and builds on the production base."""
     for name, job in _jobs().items():
         runs = _runs(job)
-        assert [r for r in runs if not r.startswith(".venv/bin/wheelbuild ")] == [SETUP_STEP], name
-        assert runs.index(SETUP_STEP) == 0, name  # before any wheelbuild command
+        assert [r for r in runs if not r.startswith(".venv/bin/wheelbuild ")] == [SETUP_STEPS[name]], name
+        assert runs.index(SETUP_STEPS[name]) == 0, name  # before any wheelbuild command
     assert "scripts/" not in _code(WORKFLOW.read_text())  # no scripts/setup, make-base-image
 
 
@@ -179,3 +187,15 @@ if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
     assert all(c["base"] is None and c["test_base"] is None for c in calls)
     assert not (tmp_path / "pwned").exists()
     assert "nightly: a-cu130-cp311 failed (exit 40)" in done.stderr
+
+
+def test_only_the_publish_job_holds_an_oidc_identity_and_it_signs_keyless() -> None:
+    """id-token: write lets a job's steps ask GitHub for a token naming the workflow: only the job
+    that signs the statements with Sigstore gets it, and that job passes --sigstore."""
+    jobs = _jobs()
+    assert jobs["publish"]["permissions"] == {"contents": "read", "id-token": "write"}
+    assert [name for name, job in jobs.items() if "id-token" in json.dumps(job.get("permissions", {}))] == [
+        "publish"
+    ]
+    assert "id-token" not in json.dumps(YAML(typ="safe").load(WORKFLOW.read_text())["permissions"])
+    assert _runs(jobs["publish"])[-1].endswith("publish-night artifacts --sigstore")

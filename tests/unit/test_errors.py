@@ -66,6 +66,7 @@ KNOWN_CODES = {
     "StatementOfAnotherWheel": 74,
     "MaterialMismatch": 75,
     "SigningKeyUnusable": 76,
+    "KeylessSigningFailed": 77,
     "Interrupted": 130,
 }
 
