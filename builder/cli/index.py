@@ -23,7 +23,7 @@ from ..run.reporter import Reporter
 from ..spec.build_spec import parse_archs
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
-from .options import torch_option
+from .options import sigstore_option, torch_option
 from .params import GIVEN_PATH, REPEATABLE, RenamedOption, joined_list
 
 
@@ -67,12 +67,7 @@ from .params import GIVEN_PATH, REPEATABLE, RenamedOption, joined_list
     type=GIVEN_PATH,
     help=f"A public key --require-signed accepts; {REPEATABLE}.",
 )
-@click.option(
-    "--sigstore",
-    is_flag=True,
-    help="Also sign each statement keyless with Sigstore (<wheel>.sigstore.json beside it), with the "
-    "ambient OIDC identity of a CI job (GitHub Actions: `permissions: id-token: write`).",
-)
+@sigstore_option
 def publish_command(
     wheels: tuple[Path, ...],
     target: str,

@@ -16,7 +16,7 @@ from ..nightly.night import declared_matrix
 from ..provenance import keyless
 from ..run.engine import DockerEngine
 from ..run.reporter import Reporter
-from .options import ImageFlags, torch_index_option, track_option, with_image_flags
+from .options import ImageFlags, sigstore_option, torch_index_option, track_option, with_image_flags
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
 
 MATRIX_FILE_HELP = (
@@ -243,12 +243,7 @@ def nightly_build_cell(
 @_nightly_config
 @_nightly_to
 @_nightly_index
-@click.option(
-    "--sigstore",
-    is_flag=True,
-    help="Also sign each published statement keyless with Sigstore (<wheel>.sigstore.json beside it), "
-    "with the job's ambient OIDC identity: a GitHub Actions job with `permissions: id-token: write`.",
-)
+@sigstore_option
 def nightly_publish_night(
     dirs: tuple[Path, ...], config_file: Path, target: str | None, index_url: str | None, sigstore: bool
 ) -> None:

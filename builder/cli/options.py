@@ -354,3 +354,13 @@ def provenance() -> list[str]:
         f"options (command line > WHEELBUILD_* > file > default; files: {read}):",
         *config.provenance(resolved, files),
     ]
+
+
+def sigstore_option(f: _F) -> _F:
+    """--sigstore: publish's and the nightly's keyless signing (provenance/keyless.py)."""
+    return click.option(
+        "--sigstore",
+        is_flag=True,
+        help="Also sign each published statement keyless with Sigstore (<wheel>.sigstore.json beside it), "
+        "with the job's ambient OIDC identity (GitHub Actions: `permissions: id-token: write`).",
+    )(f)

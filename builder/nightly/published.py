@@ -9,7 +9,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -21,7 +20,7 @@ from ..index import reader, remote
 from ..index.project_pages import ACCEPT, IndexFile, files_on_page, linked_url, projects_on_list
 from ..secrets import redact_url, without_credentials
 from ..wheel.abi3 import stable_abi
-from ..wheel.wheels import MAX_METADATA_SIZE
+from ..wheel.wheels import MAX_METADATA_SIZE, requirements_in
 
 __all__ = [
     "INDEX_URL_ENV",
@@ -175,15 +174,7 @@ class PublishedWheel:
 
 
 def _torch_specifier(metadata: bytes) -> str:
-    head = metadata.decode("utf-8", errors="replace").split("\n\n", 1)[0]
-    for line in head.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() != "requires-dist":
-            continue
-        try:
-            requirement = Requirement(value.strip())
-        except InvalidRequirement:
-            continue
+    for requirement in requirements_in(metadata):
         if canonicalize_name(requirement.name) == "torch" and requirement.marker is None:
             # lower bounds first, as a range is read: >=2.12,<2.15
             return ",".join(sorted(map(str, requirement.specifier), key=lambda s: not s.startswith(">")))

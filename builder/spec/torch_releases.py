@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -39,6 +38,7 @@ from ..index import reader
 from ..index.project_pages import ACCEPT, IndexFile, file_url, files_on_page
 from ..secrets import Redactor, redact_url, url_secrets
 from ..variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
+from ..wheel.wheels import requirements_in
 from .pythons import has_wheel
 from .remote_wheel import download_wheel, remote_metadata
 from .sources import cache_dir
@@ -177,15 +177,7 @@ def cuda_of_metadata(metadata: bytes) -> str:
     """The CUDA a torch wheel was built with, from its METADATA: "13.0" for a Requires-Dist of
     ``cuda-toolkit[...]==13.0.3`` or ``nvidia-cuda-runtime-cu12==12.8.90``; "cpu" when it needs
     no CUDA runtime."""
-    head = metadata.decode("utf-8", errors="replace").split("\n\n", 1)[0]
-    for line in head.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() != "requires-dist":
-            continue
-        try:
-            requirement = Requirement(value.strip())
-        except InvalidRequirement:
-            continue
+    for requirement in requirements_in(metadata):
         name = canonicalize_name(requirement.name)
         if name != "cuda-toolkit" and not _CUDA_RUNTIME.fullmatch(name):
             continue

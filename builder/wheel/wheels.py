@@ -38,6 +38,7 @@ claimed size, never a compressed one past the same caps).
 
 from __future__ import annotations
 
+import contextlib
 import email.message
 import email.parser
 import hashlib
@@ -397,3 +398,13 @@ def inspect_wheel(path: Path) -> WheelInfo:
         requires_python=str(fields["Requires-Python"]) if fields.get("Requires-Python") else None,
         modules=tuple(modules),
     )
+
+
+def requirements_in(metadata: bytes) -> Iterator[Requirement]:
+    """The Requires-Dist entries of a METADATA's header that parse (a bad one is passed over)."""
+    head = metadata.decode("utf-8", errors="replace").split("\n\n", 1)[0]
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "requires-dist":
+            with contextlib.suppress(InvalidRequirement):
+                yield Requirement(value.strip())
