@@ -12,11 +12,12 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 from wheelbuild.run.attempt import AttemptConfig, AttemptResult, OomEvidence
 from wheelbuild.variants import parse_variant
 
@@ -180,3 +181,28 @@ def flash_attn_sdist(tmp_path: Path) -> Path:
         if not kept.exists():
             kept.symlink_to(found)
     return found
+
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary current directory and an environment without WHEELBUILD_* settings."""
+    for name in list(os.environ):
+        if name.startswith("WHEELBUILD_") and name != "WHEELBUILD_CACHE_DIR":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+
+
+@pytest.fixture
+def invoke(here: Path) -> Invoke:
+    """The CLI in this process (click's runner), from `here`."""
+    from wheelbuild.cli.main import main
+
+    def run(*args: str, **env: str) -> Result:
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+    return run

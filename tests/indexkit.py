@@ -13,6 +13,7 @@ import os
 import select
 import struct
 import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -234,3 +235,30 @@ def lock_held(root: Path) -> Iterator[Callable[[subprocess.Popen[str]], None]]:
     finally:
         os.close(watch)
         lock.release()
+
+
+def python_child(code: str, *args: str) -> subprocess.Popen[str]:
+    """This Python running `code` in a child, from the repository (the publish crash tests)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def temp_files(root: Path) -> list[Path]:
+    """The temporary files publish left under root (none, when it finished or cleaned up)."""
+    from wheelbuild.index import index
+
+    return sorted(p for p in root.rglob(f"*{index.TEMP_SUFFIX}") if p.name.startswith("."))
+
+
+def tree_with_one_wheel(tmp_path: Path) -> Path:
+    """A tree that already has one published wheel."""
+    from wheelbuild.index.publish import publish
+
+    root = tmp_path / "cu130"
+    publish([make_wheel(tmp_path / "old", "oldpkg", "1.0")], root)
+    return root

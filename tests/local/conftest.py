@@ -13,6 +13,8 @@ from tests.admitkit import bench  # noqa: F401  (the fixture, found by name)
 from tests.clikit import (  # noqa: F401  (fixtures, found by name)
     fake_torch_index,
     flash_attn_sdist,
+    here,
+    invoke,
     make_config,
     make_result,
     own_cache_dir,

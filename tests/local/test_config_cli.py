@@ -3,39 +3,14 @@ current directory's wheelbuild.toml."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from wheelbuild.cli.main import main
 
-from tests.clikit import NO_DOCKER
-
-Invoke = Callable[..., Result]
+from tests.clikit import Invoke
 
 # plan reads torch's index before Docker: from the cache, as seeded.
 pytestmark = pytest.mark.usefixtures("fake_torch_index")
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A temporary current directory and an environment without WHEELBUILD_* settings."""
-    for name in list(os.environ):
-        if name.startswith("WHEELBUILD_") and name != "WHEELBUILD_CACHE_DIR":
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
-
-
-@pytest.fixture
-def invoke(here: Path) -> Invoke:
-    def run(*args: str, **env: str) -> Result:
-        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
-    return run
 
 
 def _sources(output: str) -> dict[str, str]:

@@ -20,11 +20,18 @@ from wheelbuild.errors import (
     PublishLocked,
     WheelConflict,
 )
-from wheelbuild.index import index
 from wheelbuild.index.publish import publish
 
 from tests import toolchain
-from tests.indexkit import check_tree, lock_held, make_wheel, parse_page
+from tests.indexkit import (
+    check_tree,
+    lock_held,
+    make_wheel,
+    parse_page,
+    python_child,
+    temp_files,
+    tree_with_one_wheel,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,26 +44,9 @@ WRITES_NEW_PROJECT = 9
 WRITES_NEW_VERSION = 7
 
 
-def _python(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _temp_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob(f"*{index.TEMP_SUFFIX}") if p.name.startswith("."))
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A tree that already has one published wheel."""
-    root = tmp_path / "cu130"
-    publish([make_wheel(tmp_path / "old", "oldpkg", "1.0")], root)
-    return root
+    return tree_with_one_wheel(tmp_path)
 
 
 PUBLISH_IN_A_CHILD = """
@@ -91,7 +81,7 @@ def test_what_is_checked_is_what_is_published_when_the_file_is_replaced_midway(
         other = _without_record(other, tmp_path / "other" / "refused.whl")
     root = tmp_path / "tree"
     with lock_held(root) as waited:
-        child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(root))
+        child = python_child(PUBLISH_IN_A_CHILD, str(wheel), str(root))
         waited(child)  # it has read and checked the wheel, and waits for the lock
         os.replace(other, wheel)  # replaced, all at once, before it copies anything
     said, err = child.communicate(timeout=120)
@@ -121,7 +111,7 @@ with FileLock(sys.argv[1]):
 
 
 def test_a_held_lock_times_out_with_its_own_error(tmp_path: Path, tree: Path) -> None:
-    holder = _python(HOLD_LOCK, str(tree / ".lock"))
+    holder = python_child(HOLD_LOCK, str(tree / ".lock"))
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == "held\n"
@@ -159,7 +149,7 @@ def test_concurrent_publisher_processes_all_end_up_in_the_index(tmp_path: Path, 
     # The test holds the tree's lock while the publishers start: each reads its wheels and then
     # waits for the lock, so all four contend for it the moment it is let go.
     with lock_held(tree) as waited:
-        procs = [_python(PUBLISHER, str(tree), *map(str, batch)) for batch in batches]
+        procs = [python_child(PUBLISHER, str(tree), *map(str, batch)) for batch in batches]
         for proc in procs:
             waited(proc)
     for proc in procs:
@@ -188,7 +178,7 @@ def test_a_full_disk_at_any_write_leaves_a_valid_index_and_a_retry_finishes(
     listing = check_tree(tree, settled=False)  # every page parses; each link resolves, right hash
     assert listing["oldpkg"] == ["oldpkg-1.0-py3-none-any.whl"]
     assert set(listing) <= {"oldpkg", "newpkg"}
-    assert _temp_files(tree) == []
+    assert temp_files(tree) == []
     assert publish([wheel], tree).added in ((wheel.name,), ())
     assert check_tree(tree) == {"newpkg": [wheel.name], "oldpkg": ["oldpkg-1.0-py3-none-any.whl"]}
 
@@ -209,11 +199,11 @@ def test_sigkill_at_any_write_leaves_the_previous_index_valid(
     # What a reader sees now: the old pages or new ones, each whole and each linking real files.
     listing = check_tree(tree, settled=False)
     assert listing["oldpkg"] in (old["oldpkg"], sorted([*old["oldpkg"], wheel.name]))
-    assert [t.name.split(".tmp")[0] for t in _temp_files(tree)] != []  # the killed write's leftover
+    assert [t.name.split(".tmp")[0] for t in temp_files(tree)] != []  # the killed write's leftover
     # The dead process's lock is gone with it; the next publish cleans up and finishes.
     publish([wheel], tree, lock_timeout=5)
     assert check_tree(tree) == {"oldpkg": sorted([*old["oldpkg"], wheel.name])}
-    assert _temp_files(tree) == []
+    assert temp_files(tree) == []
     published = tree / "files" / wheel.name
     assert (
         hashlib.sha256(published.read_bytes()).hexdigest() == hashlib.sha256(wheel.read_bytes()).hexdigest()

@@ -10,6 +10,8 @@ import pytest
 from tests.admitkit import bench  # noqa: F401  (the fixture, found by name)
 from tests.clikit import (  # noqa: F401  (fixtures, found by name)
     fake_torch_index,
+    here,
+    invoke,
     make_config,
     make_result,
     own_cache_dir,

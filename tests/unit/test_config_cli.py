@@ -9,42 +9,19 @@ import os
 import socket
 import subprocess
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
 from wheelbuild.cli.main import main
 from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT
 from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import LIST_KINDS
 
-from tests.clikit import NO_DOCKER, WHEELBUILD
-
-Invoke = Callable[..., Result]
+from tests.clikit import WHEELBUILD, Invoke
 
 # build and plan read torch's index before Docker: from the cache, as seeded.
 pytestmark = pytest.mark.usefixtures("fake_torch_index")
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A temporary current directory and an environment without WHEELBUILD_* settings."""
-    for name in list(os.environ):
-        if name.startswith("WHEELBUILD_") and name != "WHEELBUILD_CACHE_DIR":
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
-
-
-@pytest.fixture
-def invoke(here: Path) -> Invoke:
-    def run(*args: str, **env: str) -> Result:
-        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
-
-    return run
 
 
 def _sources(output: str) -> dict[str, str]:

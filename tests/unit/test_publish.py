@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,31 +18,14 @@ from wheelbuild.index import index
 from wheelbuild.index.publish import Sidecars, publish, published_inputs, reindex
 from wheelbuild.index.yank import unyank, yank
 
-from tests.indexkit import check_tree, make_wheel, parse_page
+from tests.indexkit import check_tree, make_wheel, parse_page, python_child, temp_files, tree_with_one_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _python(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _temp_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob(f"*{index.TEMP_SUFFIX}") if p.name.startswith("."))
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A tree that already has one published wheel."""
-    root = tmp_path / "cu130"
-    publish([make_wheel(tmp_path / "old", "oldpkg", "1.0")], root)
-    return root
+    return tree_with_one_wheel(tmp_path)
 
 
 def test_publish_copies_wheels_writes_sidecars_and_the_index(tmp_path: Path) -> None:
@@ -66,7 +48,7 @@ def test_publish_copies_wheels_writes_sidecars_and_the_index(tmp_path: Path) -> 
         assert published.read_bytes() == wheel.read_bytes()
         assert published.with_name(wheel.name + ".metadata").is_file()
     assert check_tree(root) == {"flash-attn": [b.name], "wbtiny": [a.name]}
-    assert _temp_files(root) == []
+    assert temp_files(root) == []
 
 
 def test_the_inputs_key_of_each_build_is_kept_beside_its_wheel(tmp_path: Path) -> None:
@@ -207,7 +189,7 @@ def test_a_fifo_or_device_named_like_a_wheel_is_refused_unread(tmp_path: Path, s
     else:
         wheel.symlink_to("/dev/zero")  # a read that never ends
     # In a child, so that a publish that blocks fails this test instead of hanging the suite.
-    child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(tmp_path / "tree"))
+    child = python_child(PUBLISH_IN_A_CHILD, str(wheel), str(tmp_path / "tree"))
     try:
         said, err = child.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -227,7 +209,7 @@ def test_a_fifo_planted_as_a_published_wheels_sidecar_never_blocks_a_publish(
     (published.parent / (published.name + sidecar)).unlink(missing_ok=True)
     os.mkfifo(published.parent / (published.name + sidecar))  # no writer: a read blocks for ever
     wheel = make_wheel(tmp_path / "in", "newpkg", "1.0")
-    child = _python(PUBLISH_IN_A_CHILD, str(wheel), str(tree))
+    child = python_child(PUBLISH_IN_A_CHILD, str(wheel), str(tree))
     try:
         said, err = child.communicate(timeout=120)
     except subprocess.TimeoutExpired:
