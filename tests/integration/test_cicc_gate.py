@@ -164,7 +164,7 @@ def test_the_watcher_counts_the_ciccs_a_unit_ran_at_its_peak(
             environment={"COSTS": json.dumps(costs), "SOURCE": SOURCE},
             volumes={
                 str(IMAGES): {"bind": "/wb", "mode": "ro"},
-                str(IMAGES.parent / "builder" / "plan"): {"bind": "/wbp", "mode": "ro"},
+                str(IMAGES.parent / "builder" / "host"): {"bind": "/wbp", "mode": "ro"},
             },
             remove=True,
         )
