@@ -142,7 +142,7 @@ def _publish_to(
         inputs={w.name: (key,) for w in wheels if (key := check.inputs_key_beside(w))},
         statements=statements or {},
         torch_ranges={w.name: line for w in wheels if (line := check.torch_range_line(w))},
-        sigstore_bundles={w.name: bundles[w.name] for w in wheels if bundles and w.name in bundles},
+        sigstore_bundles=bundles or {},  # by wheel name, as statements are
     )
     if isinstance(where, remote.UploadEndpoint):
         sha256 = remote.upload(wheels, where, check=again)

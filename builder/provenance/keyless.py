@@ -48,11 +48,13 @@ def sigstore_signer() -> KeylessSigner:
     if credential is None:
         raise KeylessSigningFailed("no ambient OIDC identity for Sigstore to certify", NO_IDENTITY_REMEDY)
     token = oidc.IdentityToken(credential)
+    contexts: list[SigningContext] = []  # Sigstore's trust config, fetched once, at the first statement
 
     def sign(statement: bytes) -> bytes:
         try:
-            context = SigningContext.from_trust_config(ClientTrustConfig.production())
-            with context.signer(token) as signer:
+            if not contexts:
+                contexts.append(SigningContext.from_trust_config(ClientTrustConfig.production()))
+            with contexts[0].signer(token) as signer:
                 return signer.sign_dsse(dsse.Statement(statement)).to_json().encode()
         except Exception as exc:  # the network, Fulcio, Rekor: whatever fails, one typed line
             raise KeylessSigningFailed(
