@@ -43,7 +43,7 @@ class BuildOptions(TypedDict):
     gpus: str
     output_dir: Path
     admission: bool
-    cicc_gate: bool
+    cicc_admission: bool
     dist: str | None
     dist_network: str | None
     dist_token_file: Path | None
@@ -75,7 +75,7 @@ def build_spec(given: BuildOptions) -> BuildSpec:
         build_network=given["build_network"],
         compiler_cache=given["compiler_cache"],
         admission=given["admission"],
-        cicc_gate=given["cicc_gate"],
+        cicc_admission=given["cicc_admission"],
         gate=given["gate"],
         torch_range=given["torch_range"],
         torch_range_older=given["torch_range_older"],

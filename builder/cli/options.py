@@ -84,7 +84,8 @@ def _options(*options: Decorator) -> Decorator:
 def _decls(option: option_table.Option) -> list[str]:
     """A row's names as click takes them: its short names (-v/-q), its switch (--gate/--no-gate),
     its old names, then its parameter when click would not derive it from the switch."""
-    decls = [option.switch, *(f"--{old}" for old in option.old_names)]
+    old = [f"--{name}/--no-{name}" if option.off else f"--{name}" for name in option.old_names]
+    decls = [option.switch, *old]
     if option.short:
         decls.insert(0, option.short)
     if option.param != option.key.replace("-", "_"):
@@ -137,7 +138,7 @@ def table_option(option: option_table.Option) -> Decorator:
         settings["hidden"] = True
     if option.old_names:
         settings["cls"] = RenamedOption
-        settings["old_names"] = tuple(f"--{old}" for old in option.old_names)
+        settings["old_names"] = option.old_flags
     return click.option(*_decls(option), **settings)
 
 

@@ -52,12 +52,13 @@ class RenamedOption(click.Option):
         self.old_names = old_names or tuple(self.opts[1:])
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        shown = self.opts
+        shown, negatives = self.opts, self.secondary_opts
         self.opts = [name for name in shown if name not in self.old_names]
+        self.secondary_opts = [name for name in negatives if name not in self.old_names]
         try:
             return super().get_help_record(ctx)
         finally:
-            self.opts = shown
+            self.opts, self.secondary_opts = shown, negatives
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ command line). A process belongs to the unit its command line names (unit_of), e
 of its sccache work folder (sccache splits nvcc into its steps and runs them itself), else to its
 nearest ancestor's (nvcc's own steps run under it). A unit's memory at a moment is the sum over
 its processes. Time a unit spends waiting in wheelbuild-admit (its compile not yet admitted, or
-a cicc of it held at the cicc gate: an admit process with no child) is admission's, and is left
+a cicc of it held at cicc admission: an admit process with no child) is admission's, and is left
 out of the unit's time.
 
 The container's working set also holds what is no unit's: pip and setup.py, ninja, page
@@ -154,10 +154,10 @@ class UnitMemory:
     # sccache and the preprocessor were, a cache hit whose memory says nothing of the compile.
     compiled: bool = False
     # Seconds between first_s and last_s it spent waiting in wheelbuild-admit (its compile, or
-    # one of its ciccs behind the cicc gate): admission's doing, not the unit's cost.
+    # one of its ciccs with cicc admission): admission's doing, not the unit's cost.
     waited_s: float = 0.0
     # The ciccs it ran at its worst sample (0: none then). nvcc --threads T runs its archs'
-    # ciccs together, but the cicc gate may let them in one at a time: then its peak is one
+    # ciccs together, but cicc admission may let them in one at a time: then its peak is one
     # arch's, whatever NVCC_THREADS, and the model must learn it as that.
     ciccs_at_peak: int = 0
 

@@ -86,7 +86,7 @@ def plan_of(spec: BuildSpec, toolkit: str, survey: Survey) -> Plan:
         plan_for(spec.recipe, archs, spec.resources, toolkit=toolkit),
         spec.dist,
         spec.admission,
-        spec.cicc_gate,
+        spec.cicc_admission,
     )
 
 

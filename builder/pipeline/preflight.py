@@ -202,13 +202,13 @@ def plan_for(
     return plan if learned_line is None else replace(plan, reasons=(*plan.reasons, learned_line))
 
 
-def governed(plan: Plan, dist: DistTarget | None, admission: bool, cicc_gate: bool = True) -> Plan:
+def governed(plan: Plan, dist: DistTarget | None, admission: bool, cicc_admission: bool = True) -> Plan:
     """The plan a build runs: with --dist, spread over the fleet's servers; else admitted by
-    memory (the default), each cicc too unless --no-cicc-gate; else the static plan as it is.
+    memory (the default), each cicc too unless --no-cicc-admission; else the static plan as it is.
     `wheelbuild plan` prints the same."""
     if dist is not None:
         return with_distribution(plan, dist.servers)
-    return with_admission(plan, cicc_gate=cicc_gate) if admission else plan
+    return with_admission(plan, cicc_admission=cicc_admission) if admission else plan
 
 
 def model_for(recipe: Recipe, toolkit: str) -> tuple[MemoryModel, str | None]:

@@ -7,9 +7,9 @@ the admitted ones, and ninja launches LOOKAHEAD times as many, so that a unit th
 one that waits for memory. So NVCC_THREADS is chosen by the build predicted behind the wrapper (simulate() with the
 wrapper's rule, units in launch order), and the plan's peak and time are the simulated ones.
 
-The cicc gate (on by default; --no-cicc-gate turns it off): a device unit holds its peak only
+Cicc admission (on by default; --no-cicc-admission turns it off): a device unit holds its peak only
 while a cicc runs (phases.py). So its compile is admitted at its cost outside cicc (the larger of
-its fixed part and its largest other step, cudafe++), and each cicc it runs waits at the gate
+its fixed part and its largest other step, cudafe++), and each cicc it runs waits for admission
 (wheelbuild-admit --cicc) until its own cost, one arch's peak, fits; with nvcc --threads 2 a
 unit's second cicc beside its first costs its arch's part alone, since the unit's part outside its
 archs is held once (calibration: two archs 7778 MiB at once, 4150 one at a time). Host units, units the costs
@@ -53,7 +53,7 @@ __all__ = [
 
 # Extra room on top of the model's margin in the admission wrapper's costs: admission packs memory
 # up to the predicted peaks and keeps none of a static plan's accidental slack (bench/planner,
-# against the measured rows, 2026-12-01, each cicc gated on its own: with every true peak 10% over,
+# against the measured rows, 2026-12-01, each cicc admitted on its own: with every true peak 10% over,
 # 0 of 180 first attempts OOM-killed with it, 61 of 180 with 5%, 153 of 180 without; it costs
 # about 5% of median build time, 1.21 -> 1.27 of the lower bound). It covers an estimate's
 # error (a unit scaled from its kin, a toolkit other than the one measured on), so a unit
@@ -81,7 +81,7 @@ SPREAD_DRAWS = 8
 LOOKAHEAD = 2
 
 
-def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | None = None) -> Plan:
+def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None) -> Plan:
     """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
     launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
     what the running ones leave of the container's limit less the model's reserve.
@@ -89,8 +89,8 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
     Unless given (--nvcc-threads, --max-jobs) or `keep_jobs`, NVCC_THREADS is chosen again for
     admission, by the predicted build behind the wrapper with unit times spread by WALL_SPREAD,
     and MAX_JOBS is then the most the CPUs allow at those threads (the 1.25 x CPUs rule)."""
-    gate = plan.cicc_gate if cicc_gate is None else cicc_gate
-    plan = replace(plan, cicc_gate=gate)
+    per_cicc = plan.cicc_admission if cicc_admission is None else cicc_admission
+    plan = replace(plan, cicc_admission=per_cicc)
     model = plan.model
     keep_jobs = keep_jobs or plan.given_jobs
     budget = max(PAGE, (plan.memory - model.reserve) // PAGE * PAGE)
@@ -99,7 +99,7 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_gate: bool | Non
         threads, lines = _admission_threads(plan, budget)
     # Kept jobs keep their slots too (an admitted plan predicted again, as remember_build does).
     jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
-    why = _admission_line(model, jobs, threads, slots, budget, gate)
+    why = _admission_line(model, jobs, threads, slots, budget, per_cicc)
     run = _admitted_run(plan, jobs, threads, budget, slots=slots)
     admitted = replace(
         plan,
@@ -131,19 +131,21 @@ def _simulated_lines(run: SimResult | None, limit: int) -> list[str]:
 
 
 def _admission_line(
-    model: MemoryModel, jobs: int, threads: int, slots: int | None, budget: int, gate: bool
+    model: MemoryModel, jobs: int, threads: int, slots: int | None, budget: int, per_cicc: bool
 ) -> str:
     """The plan's reason line for admission: what ninja launches and what each compile waits for."""
     head = (
         f"admission: ninja launches up to MAX_JOBS={jobs} at NVCC_THREADS={threads}{_shape_text(jobs, slots)}"
     )
-    if gate and _gate_applies(model):
+    if per_cicc and _cicc_admission_applies(model):
         return (
             f"{head}; within {format_bytes(budget)} (the limit less the model's reserve), each compile "
             "starts once its cost outside cicc fits, and each cicc once its own predicted peak "
-            f"({_margin_text(model)}) fits beside what runs (the cicc gate; host units: their whole peak)"
+            f"({_margin_text(model)}) fits beside what runs (cicc admission; host units: their whole peak)"
         )
-    why = "--no-cicc-gate" if not gate else "the cicc gate knows the steps of flash-attn's kernels alone"
+    why = (
+        "cicc admission knows the steps of flash-attn's kernels alone" if per_cicc else "--no-cicc-admission"
+    )
     return (
         f"{head}; each compile starts once its predicted peak ({_margin_text(model)}) fits "
         f"{format_bytes(budget)} (the limit less the model's reserve) beside the running ones ({why})"
@@ -198,7 +200,7 @@ def _admission_threads(plan: Plan, budget: int) -> tuple[int, list[str]]:
 def _admitted_run(
     plan: Plan, jobs: int, threads: int, budget: int, draw: int | None = None, slots: int | None = None
 ) -> SimResult | None:
-    """The build simulated behind the wrapper (and its cicc gate, if the plan has it): units in
+    """The build simulated behind the wrapper (and its cicc admission, if the plan has it): units in
     launch order, admitted at the wrapper's costs, each holding its peak with the model's margin
     inside its cicc windows, the reserve held throughout; with `draw`, the units' times spread by
     that seeded draw. None without a unit list."""
@@ -210,13 +212,13 @@ def _admitted_run(
     costs = [unit_costs(model, model.units[i], threads, archs) for i in order]
     if draw is not None:
         units = _spread(units, draw)
-    gated = plan.cicc_gate and _gate_applies(model)
+    per_cicc = plan.cicc_admission and _cicc_admission_applies(model)
     return simulate(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, base=model.reserve,
         peak_windows=[cicc_windows(u, threads, archs) for u in units], admit_budget=budget,
-        admit_costs=[c.compile if gated else c.whole for c in costs],
-        cicc_costs=[c.cicc for c in costs] if gated else None,
-        cicc_beside=[c.cicc_beside for c in costs] if gated else None, admit_slots=slots,
+        admit_costs=[c.compile if per_cicc else c.whole for c in costs],
+        cicc_costs=[c.cicc for c in costs] if per_cicc else None,
+        cicc_beside=[c.cicc_beside for c in costs] if per_cicc else None, admit_slots=slots,
     )  # fmt: skip
 
 
@@ -236,9 +238,9 @@ def _spread(units: list[UnitCost], draw: int) -> list[UnitCost]:
     return scaled
 
 
-def _gate_applies(model: MemoryModel) -> bool:
-    """Whether the cicc gate has a unit to gate: one whose steps were measured (phases.shape_of).
-    With none (another extension's units), the costs file has no cicc costs and no gate is
+def _cicc_admission_applies(model: MemoryModel) -> bool:
+    """Whether cicc admission has a unit to admit: one whose steps were measured (phases.shape_of).
+    With none (another extension's units), the costs file has no cicc costs and no cicc admission is
     installed, so the plan, its simulation and its costs file all admit whole units."""
     return any(shape_of(u) is not None for u in model.units)
 
@@ -262,14 +264,15 @@ def _admit_cost(model: MemoryModel, unit: UnitCost, threads: int, archs: int) ->
 @dataclass(frozen=True)
 class UnitCosts:
     """What the wrapper's ledger holds for one unit: its compile, and each cicc it runs (None:
-    no gate, the compile is admitted at its whole peak); `cicc_beside`, a cicc that runs beside
+    no cicc admission, the compile is admitted at its whole peak); `cicc_beside`, a cicc that runs beside
     one of the same unit's (nvcc --threads 2): its arch's part alone, since the unit's fixed part
     is held once (calibration: two archs 7778 MiB at once, 4150 one at a time)."""
 
     compile: int
     cicc: int | None
     whole: int
-    cicc_beside: int | None = None  # the unit's whole peak at the plan's threads: its cost without the gate
+    # The unit's whole peak at the plan's threads: its cost without cicc admission.
+    cicc_beside: int | None = None
 
 
 def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> UnitCosts:
@@ -286,17 +289,17 @@ def unit_costs(model: MemoryModel, unit: UnitCost, threads: int, archs: int) -> 
 
 def admission_costs(plan: Plan) -> dict[str, object]:
     """The wrapper's costs file, by each unit's source's basename: "units", what its compile is
-    admitted at (its whole peak, or with the cicc gate its cost outside cicc); with the gate,
+    admitted at (its whole peak, or with cicc admission its cost outside cicc); with it,
     "cicc", what each of its ciccs is (device units only), and "cicc_beside", what one is beside
     a cicc of the same unit already admitted. An unknown unit's compile costs as
-    much as the heaviest unit's whole peak, and its ciccs pass ungated."""
+    much as the heaviest unit's whole peak, and its ciccs run without waiting."""
     costs = {
         u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs)
         for u in plan.model.units
     }
     heaviest = max(c.whole for c in costs.values())
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
-    if not (plan.cicc_gate and _gate_applies(plan.model)):
+    if not (plan.cicc_admission and _cicc_admission_applies(plan.model)):
         return {"default": heaviest, "units": {name: c.whole for name, c in costs.items()}, **slots}
     return {
         "default": heaviest,

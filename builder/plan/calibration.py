@@ -51,7 +51,7 @@ class Measurement:
     wall_s: float
     oom: bool = False  # killed at the limit: `peak` is the limit, a lower bound
     # The archs compiled at once when it peaked, where that was seen and is not min(threads,
-    # archs): behind the cicc gate a unit's ciccs may run one at a time (unit_memory.py).
+    # archs): with cicc admission a unit's ciccs may run one at a time (unit_memory.py).
     peak_threads: int | None = None
 
 

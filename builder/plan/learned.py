@@ -170,7 +170,7 @@ def _measurements(
             threads=threads,
             peak=p,
             wall_s=w,
-            # Fewer ciccs at its peak than nvcc runs at once: the cicc gate held the others back.
+            # Fewer ciccs at its peak than nvcc runs at once: cicc admission held the others back.
             peak_threads=c if 0 < c < min(threads, len(archs)) else None,
         )
         for n, (p, c, w) in worst.items()

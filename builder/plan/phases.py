@@ -16,7 +16,7 @@ With --threads T nvcc runs min(T, archs) archs' chains at once, in rounds (memor
 
 cicc_windows gives those stretches as shares of the unit's progress, for simulation.simulate:
 outside them a unit holds its fixed part, inside its whole peak. A unit with no per-arch part
-(host code) has none. images/wheelbuild-admit's cicc gate admits each cicc on its own (a unit's
+(host code) has none. images/wheelbuild-admit's cicc admission admits each cicc on its own (a unit's
 second cicc beside its first at its arch's part alone: admission.UnitCosts.cicc_beside). Only
 flash-attn's kernels have a shape, since only their steps were measured: another extension's
 units are admitted whole and simulated holding their peak from PEAK_ONSET on.

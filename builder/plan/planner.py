@@ -70,8 +70,8 @@ class Plan:
     # MAX_JOBS / NVCC_THREADS were given (--max-jobs, --nvcc-threads): admission keeps them.
     given_jobs: bool = False
     given_threads: bool = False
-    # With admission: each cicc admitted on its own too (on unless --no-cicc-gate; plan/admission.py).
-    cicc_gate: bool = False
+    # With admission: each cicc admitted on its own too (on unless --no-cicc-admission; plan/admission.py).
+    cicc_admission: bool = False
     # With admission: the most compiles the wrapper admits at once; MAX_JOBS above it is lookahead.
     admission_slots: int | None = None
     # A governed plan (admission, --dist): how many of `reasons` lead to the static plan it
@@ -115,7 +115,7 @@ class Plan:
             # The model was wrong somewhere: admit less, too.
             admission_budget=None if self.admission_budget is None else self.admission_budget * 3 // 4,
             admission_slots=None if self.admission_slots is None else max(1, self.admission_slots // 2),
-            cicc_gate=self.cicc_gate,
+            cicc_admission=self.cicc_admission,
             static_reasons=None if self.static_reasons is None else 0,
             governor=self.governor,
         )
@@ -132,7 +132,7 @@ class Plan:
             "predicted_seconds": None if self.predicted_seconds is None else round(self.predicted_seconds, 1),
             "model": {"name": self.model.name, "source": self.model.source, "units": self.model.unit_count},
             "admission_budget": self.admission_budget,
-            "cicc_gate": self.cicc_gate,
+            "cicc_admission": self.cicc_admission,
             "admission_slots": self.admission_slots,
             "reasons": list(self.reasons),
         }

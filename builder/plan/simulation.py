@@ -9,9 +9,9 @@ drift apart.
 Memory over a unit's progress: its fixed part, and its whole peak inside its peak windows. By
 default one window from PEAK_ONSET to the end (device compile after the host front end); with
 `peak_windows`, the stretches its cicc runs (phases.cicc_windows, from steps measured one by one).
-The cicc gate (wheelbuild-admit --cicc) admits each cicc on its own, and so does simulate():
-inside a peak window a unit runs min(threads, archs) ciccs (its lanes), each waiting at the gate
-until its cost fits (a unit its costs file gives no cicc cost passes ungated, as the wrapper lets
+Cicc admission (wheelbuild-admit --cicc) admits each cicc on its own, and so does simulate():
+inside a peak window a unit runs min(threads, archs) ciccs (its lanes), each waiting for admission
+until its cost fits (a unit its costs file gives no cicc cost passes unheld, as the wrapper lets
 it). A unit with k of its L lanes admitted goes through its window at k/L of its speed (nvcc's
 other threads wait on their ciccs) and holds its fixed part plus k/L of the rest of its peak; the
 ledger holds its ciccs' costs in place of its compile's until the window ends, a cicc beside one
@@ -48,11 +48,11 @@ class SimResult:
     ok: bool  # every unit finished
     # With admission: the highest sum of admitted units' predicted costs (the wrapper's ledger).
     admitted_peak: int = 0
-    # With the cicc gate: the seconds units spent stopped at it, summed.
-    gated_s: float = 0.0
+    # With cicc admission: the seconds units spent stopped at it, summed.
+    cicc_wait_s: float = 0.0
     # The units' memory in use over the attempt, in byte-seconds (base left out).
     memory_s: float = 0.0
-    # The drain: from the last moment a unit waited (to start, in the wrapper, or at the gate
+    # The drain: from the last moment a unit waited (to start, in the wrapper, or at cicc admission
     # short of its ciccs) to the end, when memory can only empty. When it began, and the
     # byte-seconds used in it.
     drain_from: float = 0.0
@@ -105,8 +105,8 @@ def simulate(
     so that `jobs` above it are lookahead: launched units wait in the wrapper, and one that fits
     may pass an older one that does not.
 
-    With `cicc_costs` too, the cicc gate (see the module doc): each of a unit's ciccs waits
-    until its cost `cicc_costs[i]` fits (None: its ciccs pass ungated), or with `cicc_beside`,
+    With `cicc_costs` too, cicc admission (see the module doc): each of a unit's ciccs waits
+    until its cost `cicc_costs[i]` fits (None: its ciccs run without waiting), or with `cicc_beside`,
     beside one of its unit's, `cicc_beside[i]`.
     """
     return _Ninja(
@@ -154,7 +154,7 @@ class _Ninja:
         self.running: dict[int, float] = {}  # unit index -> progress in [0, 1]
         self.waiting: dict[int, float] = {}  # launched, not yet admitted: unit index -> launch time
         # In a peak window with fewer ciccs admitted than it runs: unit index -> since when.
-        self.at_gate: dict[int, float] = {}
+        self.at_cicc: dict[int, float] = {}
         self.lanes: dict[int, int] = {}  # in a peak window: unit index -> its ciccs admitted
         self.in_flight = _in_flight(threads, archs)  # the ciccs a unit runs at once in a window
         _check_lengths(
@@ -166,14 +166,16 @@ class _Ninja:
         self.predicted = [
             admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
         ]
-        self.gate = None if cicc_costs is None or admit_budget is None else list(cicc_costs)
+        self.cicc_cost = None if cicc_costs is None or admit_budget is None else list(cicc_costs)
         self.beside = None if cicc_beside is None else list(cicc_beside)
-        # sccache hits run no cicc; a unit with no cicc cost runs its ciccs ungated
-        self.ungated = (
-            set(self.cost) if self.gate is None else hits | {i for i, c in enumerate(self.gate) if c is None}
+        # sccache hits run no cicc; a unit with no cicc cost runs its ciccs unheld
+        self.unheld = (
+            set(self.cost)
+            if self.cicc_cost is None
+            else hits | {i for i, c in enumerate(self.cicc_cost) if c is None}
         )
         self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
-        self.gated_s = self.memory_s = self.drain_from = self.memory_before_drain = self.in_use_now = 0.0
+        self.cicc_wait_s = self.memory_s = self.drain_from = self.memory_before_drain = self.in_use_now = 0.0
         self.finished: set[int] = set()
 
     def _unit_tables(
@@ -220,7 +222,7 @@ class _Ninja:
             peak=self.peak_seen,
             ok=len(self.finished) == len(self.units),
             admitted_peak=self.admitted_peak,
-            gated_s=self.gated_s,
+            cicc_wait_s=self.cicc_wait_s,
             memory_s=self.memory_s,
             drain_from=self.drain_from,
             drain_memory_s=self.memory_s - self.memory_before_drain,
@@ -258,17 +260,17 @@ class _Ninja:
     def _lane_cost(self, i: int, lanes: int) -> int:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
         or beside one of its own its cost beside (its arch's part alone)."""
-        assert self.gate is not None
+        assert self.cicc_cost is not None
         beside = self.beside[i] if lanes and self.beside is not None else None
-        return beside if beside is not None else self.gate[i] or 0
+        return beside if beside is not None else self.cicc_cost[i] or 0
 
     def _stopped(self, i: int) -> bool:
-        """At the gate with no cicc admitted: its steps so far have exited, and nvcc waits."""
-        return i in self.at_gate and not self.lanes.get(i)
+        """Held at cicc admission with no cicc admitted: its steps so far have exited, and nvcc waits."""
+        return i in self.at_cicc and not self.lanes.get(i)
 
     def _rate(self, i: int) -> float:
         """The share of its speed a running unit goes at: k of its ciccs admitted of the L it runs."""
-        if i in self.ungated or self._window(i) is None:
+        if i in self.unheld or self._window(i) is None:
             return 1.0
         return self.lanes.get(i, 0) / self.in_flight
 
@@ -277,7 +279,7 @@ class _Ninja:
         if self._window(i) is None:
             return c.fixed
         peak = self.peaks[i]
-        if i in self.ungated:
+        if i in self.unheld:
             return peak
         lanes = self.lanes.get(i, 0)  # none: stopped, its steps so far have exited and nvcc waits
         return c.fixed + (peak - c.fixed) * lanes // self.in_flight if lanes else 0
@@ -285,7 +287,7 @@ class _Ninja:
     def _charge(self, i: int) -> int:
         """What the wrapper's ledger holds for a running unit: its compile's cost, or while it is
         at a window its admitted ciccs' (the compile's entry then counts 0)."""
-        if self.gate is None or i in self.ungated or self._window(i) is None:
+        if self.cicc_cost is None or i in self.unheld or self._window(i) is None:
             return self.predicted[i]
         return sum(self._lane_cost(i, k) for k in range(self.lanes.get(i, 0)))  # none: stopped, nothing held
 
@@ -296,15 +298,15 @@ class _Ninja:
                 self._start(self.pending.pop())
             else:
                 self.waiting[self.pending.pop()] = self.now
-        self._stop_at_gate()
+        self._hold_at_cicc()
 
-    def _stop_at_gate(self) -> None:
-        """Units that reached a peak window with ciccs not yet admitted queue at the gate."""
-        if self.gate is None:
+    def _hold_at_cicc(self) -> None:
+        """Units that reached a peak window with ciccs not yet admitted queue at cicc admission."""
+        if self.cicc_cost is None:
             return
         for i in self.running:
-            if i not in self.ungated and i not in self.at_gate and not self.lanes.get(i) and self._window(i):
-                self.at_gate[i] = self.now
+            if i not in self.unheld and i not in self.at_cicc and not self.lanes.get(i) and self._window(i):
+                self.at_cicc[i] = self.now
 
     def _admit(self) -> None:
         """The wrapper's rule (images/wheelbuild-admit, admissible): ciccs first, then launched
@@ -318,27 +320,27 @@ class _Ninja:
             budget -= max(0, in_use - (self.limit - self.admit_budget) - total)
         ciccs = sum(self.lanes.values())
         compiles = len(self.running) - sum(self._stopped(i) for i in self.running)
-        # Units at the gate in launch order (the gate keeps ninja's longest-first), each unit's
+        # Units held at cicc admission in launch order (it keeps ninja's longest-first), each unit's
         # ciccs together; then launched compiles in arrival order.
-        for i in sorted(self.at_gate):
-            since = self.at_gate[i]
+        for i in sorted(self.at_cicc):
+            since = self.at_cicc[i]
             while self.lanes.get(i, 0) < self.in_flight:
                 cost = self._lane_cost(i, self.lanes.get(i, 0))
                 if total + cost > budget and ciccs > 0:
                     break
                 total, ciccs = total + cost, ciccs + 1
                 if not self.lanes.get(i):
-                    self.gated_s += self.now - since
+                    self.cicc_wait_s += self.now - since
                     compiles += 1
                 self.lanes[i] = self.lanes.get(i, 0) + 1
             if self.lanes.get(i, 0) >= self.in_flight:
-                del self.at_gate[i]
+                del self.at_cicc[i]
             elif self.now - since > self.admit_fairness_s:
                 break  # waited too long: nobody newer passes it
         else:
             total = self._admit_compiles(total, budget, compiles)
         self.admitted_peak = max(self.admitted_peak, total)
-        self._stop_at_gate()
+        self._hold_at_cicc()
 
     def _admit_compiles(self, total: int, budget: int, compiles: int) -> int:
         """Launched compiles in arrival order, while the wrapper's slots and the budget allow.
@@ -369,14 +371,14 @@ class _Ninja:
 
     def _drop(self, i: int) -> None:
         del self.running[i]
-        self.at_gate.pop(i, None)
+        self.at_cicc.pop(i, None)
         self.lanes.pop(i, None)
 
     def _advance(self) -> None:
         """To the next event: a unit reaching a window's edge or its end."""
         rates = {i: self._rate(i) for i in self.running}
         moving = {i: p for i, p in self.running.items() if rates[i] > 0}
-        if not moving:  # every running unit waits at the gate: _admit lets one through
+        if not moving:  # every running unit waits at cicc admission: _admit lets one through
             self._admit()
             return
         speed = min(1.0, max(self.cpus, 1e-9) / sum(self.demand[i] * rates[i] for i in moving))
@@ -396,11 +398,11 @@ class _Ninja:
                 self._moved(i)
             if self._window(i) is None:
                 self.lanes.pop(i, None)  # the window ended: back to the compile's cost
-                self.at_gate.pop(i, None)
+                self.at_cicc.pop(i, None)
 
     def _account(self, step: float) -> None:
         """The clock and the memory-seconds over one step; while a unit waits, the drain is ahead."""
-        waits = self.pending or self.waiting or self.at_gate  # at_gate: units short of their ciccs
+        waits = self.pending or self.waiting or self.at_cicc  # at_cicc: units short of their ciccs
         self.now += step
         self.memory_s += self.in_use_now * step
         if waits:

@@ -109,7 +109,7 @@ class PlanRecord(Record):
     model: Mapping[str, object]
     admission_budget: int | None
     reasons: tuple[str, ...]
-    cicc_gate: bool = False  # reports from before 2026-12-01 have none
+    cicc_admission: bool = False  # reports from before 2026-12-01 have none (_plan reads older names)
     admission_slots: int | None = None  # nor this
 
     @classmethod
@@ -386,6 +386,13 @@ def _gate(value: object) -> tuple[GateRecord, ...] | GateSkipped | None:
     return tuple(read_record(GateRecord, entry, f"gate[{i}]") for i, entry in enumerate(value))
 
 
+def _plan(value: object) -> PlanRecord | None:
+    """The plan; a report from before 2026-12-03 calls cicc admission by its old name, cicc_gate."""
+    if isinstance(value, dict) and "cicc_admission" not in value and "cicc_gate" in value:
+        value = {**value, "cicc_admission": value["cicc_gate"]}
+    return None if value is None else read_record(PlanRecord, value, "plan")
+
+
 def _schema(data: object) -> int:
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema is None:
@@ -400,7 +407,9 @@ def _schema(data: object) -> int:
 def report_from_json(data: object) -> BuildReport:
     """The report a parsed build-report.json holds; ReportUnreadable when it is not one."""
     try:
-        given = {"schema": _schema(data), "gate": _gate(data.get("gate"))} if isinstance(data, dict) else {}
+        if not isinstance(data, dict):
+            return read_record(BuildReport, data, "")  # refused: not an object
+        given = {"schema": _schema(data), "gate": _gate(data.get("gate")), "plan": _plan(data.get("plan"))}
         return read_record(BuildReport, data, "", **given)
     except RecordError as bad:
         raise _unreadable(None, str(bad)) from None

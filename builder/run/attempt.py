@@ -213,7 +213,7 @@ WHEEL_CACHE_SCRIPT = "wheelbuild-wheel-cache"  # run by before-build: torch inst
 SITE_PACKAGES_SCRIPT = "wheelbuild-site-packages"  # SCCACHE_BASEDIRS, evaluated per Python
 CACHE_LOG_SCRIPT = "wheelbuild-cache-log"  # per Python, before the repair: which units compiled
 NINJA_ORDER_SCRIPT = "wheelbuild-ninja"  # ninja's launcher: the compiles in the plan's launch order
-CICC_GATE_SCRIPT = "wheelbuild-cicc-gate"  # run by before-build: nvcc's ciccs through wheelbuild-admit
+CICC_ADMISSION_SCRIPT = "wheelbuild-cicc-admission"  # run by before-build: ciccs through wheelbuild-admit
 TOOLCHAIN_SCRIPT = "wheelbuild-toolchain"  # run by before-build: the two stand-ins below in place
 NVCC_SCRIPT = "wheelbuild-nvcc"  # $CUDA_HOME/bin/nvcc: exactly the archs asked
 LD_SCRIPT = "wheelbuild-ld"  # each linker: the ledger of what this build linked
@@ -222,7 +222,7 @@ CUDA_LIBRARIES_SCRIPT = "wheelbuild-cuda-libraries"  # run by before-build: torc
 NETWORK_SCRIPT = "wheelbuild-network"  # run by before-build: the container off its network, or on
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
-    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_GATE_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
+    CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_ADMISSION_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
     CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT, NETWORK_SCRIPT,
 )  # fmt: skip
 # Where wheelbuild-cuda-libraries links torch's CUDA library headers and link names (cuBLAS,

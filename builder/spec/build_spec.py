@@ -145,7 +145,7 @@ class BuildSpec:
     # flash-attn subset build's compile step to 0.76 of the static plan's, with no OOM kill.
     admission: bool = True
     # With admission, each cicc admitted on its own too (plan/admission.py says why it is the default).
-    cicc_gate: bool = True
+    cicc_admission: bool = True
     gate: bool = True  # install and import each wheel in a fresh base container before it is done
     # After the gate, each wheel loaded under the torch releases around its own (same CUDA major:
     # the newest patch of each minor, up to torch_range_older minors older, every newer one).

@@ -235,14 +235,21 @@ def _read(path: Path, label: str, options: Sequence[Option], *, missing: str) ->
     data = read_toml(path, remedy="name a TOML file, e.g. --config-file wheelbuild.toml", missing=missing)
     table = _options_table(data, label, own_file=path.name != "pyproject.toml")
     by_key = {option.key: option for option in options}
+    old_keys = {old: option for option in options for old in option.old_names}
     values: dict[str, object] = {}
     for key, value in table.items():
         if SECRET_NAME.search(key):
             raise ConfigValueInvalid(f"{label}: {TABLE} {key} looks like a credential", NO_SECRETS)
-        option = by_key.get(key)
+        option = by_key.get(key) or old_keys.get(key)
         if option is None:
             raise _unknown(label, TABLE, key, tuple(by_key), by_key)
-        values[key] = _typed(option, value, label, path.parent)
+        if option.key in values:  # its name and an old one
+            old = next(name for name in option.old_names if name in table)
+            raise ConfigValueInvalid(
+                f"{label}: {TABLE} sets {option.key} twice ({old} is its old name)",
+                f"keep {option.key} alone",
+            )
+        values[option.key] = _typed(option, value, label, path.parent)
     return values
 
 

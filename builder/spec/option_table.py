@@ -74,7 +74,9 @@ class Option:
     refuse_empty: bool = False  # the command line refuses '' itself (an unset shell variable)
     off: str = ""  # a switch's negative long name (no-gate); '' for a flag that only turns on
     short: str = ""  # short names, as click writes them: -v/-q
-    old_names: tuple[str, ...] = ()  # earlier long names, still taken, never shown in --help
+    # Earlier long names (and config keys), still taken, never shown in --help; a switch's old
+    # negative is its old name after no-.
+    old_names: tuple[str, ...] = ()
     hidden: bool = False  # taken everywhere but left out of --help
 
     @property
@@ -84,6 +86,12 @@ class Option:
     @property
     def flag(self) -> str:
         return f"--{self.key}"
+
+    @property
+    def old_flags(self) -> tuple[str, ...]:
+        """The old names as flags, with a switch's old negatives: --cicc-gate, --no-cicc-gate."""
+        negatives = tuple(f"no-{old}" for old in self.old_names) if self.off else ()
+        return tuple(f"--{name}" for name in (*self.old_names, *negatives))
 
     @property
     def switch(self) -> str:
@@ -238,14 +246,15 @@ OPTIONS: tuple[Option, ...] = (
         "peak fits. --no-admission: the static plan alone.",
     ),
     Option(
-        key="cicc-gate",
-        param="cicc_gate",
+        key="cicc-admission",
+        param="cicc_admission",
         kind=Kind.BOOL,
         example="false",
         default=True,
-        off="no-cicc-gate",
+        off="no-cicc-admission",
+        old_names=("cicc-gate",),
         help="With admission, admit each cicc on its own too: a compile waits at its cost outside cicc, "
-        "each cicc until its own peak fits. --no-cicc-gate: admit each compile at its whole peak.",
+        "each cicc until its own peak fits. --no-cicc-admission: admit each compile at its whole peak.",
     ),
     Option(
         key="dist",

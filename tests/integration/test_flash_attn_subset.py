@@ -3,8 +3,8 @@ part 1): the pinned 2.8.3 sdist with its source list trimmed to 4 fwd and 2 bwd 
 binding, built for sm_120 under a memory limit where the static plan must serialize (two bwd
 units do not fit together) but two fwd units fit. Three builds run in one test, one after the
 other, each on sources salted apart so none finds another's units in the compiler cache: the
-static plan, admission (the default: behind the cicc gate, each compile admitted at its cost
-outside cicc and each cicc at its own), and admission of whole units (--no-cicc-gate, the
+static plan, admission (the default: with cicc admission, each compile admitted at its cost
+outside cicc and each cicc at its own), and admission of whole units (--no-cicc-admission, the
 default until 2026-12-01). bench/subset compares the admission variants over several builds.
 A second test builds one trimmed sdist three times (two cold, one warm) for one sha256.
 
@@ -106,7 +106,7 @@ def build_subset(
     sdist: Path,
     out: Path,
     admission: bool,
-    gated: bool = False,
+    per_cicc: bool = False,
     max_jobs: int | None = None,
     memory: str = MEMORY,
     compiler_cache: bool = True,
@@ -126,7 +126,7 @@ def build_subset(
         output_dir=out,
         rebuild=True,
         admission=admission,
-        cicc_gate=gated,
+        cicc_admission=per_cicc,
         gate=False,
         torch_range=False,
         compiler_cache=compiler_cache,
@@ -145,9 +145,9 @@ def build_subset(
     return {
         "wheels": sorted(str(w) for w in result.run_dir.glob("*.whl")),
         "admission": admission,
-        "cicc_gate": admission and gated,
+        "cicc_admission": admission and per_cicc,
         "ninja_line": _line(log, "wheelbuild-ninja:"),
-        "gate_line": _line(log, "wheelbuild-before-build: cicc gate in"),
+        "gate_line": _line(log, "wheelbuild-before-build: cicc admission in"),
         "cicc_waits": [
             line for line in map(str.strip, log.splitlines()) if line.startswith("wheelbuild-admit: cicc")
         ],
@@ -181,7 +181,7 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
     original = prepare_source(SDISTS["2.8.3"], print)
     pinned = original.project_dir / original.package
     figures = []
-    for name, admission, cicc_gate in (
+    for name, admission, cicc_admission in (
         ("static", False, False),
         ("admission", True, True),
         ("whole-units", True, False),
@@ -189,7 +189,7 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
         work = tmp_path / name
         work.mkdir()
         sdist = trimmed_sdist(pinned, work, uuid.uuid4().hex)
-        figures.append(build_subset(sdist, work / "out", admission, cicc_gate))
+        figures.append(build_subset(sdist, work / "out", admission, cicc_admission))
     static, admitted, whole = figures
     summary = {
         "memory": MEMORY,
@@ -208,7 +208,7 @@ def test_admission_beats_the_static_plan_on_real_flash_attn_units_with_no_oom(
     assert admitted["admission_budget"] is not None
     assert (admitted["max_jobs"], admitted["admission_slots"]) == (4, 2), summary
     assert static["oom_kills"] == 0 and admitted["oom_kills"] == 0 and whole["oom_kills"] == 0, summary
-    # The launcher ran in the admitted builds; the cicc gate in the default one alone.
+    # The launcher ran in the admitted builds; cicc admission in the default one alone.
     assert str(admitted["ninja_line"]).startswith("wheelbuild-ninja: 7 compiles of"), summary
     assert admitted["gate_line"] is not None, summary
     assert static["gate_line"] is None and whole["gate_line"] is None, summary

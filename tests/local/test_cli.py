@@ -87,17 +87,20 @@ def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
 
 @pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)
 @pytest.mark.usefixtures("flash_attn_sdist")
-def test_plan_takes_the_cicc_gate_unless_told_not_to(
+def test_plan_takes_cicc_admission_unless_told_not_to(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     args = ("plan", "flash-attn", "--memory", "64g", "--cpus", "64", "--archs", "100,120")
-    gated, whole = run_cli(*args), run_cli(*args, "--no-cicc-gate")
+    gated, whole = run_cli(*args), run_cli(*args, "--no-cicc-admission")
     assert gated.returncode == 0 and whole.returncode == 0, gated.stderr + whole.stderr
-    assert "(the cicc gate;" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
-    assert "(--no-cicc-gate)" in whole.stdout and "each cicc" not in whole.stdout
+    assert "(cicc admission;" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
+    assert "(--no-cicc-admission)" in whole.stdout and "each cicc" not in whole.stdout
     # The options table says where the choice came from.
-    assert re.search(r"cicc-gate\s+true\s+\(default\)", gated.stdout), gated.stdout
-    assert re.search(r"cicc-gate\s+false\s+from --cicc-gate", whole.stdout), whole.stdout
+    assert re.search(r"cicc-admission\s+true\s+\(default\)", gated.stdout), gated.stdout
+    assert re.search(r"cicc-admission\s+false\s+from --cicc-admission", whole.stdout), whole.stdout
+    # Its old name, from when it was called the cicc gate, still turns it off.
+    old = run_cli(*args, "--no-cicc-gate")
+    assert old.returncode == 0 and old.stdout == whole.stdout, old.stderr
 
 
 @pytest.mark.network  # flash-attn's sdist, from PyPI once per machine (tests/sdists.py)

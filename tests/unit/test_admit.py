@@ -215,7 +215,7 @@ def test_the_script_is_python_3_9() -> None:
     assert ADMIT.read_text().startswith("#!/usr/bin/env python3\n")
 
 
-# --- the cicc gate: wheelbuild-admit --cicc, as nvcc.profile's cicc ---------------------------------
+# --- cicc admission: wheelbuild-admit --cicc, as nvcc.profile's cicc ---------------------------------
 
 
 def test_the_ledger_counts_a_compile_as_nothing_while_its_cicc_waits_or_runs() -> None:
@@ -288,7 +288,7 @@ def test_the_cost_beside_comes_from_the_costs_file(tmp_path: Path) -> None:
 # --- slots: at most the CPUs' worth of compiles at once; ninja's jobs beyond are lookahead -----------
 
 
-def test_a_compile_stopped_at_the_cicc_gate_frees_its_slot() -> None:
+def test_a_compile_stopped_at_cicc_admission_frees_its_slot() -> None:
     """a.cu and b.cu compile, d.cu's cicc runs (its compile relieved, still a slot): 9 of 10
     charged, three compiles. c.cu (1) fits the bytes but not three slots; once b.cu's cicc
     waits at the gate (it does not fit beside d.cu's), b.cu holds no CPU and c.cu gets its slot."""

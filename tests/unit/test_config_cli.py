@@ -113,6 +113,19 @@ def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke
     assert sources["env"] == "A (values not shown) from wheelbuild.toml"
 
 
+def test_an_options_old_name_still_reads_and_with_its_new_one_is_refused(here: Path, invoke: Invoke) -> None:
+    _write(here / "wheelbuild.toml", "[tool.wheelbuild]\ncicc-gate = false\n")
+    result = invoke("plan", "--example")
+    assert _sources(result.stdout)["cicc-admission"] == "false from wheelbuild.toml", result.output
+    assert "(--no-cicc-admission)" in result.stdout
+    _write(here / "wheelbuild.toml", "[tool.wheelbuild]\ncicc-gate = false\ncicc-admission = true\n")
+    both = invoke("plan", "--example")
+    assert both.exit_code == 18, both.output
+    assert both.stderr.splitlines()[0] == (
+        "error: wheelbuild.toml: [tool.wheelbuild] sets cicc-admission twice (cicc-gate is its old name)"
+    )
+
+
 def test_an_unknown_key_stops_plan_and_build_with_17_naming_the_nearest(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemroy = "64g"\n')
     for args in (["plan"], ["build"], ["flash-attn"]):
@@ -179,7 +192,11 @@ def test_the_click_options_of_build_and_plan_are_exactly_the_option_tables_rows(
         option = by_param[row.param]
         on, _, off = row.short.partition("/")
         assert set(option.opts) == {row.flag, *(f"--{old}" for old in row.old_names), *filter(None, [on])}
-        assert set(option.secondary_opts) == set(filter(None, [f"--{row.off}" if row.off else "", off]))
+        old_negatives = {f"--no-{old}" for old in row.old_names} if row.off else set()
+        assert (
+            set(option.secondary_opts)
+            == set(filter(None, [f"--{row.off}" if row.off else "", off])) | old_negatives
+        )
         assert (option.envvar, option.show_envvar) == (row.env, True), row.key
         assert (option.help, option.hidden) == (row.help, row.hidden), row.key
         assert option.multiple == (row.kind in LIST_KINDS), row.key

@@ -145,7 +145,7 @@ def test_tracker_keeps_each_units_peak_per_python_and_the_overhead_at_the_peak()
 
 
 def test_the_tracker_counts_the_ciccs_a_unit_ran_at_its_peak() -> None:
-    """Behind the cicc gate nvcc --threads 2 may run a unit's ciccs one at a time: what the
+    """With cicc admission nvcc --threads 2 may run a unit's ciccs one at a time: what the
     model learns from its peak depends on how many ran then, so the worst sample's count is kept."""
     nvcc = ProcessInfo(10, 1, 100 * MIB, NVCC)
 
@@ -168,7 +168,7 @@ def test_the_tracker_counts_the_ciccs_a_unit_ran_at_its_peak() -> None:
 
 def test_a_units_time_leaves_out_its_waits_in_wheelbuild_admit() -> None:
     """Admission's waits are not the unit's cost: its compile waiting in the wrapper (no child
-    yet), then one of its ciccs held at the cicc gate (the gate's admit process, no child yet).
+    yet), then one of its ciccs held at cicc admission (its admit process, no child yet).
     Here: waits at 0-4 and 9-11, working 5-8 and 12-13, so 13 s seen less 7 s waited."""
     wrapper = ProcessInfo(10, 1, 15 * MIB, ("python3", "/usr/local/bin/wheelbuild-admit", "sccache", *NVCC))
     nvcc = ProcessInfo(11, 10, 300 * MIB, ("sccache", *NVCC))
@@ -271,7 +271,7 @@ def test_measured_units_take_their_cost_the_others_scale_never_below_their_old_c
 
 
 def test_a_peak_with_fewer_ciccs_than_nvcc_threads_is_learned_as_that_many_archs() -> None:
-    """A build at NVCC_THREADS=2 behind the cicc gate whose saxpy peaked with one cicc running
+    """A build at NVCC_THREADS=2 with cicc admission whose saxpy peaked with one cicc running
     (the gate held the other arch's back): its 1800 MiB are one arch's peak. Read as two archs'
     at once they would halve what each cicc costs, and the next plan would admit twice the ciccs
     that fit; a unit that did peak with both is read as both."""

@@ -1,4 +1,4 @@
-"""The cicc windows (plan/phases.py) and the cicc gate in simulate() (plan/simulation.py)."""
+"""The cicc windows (plan/phases.py) and cicc admission in simulate() (plan/simulation.py)."""
 
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def test_windows_one_per_round_inside_the_unit() -> None:
     assert shape_of(bwd) == device_shape(BWD_STEPS) != shape
 
 
-def test_only_units_whose_steps_were_measured_have_a_shape_and_go_through_the_gate() -> None:
+def test_only_units_whose_steps_were_measured_have_a_shape_and_go_through_cicc_admission() -> None:
     """Only flash-attn's kernels had their steps measured. Another extension's unit may hold as
     much in cudafe++ or its host compile as in cicc, so it gets no shape: simulated at its peak
-    from PEAK_ONSET on, admitted whole, and a build of such units installs no cicc gate."""
+    from PEAK_ONSET on, admitted whole, and a build of such units installs no cicc admission."""
     from wheelbuild.plan.admission import admission_costs, with_admission
     from wheelbuild.plan.memory_model import wbdemo_model
     from wheelbuild.plan.planner import plan_build
@@ -76,7 +76,7 @@ def test_only_units_whose_steps_were_measured_have_a_shape_and_go_through_the_ga
         shape_of(replace(saxpy, name="csrc/flash_attn/src/flash_fwd_split_hdim64_fp16_sm80.cu")) is not None
     )
     model = wbdemo_model()
-    plan = with_admission(plan_build(budget=8 * GIB, cpus=2, archs=2, model=model), cicc_gate=True)
+    plan = with_admission(plan_build(budget=8 * GIB, cpus=2, archs=2, model=model), cicc_admission=True)
     costs = admission_costs(plan)
     assert "cicc" not in costs, costs
     whole = admission_costs(with_admission(plan_build(budget=8 * GIB, cpus=2, archs=2, model=model)))
@@ -90,28 +90,28 @@ def _pair() -> list[UnitCost]:
     ]
 
 
-def test_the_gate_overlaps_one_units_cicc_with_the_others_other_steps() -> None:
+def test_cicc_admission_overlaps_one_units_cicc_with_the_others_other_steps() -> None:
     """Two units whose peaks do not fit together: admitted whole they run one after the other;
-    behind the gate only their ciccs take turns, and the rest of each overlaps."""
+    with cicc admission only their ciccs take turns, and the rest of each overlaps."""
     units = _pair()
     windows = [cicc_windows(u, 1, 1) for u in units]
     peak = units[0].peak(1, 1)
     budget = peak + peak // 2
     whole = simulate(units, jobs=2, threads=1, archs=1, cpus=4, peak_windows=windows, admit_budget=budget)
-    gated = simulate(
+    per_cicc = simulate(
         units, jobs=2, threads=1, archs=1, cpus=4, peak_windows=windows, admit_budget=budget,
         admit_costs=[u.fixed for u in units], cicc_costs=[peak, peak],
     )  # fmt: skip
     assert whole.seconds == pytest.approx(2 * units[0].wall(1, 1))
-    assert gated.ok and gated.killed == 0
+    assert per_cicc.ok and per_cicc.killed == 0
     shape = shape_of(units[0])
     assert shape is not None
     cicc_s = shape.cicc * units[0].per_arch_s
     # the second unit's cicc waits for the first's: one unit's wall plus one cicc
-    assert gated.seconds == pytest.approx(units[0].wall(1, 1) + cicc_s)
-    assert gated.gated_s == pytest.approx(cicc_s)
-    assert gated.peak <= budget  # never both ciccs at once
-    assert gated.admitted_peak <= budget
+    assert per_cicc.seconds == pytest.approx(units[0].wall(1, 1) + cicc_s)
+    assert per_cicc.cicc_wait_s == pytest.approx(cicc_s)
+    assert per_cicc.peak <= budget  # never both ciccs at once
+    assert per_cicc.admitted_peak <= budget
 
 
 def test_a_cicc_larger_than_the_budget_still_runs_alone() -> None:
@@ -124,7 +124,7 @@ def test_a_cicc_larger_than_the_budget_still_runs_alone() -> None:
     assert result.ok and result.peak <= peak + units[0].fixed
 
 
-def test_the_gate_shrinks_by_the_overrun_when_the_costs_are_low() -> None:
+def test_cicc_admission_shrinks_by_the_overrun_when_the_costs_are_low() -> None:
     """Costs at 80% of the true peaks: the overrun of the running cicc keeps the next one out,
     so the limit is never met. (The second unit's cicc comes later: two ciccs that ask at the
     same moment are both let in before either has grown, here as in the wrapper.)"""
@@ -138,7 +138,7 @@ def test_the_gate_shrinks_by_the_overrun_when_the_costs_are_low() -> None:
         admit_costs=[u.fixed for u in units], cicc_costs=[peak * 4 // 5] * 2,
     )  # fmt: skip
     assert result.ok and result.killed == 0
-    assert result.gated_s > 0
+    assert result.cicc_wait_s > 0
     assert result.peak <= limit
 
 
@@ -159,7 +159,7 @@ units = st.builds(
     threads=st.integers(min_value=1, max_value=2),
     budget=st.integers(min_value=0, max_value=40 * GIB),
 )
-def test_the_gate_never_deadlocks_and_keeps_the_ledger_in_the_budget(
+def test_cicc_admission_never_deadlocks_and_keeps_the_ledger_in_the_budget(
     unit_list: list[UnitCost], jobs: int, threads: int, budget: int
 ) -> None:
     archs = 2
@@ -175,7 +175,7 @@ def test_the_gate_never_deadlocks_and_keeps_the_ledger_in_the_budget(
     assert result.admitted_peak <= max(budget, alone)
 
 
-def test_flash_attn_behind_the_gate_beats_whole_unit_admission_where_memory_binds() -> None:
+def test_flash_attn_with_cicc_admission_beats_whole_unit_admission_where_memory_binds() -> None:
     model = flash_attn_model()
     units = list(model.units)
     windows = [cicc_windows(u, 1, 2) for u in units]
@@ -184,17 +184,17 @@ def test_flash_attn_behind_the_gate_beats_whole_unit_admission_where_memory_bind
     whole = simulate(units, jobs=16, threads=1, archs=2, cpus=16, peak_windows=windows, admit_budget=budget,
                      admit_costs=peaks)  # fmt: skip
     one_arch = [u.peak(1, 1) for u in units]
-    gated = simulate(
+    per_cicc = simulate(
         units, jobs=16, threads=1, archs=2, cpus=16, peak_windows=windows, admit_budget=budget,
         admit_costs=[u.fixed for u in units], cicc_costs=one_arch,
     )  # fmt: skip
-    assert whole.ok and gated.ok
-    assert gated.seconds < 0.9 * whole.seconds
-    assert gated.peak <= budget
+    assert whole.ok and per_cicc.ok
+    assert per_cicc.seconds < 0.9 * whole.seconds
+    assert per_cicc.peak <= budget
 
 
 def test_a_units_ciccs_run_one_by_one_unless_the_second_fits_at_its_arch_alone() -> None:
-    """nvcc --threads 2: each of a unit's two ciccs comes to the gate on its own. Two whole ciccs
+    """nvcc --threads 2: each of a unit's two ciccs comes to cicc admission on its own. Two whole ciccs
     (3 GiB each) do not fit 5 GiB: one runs while its sibling waits, so the unit goes through its
     window at half speed holding one arch's peak. Beside the first, the second costs its arch's
     part alone (2 GiB): both run, and the unit holds its whole peak for the window's length."""

@@ -539,7 +539,7 @@ def test_simulate_measures_the_memory_seconds_and_the_drain() -> None:
     assert held.drain_from == pytest.approx(12)
     assert held.drain_memory_s == pytest.approx(300 * 3 * MIB)
     assert held.memory_s == pytest.approx(2 * (100 * 1.2 + 900 * 4.8) * MIB + 300 * 3 * MIB)
-    # At the cicc gate (cicc from half of each 6 s unit on, 500 MiB; budget 700): b.cu's cicc
+    # At cicc admission (cicc from half of each 6 s unit on, 500 MiB; budget 700): b.cu's cicc
     # waits for a.cu's to end at 6 s, then runs alone to 9 s: the drain.
     gated = simulate(
         TINY[:2], jobs=2, threads=1, archs=1, cpus=8, peak_windows=[[(0.5, 1.0)]] * 2,
@@ -776,7 +776,7 @@ def test_admission_launches_up_to_the_cpus_and_admits_within_limit_less_reserve(
 def test_a_unit_measured_on_the_toolkit_is_admitted_with_the_smaller_margin() -> None:
     """ADMIT_MARGIN covers an estimate's error; a unit measured on the build's toolkit (the
     learned model, calibrate) is admitted with MEASURED_MARGIN instead (a sampled peak, a peak
-    that varies from build to build), whole or behind the cicc gate, and the plan says how many
+    that varies from build to build), whole or with cicc admission, and the plan says how many
     such units it has."""
     from dataclasses import replace as with_
 
@@ -797,7 +797,7 @@ def test_a_unit_measured_on_the_toolkit_is_admitted_with_the_smaller_margin() ->
     for gate in (False, True):
         plans = [
             with_admission(
-                plan_build(budget=64 * GIB, cpus=16, archs=2, model=m, nvcc_threads=1), cicc_gate=gate
+                plan_build(budget=64 * GIB, cpus=16, archs=2, model=m, nvcc_threads=1), cicc_admission=gate
             )
             for m in (model, learned)
         ]
@@ -814,17 +814,18 @@ def test_a_unit_measured_on_the_toolkit_is_admitted_with_the_smaller_margin() ->
     assert unit_costs(learned, other, 1, 2).whole == unit_costs(model, other, 1, 2).whole
 
 
-def test_the_cicc_gate_changes_only_the_costs_of_device_units() -> None:
-    """Without the cicc gate (--no-cicc-gate) the costs file holds each unit's whole peak and no
+def test_cicc_admission_changes_only_the_costs_of_device_units() -> None:
+    """Without cicc admission (--no-cicc-admission) the costs file holds each unit's whole peak and no
     "cicc" map (the wrapper then lets every cicc through); with it, a device unit's compile costs
     its part outside cicc, far less, and its ciccs one arch's peak; the host unit stays whole."""
     from wheelbuild.plan.admission import admission_costs, unit_costs, with_admission
 
     model = flash_attn_model()
     static = plan_build(budget=64 * GIB, cpus=128, archs=2, model=model)
-    plain, gated = with_admission(static), with_admission(static, cicc_gate=True)
-    assert not plain.cicc_gate and gated.cicc_gate and plain.as_dict()["cicc_gate"] is False
-    assert "(the cicc gate;" in _admission_reason(gated) and "(--no-cicc-gate)" in _admission_reason(plain)
+    plain, gated = with_admission(static), with_admission(static, cicc_admission=True)
+    assert not plain.cicc_admission and gated.cicc_admission and plain.as_dict()["cicc_admission"] is False
+    assert "(cicc admission;" in _admission_reason(gated)
+    assert "(--no-cicc-admission)" in _admission_reason(plain)
     whole, split = admission_costs(plain), admission_costs(gated)
     assert "cicc" not in whole
     bwd = next(u for u in model.units if u.name.endswith("flash_bwd_hdim256_fp16_sm80.cu"))
@@ -841,20 +842,20 @@ def test_the_cicc_gate_changes_only_the_costs_of_device_units() -> None:
 def test_admission_launches_twice_the_slots_as_lookahead_and_a_retry_halves_both() -> None:
     """16 CPUs, one nvcc thread: the wrapper admits at most 16 compiles at once and ninja launches 32, so that a
     unit that fits can pass one waiting for memory; the costs file carries the slots. After an
-    OOM kill: 16 jobs, 8 slots, 3/4 of the budget, the cicc gate kept. Where the units are fewer
+    OOM kill: 16 jobs, 8 slots, 3/4 of the budget, cicc admission kept. Where the units are fewer
     than twice the slots there is no cap that could bind, and the costs file has none."""
     from wheelbuild.plan.admission import LOOKAHEAD, admission_costs, with_admission
 
     model = flash_attn_model()
     one_thread = plan_build(budget=64 * GIB, cpus=16, archs=2, model=model, nvcc_threads=1)
-    admitted = with_admission(one_thread, cicc_gate=True)
+    admitted = with_admission(one_thread, cicc_admission=True)
     assert (admitted.max_jobs, admitted.admission_slots) == (LOOKAHEAD * 16, 16)
     assert admission_costs(admitted)["slots"] == 16 and admitted.as_dict()["admission_slots"] == 16
     assert "at most 16 compiling at once" in _admission_reason(admitted)
     again = with_admission(admitted, keep_jobs=True)  # as remember_build predicts a build that ran
     assert (again.max_jobs, again.admission_slots) == (32, 16)
     retry = admitted.halved()
-    assert retry is not None and (retry.max_jobs, retry.admission_slots) == (16, 8) and retry.cicc_gate
+    assert retry is not None and (retry.max_jobs, retry.admission_slots) == (16, 8) and retry.cicc_admission
     assert admission_costs(retry)["slots"] == 8
     wide = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=model))
     assert wide.max_jobs == 73 and wide.admission_slots is None and "slots" not in admission_costs(wide)

@@ -24,7 +24,7 @@ from wheelbuild.report.build_report import (
     write_report,
 )
 
-from tests.reportkit import phased_report, real_report, synthetic_report
+from tests.reportkit import phased_report, range_report, real_report, synthetic_report
 
 
 def _holds(expected: Any, found: Any, where: str = "") -> None:
@@ -67,6 +67,16 @@ def test_the_typed_record_reads_what_check_gc_and_the_nightly_need() -> None:
     reused = BuildReport(run_id="b", gate=GateSkipped(), reused=Reused("k", "a")).to_json()
     assert reused["gate"] == {"skipped": GateSkipped().skipped}
     assert reused["reused"] == {"key": "k", "from_run": "a"}
+
+
+def test_a_report_from_before_the_rename_reads_its_cicc_admission() -> None:
+    """Reports written before 2026-12-03 call cicc admission `cicc_gate`; the range report is one."""
+    data = range_report()
+    assert data["plan"]["cicc_gate"] is True and "cicc_admission" not in data["plan"]
+    report = report_from_json(data)
+    assert report.plan is not None and report.plan.cicc_admission is True
+    written = report.to_json()["plan"]
+    assert isinstance(written, dict) and written["cicc_admission"] is True  # written back under its name
 
 
 def test_a_newer_schema_is_refused_clearly(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The cicc gate with the real toolchain: images/wheelbuild-cicc-gate points the build image's
+"""Cicc admission with the real toolchain: images/wheelbuild-cicc-admission points the build image's
 nvcc.profile at wheelbuild-admit --cicc, and real nvcc compiles, through real sccache, take turns
 in cicc when their ciccs' costs do not fit the budget together (and only then).
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.docker
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 
 # Enough unrolled kernels that each cicc runs for a second or two: long enough that the two
-# compiles' ciccs surely overlap in time, so only the gate can keep them apart.
+# compiles' ciccs surely overlap in time, so only cicc admission can keep them apart.
 SOURCE = """
 template <int K> __global__ void k_@N@(float* x) {
     float v = x[threadIdx.x];
@@ -43,7 +43,7 @@ for n in a b; do
 done
 printf %s "$COSTS" > /tmp/costs.json
 export WHEELBUILD_ADMIT_COSTS=/tmp/costs.json WHEELBUILD_ADMIT_BUDGET=1000000000
-sh /wb/wheelbuild-cicc-gate
+sh /wb/wheelbuild-cicc-admission
 export SCCACHE_DIR=/tmp/sccache
 sccache --start-server >/dev/null
 python3 - <<'PY'
@@ -83,17 +83,17 @@ def _run(image: str, costs: dict[str, object], out_dir: Path) -> tuple[dict[str,
     return json.loads(line.removeprefix("RESULT ")), out
 
 
-def test_real_ciccs_take_turns_behind_the_gate(cuda_image: str, tmp_path: Path) -> None:
+def test_real_ciccs_take_turns_with_cicc_admission(cuda_image: str, tmp_path: Path) -> None:
     units = {"a.cu": 100_000_000, "b.cu": 100_000_000}
     # Each cicc at 0.7 GB in a budget of 1 GB: one at a time.
-    gated, out = _run(
+    per_cicc, out = _run(
         cuda_image,
         {"default": 900_000_000, "units": units, "cicc": dict.fromkeys(units, 700_000_000)},
         tmp_path,
     )
-    assert "wheelbuild-before-build: cicc gate in" in out and "CICC_PATH = /tmp/wheelbuild-cicc" in out
-    assert gated["codes"] == [0, 0], out
-    assert gated["running"] == 1 and gated["waiting"] == 1, gated  # one ran while the other waited
+    assert "wheelbuild-before-build: cicc admission in" in out and "CICC_PATH = /tmp/wheelbuild-cicc" in out
+    assert per_cicc["codes"] == [0, 0], out
+    assert per_cicc["running"] == 1 and per_cicc["waiting"] == 1, per_cicc  # one ran while the other waited
     for name in ("a.o", "b.o"):  # both objects hold their cubin
         assert 120 in archs_in_elf((tmp_path / name).read_bytes()).sass, name
     # At 0.4 GB each, both fit: they run together and neither waits.
@@ -103,9 +103,9 @@ def test_real_ciccs_take_turns_behind_the_gate(cuda_image: str, tmp_path: Path) 
         tmp_path,
     )
     assert both["codes"] == [0, 0] and both["running"] == 2 and both["waiting"] == 0, (both, out)
-    # Without cicc costs, the gate lets every cicc through: nothing of theirs enters the ledger.
-    ungated, out = _run(cuda_image, {"default": 900_000_000, "units": units}, tmp_path)
-    assert ungated["codes"] == [0, 0] and ungated["entries"] == 0, (ungated, out)
+    # Without cicc costs, cicc admission lets every cicc through: nothing of theirs enters the ledger.
+    unheld, out = _run(cuda_image, {"default": 900_000_000, "units": units}, tmp_path)
+    assert unheld["codes"] == [0, 0] and unheld["entries"] == 0, (unheld, out)
 
 
 # One unit for two archs at nvcc --threads 2, watched as the build's watcher watches it: the
@@ -117,7 +117,7 @@ cd /tmp
 printf %s "$SOURCE" | sed "s/@N@/a/g" > a.cu
 printf %s "$COSTS" > /tmp/costs.json
 export WHEELBUILD_ADMIT_COSTS=/tmp/costs.json WHEELBUILD_ADMIT_BUDGET=1000000000
-sh /wb/wheelbuild-cicc-gate >/dev/null
+sh /wb/wheelbuild-cicc-admission >/dev/null
 python3 - <<'PY'
 import json, os, subprocess, sys, time
 from pathlib import Path
@@ -144,7 +144,7 @@ PY
 def test_the_watcher_counts_the_ciccs_a_unit_ran_at_its_peak(
     cuda_image: str, cicc_cost: int, beside: int | None, ciccs: int
 ) -> None:
-    """nvcc --threads 2 starts both archs' ciccs at once; behind the gate at 0.7 GB each in 1 GB
+    """nvcc --threads 2 starts both archs' ciccs at once; with cicc admission at 0.7 GB each in 1 GB
     they take turns, and the unit's peak is one cicc's: the watcher must say so, or the model
     learns one arch's peak as two archs' (plan/learned.py). At 0.4 GB both run at its peak, and
     so they do at 0.7 GB when the second costs 0.25 GB beside the first (costs file
