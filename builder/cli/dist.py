@@ -9,13 +9,14 @@ import copy
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import click
 
 from ..errors import BadArgument
 from ..plan.dist import scheduler_address
 from ..run import dist_fleet
+from ..run.engine import DockerEngine
 from ..run.reporter import Reporter
 from ..spec.build_spec import check_cpus
 from ..units import format_bytes, parse_memory
@@ -24,9 +25,6 @@ from .params import GIVEN_PATH, GIVEN_TEXT
 TOKEN_FILE_ENV = "WHEELBUILD_DIST_TOKEN_FILE"
 DEFAULT_NETWORK = "wbdist"
 DEFAULT_SCHEDULER = "wbdist-scheduler"
-if TYPE_CHECKING:
-    import docker
-
 PORT = click.IntRange(1, 65535)
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -70,10 +68,17 @@ def _start_options(function: F) -> F:
     return function
 
 
-def _image(client: docker.DockerClient, image: str | None, base_image: str | None) -> str:
+def _fleet_engine() -> DockerEngine:
+    """The engine whose client the fleet's containers are started with: connected now, so a
+    missing daemon is DockerUnavailable (exit 20) before anything starts. No orphan sweep: the
+    fleet is not a build."""
+    return DockerEngine(sweep=False).connect()
+
+
+def _image(engine: DockerEngine, image: str | None, base_image: str | None) -> str:
     if image:
         return image
-    return dist_fleet.dist_image(client, progress=Reporter().log, base_image=base_image)
+    return dist_fleet.dist_image(engine, progress=Reporter().log, base_image=base_image)
 
 
 @click.command("scheduler")
@@ -100,10 +105,16 @@ def dist_scheduler(
     dist_fleet.check_token_file(token_file)
     dist_fleet.check_name(name, "--name")
     dist_fleet.check_name(network, "--network")
-    client = dist_fleet.open_client()
-    tag = _image(client, image, base_image)
+    engine = _fleet_engine()
+    tag = _image(engine, image, base_image)
     dist_fleet.start_scheduler(
-        client, name=name, network=network, token_file=token_file, image=tag, port=port, publish=publish
+        engine.client,
+        name=name,
+        network=network,
+        token_file=token_file,
+        image=tag,
+        port=port,
+        publish=publish,
     )
     url = f"http://{name}:{port}"
     click.echo(f"started scheduler {name} ({tag}) on network {network}")
@@ -178,10 +189,10 @@ def dist_server(
     dist_fleet.check_token_file(token_file)
     dist_fleet.check_name(name, "--name")
     dist_fleet.check_name(network, "--network")
-    client = dist_fleet.open_client()
-    tag = _image(client, image, base_image)
+    engine = _fleet_engine()
+    tag = _image(engine, image, base_image)
     container = dist_fleet.start_server(
-        client, name=name, network=network, token_file=token_file, image=tag, scheduler_url=url,
+        engine.client, name=name, network=network, token_file=token_file, image=tag, scheduler_url=url,
         memory=limit, cpus=cores, job_memory=peak, port=port, public_addr=public_addr,
     )  # fmt: skip
     click.echo(f"started build server {container.name} ({tag}) on network {network}, registering with {url}")
@@ -200,7 +211,7 @@ def dist_server(
 def dist_stop(name: str | None, network: str | None) -> None:
     """Remove the fleet's containers (by their label, never anything else), the servers' build
     volumes, and the fleet's networks once empty."""
-    removed = dist_fleet.stop_fleet(dist_fleet.open_client(), name=name, network=network)
+    removed = dist_fleet.stop_fleet(_fleet_engine().client, name=name, network=network)
     for item in removed:
         click.echo(f"removed {item}")
     if not removed:

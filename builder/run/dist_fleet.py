@@ -1,7 +1,7 @@
 """The sccache-dist fleet's Docker edge (issue 15, part 2): the fleet image, a scheduler and build
 servers as long-lived containers on a user-defined bridge network, and their removal. What
-scripts/dist-smoke proved by hand (its header holds the findings), as functions of a docker
-client; `wheelbuild dist scheduler`, `dist server` and `dist stop` (cli_dist.py) call them, and
+scripts/dist-smoke proved by hand (its header holds the findings), as functions of the docker
+client DockerEngine opened (engine.client), which also builds the fleet's image; `wheelbuild dist scheduler`, `dist server` and `dist stop` (cli_dist.py) call them, and
 so does the --dist build's integration test.
 
 The token. sccache-dist 0.16.0 reads its token from its config file only. It reaches each
@@ -32,7 +32,6 @@ reaper, which select by those, never touch the fleet; dist stop selects by ROLE_
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from collections.abc import Callable
@@ -44,7 +43,7 @@ import docker.errors
 import docker.models.containers
 import docker.models.networks
 
-from ..errors import BadArgument, BadMemory, DockerUnavailable, ImageBuildFailed
+from ..errors import BadArgument, BadMemory
 from ..host.ca_bundle import resolve_ca_bundle
 from ..plan.fleet import Fleet, RemoteJob
 from ..units import format_bytes
@@ -188,21 +187,8 @@ def labels(role: str, network: str) -> dict[str, str]:
 # --- the Docker edge ---------------------------------------------------------------------------
 
 
-def open_client(timeout: int = 600) -> docker.DockerClient:
-    """A docker client that has answered a ping, made as DockerEngine makes its own."""
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise DockerUnavailable(
-            f"no Docker daemon answers at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}",
-            "start one (as root: scripts/install-docker), or point DOCKER_HOST at a running daemon",
-        ) from exc
-    return client
-
-
 def dist_image(
-    client: docker.DockerClient,
+    engine: DockerEngine,
     *,
     progress: OnLine,
     base_image: str | None = None,
@@ -213,7 +199,6 @@ def dist_image(
     when present); its base is `base_image`, else $WHEELBUILD_BASE_IMAGE, else the production
     manylinux pin; its CA bundle `ca_bundle`, else the host's (host/ca_bundle.py, as the
     build's). The fleet image is tagged by dist_image_tag and reused when present."""
-    engine = DockerEngine(client, sweep=False)
     base = base_image or os.environ.get("WHEELBUILD_BASE_IMAGE") or production_base()
     base_id = "" if "@sha256:" in base else engine.local_image_id(base)
     build = engine.ensure_image(
@@ -221,36 +206,10 @@ def dist_image(
     )
     dockerfile = image_script(DIST_DOCKERFILE).read_bytes()
     tag = dist_image_tag(dockerfile, build.id)
-    try:
-        client.images.get(tag)
-        return tag
-    except docker.errors.ImageNotFound:
-        pass
-    progress(f"building {tag} FROM {build.tag} (bubblewrap and sccache-dist; once per build image)")
-    _build(client, dockerfile, tag, {"BUILD_IMAGE": build.tag}, progress)
-    return tag
-
-
-def _build(
-    client: docker.DockerClient, dockerfile: bytes, tag: str, buildargs: dict[str, str], progress: OnLine
-) -> None:
-    """Build from the Dockerfile alone: no context, so no file of the machine can go in."""
-    remedy = (
-        "read the build log above; the build needs the network to reach the distribution's and PyPI's mirrors"
-    )
-    try:
-        for chunk in client.api.build(
-            fileobj=io.BytesIO(dockerfile), tag=tag, buildargs=buildargs, rm=True, forcerm=True,
-            pull=False, decode=True, labels={IMAGE_LABEL: tag.rpartition(":")[2]},
-        ):  # fmt: skip
-            if "error" in chunk or "errorDetail" in chunk:
-                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
-                raise ImageBuildFailed(f"{tag} failed to build: {message.splitlines()[-1:] or '?'}", remedy)
-            for line in str(chunk.get("stream", "")).splitlines():
-                if line.strip():
-                    progress(line)
-    except docker.errors.APIError as exc:
-        raise ImageBuildFailed(f"{tag} failed to build: {exc.explanation or exc}", remedy) from exc
+    if not engine.local_image_id(tag):
+        progress(f"building {tag} FROM {build.tag} (bubblewrap and sccache-dist; once per build image)")
+    image_labels = {IMAGE_LABEL: tag.rpartition(":")[2]}
+    return engine.ensure_dockerfile_image(dockerfile, tag, {"BUILD_IMAGE": build.tag}, image_labels, progress)
 
 
 def ensure_network(client: docker.DockerClient, name: str) -> None:

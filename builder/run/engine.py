@@ -32,11 +32,10 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import docker
 import docker.errors
@@ -44,14 +43,14 @@ import docker.types
 import requests
 
 from .. import secrets
-from ..errors import DockerUnavailable, ImageBuildFailed, NvidiaRuntimeMissing
+from ..errors import DockerUnavailable, NvidiaRuntimeMissing
 from ..host.gpu import GpuMode
 from . import attempt_run, doctor, gate_container, gc, unit_compile
 from .attempt import AttemptConfig, AttemptResult
 from .buildlog import BuildLog, MemorySample
 from .containers import remove_all, script_volume, set_network, transient_retry
 from .cuda_redist import CudaLayer
-from .image import DOCKERFILE, LABEL, Image, ImageInputs, production_base
+from .image import DOCKERFILE, LABEL, Image, ImageInputs, build_image, production_base
 from .names import IMAGE_REPOSITORY
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
@@ -108,6 +107,12 @@ class DockerEngine:
                 self.sweep_orphans()
         return self._client
 
+    @property
+    def client(self) -> Any:
+        """The connected client, for run/dist_fleet's fleet containers and networks: opened here,
+        as every other use of Docker is."""
+        return self._docker
+
     def connect(self) -> DockerEngine:
         """Connect now rather than at first use: a command that needs Docker says so before any
         other work (DockerUnavailable, exit 20)."""
@@ -141,8 +146,24 @@ class DockerEngine:
             pass
         on_line(f"building {inputs.tag} from {inputs.base_image} (once per set of inputs)")
         context = io.BytesIO(inputs.context_tar())
-        _build(self._docker, context, DOCKERFILE, inputs.tag, inputs.buildargs(), on_line)
+        build_image(self._docker, context, DOCKERFILE, inputs.tag, inputs.buildargs(), on_line)
         return _image(self._docker.images.get(inputs.tag), inputs.tag, reused=False)
+
+    def ensure_dockerfile_image(
+        self, dockerfile: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], on_line: OnLine
+    ) -> str:
+        """The image *tag*, built from the Dockerfile alone when missing: no context, so no file of
+        the machine can go in (the sccache-dist fleet's image)."""
+        if self.local_image_id(tag):
+            return tag
+        with tempfile.TemporaryFile() as context:
+            with tarfile.open(fileobj=context, mode="w") as tar:
+                info = tarfile.TarInfo("Dockerfile")
+                info.size = len(dockerfile)
+                tar.addfile(info, io.BytesIO(dockerfile))
+            context.seek(0)
+            build_image(self._docker, context, "Dockerfile", tag, buildargs, on_line, labels)
+        return tag
 
     def ensure_cuda_layer_image(self, layer: CudaLayer, tree: Path, on_line: OnLine) -> str:
         """The local image holding the CUDA 12 layer's tree at its CUDA_HOME, labelled with its
@@ -166,7 +187,7 @@ class DockerEngine:
                 tar.addfile(info, io.BytesIO(dockerfile.encode()))
                 tar.add(tree, arcname="cuda", filter=lambda m: None if m.name == "cuda/.complete" else m)
             context.seek(0)
-            _build(self._docker, context, "Dockerfile", layer.tag, {}, on_line)
+            build_image(self._docker, context, "Dockerfile", layer.tag, {}, on_line)
         return layer.tag
 
     @transient_retry
@@ -403,47 +424,6 @@ class DockerEngine:
 def _image(found: Any, tag: str, reused: bool) -> Image:
     size = found.attrs.get("Size") if isinstance(getattr(found, "attrs", None), dict) else None
     return Image(tag, str(found.id), dict(found.labels or {}), reused, size if isinstance(size, int) else 0)
-
-
-def _build(
-    client: Any,
-    context: IO[bytes],
-    dockerfile: str,
-    tag: str,
-    buildargs: dict[str, str],
-    on_line: Callable[[str], None],
-) -> None:
-    tail: deque[str] = deque(maxlen=20)
-    try:
-        chunks = client.api.build(
-            fileobj=context,
-            custom_context=True,
-            dockerfile=dockerfile,
-            tag=tag,
-            buildargs=buildargs,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-        )
-        for chunk in chunks:
-            if "error" in chunk or "errorDetail" in chunk:
-                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
-                raise ImageBuildFailed(
-                    f"image build failed: {message.splitlines()[-1] if message else 'unknown error'}",
-                    "read the build log above; check the base image exists here "
-                    "(scripts/make-base-image) and the network reaches PyPI",
-                    details="\n".join(tail),
-                )
-            for line in str(chunk.get("stream", "")).splitlines():
-                if line.strip():
-                    tail.append(line)
-                    on_line(line)
-    except docker.errors.APIError as exc:
-        raise ImageBuildFailed(
-            f"image build failed: {exc.explanation or exc}",
-            "check that the base image exists locally (scripts/make-base-image) or can be pulled",
-        ) from exc
 
 
 def reap_when_gone(owner: str, run_id: str, poll_s: float = 1.0) -> int:

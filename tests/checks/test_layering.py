@@ -25,8 +25,10 @@ IMPORTED_ONLY_BY = {
     "wheelbuild.nightly.night": {"wheelbuild.cli.nightly"},
     "wheelbuild.cli.main": {"wheelbuild.cli.entry"},
 }
-# Rooms that hold values and rules, never a Docker client (the run/ room owns that edge).
-NO_DOCKER = {"plan", "wheel", "index", "recipes", "spec", "host", "provenance", "report"}
+# The one room that imports the Docker SDK, and the one module in it that opens a client.
+DOCKER_ROOM = "run"
+CLIENT_OPENER = "run/engine.py"
+CLIENT_CALLS = {"from_env", "DockerClient", "APIClient"}
 
 Graph = Mapping[str, set[str]]
 
@@ -144,7 +146,7 @@ def wrong_arrows(modules: Graph) -> list[str]:
             owners = IMPORTED_ONLY_BY.get(target)
             if owners is not None and name not in owners:
                 wrong.append(f"{name} -> {target} (only {sorted(owners)} may import it)")
-            if target == "docker" and room in NO_DOCKER:
+            if target == "docker" and room != DOCKER_ROOM:
                 wrong.append(f"{name} -> docker ({room}/ holds no Docker client: the run/ room does)")
     return wrong
 
@@ -169,6 +171,24 @@ def test_the_pipeline_top_and_docker_stay_where_they_belong() -> None:
     assert wrong_arrows(module_graph(BUILDER)) == []
 
 
+def client_openers(root: Path) -> list[str]:
+    """Where builder/ opens a docker client (docker.from_env(), DockerClient(), APIClient())."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                if called in CLIENT_CALLS:
+                    found.append(f"{path.relative_to(root).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_one_module_opens_the_docker_client() -> None:
+    """DockerEngine opens the client (pinged, DockerUnavailable when no daemon answers); the fleet
+    and every other Docker use take it from there."""
+    assert [where.split(":")[0] for where in client_openers(BUILDER)] == [CLIENT_OPENER]
+
+
 def _tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in {"__init__.py": "", **files}.items():
         path = root / rel
@@ -181,8 +201,9 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     """The checks themselves: a module cycle inside one room, a cycle between rooms (one arrow made
-    in a function, by its absolute name), a Docker import in a pure room and an import of the build
-    from below are each found; the floors of a chain are counted."""
+    in a function, by its absolute name), a Docker import outside run/, a client opened outside
+    run/engine.py and an import of the build from below are each found; the floors of a chain are
+    counted."""
     root = _tree(
         tmp_path / "builder",
         {
@@ -194,15 +215,18 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
             "run/attempt.py": "from ..wheel import stamp\n",
             "pipeline/build.py": "",
             "index/publish.py": "from ..pipeline import build\n",
+            "cli/dist.py": "def f():\n    import docker\n    return docker.from_env()\n",
         },
     )
     modules = module_graph(root)
     assert cycles(modules) == [["wheelbuild.plan.fleet", "wheelbuild.plan.planner"]]
     assert cycles(room_graph(modules)) == [["run", "wheel"]]
     assert wrong_arrows(modules) == [
+        "wheelbuild.cli.dist -> docker (cli/ holds no Docker client: the run/ room does)",
         "wheelbuild.index.publish -> wheelbuild.pipeline.build (only ['wheelbuild.cli.main', "
         "'wheelbuild.nightly.night', 'wheelbuild.pipeline.verify'] may import it)",
         "wheelbuild.plan.fleet -> docker (plan/ holds no Docker client: the run/ room does)",
     ]
+    assert client_openers(root) == ["cli/dist.py:3"]
     chain = {"cli": {"pipeline"}, "pipeline": {"plan", "errors"}, "plan": {"errors"}, "errors": set()}
     assert floors(chain) == {"cli": 4, "pipeline": 3, "plan": 2, "errors": 1}

@@ -26,6 +26,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from wheelbuild.host.ca_bundle import DEFAULT_CA_BUNDLE
 from wheelbuild.run import dist_fleet
+from wheelbuild.run.engine import DockerEngine
 from wheelbuild.wheel.wheels import inspect_wheel
 
 from .conftest import REPO, WHEELBUILD, wheelbuild
@@ -68,7 +69,10 @@ def fleet(
     token_file.chmod(0o600)
     try:
         image = dist_fleet.dist_image(
-            docker_client, progress=lambda line: None, base_image=base_image, ca_bundle=DEFAULT_CA_BUNDLE
+            DockerEngine(docker_client, sweep=False),
+            progress=lambda line: None,
+            base_image=base_image,
+            ca_bundle=DEFAULT_CA_BUNDLE,
         )
         dist_fleet.ensure_network(docker_client, NETWORK)
         dist_fleet.start_scheduler(

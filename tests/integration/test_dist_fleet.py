@@ -17,6 +17,7 @@ import docker
 import docker.errors
 import pytest
 from wheelbuild.run import dist_fleet
+from wheelbuild.run.engine import DockerEngine
 
 PREFIX = "wbdist-test-"
 NETWORK = f"{PREFIX}net"
@@ -61,7 +62,9 @@ def fleet(
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
     try:
-        image = dist_fleet.dist_image(docker_client, progress=lambda line: None, base_image=base_image)
+        image = dist_fleet.dist_image(
+            DockerEngine(docker_client, sweep=False), progress=lambda line: None, base_image=base_image
+        )
         dist_fleet.ensure_network(docker_client, NETWORK)
         dist_fleet.start_scheduler(
             docker_client, name=SCHEDULER, network=NETWORK, token_file=token_file, image=image

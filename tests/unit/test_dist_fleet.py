@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from wheelbuild.cli import dist as dist_cli
 from wheelbuild.cli.main import main
 from wheelbuild.errors import BadArgument, BadMemory
 from wheelbuild.run import dist_fleet
@@ -133,10 +134,10 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def test_dist_server_refuses_bad_input_before_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_docker(timeout: int = 600) -> None:
+    def no_docker() -> None:
         raise AssertionError("Docker was asked")
 
-    monkeypatch.setattr(dist_fleet, "open_client", no_docker)
+    monkeypatch.setattr(dist_cli, "_fleet_engine", no_docker)
     token = tmp_path / "token"
     token.write_text("s3cr3t-token-value")
     base = ["dist-server", "--token-file", str(token)]
@@ -164,10 +165,10 @@ def test_dist_scheduler_takes_the_token_file_from_the_environment(
 ) -> None:
     started: dict[str, object] = {}
 
-    class Client:
-        pass
+    class Engine:
+        client = object()
 
-    monkeypatch.setattr(dist_fleet, "open_client", lambda timeout=600: Client())
+    monkeypatch.setattr(dist_cli, "_fleet_engine", Engine)
     monkeypatch.setattr(dist_fleet, "start_scheduler", lambda client, **kw: started.update(kw))
     token = tmp_path / "token"
     token.write_text("s3cr3t-token-value")
