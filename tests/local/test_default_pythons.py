@@ -36,14 +36,8 @@ LINUX = "manylinux_2_28_x86_64"
 SECRET = "alice-s3cr3t-pw"
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The default cache dir (WHEELBUILD_CACHE_DIR), one per test; no proxy for 127.0.0.1."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("WHEELBUILD_CACHE_DIR", str(cache))
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    return cache
+# Each test reads and writes a cache dir of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("own_cache")
 
 
 @pytest.fixture
