@@ -106,15 +106,9 @@ def dist_scheduler(
     dist_fleet.check_name(name, "--name")
     dist_fleet.check_name(network, "--network")
     engine = _fleet_engine()
-    tag = _image(engine, image, base_image)
+    tag, client = _image(engine, image, base_image), engine.client
     dist_fleet.start_scheduler(
-        engine.client,
-        name=name,
-        network=network,
-        token_file=token_file,
-        image=tag,
-        port=port,
-        publish=publish,
+        client, name=name, network=network, token_file=token_file, image=tag, port=port, publish=publish
     )
     url = f"http://{name}:{port}"
     click.echo(f"started scheduler {name} ({tag}) on network {network}")
