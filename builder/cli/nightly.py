@@ -25,8 +25,8 @@ MATRIX_FILE_HELP = (
 )
 
 
-@click.command("matrix")
-@click.option(
+# The matrix file, for `matrix` and the nightly's jobs alike ('' is refused: a shell's unset variable).
+_nightly_config = click.option(
     "--config-file",
     "--config",  # its old name, still taken
     "config_file",
@@ -36,6 +36,10 @@ MATRIX_FILE_HELP = (
     show_default=True,
     help=MATRIX_FILE_HELP,
 )
+
+
+@click.command("matrix")
+@_nightly_config
 @click.option(
     "--format",
     "output",
@@ -89,16 +93,6 @@ def matrix_command(
 # ---------------------------------------------------------------------------------------------
 # wheelbuild nightly: the workflow's three jobs (and scripts/nightly), logic in wheelbuild.nightly.night.
 
-_nightly_config = click.option(
-    "--config-file",
-    "--config",  # its old name, still taken
-    "config_file",
-    cls=RenamedOption,
-    type=click.Path(path_type=Path),
-    default=Path("wheelbuild.toml"),
-    show_default=True,
-    help=MATRIX_FILE_HELP,
-)
 _nightly_torch_index = torch_index_option("As for build (part of the inputs).")
 _nightly_track = track_option(
     "latest: add each versioned package's newest release and each CUDA tag's newest torch.",
