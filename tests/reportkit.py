@@ -17,8 +17,7 @@ from typing import Any
 
 from wheelbuild.plan.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.plan.planner import Plan, plan_build
-from wheelbuild.report.attempt_records import attempt_record
-from wheelbuild.report.build_report import GATE_PHASE, TORCH_RANGE_PHASE, PhaseRecord
+from wheelbuild.report.attempt_records import GATE_PHASE, TORCH_RANGE_PHASE, PhaseRecord, attempt_record
 from wheelbuild.run.attempt import AttemptResult, OomEvidence
 from wheelbuild.run.buildlog import COMPILE_STEP, BuildLog, MemorySeries
 

@@ -22,21 +22,23 @@ from ..plan.planner import Plan, ninja_order_file, over_budget
 from ..provenance.statement import STATEMENT_SUFFIX
 from ..recipes import source_location, source_pin
 from ..report import page as report_html
-from ..report.attempt_records import attempt_record
-from ..report.build_report import (
+from ..report.attempt_records import (
     GATE_PHASE,
-    REPORT_NAME,
     TORCH_RANGE_PHASE,
-    Abi3Record,
     AttemptRecord,
+    PhaseRecord,
+    PlanRecord,
+    attempt_record,
+)
+from ..report.build_report import (
+    REPORT_NAME,
+    Abi3Record,
     BuildReport,
     CheckRecord,
     ContractRecord,
     GateRecord,
     GateSkipped,
     ImageRecord,
-    PhaseRecord,
-    PlanRecord,
     RecipeRecord,
     Reused,
     SourceRecord,

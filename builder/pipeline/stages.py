@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import WheelbuildError
 from ..plan.planner import Plan
 from ..recipes.survey import Survey
-from ..report.build_report import PhaseRecord
+from ..report.attempt_records import PhaseRecord
 from ..run.image import Image, ImageInputs
 from ..run.image_options import ImageOptions
 from ..spec.build_spec import BuildSpec

@@ -1,17 +1,139 @@
-"""An attempt as build-report.json keeps it (report.AttemptRecord): the plan it ran with, what
-the engine measured, and each unit against the model's prediction and its measurement."""
+"""An attempt as build-report.json keeps it: its records (AttemptRecord, its units, phases,
+memory series and cache counts, and the plan it ran with) and `attempt_record`, which makes one
+from the plan, what the engine measured, and each unit against the model's prediction and its
+measurement. build_report.py holds them in the report."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from ..plan.dist import remote_share
 from ..plan.learned import SAMPLE_S
 from ..plan.planner import Plan
+from ..records import OMIT, REQUIRED, Record, read_record
 from ..run.attempt import AttemptResult
-from .build_report import AttemptRecord, CacheStats, MemorySeriesRecord, PhaseRecord, UnitRecord
 
-__all__ = ["attempt_record"]
+__all__ = [
+    "GATE_PHASE",
+    "TORCH_RANGE_PHASE",
+    "AttemptRecord",
+    "CacheStats",
+    "MemorySeriesRecord",
+    "PhaseRecord",
+    "PlanRecord",
+    "UnitRecord",
+    "attempt_record",
+]
+
+
+@dataclass(frozen=True)
+class PlanRecord(Record):
+    """Plan.as_dict(): the numbers the build ran with and why (the model by name only)."""
+
+    memory: int | None
+    cpus: float | None
+    max_jobs: int | None
+    nvcc_threads: int | None
+    archs: int | None
+    predicted_peak: int | None
+    predicted_seconds: float | None
+    model: Mapping[str, object]
+    admission_budget: int | None
+    reasons: tuple[str, ...]
+    cicc_admission: bool = False  # reports from before 2026-12-01 have none (_plan reads older names)
+    admission_slots: int | None = None  # nor this
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanRecord:
+        return read_record(cls, plan.as_dict(), "plan")
+
+
+@dataclass(frozen=True)
+class UnitRecord(Record):
+    unit: str  # cp311-manylinux_x86_64:reduce.o
+    finished_s: float | None
+    predicted_peak: int | None  # None where the model does not know the unit
+    predicted_s: float | None
+    # Its processes' memory at its worst sample, and how long it was seen compiling (the
+    # watcher samples once a second); None where no sample caught it.
+    measured_peak: int | None = field(default=None, metadata=OMIT)
+    measured_s: float | None = field(default=None, metadata=OMIT)
+
+
+# The phases wheelbuild itself runs after the last attempt, named beside cibuildwheel's steps.
+GATE_PHASE = "import gate"
+TORCH_RANGE_PHASE = "torch range"
+
+
+@dataclass(frozen=True)
+class PhaseRecord(Record):
+    """A stretch of an attempt, in seconds since it began: one of cibuildwheel's steps for one
+    Python ("Running before_build", torch's install; "Building wheel", the compile; "Repairing
+    wheel"), or, after the last attempt, the import gate or the torch range (in containers of
+    their own, outside the attempt's memory series)."""
+
+    step: str = field(metadata=REQUIRED)
+    python: str | None = None  # cp311-manylinux_x86_64; None for the steps around the Pythons'
+    start_s: float | None = None
+    end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CacheStats(Record):
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class MemorySeriesRecord(Record):
+    step_s: float | None
+    points: tuple[tuple[float, int], ...]  # (seconds since the attempt began, working set)
+
+
+@dataclass(frozen=True)
+class AttemptRecord(Record):
+    attempt: int | None
+    max_jobs: int | None
+    nvcc_threads: int | None
+    memory: int | None
+    returncode: int | None
+    duration_s: float | None
+    build_s: float | None
+    build_s_by_python: Mapping[str, float]
+    memory_limit_seen: int | None
+    peak_memory: int | None
+    peak_memory_compile: int | None
+    predicted_peak: int | None
+    oom_evidence: tuple[str, ...]
+    oom_at_s: tuple[float, ...]
+    memory_series: MemorySeriesRecord | None
+    units_finished: int | None
+    units: tuple[UnitRecord, ...]
+    cache_hits: int | None
+    cache_misses: int | None
+    cache_by_python: Mapping[str, CacheStats]
+    # Only on a successful retry: units an earlier attempt finished, and how many of them were
+    # compiled again here (unit by unit, from sccache's compile log; goal 0).
+    units_finished_before: int | None = field(default=None, metadata=OMIT)
+    units_recompiled: int | None = field(default=None, metadata=OMIT)
+    # The model against this attempt: predicted / measured - 1, for the compile's peak and, on
+    # average (absolute), for each unit measured; what the build held outside the units at its peak.
+    peak_error: float | None = field(default=None, metadata=OMIT)
+    unit_error: float | None = field(default=None, metadata=OMIT)
+    overhead_at_peak: int | None = field(default=None, metadata=OMIT)
+    # --dist: compiles each build server ran ("ip:port": count), those that ran locally instead,
+    # and the servers' share of the two.
+    dist_by_server: Mapping[str, int] | None = field(default=None, metadata=OMIT)
+    dist_local: int | None = field(default=None, metadata=OMIT)
+    dist_remote_share: float | None = field(default=None, metadata=OMIT)
+    # Each Python's whole time in cibuildwheel (setup, torch, compile, repair; for a Python that
+    # reused an earlier one's abi3 wheel, setup alone), and those that reused one: identifier ->
+    # that wheel's file name as cibuildwheel named it.
+    python_s_by_python: Mapping[str, float] = field(default_factory=dict)
+    reused_by_python: Mapping[str, str] = field(default_factory=dict)
+    # Where the time went, for the chart's phases (reports from before 2026-12-03 have none).
+    phases: tuple[PhaseRecord, ...] = ()
 
 
 def attempt_record(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..run.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
-from .build_report import GATE_PHASE, TORCH_RANGE_PHASE
+from .attempt_records import GATE_PHASE, TORCH_RANGE_PHASE
 from .values import (
     MAX_BYTES,
     MAX_ROWS,

@@ -12,9 +12,9 @@ import pytest
 from wheelbuild.errors import ImportGateFailed
 from wheelbuild.nightly.publish import report_verdict
 from wheelbuild.pipeline.check import describe_gate, gate_verdict
+from wheelbuild.report.attempt_records import AttemptRecord
 from wheelbuild.report.build_report import (
     Abi3Record,
-    AttemptRecord,
     BuildReport,
     read_report,
     report_from_json,
