@@ -23,7 +23,7 @@ PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 DEFAULT_ARCHS = (100, 120)
 
 # A bare CUDA tag (`--torch cu130`) means the newest release the variant's index has for it
-# (torch_releases.newest_release). This table is only the fallback when the index cannot be read:
+# (spec/torch_choice.newest_release). This table is only the fallback when the index cannot be read:
 # the newest release for each tag that we knew of on DEFAULT_TORCH_AS_OF (PyTorch's index and
 # PyPI; PyPI's 2.15.0 is a CUDA 13.2 build, so cu132's).
 DEFAULT_TORCH_AS_OF = "2026-12-02"

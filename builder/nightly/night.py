@@ -41,7 +41,8 @@ from ..spec.pythons import choose_pythons
 from ..spec.requires_python import requires_python_of
 from ..spec.sources import newest_release as newest_sdist
 from ..spec.sources import prepare_source, resolve_lookup
-from ..spec.torch_releases import newest_release, read_torch_index, releases_by_rule, torch_python_tags
+from ..spec.torch_choice import newest_release, releases_by_rule
+from ..spec.torch_releases import read_torch_index, torch_python_tags
 from ..variants import CudaCompiler, arch_range, compiler_for, parse_torch_rule, parse_variant, supports_arch
 from . import cell_specs
 from .coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows

@@ -32,7 +32,8 @@ from ..run.ports import ImageIds, Images
 from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
-from ..spec.torch_releases import TorchIndex, asked_release, newest_release, read_torch_index
+from ..spec.torch_choice import asked_release, newest_release
+from ..spec.torch_releases import TorchIndex, read_torch_index
 from ..units import format_bytes
 from ..variants import (
     CUDA13_HOME,

@@ -24,7 +24,7 @@ import re
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -33,31 +33,26 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ..errors import BadArgument, BadVariant, TorchIndexUnreachable
+from ..errors import BadArgument, TorchIndexUnreachable
 from ..index import reader
 from ..index.project_pages import ACCEPT, IndexFile, file_url, files_on_page
 from ..secrets import Redactor, redact_url, url_secrets
-from ..variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
 from ..wheel.wheels import requirements_in
-from .pythons import has_wheel
 from .remote_wheel import download_wheel, remote_metadata
 from .sources import cache_dir
 
 CACHE_MAX_AGE_S = 24 * 3600
 
-_CPYTHON = re.compile(r"cp3(\d+)(t?)")
+CPYTHON = re.compile(r"cp3(\d+)(t?)")
 # glibc Linux on x86_64; the production base is manylinux (glibc), so musllinux wheels do not count.
 _LINUX_X86_64 = re.compile(r"linux_x86_64|manylinux(?:1|2010|2014|_\d+_\d+)_x86_64")
 _CUDA_LABEL = re.compile(r"cu(\d+)(\d)")
 _CUDA_RUNTIME = re.compile(r"nvidia-cuda-runtime(?:-cu\d+)?")
 
 __all__ = [
-    "TorchChoice",
     "TorchIndex",
     "TorchRelease",
-    "asked_release",
     "cuda_of_metadata",
-    "newest_release",
     "python_tags",
     "read_torch_index",
     "releases_of",
@@ -113,7 +108,7 @@ def _tags_of(filename: str) -> frozenset[str]:
         return frozenset()
     found: set[str] = set()
     for tag in tags:
-        if not _LINUX_X86_64.fullmatch(tag.platform) or not _CPYTHON.fullmatch(tag.interpreter):
+        if not _LINUX_X86_64.fullmatch(tag.platform) or not CPYTHON.fullmatch(tag.interpreter):
             continue
         if tag.abi in (tag.interpreter, f"{tag.interpreter}m", "none"):  # cp37m: before 3.8
             found.add(tag.interpreter)
@@ -373,120 +368,10 @@ def torch_python_tags(
     return tags
 
 
-def _sort_key(python: str) -> tuple[int, str]:
+def python_order(python: str) -> tuple[int, str]:
     match = re.match(r"cp3(\d+)", python)
     return (int(match[1]) if match else 999, python)
 
 
 def listed(tags: Iterable[str]) -> str:
-    return ", ".join(sorted(tags, key=_sort_key)) or "no Python"
-
-
-# ---------------------------------------------------------------------------------------------
-# Which release a variant means
-
-
-@dataclass(frozen=True)
-class TorchChoice:
-    """The torch release a build uses, and why, in a line a person reads."""
-
-    version: str  # public: 2.14.1 (torch==2.14.1 also matches 2.14.1+cu130)
-    why: str
-
-
-def newest_release(
-    index: TorchIndex,
-    variant: TorchVariant,
-    pythons: Sequence[str] | None,
-    *,
-    cache: Path | None = None,
-    ceiling: TorchCeiling | None = None,
-) -> TorchChoice:
-    """The newest final release on *index* built with the variant's CUDA that has a wheel for
-    one of *pythons* (the build's: those asked, or the image's that the package admits; None:
-    any CPython, for a plan made before the image is known), below the package's *ceiling*.
-    Raises BadVariant when there is none, TorchIndexUnreachable when a release's METADATA cannot
-    be read."""
-    newer: list[str] = []
-    for release in index.releases:
-        if ceiling is not None and ceiling.excludes(release.version):
-            if not any(n.startswith(f"{ceiling.first} and newer") for n in newer):
-                newer.append(f"{ceiling.first} and newer: {ceiling.why}")
-            continue
-        wanted = sorted(release.pythons, key=_sort_key) if pythons is None else pythons
-        usable = [p for p in wanted if has_wheel(release.pythons, p)]
-        if not usable:
-            continue
-        cuda = index.cuda_of(release, cache=cache, python=usable[0])
-        if cuda != variant.cuda_version:
-            newer.append(f"{release.version} is CUDA {cuda}")
-            continue
-        passed_over = f" ({'; '.join(newer[:3])}{'; ...' if len(newer) > 3 else ''})" if newer else ""
-        version = Version(release.version).public
-        return TorchChoice(
-            version,
-            f"torch {version}: newest on {index.shown} built with CUDA {cuda} with {listed(usable)} "
-            f"wheels{passed_over}",
-        )
-    raise BadVariant(
-        f"{index.shown} has no torch release built with CUDA {variant.cuda_version} ({variant.tag}) "
-        f"with a wheel for {listed(pythons) if pythons is not None else 'any CPython'}",
-        "pick another variant (--torch), another index (--torch-index-url), or other Pythons (--python)",
-    )
-
-
-def asked_release(
-    index: TorchIndex, variant: TorchVariant, *, cache: Path | None = None, python: str | None = None
-) -> TorchChoice:
-    """The release a full variant (2.14.1+cu130) names, checked: one built with another CUDA
-    than the tag says fails here (BadVariant), before a download; one the index lacks is left to
-    the Python choice, which says so."""
-    release = index.release(variant.torch_version)
-    if release is None:
-        return TorchChoice(variant.torch_version, f"torch {variant.torch_version}: as asked")
-    cuda = index.cuda_of(release, cache=cache, python=python)
-    if cuda != variant.cuda_version:
-        raise BadVariant(
-            f"torch {release.version} on {index.shown} is built with CUDA {cuda}, not "
-            f"{variant.cuda_version} ({variant.tag})",
-            f"ask for a torch built with CUDA {variant.cuda_version} (--torch {variant.tag} picks the "
-            f"newest), or for cu{cuda.replace('.', '')} if it is supported",
-        )
-    return TorchChoice(
-        variant.torch_version, f"torch {variant.torch_version}: as asked (CUDA {cuda} on {index.shown})"
-    )
-
-
-def releases_by_rule(
-    index: TorchIndex, rule: TorchRule, *, cache: Path | None = None
-) -> tuple[TorchChoice, ...]:
-    """The releases a matrix rule names on *index*: among the final releases built with the
-    tag's CUDA, the newest patch of each minor, minors newest-*rule.oldest* to
-    newest-*rule.newest*, oldest first. Raises BadVariant when the index has too few, and
-    TorchIndexUnreachable when a release's METADATA cannot be read."""
-    wanted = parse_variant(rule.tag, index.url)
-    minors: list[TorchRelease] = []
-    seen: set[tuple[int, int]] = set()
-    for release in index.releases:  # newest first
-        if release.minor in seen or not any(_CPYTHON.fullmatch(p) for p in release.pythons):
-            continue
-        if index.cuda_of(release, cache=cache) != wanted.cuda_version:
-            continue
-        seen.add(release.minor)
-        minors.append(release)
-        if len(minors) > rule.oldest:
-            break
-    if len(minors) <= rule.oldest:
-        raise BadVariant(
-            f"{index.shown} has {len(minors)} torch minor(s) built with CUDA {wanted.cuda_version}; "
-            f"{rule} needs {rule.oldest + 1}",
-            f"name fewer minors ({rule.tag}:newest-{max(len(minors) - 1, 0)}..newest), or another index",
-        )
-    chosen = minors[rule.newest : rule.oldest + 1]
-    return tuple(
-        TorchChoice(
-            Version(r.version).public,
-            f"torch {Version(r.version).public}: newest-{i + rule.newest} of {rule} on {index.shown}",
-        )
-        for i, r in reversed(list(enumerate(chosen)))
-    )
+    return ", ".join(sorted(tags, key=python_order)) or "no Python"

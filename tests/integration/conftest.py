@@ -20,7 +20,8 @@ from typing import Any
 import docker
 import pytest
 from wheelbuild.run import ownership
-from wheelbuild.spec.torch_releases import newest_release, read_torch_index
+from wheelbuild.spec.torch_choice import newest_release
+from wheelbuild.spec.torch_releases import read_torch_index
 from wheelbuild.variants import parse_variant
 
 from tests.runkit import REPO, TORCH_INDEX, WHEELBUILD, Completed, default_sigint, poll_until, wheelbuild

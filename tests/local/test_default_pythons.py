@@ -22,7 +22,8 @@ from wheelbuild.index.reader import HttpRefused
 from wheelbuild.index.yank import yank
 from wheelbuild.spec.pythons import choose_pythons
 from wheelbuild.spec.remote_wheel import remote_metadata
-from wheelbuild.spec.torch_releases import newest_release, python_tags, read_torch_index, torch_python_tags
+from wheelbuild.spec.torch_choice import newest_release
+from wheelbuild.spec.torch_releases import python_tags, read_torch_index, torch_python_tags
 from wheelbuild.variants import DEFAULT_TORCH, DEFAULT_TORCH_AS_OF, parse_variant
 
 from tests.indexkit import make_wheel

@@ -18,7 +18,8 @@ from wheelbuild.index.publish import publish
 from wheelbuild.recipes import RemoteSdist, resolve_recipe
 from wheelbuild.spec.sources import lookup_sdist, resolve_lookup
 from wheelbuild.spec.sources import newest_release as newest_sdist
-from wheelbuild.spec.torch_releases import newest_release, read_torch_index
+from wheelbuild.spec.torch_choice import newest_release
+from wheelbuild.spec.torch_releases import read_torch_index
 from wheelbuild.variants import parse_variant
 
 from tests.indexkit import make_wheel

@@ -21,11 +21,10 @@ from wheelbuild.recipes import resolve_recipe
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.secrets import redact_url
 from wheelbuild.spec import torch_releases
+from wheelbuild.spec.torch_choice import asked_release, newest_release
 from wheelbuild.spec.torch_releases import (
     TorchIndex,
-    asked_release,
     cuda_of_metadata,
-    newest_release,
     python_tags,
     releases_of,
     torch_python_tags,
