@@ -3,7 +3,7 @@
 3 GiB before reports carried a memory series), the real one of the example built for torch 2.14.1
 with its import gate and torch range (wbdemo-torch-range.json, `scripts/example`'s run
 20261202-075903-8e0e04, before reports carried phases), and synthetic ones whose attempts are
-made by the real code path (report.attempt_records.attempt_record over an attempt.AttemptResult, the
+made by the real code path (report.attempt_records.attempt_record over an outcome.AttemptResult, the
 series through buildlog.MemorySeries, the phases through buildlog.BuildLog fed cibuildwheel's
 lines), so the page is tested against what the engine really records.
 """
@@ -18,8 +18,8 @@ from typing import Any
 from wheelbuild.plan.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.plan.planner import Plan, plan_build
 from wheelbuild.report.attempt_records import GATE_PHASE, TORCH_RANGE_PHASE, PhaseRecord, attempt_record
-from wheelbuild.run.attempt import AttemptResult, OomEvidence
 from wheelbuild.run.buildlog import COMPILE_STEP, BuildLog, MemorySeries
+from wheelbuild.run.outcome import AttemptResult, OomEvidence
 
 REAL_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-oom-retry.json"
 RANGE_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-torch-range.json"

@@ -1,7 +1,7 @@
 """A build's attempts, as the pipeline runs them (tenacity): each one cibuildwheel run in one
 container; an OOM kill retries at half the parallelism, keeping every unit that finished, until
 one succeeds or the smallest plan is killed too. What an attempt's result means is
-run/attempt.py's; the container is the engine's.
+run/outcome.py's; the container is the engine's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import tenacity
 from ..errors import OutOfMemory
 from ..plan.dist import dist_summary
 from ..plan.planner import Plan
-from ..run.attempt import AttemptConfig, AttemptResult, Failed, OOMKilled, Outcome, classify
+from ..run.attempt import AttemptConfig
+from ..run.outcome import AttemptResult, Failed, OOMKilled, Outcome, classify
 from ..run.ports import Engine
 from ..run.reporter import Reporter
 from ..units import format_bytes

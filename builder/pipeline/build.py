@@ -47,8 +47,9 @@ from ..report.build_report import (
     read_report,
     write_report,
 )
-from ..run.attempt import AttemptConfig, AttemptResult, shared_cache_env
+from ..run.attempt import AttemptConfig, shared_cache_env
 from ..run.image_options import ImageOptions, image_inputs
+from ..run.outcome import AttemptResult
 from ..run.ports import Engine
 from ..run.reporter import Reporter
 from ..secrets import redact_url

@@ -25,9 +25,10 @@ from ..plan.planner import Plan, container_limit, explain_container_limit, plan_
 from ..recipes import Recipe
 from ..recipes.survey import Survey, survey_source
 from ..run import cuda_redist
-from ..run.attempt import AttemptResult, shared_cache_env
+from ..run.attempt import shared_cache_env
 from ..run.image import NO_CUDA12, Image, ImageInputs
 from ..run.image_options import ImageOptions, cuda12_layer
+from ..run.outcome import AttemptResult
 from ..run.ports import ImageIds, Images
 from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec, Resources

@@ -52,9 +52,10 @@ from ..recipes import (
     known_recipes,
     resolve_recipe,
 )
-from ..run.attempt import SHARED_CACHE_ENV, AttemptResult
+from ..run.attempt import SHARED_CACHE_ENV
 from ..run.cuda_redist import redist_url
 from ..run.image import ImageInputs
+from ..run.outcome import AttemptResult
 from ..secrets import Redactor, redact_url, run_secrets, without_credentials
 from ..spec.build_spec import BuildSpec
 from ..spec.sources import SourceDate

@@ -12,7 +12,7 @@ from ..plan.dist import remote_share
 from ..plan.learned import SAMPLE_S
 from ..plan.planner import Plan
 from ..records import OMIT, REQUIRED, Record, read_record
-from ..run.attempt import AttemptResult
+from ..run.outcome import AttemptResult
 
 __all__ = [
     "GATE_PHASE",

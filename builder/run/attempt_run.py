@@ -1,7 +1,7 @@
 """One attempt: cibuildwheel run once, as a subprocess in a session of its own, its log read
 line by line (redacted, to build.log and the live view) while the engine's watcher looks for OOM
 evidence. Whatever happens, the attempt's container is removed afterwards; what the run means is
-attempt.classify's to say."""
+outcome.classify's to say."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from typing import TextIO
 
 from .. import secrets
 from ..plan.dist import CLIENT_CONFIG_FILE, client_config, read_token
-from .attempt import SCCACHE_DIR, AttemptConfig, AttemptResult, cibuildwheel_env, redactor_for
+from .attempt import SCCACHE_DIR, AttemptConfig, cibuildwheel_env, redactor_for
 from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, StepTime, network_request
+from .outcome import AttemptResult
 from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
 
@@ -35,7 +36,7 @@ def run_attempt(
     set_network: Callable[[bool], int] = lambda _online: 0,
 ) -> AttemptResult:
     """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's
-    container is gone afterwards. What the run means is attempt.classify's to say.
+    container is gone afterwards. What the run means is outcome.classify's to say.
     `set_network(online)` puts the attempt's container on its network or takes it off, when
     its before-build asks (images/wheelbuild-network)."""
     config.output_dir.mkdir(parents=True, exist_ok=True)

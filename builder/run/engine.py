@@ -46,12 +46,13 @@ from .. import secrets
 from ..errors import DockerUnavailable, NvidiaRuntimeMissing
 from ..host.gpu import GpuMode
 from . import attempt_run, doctor, gate_container, gc, unit_compile
-from .attempt import AttemptConfig, AttemptResult
+from .attempt import AttemptConfig
 from .buildlog import BuildLog, MemorySample
 from .containers import remove_all, script_volume, set_network, transient_retry
 from .cuda_redist import CudaLayer
 from .image import DOCKERFILE, LABEL, Image, ImageInputs, build_image, production_base
 from .names import IMAGE_REPOSITORY
+from .outcome import AttemptResult
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
 from .ports import GateJob, OnLine, UnitCompile, UnitResult
 from .watcher import AttemptWatcher
@@ -351,7 +352,7 @@ class DockerEngine:
         on_memory: Callable[[MemorySample], None] | None = None,
     ) -> AttemptResult:
         """Run cibuildwheel once, watched for OOM evidence. Whatever happens, the attempt's
-        container is gone afterwards. What the run means is attempt.classify's to say."""
+        container is gone afterwards. What the run means is outcome.classify's to say."""
         self._runs.add(config.run_id)
         label = f"{ATTEMPT_LABEL}={config.attempt_id}"
         return attempt_run.run_attempt(

@@ -13,10 +13,11 @@ from typing import Protocol
 
 from ..host.gpu import GpuMode
 from . import gc
-from .attempt import AttemptConfig, AttemptResult
+from .attempt import AttemptConfig
 from .buildlog import BuildLog, MemorySample
 from .cuda_redist import CudaLayer
 from .image import Image, ImageInputs
+from .outcome import AttemptResult
 
 OnLine = Callable[[str], None]
 

@@ -16,8 +16,8 @@ import docker.types
 
 from ..host import cgroup
 from ..host.unit_memory import UnitTracker, read_processes
-from .attempt import OomEvidence
 from .buildlog import COMPILE_STEP, MemorySample, MemorySeries
+from .outcome import OomEvidence
 from .ownership import ATTEMPT_LABEL
 
 

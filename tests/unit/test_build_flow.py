@@ -27,21 +27,13 @@ from wheelbuild.recipes import EXAMPLE_DIR, resolve_recipe
 from wheelbuild.report import page as report_html
 from wheelbuild.report.build_report import GateSkipped, read_report
 from wheelbuild.run import image_options
-from wheelbuild.run.attempt import (
-    ATTEMPT_SCRIPTS,
-    AttemptConfig,
-    AttemptResult,
-    Failed,
-    OomEvidence,
-    OOMKilled,
-    Succeeded,
-    classify,
-)
+from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySample
 from wheelbuild.run.cuda_redist import CudaLayer
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image import IMAGES_DIR, Image, ImageInputs
 from wheelbuild.run.image_options import ImageOptions
+from wheelbuild.run.outcome import AttemptResult, Failed, OomEvidence, OOMKilled, Succeeded, classify
 from wheelbuild.run.ownership import RUN_LABEL
 from wheelbuild.run.ports import Engine, GateJob, UnitCompile
 from wheelbuild.run.reporter import Reporter

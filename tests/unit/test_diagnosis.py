@@ -1,5 +1,5 @@
 """What a failed attempt's log means when the fault is not the source's (run/diagnosis.py, through
-attempt.classify as the build calls it). The log lines are what the real tools print: gcc's and
+outcome.classify as the build calls it). The log lines are what the real tools print: gcc's and
 nvcc 13.1's messages taken from runs on this machine, ninja's, causal-conv1d's download attempt
 (its setup.py's print, urllib's error), and wheelbuild-check-linked's mark."""
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 from wheelbuild.errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable
-from wheelbuild.run.attempt import AttemptResult, Failed, classify
+from wheelbuild.run.outcome import AttemptResult, Failed, classify
 
 MakeResult = Callable[..., AttemptResult]
 

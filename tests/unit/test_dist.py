@@ -168,7 +168,7 @@ def test_per_server_counts_are_read_from_sccaches_stats_and_reported(tmp_path: P
 
 
 def test_the_report_keeps_the_counts_and_the_remote_share(tmp_path: Path) -> None:
-    from wheelbuild.run.attempt import AttemptResult
+    from wheelbuild.run.outcome import AttemptResult
 
     plan = plan_build(budget=6 * GIB, cpus=2.0, archs=2, model=wbdemo_model())
     result = AttemptResult(
