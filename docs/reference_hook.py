@@ -38,10 +38,15 @@ def _no_value(value: object) -> bool:
     return value is None or value == () or type(value).__name__ == "Sentinel"
 
 
+def _shown(param: click.Parameter) -> tuple[list[str], list[str]]:
+    """Its names and its negatives, without the old spellings (RenamedOption's, hidden from help)."""
+    old = set(getattr(param, "old_names", ()))
+    secondary = getattr(param, "secondary_opts", [])
+    return [n for n in param.opts if n not in old], [n for n in secondary if n not in old]
+
+
 def _names(param: click.Parameter) -> str:
-    old = set(getattr(param, "old_names", ()))  # RenamedOption: old spellings, hidden from help
-    shown = [n for n in param.opts if n not in old]
-    secondary = list(getattr(param, "secondary_opts", []))
+    shown, secondary = _shown(param)
     return " / ".join(f"`{n}`" for n in (*shown, *secondary))
 
 
@@ -53,8 +58,9 @@ def _default(param: click.Parameter) -> str:
     if callable(value):
         return "computed when run"
     if isinstance(param, click.Option) and param.is_flag:
-        if param.secondary_opts:
-            return f"`{param.opts[-1] if value else param.secondary_opts[-1]}`"
+        shown, secondary = _shown(param)
+        if secondary:
+            return f"`{shown[-1] if value else secondary[-1]}`"
         return "on" if value is True else "off"
     if _no_value(value):
         return ""
@@ -162,7 +168,7 @@ def variables_reference() -> str:
     for command, ctx in _commands(main, root):
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden and isinstance(param.envvar, str):
-                readers.setdefault(param.envvar, []).append(f"`{ctx.command_path} {param.opts[-1]}`")
+                readers.setdefault(param.envvar, []).append(f"`{ctx.command_path} {_shown(param)[0][-1]}`")
     lines = ["| variable | read by |", "|---|---|"]
     lines += [f"| `{name}` | {', '.join(readers[name])} |" for name in sorted(readers)]
     return "\n".join(lines) + "\n"
