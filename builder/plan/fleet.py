@@ -3,8 +3,8 @@ simulation of the build on a local machine plus a fleet of servers. Pure.
 
 sccache (>= 0.9) runs `nvcc --dryrun` and runs the steps it lists itself. For one unit and one
 arch they are, in order: host preprocessing (gcc -E), cudafe++, device preprocessing (gcc -E
-with __CUDA_ARCH__), cicc, ptxas, fatbinary, the host compile (gcc -c). Here, as in the --dist
-plan of issue 15, cicc and ptxas (one chain per arch) go to a build server chosen by the
+with __CUDA_ARCH__), cicc, ptxas, fatbinary, the host compile (gcc -c). Here, as in --dist's
+plan, cicc and ptxas (one chain per arch) go to a build server chosen by the
 scheduler; the rest runs on the local machine. (sccache's own diagram also marks cudafe++ and
 the host compile as distributable; this split keeps them local, the conservative reading.)
 

@@ -1,4 +1,4 @@
-"""The sccache-dist fleet's Docker edge (issue 15, part 2): the fleet image, a scheduler and build
+"""The sccache-dist fleet's Docker edge: the fleet image, a scheduler and build
 servers as long-lived containers on a user-defined bridge network, and their removal. What
 scripts/dist-smoke proved by hand (its header holds the findings), as functions of the docker
 client DockerEngine opened (engine.client), which also builds the fleet's image; `wheelbuild dist scheduler`, `dist server` and `dist stop` (cli_dist.py) call them, and
