@@ -1,7 +1,8 @@
-"""The sccache-dist fleet's Docker edge: the fleet image, a scheduler and build
-servers as long-lived containers on a user-defined bridge network, and their removal. What
+"""The sccache-dist fleet's Docker edge: the fleet image, a scheduler and build servers as
+long-lived containers on a user-defined bridge network, and their removal. What
 scripts/dist-smoke proved by hand (its header holds the findings), as functions of the docker
-client DockerEngine opened (engine.client), which also builds the fleet's image; `wheelbuild dist scheduler`, `dist server` and `dist stop` (cli_dist.py) call them, and
+client DockerEngine opened (engine.client), which also builds the fleet's image; `wheelbuild
+dist scheduler`, `dist server` and `dist stop` (cli/dist.py) call them, and
 so does the --dist build's integration test.
 
 The token. sccache-dist 0.16.0 reads its token from its config file only. It reaches each
