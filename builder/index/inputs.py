@@ -16,7 +16,7 @@ __all__ = ["INPUTS_SUFFIX", "MAX_INPUTS_SIZE", "inputs_keys", "is_inputs_key", "
 INPUTS_SUFFIX = ".inputs"
 # A sidecar lists the cells one wheel serves (one per Python of a nightly): a few 65-byte lines.
 MAX_INPUTS_SIZE = 64 * 1024
-_INPUTS_KEY = re.compile(r"[0-9a-f]{64}")  # what run/results.py's inputs_key makes: a sha256
+_INPUTS_KEY = re.compile(r"[0-9a-f]{64}")  # what pipeline/results.py's inputs_key makes: a sha256
 
 
 def is_inputs_key(text: str) -> bool:

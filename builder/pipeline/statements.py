@@ -1,6 +1,6 @@
 """The provenance statement a build writes beside each of its wheels (``<wheel>.intoto.json``):
 the facts gathered from the build's spec, its image inputs, its source and what its last attempt
-installed from the machine's wheel cache, made into an in-toto Statement by provenance.py.
+installed from the machine's wheel cache, made into an in-toto Statement by provenance/statement.py.
 Publish carries it into the tree (``files/<wheel>.intoto.jsonl``, a DSSE envelope), signed with
 ``--sign-key``, and refuses one whose subject is not the wheel it serves.
 
@@ -76,7 +76,7 @@ __all__ = [
     "write_statements",
 ]
 
-# What a folder's digest is (run/results.py source_digest): no standard digest names one.
+# What a folder's digest is (pipeline/results.py source_digest): no standard digest names one.
 TREE_DIGEST = "wheelbuildTreeSha256"
 
 

@@ -1,7 +1,7 @@
 """A model that learns from every build. No Docker, no subprocess: a build's per-unit measurements in, a profile
 and its record out; preflight.py keeps them in the cache and plans with them.
 
-After a build, each unit the watcher measured (plan/unit_memory.py: its processes' memory at
+After a build, each unit the watcher measured (host/unit_memory.py: its processes' memory at
 its worst sample, and how long it was seen compiling) is a measurement at that build's archs and
 NVCC_THREADS. The new model is the build's own model corrected as `wheelbuild calibrate`
 corrects it (plan/calibration.py): measured units take their measured cost, the others of a

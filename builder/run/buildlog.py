@@ -133,7 +133,7 @@ class MemorySample:
     peak: int
     limit: int | None
     # While compiling: each unit whose processes run at this sample, with the seconds since its
-    # first was seen, oldest first (plan/unit_memory.UnitTracker.running).
+    # first was seen, oldest first (host/unit_memory.UnitTracker.running).
     compiling: tuple[tuple[str, float], ...] = ()
 
 

@@ -85,7 +85,7 @@ class AttemptResult:
     unit_finished_s: tuple[tuple[str, float], ...] = ()
     steps: tuple[StepTime, ...] = ()  # cibuildwheel's steps per Python: the chart's phases
     # Each unit's own memory and time while compiling, and what the build held outside the
-    # units when its working set peaked (plan/unit_memory.py): what the next plan learns from.
+    # units when its working set peaked (host/unit_memory.py): what the next plan learns from.
     unit_memory: tuple[UnitMemory, ...] = ()
     overhead_at_peak: int | None = None
     # The contract's evidence from the log: wheelbuild-nvcc's rewrites (each once), each

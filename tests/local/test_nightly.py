@@ -17,7 +17,7 @@ from wheelbuild.errors import (
 )
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.nightly import night as nightly
-from wheelbuild.nightly import published as nightly_index
+from wheelbuild.nightly import published
 from wheelbuild.nightly.matrix import Cell, parse_matrix
 from wheelbuild.nightly.night import (
     coverage_rows,
@@ -168,12 +168,12 @@ def test_a_cell_a_published_wheels_proven_range_serves_is_not_built_again(tmp_pa
         )
     ]
     releases = {source_of(c): ("wbtiny", "0.1.0") for c in cells}
-    tree = nightly_index.published_torch_pins(str(tmp_path / "{variant}"), None, ["cu130"])
+    tree = published.published_torch_pins(str(tmp_path / "{variant}"), None, ["cu130"])
     assert nightly.covered_cells(cells, tree, releases) == {
         c.id: f"{wheel.name} (torch>=2.12,<2.15, its proven range)" for c in cells[:2]
     }
     with running_server(tmp_path / "cu130") as url:
-        served = nightly_index.published_torch_pins("https://upload.example/{variant}/", url, ["cu130"])
+        served = published.published_torch_pins("https://upload.example/{variant}/", url, ["cu130"])
     assert served == tree
     assert nightly.covered_cells(cells, served, {}) == {}  # an unknown release is not matched by name
     assert nightly.covered_cells([replace(cells[0], version="0.2.0")], tree, releases) == {}

@@ -1,5 +1,5 @@
 """The model that learns from every build: per-unit memory from process snapshots
-(plan/unit_memory.py), the learned model and its record (plan/learned.py), and the plan that
+(host/unit_memory.py), the learned model and its record (plan/learned.py), and the plan that
 uses it (preflight.model_for / plan_for). Process trees here are real ones of this host where
 the reader is tested, and hand-made snapshots where the attribution is."""
 
