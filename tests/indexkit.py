@@ -250,9 +250,9 @@ def python_child(code: str, *args: str) -> subprocess.Popen[str]:
 
 def temp_files(root: Path) -> list[Path]:
     """The temporary files publish left under root (none, when it finished or cleaned up)."""
-    from wheelbuild.index import index
+    from wheelbuild.index import tree as index_tree
 
-    return sorted(p for p in root.rglob(f"*{index.TEMP_SUFFIX}") if p.name.startswith("."))
+    return sorted(p for p in root.rglob(f"*{index_tree.TEMP_SUFFIX}") if p.name.startswith("."))
 
 
 def tree_with_one_wheel(tmp_path: Path) -> Path:

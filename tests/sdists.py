@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from wheelbuild.index.index import hash_file
+from wheelbuild.index.tree import hash_file
 from wheelbuild.recipes.flash_attn import SDISTS as FLASH_ATTN_SDISTS
 
 _FILES = "https://files.pythonhosted.org/packages"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..bounded import FileRefused, read_bounded
 from ..errors import ReportUnreadable
-from ..index import index
+from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
 from ..run import gc
 from ..run.image import image_script, production_base
@@ -64,10 +64,10 @@ def record_published(wheels: Iterable[Path], target: str, sha256: Mapping[str, s
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for wheel in mine:
             with contextlib.suppress(OSError, ValueError):  # gone, or no longer a regular file
-                published = (sha256 or {}).get(wheel.name) or index.hash_file(wheel)
+                published = (sha256 or {}).get(wheel.name) or index_tree.hash_file(wheel)
                 entries.append({"wheel": wheel.name, "sha256": published, "target": target, "time": stamp})
         with contextlib.suppress(OSError):
-            index.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
+            index_tree.atomic_write(mark, (json.dumps(entries, indent=2) + "\n").encode())
 
 
 MAX_MARK = 4 * 1024**2  # a mark lists one run's wheels; a bigger file is not one
@@ -144,7 +144,7 @@ def _wheel_hashes(folder: Path, report: BuildReport | None, on_skip: Skipped) ->
     for wheel in folder.glob("*.whl"):
         if wheel.name not in listed:
             try:
-                hashes.add(index.hash_file(wheel))
+                hashes.add(index_tree.hash_file(wheel))
             except FileRefused as refused:
                 _not_read(on_skip, refused)
             except OSError:
@@ -177,8 +177,8 @@ def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[gc.Run, ...]:
                 wheel_sha256=_wheel_hashes(folder, report, on_skip),
                 published_to=tuple(sorted({str(m.get("target", "?")) for m in marks})),
                 last_write=newest,
-                holds_index=any(folder.rglob(f"{index.SIMPLE}/index.html"))
-                or (folder / index.FILES).is_dir(),
+                holds_index=any(folder.rglob(f"{index_tree.SIMPLE}/index.html"))
+                or (folder / index_tree.FILES).is_dir(),
             )
         )
     return tuple(found)
@@ -208,22 +208,22 @@ def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> gc.Published:
     if not output_dir.is_dir():
         return gc.Published()
     for tree in sorted(output_dir.iterdir()):
-        files = tree / index.FILES
+        files = tree / index_tree.FILES
         if tree.name == "runs" or not files.is_dir():
             continue
         for wheel in files.glob("*.whl"):
             try:
-                sha256[index.file_sha256(wheel)] = str(tree)
+                sha256[index_tree.file_sha256(wheel)] = str(tree)
             except FileRefused as refused:
                 _not_read(on_skip, refused)
             except OSError:
                 pass
             try:
-                inputs |= index.read_inputs(wheel)
+                inputs |= index_tree.read_inputs(wheel)
             except FileRefused as refused:
                 _not_read(on_skip, refused)
             except ValueError:  # not text, or a line that is no key: it names none
-                on_skip(f"skipped {wheel}{index.INPUTS_SUFFIX}: not a list of inputs keys")
+                on_skip(f"skipped {wheel}{index_tree.INPUTS_SUFFIX}: not a list of inputs keys")
             except OSError:
                 pass
     return gc.Published(sha256, frozenset(inputs))

@@ -15,8 +15,10 @@ from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..secrets import without_credentials
-from .index import MEDIA_HTML_V1, MEDIA_JSON
 
+# The PEP 691 media types a client asks for, and serve.py answers with.
+MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
+MEDIA_HTML_V1 = "application/vnd.pypi.simple.v1+html"
 # PEP 691 negotiation: JSON preferred, HTML (PEP 503) from an index that only has that (PyTorch's).
 ACCEPT = f"{MEDIA_JSON}, {MEDIA_HTML_V1};q=0.2, text/html;q=0.1"
 

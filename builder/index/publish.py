@@ -9,13 +9,13 @@ is read, checked, hashed and renamed into place: a file replaced after it was fi
 be served unchecked, and the index's sha256 is the served file's. A wheel that is already there
 with the same sha256 is left alone; one of the same distribution with other bytes (or under
 another spelling of its name) is refused, all wheels being checked before any is renamed into
-place. Every file goes in atomically (:func:`wheelbuild.index.index.atomic_write`,
-:func:`wheelbuild.index.index.place`), so a publish killed at any moment (or stopped by a full
+place. Every file goes in atomically (:func:`wheelbuild.index.tree.atomic_write`,
+:func:`wheelbuild.index.tree.place`), so a publish killed at any moment (or stopped by a full
 disk) leaves the previous pages whole, and each page only links files that exist with the hash it
 names; the next publish removes the killed one's temp files and copies and finishes the job.
 
 Only the local tree is written here. A later remote target (S3, rsync, twine) can reuse the same
-pieces: :func:`wheelbuild.index.index.render` turns a listing into pages without touching any disk.
+pieces: :func:`wheelbuild.index.tree.render` turns a listing into pages without touching any disk.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..errors import (
     PublishLocked,
     WheelConflict,
 )
-from . import index, index_page, wheel_names
+from . import index_page, tree, wheel_names
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
@@ -71,7 +71,7 @@ class PublishResult:
     @property
     def pages(self) -> tuple[str, ...]:
         """The index pages (under simple/) that changed."""
-        return tuple(p for p in self.written if p.startswith(f"{index.SIMPLE}/"))
+        return tuple(p for p in self.written if p.startswith(f"{tree.SIMPLE}/"))
 
 
 @contextlib.contextmanager
@@ -120,24 +120,24 @@ def write_failed(root: Path, error: OSError) -> IndexWriteFailed:
 
 def remove_temp_files(root: Path) -> None:
     """Temp files of a killed writer. Only called under the lock, when no writer is running."""
-    for temp in root.glob(f".{index_page.PAGE}.*{index.TEMP_SUFFIX}"):  # the page for people's
+    for temp in root.glob(f".{index_page.PAGE}.*{tree.TEMP_SUFFIX}"):  # the page for people's
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-    for folder in (root / index.FILES, root / index.SIMPLE):
+    for folder in (root / tree.FILES, root / tree.SIMPLE):
         if not folder.is_dir():
             continue
         for dirpath, dirs, names in os.walk(folder):
             for name in names:
-                if name.startswith(".") and name.endswith(index.TEMP_SUFFIX):
+                if name.startswith(".") and name.endswith(tree.TEMP_SUFFIX):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(dirpath, name))
-            for name in [d for d in dirs if d.startswith(".") and d.endswith(index.TEMP_SUFFIX)]:
+            for name in [d for d in dirs if d.startswith(".") and d.endswith(tree.TEMP_SUFFIX)]:
                 dirs.remove(name)  # a killed publish's copies (staged): gone with their folder
                 shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
 
 
 def regenerate(root: Path) -> tuple[str, ...]:
-    return index.write_plan(root, index.plan_index(root))
+    return tree.write_plan(root, tree.plan_index(root))
 
 
 # What publish runs on the copies it made in the tree (wheel given -> its copy), under the lock,
@@ -181,9 +181,9 @@ def publish(
     sidecars = sidecars or Sidecars()
     _check_inputs(sidecars.inputs)
     wheel_names.refuse_two_of_one_slot(
-        [(path, index.read_wheel(path).filename, index.hash_file(path)) for path in wheels]
+        [(path, tree.read_wheel(path).filename, tree.hash_file(path)) for path in wheels]
     )
-    files = root / index.FILES
+    files = root / tree.FILES
     with locked_tree(root, lock_timeout):
         remove_temp_files(root)
         made = not files.is_dir()
@@ -191,7 +191,7 @@ def publish(
             files.mkdir(exist_ok=True)
             with staged(wheels, files) as copies:
                 checked = [
-                    (path, index.read_wheel(copy), index.hash_file(copy)) for path, copy in copies.items()
+                    (path, tree.read_wheel(copy), tree.hash_file(copy)) for path, copy in copies.items()
                 ]
                 wheel_names.refuse_two_of_one_slot(
                     [(path, info.filename, sha256) for path, info, sha256 in checked]
@@ -222,7 +222,7 @@ def staged(wheels: Sequence[Path], folder: Path) -> Iterator[dict[Path, Path]]:
     a copy can be renamed into *folder*): wheel -> copy. Only a regular file is copied
     (InvalidWheel for a FIFO or a device). The folder goes on the way out, with any copy still in
     it; one a killed publish left is removed by the next (its name is a temp file's)."""
-    stage = Path(tempfile.mkdtemp(prefix=".stage-", suffix=index.TEMP_SUFFIX, dir=folder))
+    stage = Path(tempfile.mkdtemp(prefix=".stage-", suffix=tree.TEMP_SUFFIX, dir=folder))
     try:
         copies: dict[Path, Path] = {}
         for number, wheel in enumerate(dict.fromkeys(wheels)):
@@ -254,7 +254,7 @@ def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
     """Each key is written on a line of its own: one with a newline in it would become several."""
     for name, keys in inputs.items():
         for key in keys:
-            if not index.is_inputs_key(key):
+            if not tree.is_inputs_key(key):
                 raise BadArgument(
                     f"the inputs key {key!r} given for {name} is not a sha256 hex digest",
                     "publish the wheel from the run folder `wheelbuild build` wrote (its build "
@@ -262,7 +262,7 @@ def _check_inputs(inputs: Mapping[str, tuple[str, ...]]) -> None:
                 )
 
 
-_Checked = tuple[Path, index.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256
+_Checked = tuple[Path, tree.IndexEntry, str]  # a wheel given, as the index reads it, and its sha256
 
 
 def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Checked], list[str]]:
@@ -282,7 +282,7 @@ def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Ch
             wheel_names.refuse_another_spelling(info.filename, published)
             added.append((path, info, sha256))
             continue
-        published_sha256 = index.file_sha256(existing)
+        published_sha256 = tree.file_sha256(existing)
         if published_sha256 != sha256:
             raise WheelConflict(
                 f"{info.filename} is already published with different contents (sha256 "
@@ -297,7 +297,7 @@ def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Ch
 def _add_wheel(
     files: Path,
     copy: Path,
-    info: index.IndexEntry,
+    info: tree.IndexEntry,
     sha256: str,
     sidecars: Sidecars,
 ) -> None:
@@ -307,25 +307,25 @@ def _add_wheel(
     target = files / info.filename
     inputs_keys = sidecars.inputs.get(info.filename, ())
     _add_statement(target, sidecars.statements.get(info.filename))
-    _add_beside(target, index.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(info.filename))
+    _add_beside(target, tree.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(info.filename))
     if torch_range := sidecars.torch_ranges.get(info.filename):
-        index.atomic_write(
-            target.with_name(target.name + index.TORCH_RANGE_SUFFIX),
-            torch_range.encode()[: index.MAX_TORCH_RANGE],
+        tree.atomic_write(
+            target.with_name(target.name + tree.TORCH_RANGE_SUFFIX),
+            torch_range.encode()[: tree.MAX_TORCH_RANGE],
         )
-    index.atomic_write(
-        target.with_name(target.name + index.METADATA_SUFFIX),
+    tree.atomic_write(
+        target.with_name(target.name + tree.METADATA_SUFFIX),
         info.metadata,
     )
     if inputs_keys:
-        index.atomic_write(
-            target.with_name(target.name + index.INPUTS_SUFFIX),
+        tree.atomic_write(
+            target.with_name(target.name + tree.INPUTS_SUFFIX),
             "".join(f"{key}\n" for key in inputs_keys).encode(),
         )
-    index.place(copy, target)
-    index.atomic_write(
-        target.with_name(target.name + index.SHA256_SUFFIX),
-        index.sha256_record(sha256, target.stat()),
+    tree.place(copy, target)
+    tree.atomic_write(
+        target.with_name(target.name + tree.SHA256_SUFFIX),
+        tree.sha256_record(sha256, target.stat()),
     )
 
 
@@ -341,14 +341,14 @@ def _put_in_place(
         _add_wheel(files, copies[path], info, sha256, sidecars)
     for name in present:
         _add_statement(files / name, sidecars.statements.get(name))
-        _add_beside(files / name, index.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(name))
+        _add_beside(files / name, tree.SIGSTORE_SUFFIX, sidecars.sigstore_bundles.get(name))
 
 
 def _add_statement(wheel: Path, statement: bytes | None) -> None:
     """*wheel*'s provenance statement (one DSSE envelope line) beside it as ``<wheel>.intoto.jsonl``,
     unless it has one already: files in a tree are never replaced (rsync pushes only new ones),
     so a caller's check of the copies is where a statement is judged."""
-    _add_beside(wheel, index.ENVELOPE_SUFFIX, statement)
+    _add_beside(wheel, tree.ENVELOPE_SUFFIX, statement)
 
 
 def _add_beside(wheel: Path, suffix: str, content: bytes | None) -> None:
@@ -356,21 +356,21 @@ def _add_beside(wheel: Path, suffix: str, content: bytes | None) -> None:
     sidecar = wheel.with_name(wheel.name + suffix)
     if content is None or os.path.lexists(sidecar):
         return
-    index.atomic_write(sidecar, content)
+    tree.atomic_write(sidecar, content)
 
 
 def published_inputs(root: Path) -> set[str]:
     """The inputs keys of the builds whose wheels *root* holds."""
     keys: set[str] = set()
-    for sidecar in (root / index.FILES).glob(f"*.whl{index.INPUTS_SUFFIX}"):
+    for sidecar in (root / tree.FILES).glob(f"*.whl{tree.INPUTS_SUFFIX}"):
         with contextlib.suppress(OSError, ValueError):  # unreadable: its cells are built again
-            keys |= index.read_inputs(sidecar.with_name(sidecar.name.removesuffix(index.INPUTS_SUFFIX)))
+            keys |= tree.read_inputs(sidecar.with_name(sidecar.name.removesuffix(tree.INPUTS_SUFFIX)))
     return keys
 
 
 def only_tree(parent: Path) -> Path:
     """The one wheelhouse tree (a directory with simple/index.html) under *parent*."""
-    trees = sorted(p.parent.parent for p in parent.glob(f"*/{index.SIMPLE}/index.html"))
+    trees = sorted(p.parent.parent for p in parent.glob(f"*/{tree.SIMPLE}/index.html"))
     if len(trees) != 1:
         found = ", ".join(str(t) for t in trees) or "none"
         raise BadArgument(

@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import BadArgument, UploadFailed
-from . import index, index_page
+from . import index_page, tree
 from . import publish as publishing
 
 __all__ = [
@@ -144,8 +144,8 @@ def upload(
     ):
         sha256 = {}
         for copy in copies.values():
-            index.read_wheel(copy)
-            sha256[copy.name] = index.hash_file(copy)
+            tree.read_wheel(copy)
+            sha256[copy.name] = tree.hash_file(copy)
         if check is not None:
             check(copies)
         _twine_upload(list(copies.values()), endpoint, progress)

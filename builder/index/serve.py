@@ -40,8 +40,8 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_response import StreamResponse
 
 from ..errors import NoIndex, ServeFailed
-from . import index, index_page
-from .index import MEDIA_HTML_V1, MEDIA_JSON
+from . import index_page, tree
+from .project_pages import MEDIA_HTML_V1, MEDIA_JSON
 from .serve_auth import Htpasswd, LoginLimit, auth_middleware
 from .serve_connections import (
     DEFAULT_HEADER_TIMEOUT,
@@ -216,8 +216,8 @@ def _project(name: str) -> str | None:
     """The normalized project name *name* asks for, or None when it cannot be one."""
     if len(name) > NAME_MAX:
         return None
-    normalized = index.normalize(name)
-    return normalized if index.is_project_name(normalized) else None
+    normalized = tree.normalize(name)
+    return normalized if tree.is_project_name(normalized) else None
 
 
 @web.middleware
@@ -246,7 +246,7 @@ class _Tree:
     @classmethod
     def at(cls, root: Path) -> _Tree:
         root = root.resolve()
-        return cls(root, (root / index.SIMPLE).resolve(), (root / index.FILES).resolve())
+        return cls(root, (root / tree.SIMPLE).resolve(), (root / tree.FILES).resolve())
 
     async def home(self, request: web.Request) -> StreamResponse:
         vary = {"Vary": "Accept"}  # the answer depends on it: a cache must not mix them up
@@ -304,9 +304,9 @@ class _Tree:
             raise _not_found()
         kind = (
             "text/plain; charset=utf-8"
-            if name.endswith((index.METADATA_SUFFIX, index.INPUTS_SUFFIX))
+            if name.endswith((tree.METADATA_SUFFIX, tree.INPUTS_SUFFIX))
             else "application/json"  # a provenance statement (a DSSE envelope) or its Sigstore bundle
-            if name.endswith((index.ENVELOPE_SUFFIX, index.SIGSTORE_SUFFIX))
+            if name.endswith((tree.ENVELOPE_SUFFIX, tree.SIGSTORE_SUFFIX))
             else "application/octet-stream"
         )
         return web.FileResponse(path, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind})
@@ -439,9 +439,9 @@ def serve(
     BadHtpasswd for an htpasswd file it cannot verify, BadArgument for a connection cap the
     open-file limit cannot hold, ServeFailed when it cannot listen. Ctrl-C (or SIGTERM turned
     into KeyboardInterrupt) ends it normally."""
-    if not (root / index.SIMPLE / "index.html").is_file():
+    if not (root / tree.SIMPLE / "index.html").is_file():
         raise NoIndex(
-            f"{root} has no index ({root / index.SIMPLE / 'index.html'} is missing)",
+            f"{root} has no index ({root / tree.SIMPLE / 'index.html'} is missing)",
             "publish wheels into it first (wheelbuild publish), or point at a variant's tree (wheelhouse/cu130)",
         )
     limits = (limits or ServeLimits()).fitted()

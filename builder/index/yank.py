@@ -11,8 +11,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import BadArgument, NotPublished
-from . import index
 from . import publish as publishing
+from . import tree
 
 __all__ = ["YankResult", "unyank", "yank"]
 
@@ -27,7 +27,7 @@ class YankResult:
 
 def _targets(root: Path, target: str) -> list[str]:
     """Wheel file names in *root* that *target* names: a wheel file name, or PROJECT==VERSION."""
-    files = root / index.FILES
+    files = root / tree.FILES
     published = (
         sorted(p.name for p in files.glob("*.whl") if not p.name.startswith(".")) if files.is_dir() else []
     )
@@ -52,7 +52,7 @@ def _targets(root: Path, target: str) -> list[str]:
     name = canonicalize_name(project.strip())
     matches = []
     for filename in published:
-        wheel_name, wheel_version = index.parse_filename(files / filename)
+        wheel_name, wheel_version = tree.parse_filename(files / filename)
         if wheel_name == name and wheel_version == version:
             matches.append(filename)
     if not matches:
@@ -65,13 +65,13 @@ def _targets(root: Path, target: str) -> list[str]:
 
 def _set_yank(root: Path, target: str, reason: str | None, lock_timeout: float) -> YankResult:
     try:
-        indexed = (root / index.SIMPLE / "index.html").is_file()
+        indexed = (root / tree.SIMPLE / "index.html").is_file()
     except OSError:  # a name too long for the file system
         indexed = False
     if not indexed:
         # Checked before the lock, which would create the directory: a typo must leave no trace.
         raise NotPublished(
-            f"nothing is published in {root}: it has no index ({root / index.SIMPLE / 'index.html'})",
+            f"nothing is published in {root}: it has no index ({root / tree.SIMPLE / 'index.html'})",
             "check --wheelhouse: name a tree a publish wrote, e.g. wheelhouse/cu130",
         )
     changed: list[str] = []
@@ -81,7 +81,7 @@ def _set_yank(root: Path, target: str, reason: str | None, lock_timeout: float) 
         names = _targets(root, target)
         try:
             for name in names:
-                marker = root / index.FILES / (name + index.YANKED_SUFFIX)
+                marker = root / tree.FILES / (name + tree.YANKED_SUFFIX)
                 if reason is None:
                     if marker.exists():
                         marker.unlink()
@@ -89,10 +89,10 @@ def _set_yank(root: Path, target: str, reason: str | None, lock_timeout: float) 
                     else:
                         unchanged.append(name)
                     continue
-                if index.read_yank(marker) == reason:
+                if tree.read_yank(marker) == reason:
                     unchanged.append(name)
                 else:
-                    index.atomic_write(marker, reason.encode())
+                    tree.atomic_write(marker, reason.encode())
                     changed.append(name)
             written = publishing.regenerate(root)
         except OSError as error:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from ..errors import NightIncomplete, PublishTargetMissing, ReportUnreadable, WheelbuildError
 from ..gc import prune
-from ..index import index as index_files
 from ..index import publish as publishing
 from ..index import remote
+from ..index import tree as index_files
 from ..pipeline import check
 from ..pipeline.statements import for_publish, subjects_check
 from ..provenance.keyless import KeylessSigner, keyless_bundles

@@ -14,9 +14,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ..errors import PublishedIndexUnreachable, PublishTargetMissing
-from ..index import index as index_files
 from ..index import publish as publishing
 from ..index import reader, remote
+from ..index import tree as index_files
 from ..index.project_pages import ACCEPT, IndexFile, files_on_page, linked_url, projects_on_list
 from ..secrets import redact_url, without_credentials
 from ..wheel.abi3 import stable_abi

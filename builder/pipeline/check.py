@@ -33,7 +33,7 @@ from ..errors import (
     VersionLabelWrong,
     WheelbuildError,
 )
-from ..index import index
+from ..index import tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
 from ..spec.build_spec import BuildSpec, PinMode
 from ..variants import DEFAULT_ARCHS, TorchVariant, parse_variant
@@ -93,7 +93,7 @@ def _report_beside(wheel: Path) -> BuildReport | None:
         raise _damaged_report(wheel, "it names no torch.variant")
     if not report.archs:
         raise _damaged_report(wheel, "its archs are not a list of SM numbers")
-    if report.inputs_key and not index.is_inputs_key(report.inputs_key):
+    if report.inputs_key and not tree.is_inputs_key(report.inputs_key):
         raise _damaged_report(wheel, "its inputs_key is not a sha256 hex digest")
     return report
 

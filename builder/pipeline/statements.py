@@ -23,8 +23,8 @@ from ..errors import (
     WheelAltered,
     WheelbuildError,
 )
-from ..index.index import hash_file
 from ..index.pages import ENVELOPE_SUFFIX
+from ..index.tree import hash_file
 from ..index.wheel_names import is_served_name
 from ..plan.planner import Plan
 from ..provenance.signing import SigningKey, VerifyingKey, signed, signed_by

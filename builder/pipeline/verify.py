@@ -30,7 +30,7 @@ from ..errors import (
     StatementUnusable,
     WheelsDiffer,
 )
-from ..index.index import hash_file
+from ..index.tree import hash_file
 from ..provenance.signing import VerifyingKey, signed_by
 from ..provenance.statement import HIDDEN, Material, Statement, material_differences
 from ..recipes import resolve_recipe

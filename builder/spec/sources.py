@@ -28,8 +28,7 @@ from packaging.version import InvalidVersion, Version
 from ..bounded import ArchiveRefused, tar_gz_members
 from ..errors import BadArgument, SourceUnavailable
 from ..index import reader
-from ..index.index import MEDIA_JSON
-from ..index.project_pages import IndexFile, files_on_page
+from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
 from ..recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
 from ..secrets import redact_url
 

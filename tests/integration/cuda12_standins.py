@@ -31,7 +31,7 @@ import zipfile
 from pathlib import Path
 
 import docker
-from wheelbuild.index.index import hash_file
+from wheelbuild.index.tree import hash_file
 
 from tests.integration.conftest import REPO
 

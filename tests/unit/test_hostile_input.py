@@ -28,8 +28,9 @@ from wheelbuild.errors import (
     InvalidWheel,
     NotPublished,
 )
-from wheelbuild.index import index, remote
+from wheelbuild.index import remote
 from wheelbuild.index import serve as serving
+from wheelbuild.index import tree as index_tree
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.remote import RsyncTarget, parse_target
 from wheelbuild.index.yank import unyank, yank
@@ -105,14 +106,14 @@ def test_metadata_a_little_over_the_cap_is_refused_by_inspect_and_read_wheel(tmp
     with pytest.raises(InvalidWheel, match=r"METADATA.*over the cap"):
         inspect_or_refuse(bomb)
     with pytest.raises(InvalidWheel, match=r"METADATA.*over the cap"):
-        index.read_wheel(bomb)
+        index_tree.read_wheel(bomb)
 
 
 def test_metadata_whose_size_header_lies_is_refused(tmp_path: Path) -> None:
     wheel = _metadata_bomb(tmp_path, 4 * 1024**2)
     _declare_size(wheel, METADATA, 100)  # says 100 bytes, holds 4 MiB
     with pytest.raises(InvalidWheel):
-        index.read_wheel(wheel)
+        index_tree.read_wheel(wheel)
     with pytest.raises(InvalidWheel):
         inspect_or_refuse(wheel)
 
@@ -150,7 +151,7 @@ def test_metadata_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_pa
     with pytest.raises(InvalidWheel, match="compression method 99"):
         inspect_or_refuse(wheel)
     with pytest.raises(InvalidWheel, match="compression method 99"):
-        index.read_wheel(wheel)
+        index_tree.read_wheel(wheel)
 
 
 def test_an_extension_module_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_path: Path) -> None:
@@ -291,7 +292,7 @@ def test_the_wheels_the_tests_make_and_stamp_writes_are_ones_an_installer_takes(
     )
     stamped = stamp_wheel(plain, parse_variant("2.11.0+cu130"))  # METADATA, RECORD and names rewritten
     assert stamped.name == "wbtiny-0.1.0+cu130torch2.11-cp312-cp312-linux_x86_64.whl"
-    assert index.read_wheel(stamped).version == Version("0.1.0+cu130torch2.11")
+    assert index_tree.read_wheel(stamped).version == Version("0.1.0+cu130torch2.11")
     with zipfile.ZipFile(stamped) as archive:
         assert "wbtiny-0.1.0+cu130torch2.11.dist-info/RECORD" in archive.namelist()
 
@@ -300,7 +301,7 @@ def test_a_unicode_project_name_is_shown_as_text(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, metadata_name="wbtïny")
     assert inspect_wheel(wheel).metadata_name == "wbtïny"
     with pytest.raises(InvalidWheel) as refused:
-        index.read_wheel(wheel)
+        index_tree.read_wheel(wheel)
     assert "'wbtïny'" in refused.value.cause and "Header" not in refused.value.cause
 
 

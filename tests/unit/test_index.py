@@ -1,4 +1,4 @@
-"""wheelbuild.index.index: the static index checked against PEP 503, 592, 658/714, 691 and 700."""
+"""wheelbuild.index.tree: the static index checked against PEP 503, 592, 658/714, 691 and 700."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 from wheelbuild.errors import InvalidWheel
-from wheelbuild.index import index
+from wheelbuild.index import tree
 
 from tests.indexkit import check_tree, make_wheel, parse_page
 
@@ -41,7 +41,7 @@ def _tree(tmp_path: Path, *wheels: Path) -> Path:
 
 
 def _regenerate(root: Path) -> tuple[str, ...]:
-    return index.write_plan(root, index.plan_index(root))
+    return tree.write_plan(root, tree.plan_index(root))
 
 
 def _project_json(root: Path, project: str) -> Any:
@@ -59,8 +59,8 @@ def _project_json(root: Path, project: str) -> Any:
     ],
 )
 def test_project_names_are_normalized_per_pep_503(name: str, normalized: str) -> None:
-    assert index.normalize(name) == normalized
-    assert index.is_project_name(normalized)
+    assert tree.normalize(name) == normalized
+    assert tree.is_project_name(normalized)
 
 
 def test_a_wheels_project_page_is_at_its_normalized_name(tmp_path: Path) -> None:
@@ -212,15 +212,15 @@ def test_missing_sidecars_are_made_and_a_stale_hash_cache_is_not_trusted(tmp_pat
     # A cache that no longer matches the wheel's size and mtime is recomputed, not believed.
     stat = (root / "files" / wheel.name).stat()
     cache.write_text(f"{'0' * 64} {stat.st_size} {stat.st_mtime_ns + 1}\n")
-    assert index.file_sha256(root / "files" / wheel.name) == sha
+    assert tree.file_sha256(root / "files" / wheel.name) == sha
     _regenerate(root)
     assert check_tree(root) == {"wbtiny": [wheel.name]}
 
 
 def test_render_is_pure_and_deterministic() -> None:
-    dist = index.Distribution(
+    dist = tree.Distribution(
         filename="wbtiny-0.1.0-py3-none-any.whl",
-        project=index.parse_filename(Path("wbtiny-0.1.0-py3-none-any.whl"))[0],
+        project=tree.parse_filename(Path("wbtiny-0.1.0-py3-none-any.whl"))[0],
         version=Version("0.1.0"),
         sha256="a" * 64,
         size=10,
@@ -229,8 +229,8 @@ def test_render_is_pure_and_deterministic() -> None:
         requires_python=None,
         yanked=None,
     )
-    pages = index.render([dist])
-    assert pages == index.render([dist])
+    pages = tree.render([dist])
+    assert pages == tree.render([dist])
     # Project pages come before the root list, so a reader of the root finds each page there.
     assert list(pages) == [
         "simple/wbtiny/index.html",
@@ -238,7 +238,7 @@ def test_render_is_pure_and_deterministic() -> None:
         "simple/index.html",
         "simple/index.json",
     ]
-    empty = index.render([])
+    empty = tree.render([])
     assert list(empty) == ["simple/index.html", "simple/index.json"]
     assert json.loads(empty["simple/index.json"]) == {"meta": {"api-version": "1.1"}, "projects": []}
     assert parse_page(empty["simple/index.html"]).anchors == []
@@ -261,7 +261,7 @@ def _bad_wheel(directory: Path, case: str) -> Path:
 @pytest.mark.parametrize("case", ["file name", "zip", "project", "version"])
 def test_read_wheel_refuses_what_is_not_a_consistent_wheel(tmp_path: Path, case: str) -> None:
     with pytest.raises(InvalidWheel) as raised:
-        index.read_wheel(_bad_wheel(tmp_path, case))
+        tree.read_wheel(_bad_wheel(tmp_path, case))
     assert case in raised.value.cause
     assert raised.value.exit_code == 52
 
@@ -273,10 +273,10 @@ def test_atomic_write_that_fails_leaves_the_old_file_and_no_temp(tmp_path: Path)
     unreadable = tmp_path / "a-folder"  # its contents cannot be read: the write fails midway
     unreadable.mkdir()
     with pytest.raises(OSError):
-        index.atomic_write(target, unreadable)
+        tree.atomic_write(target, unreadable)
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in target.parent.iterdir()) == ["page.html"]
-    index.atomic_write(target, b"new")
+    tree.atomic_write(target, b"new")
     assert target.read_bytes() == b"new"
     assert target.stat().st_mode & 0o777 == 0o644
 
@@ -371,5 +371,5 @@ def test_an_oversized_metadata_sidecar_left_by_an_old_publish_is_refused_not_loa
     with sidecar.open("ab") as grow:
         grow.truncate(64 * 1024**2)  # sparse: 64 MiB on paper, nothing on disk
     with pytest.raises(InvalidWheel) as caught:
-        index.plan_index(root)
+        tree.plan_index(root)
     assert sidecar.name in caught.value.cause and "by hand" in caught.value.remedy

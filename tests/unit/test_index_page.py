@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from wheelbuild.index import index, index_page
+from wheelbuild.index import index_page
+from wheelbuild.index import tree as index_tree
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.serve import _wants_page
 from wheelbuild.index.yank import yank
@@ -25,9 +26,9 @@ from .test_report_html import dom
 
 def _dist(
     filename: str, *, yanked: str | None = None, archs: tuple[int, ...] | None = (100, 120)
-) -> index.Distribution:
+) -> index_tree.Distribution:
     project, version = filename.split("-")[:2]
-    return index.Distribution(
+    return index_tree.Distribution(
         filename=filename,
         project=canonicalize_name(project),
         version=Version(version),
@@ -189,7 +190,7 @@ def test_the_page_shows_each_wheels_torch_range_which_publish_keeps_beside_it(tm
     plain = make_wheel(tmp_path / "in", "wbtiny", "0.2.0+cu130torch2.14", tag="cp311-cp311-linux_x86_64")
     line = "cp311: imports with torch 2.13.0; fails on 2.14.1: undefined symbol c10::f(int) <script>"
     publish([ranged, plain], tmp_path / "tree", sidecars=Sidecars(torch_ranges={ranged.name: line}))
-    sidecar = tmp_path / "tree" / "files" / (ranged.name + index.TORCH_RANGE_SUFFIX)
+    sidecar = tmp_path / "tree" / "files" / (ranged.name + index_tree.TORCH_RANGE_SUFFIX)
     assert sidecar.read_text() == line
     page = (tmp_path / "tree" / index_page.PAGE).read_text()
     assert page.count('<div class="range">') == 1
@@ -197,5 +198,5 @@ def test_the_page_shows_each_wheels_torch_range_which_publish_keeps_beside_it(tm
     # A sidecar that is not a regular file is not read: the row shows no range.
     sidecar.unlink()
     sidecar.mkdir()
-    distributions, _ = index.scan(tmp_path / "tree")
+    distributions, _ = index_tree.scan(tmp_path / "tree")
     assert {d.filename: d.torch_range for d in distributions} == {ranged.name: None, plain.name: None}

@@ -14,7 +14,7 @@ from wheelbuild.errors import (
     NotPublished,
     WheelConflict,
 )
-from wheelbuild.index import index
+from wheelbuild.index import tree as index_tree
 from wheelbuild.index.publish import Sidecars, publish, published_inputs, reindex
 from wheelbuild.index.yank import unyank, yank
 
@@ -80,7 +80,7 @@ def test_an_inputs_key_that_is_not_one_hex_digest_is_refused_where_written_and_w
     (root / "files" / f"{wheel.name}.inputs").write_text(f"{one}\n{other}\nnot a key\n")
     assert published_inputs(root) == set()
     with pytest.raises(ValueError, match="line 3"):
-        index.inputs_keys(f"{one}\n{other}\nnot a key\n")
+        index_tree.inputs_keys(f"{one}\n{other}\nnot a key\n")
 
 
 def test_the_same_wheel_again_is_a_no_op(tmp_path: Path, tree: Path) -> None:

@@ -1,4 +1,4 @@
-"""The static package index of a wheelhouse tree: PEP 503 HTML, PEP 691 JSON (API 1.1), PEP 658/714
+"""A wheelhouse tree and its static package index: PEP 503 HTML, PEP 691 JSON (API 1.1), PEP 658/714
 metadata files, PEP 592 yanking and PEP 700 sizes, upload times and versions.
 
 Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130``)::
@@ -65,8 +65,6 @@ __all__ = [
     "ENVELOPE_SUFFIX",
     "FILES",
     "INPUTS_SUFFIX",
-    "MEDIA_HTML_V1",
-    "MEDIA_JSON",
     "NAME_MAX",
     "SIGSTORE_SUFFIX",
     "SIMPLE",
@@ -90,9 +88,6 @@ __all__ = [
     "write_plan",
 ]
 
-# The PEP 691 media types a client asks for and this index answers with (serve.py).
-MEDIA_JSON = "application/vnd.pypi.simple.v1+json"
-MEDIA_HTML_V1 = "application/vnd.pypi.simple.v1+html"
 METADATA_SUFFIX = ".metadata"
 SHA256_SUFFIX = ".sha256"
 YANKED_SUFFIX = ".yanked"
