@@ -171,6 +171,7 @@ def _attempt_result(
         log_path=config.log_path,
         log_tail=tail,
         oom=watcher.evidence(progress.killed_lines),
+        error_lines=tuple(progress.error_lines),
         peak_memory=watcher.peak_memory,
         peak_memory_compile=watcher.peaks.get(COMPILE_STEP),
         finished_units=tuple(

@@ -177,6 +177,13 @@ class StepTime:
     end: float | None = None
 
 
+# A compiler's error line: gcc's `file:line:col: error: ...`, nvcc's `file(line): error: ...`.
+COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
+# The first ones of a log are kept apart from its tail: a package whose build prints much after its
+# first error (ptxas -v on every kernel still compiling) pushes that error out of any tail.
+MAX_ERROR_LINES = 40
+
+
 @dataclass
 class BuildLog:
     identifier: str | None = None  # the cibuildwheel build identifier now building
@@ -198,6 +205,7 @@ class BuildLog:
     unit_cache: dict[str, dict[str, bool]] = field(default_factory=dict)
     memory_limit_seen: int | None = None
     killed_lines: list[str] = field(default_factory=list)
+    error_lines: list[str] = field(default_factory=list)  # the first compiler errors (COMPILER_ERROR)
     # Seconds spent in cibuildwheel's "Building wheel..." steps (the compile, without setup,
     # torch's install or the repair): what a compiler cache can save.
     build_seconds: float = 0.0
@@ -269,6 +277,8 @@ class BuildLog:
         self._contract_line(line)
         if is_kill_line(line):
             self.killed_lines.append(line.strip())
+        if len(self.error_lines) < MAX_ERROR_LINES and COMPILER_ERROR.match(line):
+            self.error_lines.append(line.strip())
 
     def _contract_line(self, line: str) -> None:
         """What the arch contract and the link ledger printed, and prebuilt downloads tried."""

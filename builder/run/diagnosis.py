@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable, WheelbuildError
-from .buildlog import NOT_LINKED_MARK
+from .buildlog import COMPILER_ERROR, NOT_LINKED_MARK
 
 
 class AttemptLog(Protocol):
@@ -25,6 +25,8 @@ class AttemptLog(Protocol):
     def link_checks(self) -> tuple[str, ...]: ...
     @property
     def prebuilt_urls(self) -> tuple[str, ...]: ...
+    @property
+    def error_lines(self) -> tuple[str, ...]: ...
 
 
 # What urllib, requests and pip print when a download finds no network.
@@ -62,7 +64,6 @@ def contract_failure(result: AttemptLog) -> WheelbuildError | None:
 
 # A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
 # (pip -v indents what the build backend prints).
-_COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
 # gcc's and nvcc's "fatal error: cusparse.h: No such file or directory" for a header.
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.(?:h|hpp|cuh)): No such file or directory")
 # Headers of NVIDIA's CUDA libraries (not the toolkit's compiler and runtime).
@@ -78,10 +79,11 @@ _MISSING_SOURCE = re.compile(
     r"(\S+?\.(?:cu|cpp|cc|cxx|c))(?:: No such file or directory|'?, needed by .* missing and no known rule|\s*$)",
     re.MULTILINE,
 )
-# torch's own headers failing on a C++20 feature (torch 2.14's c10 uses operator<=>): the package
+# torch's own headers failing on a C++20 feature (torch 2.14's c10 uses operator<=>), or saying so
+# (ATen.h: "#error C++20 or later compatible compiler is required to use ATen."): the package
 # passes an older -std, which wins over the -std=c++20 cpp_extension adds only when none is given.
 _TORCH_NEEDS_CXX20 = re.compile(
-    r"^\s*\S*torch/include/\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*error\b[^\n]*(?:strong_ordering|<=>)[^\n]*$",
+    r"^\s*\S*torch/include/\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*error\b[^\n]*(?:strong_ordering|<=>|C\+\+20)[^\n]*$",
     re.MULTILINE,
 )
 _UNSUPPORTED_ARCH = re.compile(r"Unsupported gpu architecture '(compute_\w+|sm_\w+)'")
@@ -104,8 +106,9 @@ _COMPILER_REFUSALS = (
 
 
 def compile_failure(result: AttemptLog) -> WheelbuildError | None:
-    """The first compiler error, and what it means when the fault is not the source's."""
-    text = "\n".join(result.log_tail)
+    """The first compiler error, and what it means when the fault is not the source's: read from
+    the log's first error lines, then its tail."""
+    text = "\n".join((*result.error_lines, *result.log_tail))
     tail = "\n".join(result.log_tail[-25:])
     where = f"full log: {result.log_path}"
     if (header := _MISSING_HEADER.search(text)) and _CUDA_LIBRARY_HEADER.match(header[1]):
@@ -136,7 +139,7 @@ def compile_failure(result: AttemptLog) -> WheelbuildError | None:
         if found := pattern.search(text):
             named = found[found.lastindex or 0]
             return CompilerUnavailable(cause.format(named), f"{remedy}; {where}", details=tail)
-    if first_error := _COMPILER_ERROR.search(text):
+    if first_error := COMPILER_ERROR.search(text):
         return CompileFailed(
             f"compile failed: {first_error.group(0).strip()}",
             f"fix the source (this is not an out-of-memory kill, so it is not retried); {where}",

@@ -93,6 +93,8 @@ class AttemptResult:
     nvcc_rewrites: tuple[str, ...] = ()
     link_checks: tuple[str, ...] = ()
     prebuilt_urls: tuple[str, ...] = ()
+    # The log's first compiler error lines, wherever they were (its tail may have lost them).
+    error_lines: tuple[str, ...] = ()
     # What each Python installed from the machine's wheel cache (torch, its CUDA wheels, the
     # build tools): (lock KEY-TAG, sha256, file name), from wheelbuild-wheel-cache's lines.
     locked_files: tuple[tuple[str, str, str], ...] = ()

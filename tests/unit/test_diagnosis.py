@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 from wheelbuild.errors import CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable
+from wheelbuild.run.buildlog import MAX_ERROR_LINES, BuildLog
 from wheelbuild.run.outcome import AttemptResult, Failed, classify
 
 MakeResult = Callable[..., AttemptResult]
@@ -57,6 +58,55 @@ def test_torch_headers_that_need_cxx20_under_an_older_std_are_named_not_the_sour
     assert error.cause.startswith("compile failed in torch's own headers, which need C++20")
     assert "intrusive_ptr.h(775)" in error.cause
     assert "fix the source" not in error.remedy and "-std=c++20" in error.remedy
+
+
+# mamba-ssm 2.3.2.post1's build with torch 2.14.1 (its setup.py passes -std=c++17), as this
+# machine's log has it: the host unit fails at once on ATen.h's #error, while nvcc's units go on
+# and print ptxas -v for every kernel (the package asks for it), 640 lines, before ninja stops.
+_GCC_ATEN = (
+    "/root/.cache/wheelbuild-wheels/trees/cp311/428e222f699d097c/torch/include/ATen/ATen.h:5:2: "
+    "error: #error C++20 or later compatible compiler is required to use ATen."
+)
+_PTXAS = (
+    "ptxas info    : Compiling entry function '_Z25selective_scan_bwd_kernelI32Selective_Scan_bwd_kernel'\n"
+    "ptxas info    : Used 240 registers, used 1 barriers\n"
+)
+_MAMBA_LOG = (
+    "[1/10] /usr/local/bin/sccache-c++ -c /project/csrc/selective_scan/selective_scan.cpp -O3 -std=c++17\n"
+    "In file included from /project/csrc/selective_scan/selective_scan.cpp:6:\n"
+    f"{_GCC_ATEN}\n"
+    "    5 | #error C++20 or later compatible compiler is required to use ATen.\n"
+    + _PTXAS
+    * 320
+    + "subprocess.CalledProcessError: Command '['ninja', '-v', '-j', '2']' returned non-zero exit status 1.\n"
+    "RuntimeError: Error compiling objects for extension\n"
+    "cibuildwheel: error: Command ['python', '-m', 'build', PurePosixPath('/project'), '--wheel'] failed with code 1.\n"
+)
+
+
+def test_torch_saying_it_needs_cxx20_is_named_even_when_the_tail_lost_it(make_result: MakeResult) -> None:
+    """The log's first compiler errors are kept apart from its 400-line tail (BuildLog, as the
+    attempt feeds it), so the diagnosis reads the error that started the failure."""
+    progress = BuildLog()
+    for line in _MAMBA_LOG.splitlines():
+        progress.feed(line)
+    assert progress.error_lines == [_GCC_ATEN]
+    tail_only = make_result("\n".join(_MAMBA_LOG.splitlines()[-400:]))
+    assert _GCC_ATEN not in tail_only.log_tail
+    assert "without a wheel" in _error(tail_only).cause  # the tail alone cannot say
+    error = _error(replace(tail_only, error_lines=tuple(progress.error_lines)))
+    assert isinstance(error, CompileFailed)
+    assert error.cause.startswith("compile failed in torch's own headers, which need C++20")
+    assert "ATen.h:5:2" in error.cause and "-std=c++20" in error.remedy
+
+
+def test_only_the_first_compiler_errors_are_kept_apart() -> None:
+    progress = BuildLog()
+    for i in range(MAX_ERROR_LINES + 10):
+        progress.feed(f'csrc/k{i}.cu(12): error: identifier "x" is undefined')
+        progress.feed("ptxas info    : Used 240 registers, used 1 barriers")
+    assert len(progress.error_lines) == MAX_ERROR_LINES
+    assert progress.error_lines[0].startswith("csrc/k0.cu(12): error")
 
 
 def test_an_error_in_torch_headers_for_another_reason_is_a_plain_compile_failure(
