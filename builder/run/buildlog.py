@@ -177,7 +177,8 @@ class StepTime:
     end: float | None = None
 
 
-# A compiler's error line: gcc's `file:line:col: error: ...`, nvcc's `file(line): error: ...`.
+# A compiler's error line: gcc's `file:line:col: error: ...`, nvcc's `file(line): error: ...`, perhaps
+# indented (pip -v indents what the build backend prints).
 COMPILER_ERROR = re.compile(r"^\s*\S+?(?::\d+(?::\d+)?:|\(\d+\):)\s*(?:fatal\s+)?error\b.*$", re.MULTILINE)
 # The first ones of a log are kept apart from its tail: a package whose build prints much after its
 # first error (ptxas -v on every kernel still compiling) pushes that error out of any tail.

@@ -62,8 +62,6 @@ def contract_failure(result: AttemptLog) -> WheelbuildError | None:
     return None
 
 
-# A compiler diagnostic: `file.cpp:12:3: error: ...` or `file.cu(12): error: ...`, perhaps indented
-# (pip -v indents what the build backend prints).
 # gcc's and nvcc's "fatal error: cusparse.h: No such file or directory" for a header.
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./+-]+\.(?:h|hpp|cuh)): No such file or directory")
 # Headers of NVIDIA's CUDA libraries (not the toolkit's compiler and runtime).
