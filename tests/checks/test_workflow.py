@@ -10,29 +10,49 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ruamel.yaml import YAML  # a dependency of check-jsonschema
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "nightly.yml"
+TESTS_WORKFLOW = REPO / ".github" / "workflows" / "tests-nightly.yml"
 BIN = Path(sys.executable).parent
 
 
-def test_workflow_matches_githubs_schema() -> None:
+@pytest.mark.parametrize("workflow", [WORKFLOW, TESTS_WORKFLOW], ids=lambda p: p.name)
+def test_workflow_matches_githubs_schema(workflow: Path) -> None:
     done = subprocess.run(
-        [BIN / "check-jsonschema", "--builtin-schema", "vendor.github-workflows", WORKFLOW],
+        [BIN / "check-jsonschema", "--builtin-schema", "vendor.github-workflows", workflow],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_workflow_passes_zizmors_audits() -> None:
+@pytest.mark.parametrize("workflow", [WORKFLOW, TESTS_WORKFLOW], ids=lambda p: p.name)
+def test_workflow_passes_zizmors_audits(workflow: Path) -> None:
     done = subprocess.run(
-        [BIN / "zizmor", "--offline", "--no-progress", WORKFLOW], capture_output=True, text=True, check=False
+        [BIN / "zizmor", "--offline", "--no-progress", workflow], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_nightly_tests_run_what_ci_leaves_out_with_cis_setup_command() -> None:
+    """The tests workflow runs the README's test command (what .ci/run execs), selecting exactly
+    the markers pyproject's addopts leaves out of CI, on a schedule and by hand."""
+    loaded = YAML(typ="safe").load(TESTS_WORKFLOW.read_text())
+    triggers = loaded.get("on") or loaded.get(True)  # YAML 1.1 reads a bare `on` as True
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    runs = [step["run"] for job in loaded["jobs"].values() for step in job["steps"] if "run" in step]
+    assert runs[0] == 'scripts/test -m "hours or slow"'
+    assert "exec scripts/test" in (REPO / ".ci" / "run").read_text()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m 'not hours and not slow'" in pyproject["addopts"]
+    declared = {marker.split(":")[0] for marker in pyproject["markers"]}
+    assert {"hours", "slow"} <= declared
 
 
 # The setup step of every job: wheelbuild in a venv of the checkout, nothing else (no test
