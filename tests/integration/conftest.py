@@ -34,9 +34,6 @@ __all__ = ["REPO", "TORCH_INDEX", "WHEELBUILD", "Completed", "default_sigint", "
 os.environ.setdefault("WHEELBUILD_TORCH_RANGE", "false")
 
 
-FIXTURE_RANGE_OLDER = 2  # the example's range: three minors of PyPI's CUDA 13.0 releases at least
-
-
 @dataclass(frozen=True)
 class NewestTorch:
     """The release `--torch cu130` means on TORCH_INDEX today, read as a build reads it."""
@@ -107,7 +104,8 @@ class FixtureBuild:
 @pytest.fixture(scope="session")
 def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> FixtureBuild:
     """One real build of the bundled example for cu130, sm_100 + sm_120, in a 4 GiB container,
-    with its torch range: two minors older and every newer release (test_torch_range.py)."""
+    shared by every test that needs "a built wheel of the example". Without its torch range: the
+    range's own tests build with it (test_torch_range.py)."""
     out = tmp_path_factory.mktemp("wheelhouse")
     result = wheelbuild(
         "build", "wbdemo",
@@ -117,9 +115,9 @@ def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
         "--python", "3.11",
         "--memory", "4g",
         "--output-dir", str(out),
-        "--torch-range", "--torch-range-older", str(FIXTURE_RANGE_OLDER),
+        "--no-torch-range",
         "--rebuild",  # a real build, even when an earlier run left one with the same inputs
-        timeout=3600,  # the range installs each torch release once per machine (~3 GB each)
+        timeout=3600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
     run_dir = out / "runs" / result.run_id
