@@ -1,16 +1,21 @@
 """images/wheelbuild-wheel-cache with real pip against a real local HTTP index: the first run
 downloads and locks the exact files, a later run installs them with the index gone, and a
-damaged file is downloaded again. The wheels are tiny ones made here; torch's are ~3 GB."""
+damaged file is downloaded again; a second lock or Python downloads and unpacks only what it
+adds, its tree shares the others' inodes, and past its bound the least recently used tree goes
+with what only it needed. The wheels are tiny ones made here; torch's are ~3 GB."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import http.server
+import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from functools import partial
@@ -64,15 +69,15 @@ class _Index:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
 
-    def publish(self, wheel: Path) -> None:
+    def publish(self, wheel: Path, with_hash: bool = True) -> None:
         project = self.root / "simple" / wheel.name.split("-")[0]
         project.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         (self.root / "files").mkdir(exist_ok=True)
         (self.root / "files" / wheel.name).write_bytes(wheel.read_bytes())
-        (project / "index.html").write_text(
-            f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>\n'
-        )
+        fragment = f"#sha256={digest}" if with_hash else ""
+        with (project / "index.html").open("a") as page:  # a project's releases, one line each
+            page.write(f'<a href="../../files/{wheel.name}{fragment}">{wheel.name}</a>\n')
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -95,11 +100,21 @@ def _venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def _cache(python: Path, cache: Path, index_file: Path, *tree: str) -> subprocess.CompletedProcess[str]:
+def _cache(
+    python: Path,
+    cache: Path,
+    index_file: Path,
+    *tree: str,
+    key: str = "demo-key",
+    requirement: str = "wbcachedemo",
+    bound: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     # Nothing but PATH and HOME: the index reaches pip only through the file.
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "PIP_NO_CACHE_DIR": "1"}
+    if bound is not None:
+        env["WHEELBUILD_WHEEL_CACHE_BOUND"] = bound
     return subprocess.run(
-        [str(python), SCRIPT, str(cache), "demo-key", "--index-file", str(index_file), *tree, "wbcachedemo"],
+        [str(python), SCRIPT, str(cache), key, "--index-file", str(index_file), *tree, requirement],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
@@ -172,7 +187,7 @@ def test_tree_is_installed_once_and_each_python_then_gets_a_pth_file(tmp_path: P
     first = _venv(tmp_path / "venv1")
     done = _cache(first, cache, index_file, "--tree")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "into the machine's installed tree, once" in done.stdout
+    assert "composed the tree" in done.stdout
     assert link.is_symlink() and link.resolve().name.startswith("demo-key.")
     assert _imports(first) == "1.0 2.0"
     # Imported through the link's path, the one wheelbuild-site-packages gives sccache.
@@ -200,7 +215,9 @@ def test_a_damaged_tree_is_installed_again(tmp_path: Path, index: _Index) -> Non
     python = _venv(tmp_path / "venv2")
     done = _cache(python, cache, index_file, "--tree")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "differs from its RECORD; installing it again" in done.stdout
+    assert "differs from its RECORD; composing it again" in done.stdout
+    # The file was written in place, so the unpacked wheel it is linked to is damaged too.
+    assert "the unpacked wbcachedep-2.0-py3-none-any.whl differs from its RECORD" in done.stdout
     assert _imports(python) == "1.0 2.0"
 
 
@@ -231,3 +248,243 @@ def test_each_file_used_is_printed_with_its_hash_and_the_host_reads_them(
         assert sorted(log.locked_files) == sorted(
             (f"demo-key-{tag}", digest, name) for digest, name in locked
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared downloads, wheels unpacked once, trees of hard links, the bound
+
+
+@pytest.fixture
+def two_releases(tmp_path: Path) -> Iterator[_Index]:
+    """wbcachedemo 1.0 and 1.1, each requiring wbcachedep 2.0: two locks that share one wheel,
+    as two torch releases share their NVIDIA wheels."""
+    made = tmp_path / "made"
+    made.mkdir()
+    served = _Index(tmp_path / "index")
+    served.publish(_wheel(made, "wbcachedemo", "1.0", requires=("wbcachedep",)))
+    served.publish(_wheel(made, "wbcachedemo", "1.1", requires=("wbcachedep",)))
+    served.publish(_wheel(made, "wbcachedep", "2.0"))
+    yield served
+    served.stop()
+
+
+def _tree(cache: Path, key: str, python: Path | None = None) -> Path:
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if python is not None:
+        found = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[1])"],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+        tag = f"cp3{found.stdout.strip()}"
+    return (cache / "trees" / tag / key).resolve()
+
+
+def _index_file(tmp_path: Path, index: _Index) -> Path:
+    index_file = tmp_path / "torch-index-url"
+    index_file.write_text(index.url)
+    return index_file
+
+
+def test_a_second_lock_downloads_and_unpacks_only_what_it_adds_and_shares_inodes(
+    tmp_path: Path, two_releases: _Index
+) -> None:
+    """Two locks (two torch releases) that share a wheel: the second downloads only its own
+    top wheel (counted at the server: pip was offered the cached one and took it), unpacks only
+    that, and its tree holds the shared wheel's files as the same inodes as the first's."""
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, two_releases)
+    python = _venv(tmp_path / "venv")
+    first = _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert sorted(two_releases.downloads) == [
+        "wbcachedemo-1.0-py3-none-any.whl",
+        "wbcachedep-2.0-py3-none-any.whl",
+    ]
+
+    two_releases.downloads.clear()
+    second = _cache(python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert two_releases.downloads == ["wbcachedemo-1.1-py3-none-any.whl"]
+    assert "File was already downloaded" in second.stdout
+    assert "unpacking wbcachedemo-1.1-py3-none-any.whl" in second.stdout
+    assert "unpacking wbcachedep" not in second.stdout
+    assert _imports(python) == "1.1 2.0"
+    shared = [_tree(cache, key) / "wbcachedep" / "__init__.py" for key in ("demo-10", "demo-11")]
+    assert shared[0].stat().st_ino == shared[1].stat().st_ino
+    own = [_tree(cache, key) / "wbcachedemo" / "__init__.py" for key in ("demo-10", "demo-11")]
+    assert own[0].stat().st_ino != own[1].stat().st_ino
+    assert len(list((cache / "unpacked").iterdir())) == 3  # one per distinct wheel
+
+
+def test_a_second_python_downloads_nothing_it_shares_and_unpacks_nothing_again(
+    tmp_path: Path, two_releases: _Index
+) -> None:
+    """Another Python's lock of the same requirement: its files are all cached (py3 wheels,
+    as NVIDIA's are), so the server serves no wheel, and its tree is the first's inodes."""
+    other = next(
+        (p for p in (Path(f"/root/.pyenv/versions/3.{m}.0/bin/python3") for m in (13, 12)) if p.is_file()),
+        None,
+    )
+    if other is None or sys.version_info[:2] in ((3, 13), (3, 12)):
+        pytest.skip(
+            "needs a second CPython (3.12 or 3.13 under /root/.pyenv) beside the one running the tests"
+        )
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, two_releases)
+    first = _venv(tmp_path / "venv1")
+    assert _cache(first, cache, index_file, "--tree").returncode == 0
+    two_releases.downloads.clear()
+    subprocess.run([str(other), "-m", "venv", str(tmp_path / "venv2")], check=True, timeout=120)
+    second = tmp_path / "venv2" / "bin" / "python"
+    done = _cache(second, cache, index_file, "--tree")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert two_releases.downloads == []
+    assert "unpacking" not in done.stdout
+    assert _imports(second) == "1.1 2.0"
+    trees = [_tree(cache, "demo-key", python) for python in (first, second)]
+    assert trees[0] != trees[1]
+    for module in ("wbcachedemo", "wbcachedep"):
+        assert (trees[0] / module / "__init__.py").stat().st_ino == (
+            trees[1] / module / "__init__.py"
+        ).stat().st_ino
+
+
+@pytest.mark.parametrize("with_hash", [True, False], ids=["index-hash", "no-index-hash"])
+def test_a_damaged_cached_file_offered_to_pip_is_downloaded_again(tmp_path: Path, with_hash: bool) -> None:
+    """A cached file damaged in place is offered to pip under its name: where the index lists a
+    hash pip finds it bad and downloads it again; where it lists none, the script finds it
+    does not match the hash it is stored under, drops it and downloads it again."""
+    made = tmp_path / "made"
+    made.mkdir()
+    index = _Index(tmp_path / "index")
+    for version in ("1.0", "1.1"):
+        index.publish(_wheel(made, "wbcachedemo", version, requires=("wbcachedep",)), with_hash)
+    index.publish(_wheel(made, "wbcachedep", "2.0"), with_hash)
+    try:
+        cache = tmp_path / "cache"
+        index_file = _index_file(tmp_path, index)
+        python = _venv(tmp_path / "venv")
+        first = _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0")
+        assert first.returncode == 0
+        (damaged,) = cache.glob("files/*/wbcachedep-2.0-py3-none-any.whl")
+        good = damaged.read_bytes()
+        damaged.write_bytes(b"not a wheel")
+        index.downloads.clear()
+        done = _cache(python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        # Without a hash pip fails on the bad file before saving the other: both come again.
+        assert set(index.downloads) == {"wbcachedemo-1.1-py3-none-any.whl", "wbcachedep-2.0-py3-none-any.whl"}
+        assert index.downloads.count("wbcachedep-2.0-py3-none-any.whl") == 1
+        if with_hash:
+            assert len(index.downloads) == 2
+        else:
+            assert "the cached wbcachedep-2.0-py3-none-any.whl no longer matches its hash" in done.stdout
+        assert damaged.read_bytes() == good  # stored again under its own hash
+        assert _imports(python) == "1.1 2.0"
+    finally:
+        index.stop()
+
+
+def test_a_damaged_unpacked_wheel_is_installed_again_alone(tmp_path: Path, two_releases: _Index) -> None:
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, two_releases)
+    python = _venv(tmp_path / "venv")
+    assert (
+        _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0").returncode
+        == 0
+    )
+    (dep,) = cache.glob("unpacked/*/wbcachedep/__init__.py")
+    (demo,) = cache.glob("unpacked/*/wbcachedemo/__init__.py")
+    demo_inode = demo.stat().st_ino
+    dep.unlink()  # a new inode, so no tree sees it: only the unpacked wheel is damaged
+    dep.write_text("VERSION = 'damaged: longer than its RECORD says'\n")
+    shutil.rmtree(_tree(cache, "demo-10"))  # composed again, from the unpacked wheels
+    two_releases.stop()
+    done = _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the unpacked wbcachedep-2.0-py3-none-any.whl differs from its RECORD" in done.stdout
+    assert "unpacking wbcachedep-2.0-py3-none-any.whl" in done.stdout
+    assert "unpacking wbcachedemo" not in done.stdout
+    assert demo.stat().st_ino == demo_inode
+    assert _imports(python) == "1.0 2.0"
+
+
+def _age(cache: Path, key: str, seconds: float) -> None:
+    stamp = _tree(cache, key)
+    stamp = stamp.with_name(stamp.name + ".used")
+    then = time.time() - seconds
+    os.utime(stamp, (then, then))
+
+
+def _housekeeping(python: Path, cache: Path, mode: str, bound: str) -> dict[str, object]:
+    done = subprocess.run([str(python), SCRIPT, str(cache), mode, "--bound", bound],
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    answer: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return answer
+
+
+def test_past_its_bound_the_least_recently_used_tree_goes_with_what_only_it_needed(
+    tmp_path: Path, two_releases: _Index
+) -> None:
+    """Two trees sharing wbcachedep, the older used three hours ago, the other just now: past a
+    one-byte bound, --report says the older goes and why the other stays, and --prune removes
+    the older tree, its lock, its own unpacked wheel and file, and keeps the shared ones and the
+    recent tree whole (importable, no download)."""
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, two_releases)
+    python = _venv(tmp_path / "venv")
+    for key, version in (("demo-10", "1.0"), ("demo-11", "1.1")):
+        done = _cache(python, cache, index_file, "--tree", key=key, requirement=f"wbcachedemo=={version}")
+        assert done.returncode == 0, done.stdout + done.stderr
+    old, recent = _tree(cache, "demo-10"), _tree(cache, "demo-11")
+    _age(cache, "demo-10", 3 * 3600)
+    tag = old.parent.name
+
+    report = _housekeeping(python, cache, "--report", "1")
+    assert report["pruned"] is False and old.is_dir()
+    trees = {t["name"]: t for t in report["trees"]}  # type: ignore[attr-defined]
+    assert trees[f"{tag}/{old.name}"]["drop"] is True
+    assert trees[f"{tag}/{recent.name}"]["drop"] is False
+    assert "used in the last hour" in trees[f"{tag}/{recent.name}"]["why"]
+
+    pruned = _housekeeping(python, cache, "--prune", "1")
+    assert pruned["pruned"] is True
+    assert pruned["gone"]["trees"] == [f"{tag}/{old.name}"]  # type: ignore[index]
+    assert pruned["gone"]["locks"] == [f"demo-10-{tag}"]  # type: ignore[index]
+    assert not old.exists() and not (cache / "trees" / tag / "demo-10").is_symlink()
+    assert not (cache / "locks" / f"demo-10-{tag}.txt").exists()
+    assert not list(cache.glob("files/*/wbcachedemo-1.0-*.whl"))
+    assert list(cache.glob("files/*/wbcachedemo-1.1-*.whl"))
+    assert len(list(cache.glob("files/*/wbcachedep-2.0-*.whl"))) == 1
+    assert {p.name for p in (cache / "unpacked").glob("*/wbcachedemo-1.0.dist-info")} == set()
+    assert len(list((cache / "unpacked").iterdir())) == 2  # wbcachedemo 1.1 and wbcachedep
+    assert pruned["bytes_after"] < pruned["bytes"]  # type: ignore[operator]
+
+    two_releases.stop()
+    again = _cache(python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1")
+    assert again.returncode == 0 and "unpacking" not in again.stdout and "downloading" not in again.stdout
+    assert _imports(python) == "1.1 2.0"
+
+
+def test_a_run_that_adds_past_the_bound_prunes_the_old_tree_and_never_its_own(
+    tmp_path: Path, two_releases: _Index
+) -> None:
+    """The bound holds after every run that adds to the cache, not only in gc: the new tree is
+    in use (kept even past the bound), the old one goes."""
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, two_releases)
+    python = _venv(tmp_path / "venv")
+    assert (
+        _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0").returncode
+        == 0
+    )
+    old = _tree(cache, "demo-10")
+    _age(cache, "demo-10", 2 * 3600)
+    done = _cache(
+        python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1", bound="1k"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "past its bound of 0.0 GiB" in done.stdout and "removed 1 least recently used tree(s)" in done.stdout
+    )
+    assert not old.exists()
+    assert _tree(cache, "demo-11").is_dir()
+    assert _imports(python) == "1.1 2.0"
