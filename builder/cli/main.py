@@ -23,7 +23,7 @@ from ..plan.planner import format_plan, over_budget
 from ..recipes import resolve_recipe
 from ..report import page as report_html
 from ..run import doctor, gc, image_options
-from ..run.attempt import SHARED_CACHE_ENV
+from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND, SHARED_CACHE_ENV, wheel_cache_bound
 from ..run.engine import DockerEngine
 from ..run.image import image_table
 from ..run.names import PREFIX, checked_prefix
@@ -264,7 +264,9 @@ def calibrate(
     "--caches",
     is_flag=True,
     help="Also remove the compiler, pip and torch-download caches (wheelbuild-sccache, "
-    "wheelbuild-pip-cache, wheelbuild-torch-wheels) that no container mounts.",
+    "wheelbuild-pip-cache, wheelbuild-torch-wheels) that no container mounts. Without it the "
+    "torch-wheels cache is pruned to its bound (WHEELBUILD_WHEEL_CACHE_BOUND, 40g): the least "
+    "recently used trees go.",
 )
 @click.option(
     "-n", "--dry-run", is_flag=True, help="Say what would be removed and how much it frees; remove nothing."
@@ -289,6 +291,7 @@ def gc_command(
         caches=caches,
         scope=gc.Scope(),
         image_options=image_flags.options(),
+        wheel_cache_bound=wheel_cache_bound(os.environ) or DEFAULT_WHEEL_CACHE_BOUND,
     )
     reporter = Reporter()
     with DockerEngine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans

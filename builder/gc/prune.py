@@ -23,9 +23,10 @@ from ..errors import ReportUnreadable
 from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
 from ..run import gc
+from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND
 from ..run.image import image_script, production_base
 from ..run.image_options import ImageOptions, cuda12_layer, image_inputs
-from ..run.names import DIST_DOCKERFILE, dist_image_tag
+from ..run.names import DIST_DOCKERFILE, TORCH_WHEELS_VOLUME, dist_image_tag
 from ..run.ports import GcEngine, ImageIds
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
@@ -39,6 +40,7 @@ class GcOptions:
     caches: bool
     scope: gc.Scope
     image_options: ImageOptions
+    wheel_cache_bound: int = DEFAULT_WHEEL_CACHE_BOUND  # WHEELBUILD_WHEEL_CACHE_BOUND
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +263,17 @@ def collect(
     state = engine.gc_state(options.scope)
     base = options.image_options.base_image or production_base()
     base_id = engine.local_image_id(base)
+    wheel_cache = None
+    volume = options.scope.retag(TORCH_WHEELS_VOLUME)
+    if not options.caches and any(v.name == volume for v in state.volumes):
+        on_step(f"reading the wheel cache {volume} (bytes on disk, each file once) in a {base} container")
+        answer = engine.gc_wheel_cache(volume, base, options.wheel_cache_bound, prune=False)
+        try:
+            wheel_cache = gc.WheelCacheUse.from_json(volume, answer) if answer is not None else None
+        except ValueError as bad:
+            on_skip(f"the wheel cache's report was not read: {bad}")
+        if answer is None:
+            on_skip(f"the wheel cache {volume} was not read: the base image {base} is not here to read it")
     return gc.plan(
         runs=runs,
         results=results,
@@ -272,6 +285,7 @@ def collect(
         caches=options.caches,
         scope=options.scope,
         now=time.time(),
+        wheel_cache=wheel_cache,
     )
 
 
@@ -295,12 +309,45 @@ def _remove_folder(decision: gc.Decision, parent: Path) -> gc.Removal:
     return gc.Removal(decision, gc.Status.REMOVED)
 
 
+def _prune_wheel_cache(
+    engine: GcEngine, trees: list[gc.Decision], options: GcOptions
+) -> tuple[gc.Removal, ...]:
+    """The wheel cache pruned by its rule, once, in a container: each planned tree removed, or
+    kept when the rule no longer drops it (used since gc looked)."""
+    volume = options.scope.retag(TORCH_WHEELS_VOLUME)
+    base = options.image_options.base_image or production_base()
+    answer = engine.gc_wheel_cache(volume, base, options.wheel_cache_bound, prune=True)
+    if answer is None:
+        return tuple(
+            gc.Removal(d, gc.Status.FAILED, f"the prune in a {base} container gave no answer") for d in trees
+        )
+    if answer.get("busy"):
+        why = "a build was filling the cache for two minutes; its own run prunes it"
+        return tuple(gc.Removal(d, gc.Status.KEPT, why) for d in trees)
+    gone = answer.get("gone")
+    removed = {f"{volume}/{name}" for name in (gone.get("trees", []) if isinstance(gone, dict) else [])}
+    done = []
+    for decision in trees:
+        if decision.name in removed or decision.name.endswith(gc.UNNEEDED):
+            done.append(gc.Removal(decision, gc.Status.REMOVED))
+        else:
+            done.append(gc.Removal(decision, gc.Status.KEPT, "used since gc looked"))
+    return tuple(done)
+
+
 def execute(
     engine: GcEngine, planned: gc.GcPlan, options: GcOptions, on_line: Callable[[str], None]
 ) -> tuple[gc.Removal, ...]:
     """Remove what the plan says, one at a time; in use at the last moment means kept."""
     done = []
+    trees = [d for d in planned.removals if d.kind is gc.Kind.TREE]
+    if trees:
+        for removal in _prune_wheel_cache(engine, trees, options):
+            on_line(removal.line())
+            done.append(removal)
     for decision in planned.removals:
+        if decision.kind is gc.Kind.TREE:
+            continue
         if decision.kind is gc.Kind.RUN:
             removal = _remove_folder(decision, options.output_dir / "runs")
         elif decision.kind is gc.Kind.RESULT:

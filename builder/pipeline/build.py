@@ -47,7 +47,7 @@ from ..report.build_report import (
     read_report,
     write_report,
 )
-from ..run.attempt import AttemptConfig, shared_cache_env
+from ..run.attempt import AttemptConfig, shared_cache_env, wheel_cache_bound
 from ..run.image_options import ImageOptions, image_inputs
 from ..run.outcome import AttemptResult
 from ..run.ports import Engine
@@ -152,9 +152,11 @@ def _preflight(run: Run, prebuilt: Prebuilt, reporter: Reporter, engine: Engine)
     and Pythons the image's interpreters allow (when none were named)."""
     spec, index, requires_python = run.spec, prebuilt.index, prebuilt.requires_python
     inputs = image_inputs(engine, run.options.for_variant(spec.variant))
+    started = time.monotonic()
     ensure_cuda12_layer(engine, inputs, reporter)
     reporter.step("image")
     image = ensure_image(engine, inputs, reporter)
+    image_s = round(time.monotonic() - started, 1)
     in_image = tuple(engine.image_pythons(image.tag))
     torch_why = prebuilt.torch_why
     if torch_why is None:
@@ -166,7 +168,7 @@ def _preflight(run: Run, prebuilt: Prebuilt, reporter: Reporter, engine: Engine)
     source = prebuilt.source
     ready = Ready(
         inputs, prebuilt.compiler, source, image, choice.pythons, key, prebuilt.survey, prebuilt.switches,
-        torch_why, index, source_date(source),
+        torch_why, index, source_date(source), image_s,
     )  # fmt: skip
     return replace(run, spec=spec), ready
 
@@ -276,6 +278,7 @@ def _attempt_config(run: Run, ready: Ready, number: int, plan: Plan) -> AttemptC
         nvcc_threads=plan.nvcc_threads,
         build_requires=ready.survey.build_requires,
         offline_build=build_network(spec, os.environ) == "off",
+        wheel_cache_bound=wheel_cache_bound(os.environ),
         recache=not spec.compiler_cache,
     )
 
@@ -371,7 +374,7 @@ def _report(
         ),
         archs=spec.archs,
         pythons=ready.pythons,
-        image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels),
+        image=ImageRecord(tag=image.tag, id=image.id, labels=image.labels, seconds=ready.image_s),
         plan=PlanRecord.of(attempts[-1][0]),
         attempts=_attempt_records(attempts, checked.phases),
         wheels=tuple(WheelRecord.of(w) for w in checked.wheels),

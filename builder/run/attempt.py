@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import secrets
 from ..plan.dist import DistTarget, read_token
+from ..units import parse_memory
 from ..variants import TorchVariant
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
@@ -70,6 +71,8 @@ class AttemptConfig:
     # Take the container off its network for the package's build (images/wheelbuild-network):
     # no setup.py then fetches a prebuilt binary. Off with --build-network, --dist, a shared cache.
     offline_build: bool = False
+    # The machine's wheel cache's bound (WHEELBUILD_WHEEL_CACHE_BOUND), passed in when set.
+    wheel_cache_bound: int | None = None
     # What torch brings at run time: its own libraries and its CUDA libraries' wheels (a module
     # linking -lcublas needs libcublas.so.13, which torch has loaded; grafting it would add
     # hundreds of MB of a second copy).
@@ -144,6 +147,19 @@ ATTEMPT_SCRIPTS = (
 CUDA_LIBRARIES_FARM = "/tmp/wheelbuild-cuda"
 # Torch and its CUDA wheels, content-addressed, shared by every build and gate on the machine.
 WHEEL_CACHE_DIR = "/root/.cache/wheelbuild-wheels"
+# Its size bound, bytes on disk (each inode once): past it the least recently used trees go
+# (images/wheelbuild-wheel-cache, whose default is the same). A machine's setting, not a build's:
+# every build, gate and gc on the machine shares the one volume.
+WHEEL_CACHE_BOUND_ENV = "WHEELBUILD_WHEEL_CACHE_BOUND"
+DEFAULT_WHEEL_CACHE_BOUND = 40 * 1024**3
+
+
+def wheel_cache_bound(environ: Mapping[str, str]) -> int | None:
+    """WHEELBUILD_WHEEL_CACHE_BOUND in Docker's units (40g), or None when unset (the default
+    holds). Raises BadMemory for a value it cannot read."""
+    given = environ.get(WHEEL_CACHE_BOUND_ENV, "").strip()
+    return parse_memory(given) if given else None
+
 
 # The second Python reuses the first one's kernels when sccache strips its site-packages
 # (images/wheelbuild-site-packages says why).
@@ -235,6 +251,8 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     # when its env is set).
     if config.offline_build:
         container_env["WHEELBUILD_OFFLINE_BUILD"] = "1"
+    if config.wheel_cache_bound is not None:
+        container_env[WHEEL_CACHE_BOUND_ENV] = str(config.wheel_cache_bound)
     if config.build_requires:  # "|" is in no requirement (PEP 508)
         container_env["WHEELBUILD_BUILD_REQUIRES"] = "|".join(config.build_requires)
     if config.nvcc_archs is not None:

@@ -46,7 +46,7 @@ from .. import secrets
 from ..errors import DockerUnavailable, NvidiaRuntimeMissing
 from ..host.gpu import GpuMode
 from . import attempt_run, doctor, gate_container, gc, unit_compile
-from .attempt import AttemptConfig
+from .attempt import WHEEL_CACHE_SCRIPT, AttemptConfig
 from .buildlog import BuildLog, MemorySample
 from .containers import remove_all, script_volume, set_network, transient_retry
 from .cuda_redist import CudaLayer
@@ -409,6 +409,24 @@ class DockerEngine:
         return _unforced(
             decision, lambda: self._docker.images.remove(decision.name, force=False, noprune=False)
         )
+
+    def gc_wheel_cache(self, volume: str, image: str, bound: int, prune: bool) -> dict[str, object] | None:
+        """images/wheelbuild-wheel-cache --report (or --prune) over the torch-wheels *volume*, in
+        a container of the base *image* (the volume is Docker's: only a container reads it); its
+        JSON answer, or None when the image is not here or the script gave no answer."""
+        if not self.local_image_id(image):
+            return None
+        script, mount = script_volume(WHEEL_CACHE_SCRIPT)
+        command = ["python3", script, "/cache", "--prune" if prune else "--report", "--bound", str(bound)]
+        try:
+            output = self._run(
+                image, command, network_disabled=True, remove=True,
+                volumes={**mount, volume: {"bind": "/cache", "mode": "rw"}},
+            )  # fmt: skip
+            found = json.loads(output.decode(errors="replace").strip().splitlines()[-1])
+        except (docker.errors.ContainerError, docker.errors.APIError, ValueError, IndexError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def gc_remove_volume(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
         """Remove one of wheelbuild's volumes. Never forced: a volume a container mounts, running

@@ -5,6 +5,7 @@ read back. What the answer means is wheel/gate.py's to say."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -16,7 +17,7 @@ import docker.types
 
 from .. import secrets
 from ..bounded import read_bounded
-from .attempt import WHEEL_CACHE_SCRIPT
+from .attempt import WHEEL_CACHE_BOUND_ENV, WHEEL_CACHE_SCRIPT, wheel_cache_bound
 from .containers import StartContainer, remove_all, script_volume
 from .image import SCRIPTS_INSIDE
 from .names import TORCH_WHEELS_VOLUME
@@ -58,6 +59,8 @@ def run_gate(start: StartContainer, job: GateJob, on_line: OnLine) -> tuple[dict
             # every import and smoke test. A wheel that needs numpy still fails where it uses it.
             "PYTHONWARNINGS": "ignore:Failed to initialize NumPy:UserWarning",
         }
+        if (bound := wheel_cache_bound(os.environ)) is not None:
+            environment[WHEEL_CACHE_BOUND_ENV] = str(bound)
         if job.ca_bundle is not None:
             volumes[str(job.ca_bundle.resolve())] = {"bind": "/run/wheelbuild-ca.crt", "mode": "ro"}
             environment |= {

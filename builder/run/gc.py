@@ -13,6 +13,12 @@ What is kept, whatever else is said:
   stopped) uses, and the base image;
 - every volume a container mounts; the compiler, pip and torch-download caches unless
   `--caches` is given. Only calibrate's torch-headers volumes go by default.
+- of the machine's wheel cache (the torch-wheels volume), everything within its bound
+  (WHEELBUILD_WHEEL_CACHE_BOUND, 40 GiB by default, bytes on disk with each hard link once);
+  past it the least recently used trees go, never one used in the last hour, then what no
+  remaining tree or lock needs: the rule images/wheelbuild-wheel-cache applies after every run
+  that adds to it, and decides here too (its --report), read by a container of the base image.
+  Nothing of it goes while a running container mounts it (its own run prunes it).
 
 Published trees (`files/`, `simple/`) are never candidates: only run folders under `runs/`
 named like a run id, and result-store entries named like an inputs key, are.
@@ -25,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from ..errors import GcIncomplete
 from ..units import format_bytes
@@ -51,6 +58,7 @@ class Kind(StrEnum):
     RESULT = "result"
     IMAGE = "image"
     VOLUME = "volume"
+    TREE = "tree"  # a tree of the wheel cache, and what only it needed
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,56 @@ class ContainerFact:
     @property
     def running(self) -> bool:
         return self.state in ("running", "restarting", "paused")
+
+
+@dataclass(frozen=True)
+class CachedTree:
+    """One installed tree of the wheel cache (TAG/KEY.LOCKDIGEST.2), as its --report saw it."""
+
+    name: str
+    used: float  # its last use (a build, a gate, a range trial)
+    drop: bool  # the cache's rule would remove it now
+    why: str  # the rule's words for it
+    frees: int  # bytes on disk its removal frees, after those removed before it; 0 when kept
+
+
+@dataclass(frozen=True)
+class WheelCacheUse:
+    """What images/wheelbuild-wheel-cache --report says of the torch-wheels volume: its bytes on
+    disk (each inode once), its bound, and each tree with the rule's verdict."""
+
+    volume: str
+    bound: int
+    bytes: int
+    bytes_after: int  # once what the rule drops is gone
+    unneeded: int  # bytes no tree or lock needs, which go first past the bound
+    trees: tuple[CachedTree, ...]
+
+    @classmethod
+    def from_json(cls, volume: str, data: Mapping[str, Any]) -> WheelCacheUse:
+        """Raises ValueError for an answer that is not the script's."""
+        try:
+            trees = tuple(
+                CachedTree(str(t["name"]), float(t["used"]), bool(t["drop"]), str(t["why"]), int(t["frees"]))
+                for t in data["trees"]
+            )
+            return cls(
+                volume,
+                int(data["bound"]),
+                int(data["bytes"]),
+                int(data["bytes_after"]),
+                int(data["unneeded"]),
+                trees,
+            )
+        except (KeyError, TypeError, ValueError) as bad:
+            raise ValueError(f"not the wheel cache's report: {bad!r}") from bad
+
+    @property
+    def said(self) -> str:
+        return f"{format_bytes(self.bytes)} on disk of its {format_bytes(self.bound)} bound"
+
+
+UNNEEDED = "(unpacked wheels and files no tree or lock needs)"
 
 
 @dataclass(frozen=True)
@@ -317,12 +375,44 @@ def decide_images(
     return tuple(decisions)
 
 
+def decide_wheel_cache(
+    use: WheelCacheUse | None, *, containers: Sequence[ContainerFact], caches: bool
+) -> tuple[Decision, ...]:
+    """The wheel cache's trees by its own rule (use.trees' verdicts); none while a running
+    container mounts the volume, and none with --caches (the whole volume goes then)."""
+    if use is None or caches:
+        return ()
+    running = next((c for c in containers if c.running and use.volume in c.volumes), None)
+    decisions = []
+    if use.unneeded > 0:
+        decisions.append(
+            _tree_decision(use, UNNEEDED, use.unneeded, running, "what nothing needs goes first")
+        )
+    for tree in sorted(use.trees, key=lambda t: (t.used, t.name)):
+        if tree.drop:
+            decisions.append(_tree_decision(use, tree.name, tree.frees, running, "the least recently used"))
+        else:
+            decisions.append(Decision(Kind.TREE, f"{use.volume}/{tree.name}", 0, False, tree.why))
+    return tuple(decisions)
+
+
+def _tree_decision(
+    use: WheelCacheUse, name: str, frees: int, running: ContainerFact | None, which: str
+) -> Decision:
+    if running is not None:
+        why = f"past the bound, but {_container_word(running)} mounts the volume: its own run prunes it"
+        return Decision(Kind.TREE, f"{use.volume}/{name}", frees, False, why)
+    why = f"{which}: the cache holds {use.said}"
+    return Decision(Kind.TREE, f"{use.volume}/{name}", frees, True, why)
+
+
 def decide_volumes(
     volumes: Iterable[VolumeFact],
     *,
     containers: Sequence[ContainerFact],
     caches: bool,
     scope: Scope,
+    wheel_cache: WheelCacheUse | None = None,
 ) -> tuple[Decision, ...]:
     mounted: dict[str, ContainerFact] = {}
     for container in containers:
@@ -364,6 +454,9 @@ def decide_volumes(
                     "a cache, --caches: the next build refills it",
                 )
             )
+        elif wheel_cache is not None and volume.name == wheel_cache.volume:
+            why = f"the wheel cache: {wheel_cache.said}, pruned by its rule; removed whole only with --caches"
+            decisions.append(Decision(Kind.VOLUME, volume.name, wheel_cache.bytes, False, why))
         else:
             decisions.append(
                 Decision(Kind.VOLUME, volume.name, volume.size, False, "a cache: removed only with --caches")
@@ -383,6 +476,7 @@ def plan(
     caches: bool,
     scope: Scope,
     now: float,
+    wheel_cache: WheelCacheUse | None = None,
 ) -> GcPlan:
     """Every candidate, with what becomes of it and why."""
     marked = Published(
@@ -403,7 +497,14 @@ def plan(
             *decide_images(
                 docker.images, current=current_images, containers=docker.containers, base_ids=base_ids
             ),
-            *decide_volumes(docker.volumes, containers=docker.containers, caches=caches, scope=scope),
+            *decide_volumes(
+                docker.volumes,
+                containers=docker.containers,
+                caches=caches,
+                scope=scope,
+                wheel_cache=wheel_cache,
+            ),
+            *decide_wheel_cache(wheel_cache, containers=docker.containers, caches=caches),
         )
     )
 
@@ -450,7 +551,8 @@ def summary(planned: GcPlan, removals: Sequence[Removal] | None = None) -> str:
         verb = "freed"
     total = sum(max(d.size, 0) for d in gone)
     unknown = any(d.size < 0 for d in gone)
-    kinds = ", ".join(_count(gone, k) for k in Kind)
+    # The wheel cache's trees are named only where some go: most gc runs have none to say.
+    kinds = ", ".join(_count(gone, k) for k in Kind if k is not Kind.TREE or any(d.kind is k for d in gone))
     kept = len(planned.kept) + (
         len([r for r in removals if r.status is Status.KEPT]) if removals is not None else 0
     )

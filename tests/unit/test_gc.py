@@ -492,3 +492,128 @@ def test_gc_reads_no_fifo_or_device_named_like_a_wheel_and_says_what_it_skipped(
     )
     assert f"hashes {_sha(wheel)}" in lines  # the real wheels are still read
     assert f"published {_sha(published)}" in lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The wheel cache: pruned by its own rule without --caches
+
+
+def wheel_cache(**kw: object) -> gc.WheelCacheUse:
+    """The script's --report of a volume past its bound: one old tree it drops, one it keeps."""
+    answer: dict[str, object] = {
+        "bound": 40 * 2**30,
+        "bytes": 52 * 2**30,
+        "bytes_after": 30 * 2**30,
+        "unneeded": 2 * 2**30,
+        "trees": [
+            {
+                "name": "cp311/aaaa.0123456789abcdef.2",
+                "used": NOW - 3 * DAY,
+                "drop": True,
+                "why": "least recently used, past the bound",
+                "frees": 20 * 2**30,
+            },
+            {
+                "name": "cp313/bbbb.fedcba9876543210.2",
+                "used": NOW - 60,
+                "drop": False,
+                "why": "used in the last hour: a build may hold it",
+                "frees": 0,
+            },
+        ],
+    }
+    answer.update(kw)
+    return gc.WheelCacheUse.from_json("wheelbuild-torch-wheels", answer)
+
+
+def test_past_its_bound_the_wheel_caches_least_recently_used_tree_goes_without_caches() -> None:
+    use = wheel_cache()
+    volumes = [gc.VolumeFact("wheelbuild-torch-wheels", 99 * 2**30)]  # Docker counts links twice
+    planned = gc.plan(
+        runs=(), results=(), docker=gc.DockerState((), tuple(volumes), ()), published=gc.Published(),
+        current_images=frozenset(), base_ids=frozenset(), keep_runs=5, caches=False, scope=gc.Scope(),
+        now=NOW, wheel_cache=use,
+    )  # fmt: skip
+    decided = by_name(planned.decisions)
+    old = decided["wheelbuild-torch-wheels/cp311/aaaa.0123456789abcdef.2"]
+    assert old.remove and old.kind is gc.Kind.TREE and old.size == 20 * 2**30
+    assert "the least recently used" in old.why and "52.0 GiB on disk of its 40.0 GiB bound" in old.why
+    recent = decided["wheelbuild-torch-wheels/cp313/bbbb.fedcba9876543210.2"]
+    assert not recent.remove and "used in the last hour" in recent.why
+    unneeded = decided[f"wheelbuild-torch-wheels/{gc.UNNEEDED}"]
+    assert unneeded.remove and unneeded.size == 2 * 2**30
+    volume = decided["wheelbuild-torch-wheels"]
+    assert not volume.remove and volume.size == 52 * 2**30  # each inode once, as the script counts
+    assert "pruned by its rule" in volume.why
+    assert "would free 22.0 GiB" in gc.summary(planned)
+
+
+def test_the_wheel_cache_is_not_pruned_while_a_running_container_mounts_it_and_goes_whole_with_caches() -> (
+    None
+):
+    use = wheel_cache()
+    running = [gc.ContainerFact("b", "i", "running", "r", ("wheelbuild-torch-wheels",))]
+    held = gc.decide_wheel_cache(use, containers=running, caches=False)
+    assert held and not removed(held)
+    assert all("running container b mounts the volume" in d.why for d in held if d.size)
+    stopped = [gc.ContainerFact("b", "i", "exited", "r", ("wheelbuild-torch-wheels",))]
+    assert removed(gc.decide_wheel_cache(use, containers=stopped, caches=False))
+    assert gc.decide_wheel_cache(use, containers=(), caches=True) == ()  # the volume goes whole instead
+    assert gc.decide_wheel_cache(None, containers=(), caches=False) == ()  # not read: nothing decided
+    within = wheel_cache(bytes=10 * 2**30, bytes_after=10 * 2**30, unneeded=0, trees=[])
+    assert gc.decide_wheel_cache(within, containers=(), caches=False) == ()
+
+
+def test_an_answer_that_is_not_the_wheel_caches_report_is_refused() -> None:
+    with pytest.raises(ValueError, match="not the wheel cache's report"):
+        gc.WheelCacheUse.from_json("v", {"bound": 1, "bytes": "many"})
+
+
+class _PruningEngine:
+    """gc_wheel_cache only: the prune's answer, as the script gives it."""
+
+    def __init__(self, answer: dict[str, object] | None) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, int, bool]] = []
+
+    def gc_wheel_cache(self, volume: str, image: str, bound: int, prune: bool) -> dict[str, object] | None:
+        self.asked.append((volume, bound, prune))
+        return self.answer
+
+
+def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_used_since(
+    tmp_path: Path,
+) -> None:
+    use = wheel_cache(
+        trees=[
+            {
+                "name": f"cp311/{n}.0123456789abcdef.2",
+                "used": NOW - 3 * DAY,
+                "drop": True,
+                "why": "",
+                "frees": 1,
+            }
+            for n in ("aaaa", "cccc")
+        ]
+    )
+    planned = gc.GcPlan(gc.decide_wheel_cache(use, containers=(), caches=False))
+    engine = _PruningEngine({"gone": {"trees": ["cp311/aaaa.0123456789abcdef.2"]}, "pruned": True})
+    options = prune.GcOptions(
+        tmp_path,
+        tmp_path / "store",
+        5,
+        False,
+        gc.Scope(),
+        prune.ImageOptions(base_image="base:1", ca_bundle=None),
+        7 * 2**30,
+    )
+    done = {
+        r.decision.name.rsplit("/", 1)[-1]: r for r in prune.execute(engine, planned, options, lambda _: None)
+    }  # type: ignore[arg-type]
+    assert engine.asked == [("wheelbuild-torch-wheels", 7 * 2**30, True)]  # one prune, the bound passed
+    assert done["aaaa.0123456789abcdef.2"].status is gc.Status.REMOVED
+    assert done["cccc.0123456789abcdef.2"].status is gc.Status.KEPT
+    assert "used since gc looked" in done["cccc.0123456789abcdef.2"].detail
+    assert done[gc.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
+    busy = prune.execute(_PruningEngine({"busy": True}), planned, options, lambda _: None)  # type: ignore[arg-type]
+    assert {r.status for r in busy} == {gc.Status.KEPT}
