@@ -69,6 +69,7 @@ class Ready:
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
     torch_index: TorchIndex | None  # torch's page on its index; None when it could not be read
     date: SourceDate  # SOURCE_DATE_EPOCH, from the inputs: every zip entry's date
+    image_s: float | None = None  # how long this run took to have its image (built or reused)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,8 @@ class ImageRecord(Record):
     tag: str | None
     id: str | None
     labels: Mapping[str, object]
+    # How long this run took to have it (built, or found and reused); absent before it was kept.
+    seconds: float | None = field(default=None, metadata=OMIT)
 
 
 @dataclass(frozen=True)
