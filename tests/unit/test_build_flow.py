@@ -26,6 +26,7 @@ from wheelbuild.plan.planner import Plan
 from wheelbuild.recipes import EXAMPLE_DIR, resolve_recipe
 from wheelbuild.report import page as report_html
 from wheelbuild.report.build_report import GateSkipped, read_report
+from wheelbuild.report.timings import phase_seconds
 from wheelbuild.run import image_options
 from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySample
@@ -360,6 +361,10 @@ def test_the_report_times_each_step_and_the_import_gate_on_the_last_attempts_clo
     step, python, start, end = phases[-1]
     assert (step, python) == ("import gate", None)
     assert 622.0 <= start <= end  # after the attempt's end, on its clock: the chart's time axis
+    # The image step is timed too (the fake's is instant), so scripts/example can say each phase.
+    assert isinstance(report["image"]["seconds"], float) and 0 <= report["image"]["seconds"] < 60
+    times = phase_seconds(read_report(result.report))
+    assert times["build"] == 622.0 and times["gate"] == round(end - start, 1) and times["range"] is None
 
 
 def test_what_a_build_prints_holds_no_raw_tuple_or_list(
