@@ -53,7 +53,7 @@ def phase_lines(setup_s: float | None, total_s: float | None, report: BuildRepor
         rows.append(("setup", format_seconds(setup_s)))
     counted = setup_s or 0.0
     if report is None:
-        rows.append(("build", "no times: the build stopped before its end (its run folder keeps any report)"))
+        rows.append(("build", "no times: the build wrote no report (it stopped before its end)"))
     elif report.reused is not None:
         rows.append(("build", f"none: run {report.reused.from_run}'s wheels reused (unchanged inputs)"))
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -117,6 +118,14 @@ def test_after_scripts_example_doctor_plan_and_gc_read_what_it_set(
     said = clone.first_run.stdout + clone.first_run.stderr
     assert f'example:   base-image = "{base}"' in said and f'example:   torch-index-url = "{PYPI}"' in said
     assert "options from files: base-image, torch-index-url from wheelbuild.toml" in said
+    # Where the time went: its setup, timed, and no build phase (the build stopped before a container).
+    lines = clone.first_run.stderr.splitlines()
+    at = lines.index("example: where the time went:")
+    assert re.fullmatch(r"example:   setup  (\d+ min )?\d+ s", lines[at + 1]), lines[at:]
+    assert lines[at + 2] == (
+        "example:   build  no times: the build wrote no report (it stopped before its end)"
+    )
+    assert re.fullmatch(r"example:   total  (\d+ min )?\d+ s", lines[at + 3]), lines[at:]
     # scripts/example's venv: wheelbuild, and none of the test tools.
     assert (root / ".venv" / "bin" / "wheelbuild").is_file() and not clone.first_had_test_extras
 

@@ -44,7 +44,7 @@ def test_the_example_prints_setup_each_phase_the_rest_and_the_total() -> None:
 def test_a_build_without_a_report_or_a_reused_one_shows_no_phase_as_this_runs() -> None:
     assert phase_lines(40.0, 45.0, None) == [
         "setup  40 s",
-        "build  no times: the build stopped before its end (its run folder keeps any report)",
+        "build  no times: the build wrote no report (it stopped before its end)",
         "total  45 s",
     ]
     reused = phased_report() | {"reused": {"key": "k" * 64, "from_run": "20261204-1"}}

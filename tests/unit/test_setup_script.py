@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def _checkout(tmp_path: Path) -> Checkout:
 if [ "$1 $2" = "-m venv" ] && [ "$3" != "--help" ]; then
   mkdir -p "$3/bin"
   ln -s {sys.executable} "$3/bin/python"
-  printf '#!/bin/sh\\necho "pip $*" >> {log}\\n' > "$3/bin/pip"
+  printf '#!/bin/sh\\necho "pip $*" >> {log}\\n[ ! -x {log}.pip-hook ] || exec {log}.pip-hook "$@"\\n' > "$3/bin/pip"
   chmod +x "$3/bin/pip"
   echo "venv $3" >> {log}
   exit 0
@@ -147,3 +148,77 @@ def test_setup_refuses_an_unknown_argument(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == "setup: unknown argument --test; usage: scripts/setup [--tests]"
     assert checkout.log.exists() is False  # nothing was installed or made
+
+
+def _setup_failing(checkout: Checkout) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_")}
+    env |= {"PATH": str(checkout.bin), "PYTHON": str(checkout.bin / "stub-python")}
+    return subprocess.run(
+        [checkout.root / "scripts" / "setup"], cwd=checkout.root, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_the_venv_is_made_while_the_base_image_is(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    # The base image finishes only once wheelbuild's pip install has begun: setup waiting for
+    # the base before it starts the venv would fail here after 20 s instead of passing.
+    _script(
+        checkout.root / "scripts" / "make-base-image",
+        f"""#!/bin/sh
+for _ in $(seq 200); do grep -qx 'pip install -q -e .' {checkout.log} && break; sleep 0.1; done
+grep -qx 'pip install -q -e .' {checkout.log} || {{ echo "no pip install yet" >&2; exit 1; }}
+echo "make-base-image: done" >&2
+echo wheelbuild-base:stub
+""",
+    )
+    done = checkout.setup()
+    assert checkout.calls("pip") == ["install -q --upgrade pip", "install -q -e ."]
+    assert "setup: creating .venv (while the base image is made)..." in done.stderr
+    assert checkout.stamp.split()[0]
+
+
+def test_a_failed_pip_install_fails_setup_with_its_exit_code_and_output_and_no_stamp(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    _script(
+        Path(f"{checkout.log}.pip-hook"),
+        '#!/bin/sh\ncase "$*" in *-e*) echo "pip: no network" >&2; exit 3;; esac\n',
+    )
+    done = _setup_failing(checkout)
+    assert done.returncode == 3, done.stderr
+    assert "pip: no network" in done.stderr
+    assert "setup: making .venv failed (exit 3; its output is above)" in done.stderr
+    assert "export WHEELBUILD_BASE_IMAGE" not in done.stdout
+    assert not (checkout.root / ".venv" / ".wheelbuild-stamp").exists()  # the next setup tries again
+
+
+def test_a_failed_base_image_fails_setup_and_stops_the_pip_install_under_way(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    pid_file = tmp_path / "pip.pid"
+    # wheelbuild's pip install runs for a minute; the base image fails as soon as it has begun.
+    _script(
+        Path(f"{checkout.log}.pip-hook"),
+        f'#!/bin/sh\ncase "$*" in *-e*) echo $$ > {pid_file}; exec sleep 60;; esac\n',
+    )
+    _script(
+        checkout.root / "scripts" / "make-base-image",
+        f"""#!/bin/sh
+for _ in $(seq 200); do [ -s {pid_file} ] && break; sleep 0.1; done
+echo "make-base-image: debootstrap failed" >&2
+exit 4
+""",
+    )
+    done = _setup_failing(checkout)
+    assert done.returncode == 4, done.stderr
+    assert "make-base-image: debootstrap failed" in done.stderr
+    assert not (checkout.root / ".venv" / ".wheelbuild-stamp").exists()
+    pip = int(pid_file.read_text())
+    for _ in range(50):  # stopped by setup on its way out, not left to run on
+        try:
+            os.kill(pip, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pip, 9)
+        raise AssertionError("setup left its pip install running after the base image failed")
