@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zipfile
@@ -76,8 +77,17 @@ class _Index:
         (self.root / "files").mkdir(exist_ok=True)
         (self.root / "files" / wheel.name).write_bytes(wheel.read_bytes())
         fragment = f"#sha256={digest}" if with_hash else ""
+        # Its METADATA beside it (PEP 658), as PyPI serves it: pip resolves without the wheel.
+        name, version = wheel.name.split("-")[:2]
+        with zipfile.ZipFile(wheel) as archive:
+            metadata = archive.read(f"{name}-{version}.dist-info/METADATA")
+        (self.root / "files" / f"{wheel.name}.metadata").write_bytes(metadata)
+        meta = hashlib.sha256(metadata).hexdigest()
         with (project / "index.html").open("a") as page:  # a project's releases, one line each
-            page.write(f'<a href="../../files/{wheel.name}{fragment}">{wheel.name}</a>\n')
+            page.write(
+                f'<a href="../../files/{wheel.name}{fragment}" data-dist-info-metadata="sha256={meta}" '
+                f'data-core-metadata="sha256={meta}">{wheel.name}</a>\n'
+            )
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -93,6 +103,29 @@ def index(tmp_path: Path) -> Iterator[_Index]:
     served.publish(_wheel(made, "wbcachedep", "2.0"))
     yield served
     served.stop()
+
+
+_RESOLVER: list[Path] = []
+
+
+def _resolver_into(cache: Path) -> None:
+    """The pip that resolves from PEP 658 metadata, kept in the cache as the script would keep
+    the one it downloads (the venvs' own pip 23 downloads every wheel to resolve): this test
+    environment's pip 26, zipped as a wheel-like file that `python pip.whl/pip` runs."""
+    import pip
+
+    if not _RESOLVER:
+        made = Path(tempfile.mkdtemp(prefix="wb-resolver-")) / f"pip-{pip.__version__}-py3-none-any.whl"
+        package = Path(pip.__file__).parent
+        with zipfile.ZipFile(made, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in package.rglob("*"):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, str(path.relative_to(package.parent)))
+        _RESOLVER.append(made)
+    kept = cache / "resolver"
+    if not kept.is_dir():
+        kept.mkdir(parents=True)
+        shutil.copy(_RESOLVER[0], kept / _RESOLVER[0].name)
 
 
 def _venv(path: Path) -> Path:
@@ -113,6 +146,7 @@ def _cache(
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "PIP_NO_CACHE_DIR": "1"}
     if bound is not None:
         env["WHEELBUILD_WHEEL_CACHE_BOUND"] = bound
+    _resolver_into(cache)
     return subprocess.run(
         [str(python), SCRIPT, str(cache), key, "--index-file", str(index_file), *tree, requirement],
         env=env, capture_output=True, text=True, timeout=300, check=False,
@@ -303,7 +337,7 @@ def test_a_second_lock_downloads_and_unpacks_only_what_it_adds_and_shares_inodes
     second = _cache(python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1")
     assert second.returncode == 0, second.stdout + second.stderr
     assert two_releases.downloads == ["wbcachedemo-1.1-py3-none-any.whl"]
-    assert "File was already downloaded" in second.stdout
+    assert "1 of its 2 files are here; downloading 1" in second.stdout
     assert "unpacking wbcachedemo-1.1-py3-none-any.whl" in second.stdout
     assert "unpacking wbcachedep" not in second.stdout
     assert _imports(python) == "1.1 2.0"
@@ -337,6 +371,7 @@ def test_a_second_python_downloads_nothing_it_shares_and_unpacks_nothing_again(
     done = _cache(second, cache, index_file, "--tree")
     assert done.returncode == 0, done.stdout + done.stderr
     assert two_releases.downloads == []
+    assert "2 of its 2 files are here; downloading 0" in done.stdout
     assert "unpacking" not in done.stdout
     assert _imports(second) == "1.1 2.0"
     trees = [_tree(cache, "demo-key", python) for python in (first, second)]
@@ -348,10 +383,13 @@ def test_a_second_python_downloads_nothing_it_shares_and_unpacks_nothing_again(
 
 
 @pytest.mark.parametrize("with_hash", [True, False], ids=["index-hash", "no-index-hash"])
-def test_a_damaged_cached_file_offered_to_pip_is_downloaded_again(tmp_path: Path, with_hash: bool) -> None:
-    """A cached file damaged in place is offered to pip under its name: where the index lists a
-    hash pip finds it bad and downloads it again; where it lists none, the script finds it
-    does not match the hash it is stored under, drops it and downloads it again."""
+def test_a_damaged_cached_file_is_downloaded_again_where_it_is_needed(
+    tmp_path: Path, with_hash: bool
+) -> None:
+    """A cached file damaged in place, then needed by a lock installed from its files: where the
+    index lists a hash the script finds the file does not match it, drops it and downloads it
+    again with the lock's new file only; where the index lists none, nothing can be told from
+    another, so both are downloaded (once each)."""
     made = tmp_path / "made"
     made.mkdir()
     index = _Index(tmp_path / "index")
@@ -368,14 +406,13 @@ def test_a_damaged_cached_file_offered_to_pip_is_downloaded_again(tmp_path: Path
         good = damaged.read_bytes()
         damaged.write_bytes(b"not a wheel")
         index.downloads.clear()
-        done = _cache(python, cache, index_file, "--tree", key="demo-11", requirement="wbcachedemo==1.1")
+        done = _cache(python, cache, index_file, key="demo-11", requirement="wbcachedemo==1.1")
         assert done.returncode == 0, done.stdout + done.stderr
-        # Without a hash pip fails on the bad file before saving the other: both come again.
-        assert set(index.downloads) == {"wbcachedemo-1.1-py3-none-any.whl", "wbcachedep-2.0-py3-none-any.whl"}
-        assert index.downloads.count("wbcachedep-2.0-py3-none-any.whl") == 1
+        assert sorted(index.downloads) == [
+            "wbcachedemo-1.1-py3-none-any.whl",
+            "wbcachedep-2.0-py3-none-any.whl",
+        ]
         if with_hash:
-            assert len(index.downloads) == 2
-        else:
             assert "the cached wbcachedep-2.0-py3-none-any.whl no longer matches its hash" in done.stdout
         assert damaged.read_bytes() == good  # stored again under its own hash
         assert _imports(python) == "1.1 2.0"
