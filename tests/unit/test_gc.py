@@ -16,6 +16,7 @@ from wheelbuild.errors import BadArgument, GcIncomplete
 from wheelbuild.gc import prune
 from wheelbuild.index import publish as publishing
 from wheelbuild.run import gc, names
+from wheelbuild.run.image_options import ImageOptions
 
 from tests.clikit import NO_DOCKER, WHEELBUILD
 from tests.indexkit import make_wheel
@@ -604,12 +605,11 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
         5,
         False,
         gc.Scope(),
-        prune.ImageOptions(base_image="base:1", ca_bundle=None),
+        ImageOptions(base_image="base:1", ca_bundle=None),
         7 * 2**30,
     )
-    done = {
-        r.decision.name.rsplit("/", 1)[-1]: r for r in prune.execute(engine, planned, options, lambda _: None)
-    }  # type: ignore[arg-type]
+    pruned = prune.execute(engine, planned, options, lambda _: None)  # type: ignore[arg-type]
+    done = {r.decision.name.rsplit("/", 1)[-1]: r for r in pruned}
     assert engine.asked == [("wheelbuild-torch-wheels", 7 * 2**30, True)]  # one prune, the bound passed
     assert done["aaaa.0123456789abcdef.2"].status is gc.Status.REMOVED
     assert done["cccc.0123456789abcdef.2"].status is gc.Status.KEPT
