@@ -8,14 +8,15 @@ what to run, so it is tested exhaustively without a daemon.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import secrets
+from ..errors import BadArgument
 from ..plan.dist import DistTarget, read_token
-from ..units import parse_memory
 from ..variants import TorchVariant
 from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
@@ -154,11 +155,23 @@ WHEEL_CACHE_BOUND_ENV = "WHEELBUILD_WHEEL_CACHE_BOUND"
 DEFAULT_WHEEL_CACHE_BOUND = 40 * 1024**3
 
 
+_SIZE = re.compile(r"(\d+)([kmgt]?)(?:i?b)?", re.IGNORECASE)
+
+
 def wheel_cache_bound(environ: Mapping[str, str]) -> int | None:
-    """WHEELBUILD_WHEEL_CACHE_BOUND in Docker's units (40g), or None when unset (the default
-    holds). Raises BadMemory for a value it cannot read."""
+    """WHEELBUILD_WHEEL_CACHE_BOUND in Docker's units (40g, 500m; 1024-based, as the script
+    reads it), or None when unset (the default holds). Raises BadArgument for another value."""
     given = environ.get(WHEEL_CACHE_BOUND_ENV, "").strip()
-    return parse_memory(given) if given else None
+    if not given:
+        return None
+    found = _SIZE.fullmatch(given)
+    if found is None:
+        raise BadArgument(
+            f"{WHEEL_CACHE_BOUND_ENV}={given!r} is not a size",
+            "give bytes, or a whole number with k, m, g or t (40g)",
+        )
+    power: int = " kmgt".index(found[2].lower() or " ")
+    return int(found[1]) * 1024**power
 
 
 # The second Python reuses the first one's kernels when sccache strips its site-packages

@@ -265,3 +265,62 @@ def test_gc_dry_run_frees_nothing_and_a_real_run_removes_exactly_the_unneeded(
 
     real_after = _wheelbuild_objects(docker_client)
     assert real_before[0] <= real_after[0] and real_before[1] <= real_after[1]
+
+
+_TWO_TREES = """
+import os, pathlib, time
+trees = pathlib.Path("/cache/trees/cp311")
+for name, age in (("old", 3 * 86400), ("new", 0)):
+    tree = trees / f"{name}.0123456789abcdef.2"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "blob").write_bytes(os.urandom(1 << 20))
+    (tree / f"{name}-1.0.dist-info").mkdir()
+    (tree / f"{name}-1.0.dist-info" / "RECORD").write_text(f"pkg/blob,,{1 << 20}\\n")
+    stamp = trees / f"{tree.name}.used"
+    stamp.write_text("")
+    then = time.time() - age
+    os.utime(stamp, (then, then))
+    os.symlink(tree.name, trees / name)
+"""
+
+
+def test_gc_prunes_the_wheel_cache_past_its_bound_in_a_base_container_without_caches(
+    docker_client: docker.DockerClient, base_image: str, tmp_path: Path
+) -> None:
+    """Two trees of 1 MiB in a wheel cache bounded at 1 MiB: gc reads the volume through the
+    script's --report in a base-image container and says the tree used three days ago goes and
+    the one used now stays; the real gc prunes it (the same rule, --prune) and leaves the
+    volume and the recent tree."""
+    scope = gc.Scope(f"wbgctest-{secrets.token_hex(4)}")
+    volume = scope.retag(names.TORCH_WHEELS_VOLUME)
+    env = {names.PREFIX_ENV: scope.prefix, "WHEELBUILD_BASE_IMAGE": base_image, "NO_COLOR": "1",
+           "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache"), "WHEELBUILD_WHEEL_CACHE_BOUND": "1m"}  # fmt: skip
+    docker_client.volumes.create(volume, labels={TEST_LABEL: scope.prefix})
+    try:
+        docker_client.containers.run(
+            base_image, ["python3", "-c", _TWO_TREES], volumes={volume: {"bind": "/cache", "mode": "rw"}},
+            remove=True, network_disabled=True,
+        )  # fmt: skip
+        out = tmp_path / "wheelhouse"
+        dry = wheelbuild("gc", "--output-dir", str(out), "--dry-run", env=env, timeout=300)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        lines = dry.stdout.splitlines()
+        (old,) = [entry for entry in lines if f"{volume}/cp311/old." in entry]
+        (new,) = [entry for entry in lines if f"{volume}/cp311/new." in entry]
+        (whole,) = [entry for entry in lines if f"volume {volume} " in entry]
+        assert old.startswith("would remove tree ") and "1.0 MiB" in old and "the least recently used" in old
+        assert new.startswith("keep") and "used in the last hour" in new
+        assert whole.startswith("keep") and "of its 1.0 MiB bound" in whole
+
+        real = wheelbuild("gc", "--output-dir", str(out), env=env, timeout=300)
+        assert real.returncode == 0, real.stdout + real.stderr
+        said = real.stdout + real.stderr
+        assert f"removed tree {volume}/cp311/old." in said, said
+        left = docker_client.containers.run(
+            base_image, ["ls", "/cache/trees/cp311"], volumes={volume: {"bind": "/cache", "mode": "ro"}},
+            remove=True, network_disabled=True,
+        ).decode().split()  # fmt: skip
+        assert left == ["new", "new.0123456789abcdef.2", "new.0123456789abcdef.2.used"]
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.volumes.get(volume).remove(force=True)
