@@ -155,6 +155,7 @@ WHEEL_CACHE_BOUND_ENV = "WHEELBUILD_WHEEL_CACHE_BOUND"
 DEFAULT_WHEEL_CACHE_BOUND = 40 * 1024**3
 
 
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"(\d+)([kmgt]?)(?:i?b)?", re.IGNORECASE)
 
 
@@ -170,8 +171,7 @@ def wheel_cache_bound(environ: Mapping[str, str]) -> int | None:
             f"{WHEEL_CACHE_BOUND_ENV}={given!r} is not a size",
             "give bytes, or a whole number with k, m, g or t (40g)",
         )
-    power: int = " kmgt".index(found[2].lower() or " ")
-    return int(found[1]) * 1024**power
+    return int(found[1]) * _UNITS[found[2].lower()]
 
 
 # The second Python reuses the first one's kernels when sccache strips its site-packages
