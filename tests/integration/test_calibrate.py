@@ -1,8 +1,9 @@
 """wheelbuild calibrate on real flash-attn units: each compiled alone by the image's nvcc in its
 own container (cgroup), measured, and written as the profile the planner then prefers.
 
-The fast variant (in CI) measures flash-attn's cheapest kernel for one arch; the full one
-(`--sample 2`, both archs: about ten minutes here) runs with `pytest -m hours`."""
+The short variant measures flash-attn's cheapest kernel for one arch (`slow`: minutes); the full
+one (`--sample 2`, both archs: about ten minutes here) is `hours`. The nightly test workflow runs
+both."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def _calibrate(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # a real flash-attn unit, 2-3 minutes; docs/testing.md says what covers it in CI
 def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     cuda_image: str, tmp_path: Path
 ) -> None:

@@ -317,6 +317,16 @@ def _index_file(tmp_path: Path, index: _Index) -> Path:
     return index_file
 
 
+def _first_tree(tmp_path: Path, index: _Index) -> tuple[Path, Path, Path]:
+    """A venv and a cache holding the tree of wbcachedemo 1.0 (key demo-10): (cache, index file, python)."""
+    cache = tmp_path / "cache"
+    index_file = _index_file(tmp_path, index)
+    python = _venv(tmp_path / "venv")
+    done = _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return cache, index_file, python
+
+
 def test_a_second_lock_downloads_and_unpacks_only_what_it_adds_and_shares_inodes(
     tmp_path: Path, two_releases: _Index
 ) -> None:
@@ -421,13 +431,7 @@ def test_a_damaged_cached_file_is_downloaded_again_where_it_is_needed(
 
 
 def test_a_damaged_unpacked_wheel_is_installed_again_alone(tmp_path: Path, two_releases: _Index) -> None:
-    cache = tmp_path / "cache"
-    index_file = _index_file(tmp_path, two_releases)
-    python = _venv(tmp_path / "venv")
-    assert (
-        _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0").returncode
-        == 0
-    )
+    cache, index_file, python = _first_tree(tmp_path, two_releases)
     (dep,) = cache.glob("unpacked/*/wbcachedep/__init__.py")
     (demo,) = cache.glob("unpacked/*/wbcachedemo/__init__.py")
     demo_inode = demo.stat().st_ino
@@ -506,13 +510,7 @@ def test_a_run_that_adds_past_the_bound_prunes_the_old_tree_and_never_its_own(
 ) -> None:
     """The bound holds after every run that adds to the cache, not only in gc: the new tree is
     in use (kept even past the bound), the old one goes."""
-    cache = tmp_path / "cache"
-    index_file = _index_file(tmp_path, two_releases)
-    python = _venv(tmp_path / "venv")
-    assert (
-        _cache(python, cache, index_file, "--tree", key="demo-10", requirement="wbcachedemo==1.0").returncode
-        == 0
-    )
+    cache, index_file, python = _first_tree(tmp_path, two_releases)
     old = _tree(cache, "demo-10")
     _age(cache, "demo-10", 2 * 3600)
     done = _cache(
