@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
+
+# A shell without job control starts a background command with SIGINT ignored, and every child
+# inherits that: the tests that stop a wheelbuild with SIGINT (a user's Ctrl-C) would wait out
+# their timeouts. Python's own handler here is reset to the default in each exec'd child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from ..bounded import FileRefused, read_bounded
 from ..errors import ReportUnreadable
 from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
-from ..run import gc
+from ..run import gc, wheel_cache_use
 from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND
 from ..run.image import image_script, production_base
 from ..run.image_options import ImageOptions, cuda12_layer, image_inputs
@@ -269,7 +269,9 @@ def collect(
         on_step(f"reading the wheel cache {volume} (bytes on disk, each file once) in a {base} container")
         answer = engine.gc_wheel_cache(volume, base, options.wheel_cache_bound, prune=False)
         try:
-            wheel_cache = gc.WheelCacheUse.from_json(volume, answer) if answer is not None else None
+            wheel_cache = (
+                wheel_cache_use.WheelCacheUse.from_json(volume, answer) if answer is not None else None
+            )
         except ValueError as bad:
             on_skip(f"the wheel cache's report was not read: {bad}")
         if answer is None:
@@ -328,7 +330,7 @@ def _prune_wheel_cache(
     removed = {f"{volume}/{name}" for name in (gone.get("trees", []) if isinstance(gone, dict) else [])}
     done = []
     for decision in trees:
-        if decision.name in removed or decision.name.endswith(gc.UNNEEDED):
+        if decision.name in removed or decision.name.endswith(wheel_cache_use.UNNEEDED):
             done.append(gc.Removal(decision, gc.Status.REMOVED))
         else:
             done.append(gc.Removal(decision, gc.Status.KEPT, "used since gc looked"))

@@ -280,8 +280,6 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
     # compiler it writes into build.ninja; wheelbuild's own wrappers already run sccache, and
     # sccache in front of them fails each host compile ('Compiler not supported: ""').
     container_env["TORCH_NO_COMPILER_WRAPPER"] = "1"
-    if config.admission:
-        container_env["PYTORCH_NVCC"] = f"wheelbuild-admit {config.cuda_home}/bin/nvcc"
     if config.compiler_cache and config.recache:
         container_env["SCCACHE_RECACHE"] = "1"
     if config.compiler_cache:
@@ -299,6 +297,7 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
         budget, costs = config.admission
         container_env.update(
             {
+                "PYTORCH_NVCC": f"wheelbuild-admit {config.cuda_home}/bin/nvcc",
                 "WHEELBUILD_ADMIT_BUDGET": str(budget),
                 "WHEELBUILD_ADMIT_COSTS": ADMIT_COSTS_PATH,
                 "WHEELBUILD_ADMIT_COSTS_JSON": costs,

@@ -13,12 +13,9 @@ What is kept, whatever else is said:
   stopped) uses, and the base image;
 - every volume a container mounts; the compiler, pip and torch-download caches unless
   `--caches` is given. Only calibrate's torch-headers volumes go by default.
-- of the machine's wheel cache (the torch-wheels volume), everything within its bound
-  (WHEELBUILD_WHEEL_CACHE_BOUND, 40 GiB by default, bytes on disk with each hard link once);
-  past it the least recently used trees go, never one used in the last hour, then what no
-  remaining tree or lock needs: the rule images/wheelbuild-wheel-cache applies after every run
-  that adds to it, and decides here too (its --report), read by a container of the base image.
-  Nothing of it goes while a running container mounts it (its own run prunes it).
+- of the wheel cache (the torch-wheels volume), what its own rule keeps (wheel_cache_use.py:
+  within its bound, least recently used trees first past it), and all of it while a running
+  container mounts it.
 
 Published trees (`files/`, `simple/`) are never candidates: only run folders under `runs/`
 named like a run id, and result-store entries named like an inputs key, are.
@@ -31,7 +28,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from ..errors import GcIncomplete
 from ..units import format_bytes
@@ -43,6 +39,7 @@ from .names import (
     PREFIX,
     TORCH_VOLUME_PREFIX,
 )
+from .wheel_cache_use import UNNEEDED, WheelCacheUse
 
 DEFAULT_KEEP_RUNS = 5
 # A run without build-report.json written to this recently may still be building.
@@ -106,7 +103,6 @@ class Scope:
         return self.prefix + tag[len(DEFAULT_SCOPE) :]
 
 
-# ---------------------------------------------------------------------------------------------
 # What there is
 
 
@@ -175,63 +171,12 @@ class ContainerFact:
 
 
 @dataclass(frozen=True)
-class CachedTree:
-    """One installed tree of the wheel cache (TAG/KEY.LOCKDIGEST.2), as its --report saw it."""
-
-    name: str
-    used: float  # its last use (a build, a gate, a range trial)
-    drop: bool  # the cache's rule would remove it now
-    why: str  # the rule's words for it
-    frees: int  # bytes on disk its removal frees, after those removed before it; 0 when kept
-
-
-@dataclass(frozen=True)
-class WheelCacheUse:
-    """What images/wheelbuild-wheel-cache --report says of the torch-wheels volume: its bytes on
-    disk (each inode once), its bound, and each tree with the rule's verdict."""
-
-    volume: str
-    bound: int
-    bytes: int
-    bytes_after: int  # once what the rule drops is gone
-    unneeded: int  # bytes no tree or lock needs, which go first past the bound
-    trees: tuple[CachedTree, ...]
-
-    @classmethod
-    def from_json(cls, volume: str, data: Mapping[str, Any]) -> WheelCacheUse:
-        """Raises ValueError for an answer that is not the script's."""
-        try:
-            trees = tuple(
-                CachedTree(str(t["name"]), float(t["used"]), bool(t["drop"]), str(t["why"]), int(t["frees"]))
-                for t in data["trees"]
-            )
-            return cls(
-                volume,
-                int(data["bound"]),
-                int(data["bytes"]),
-                int(data["bytes_after"]),
-                int(data["unneeded"]),
-                trees,
-            )
-        except (KeyError, TypeError, ValueError) as bad:
-            raise ValueError(f"not the wheel cache's report: {bad!r}") from bad
-
-    @property
-    def said(self) -> str:
-        return f"{format_bytes(self.bytes)} on disk of its {format_bytes(self.bound)} bound"
-
-
-UNNEEDED = "(unpacked wheels and files no tree or lock needs)"
-
-
-@dataclass(frozen=True)
 class DockerState:
     images: tuple[ImageFact, ...]
     volumes: tuple[VolumeFact, ...]
     containers: tuple[ContainerFact, ...]
 
 
-# ---------------------------------------------------------------------------------------------
 # Decisions
 
 
@@ -402,8 +347,7 @@ def _tree_decision(
     if running is not None:
         why = f"past the bound, but {_container_word(running)} mounts the volume: its own run prunes it"
         return Decision(Kind.TREE, f"{use.volume}/{name}", frees, False, why)
-    why = f"{which}: the cache holds {use.said}"
-    return Decision(Kind.TREE, f"{use.volume}/{name}", frees, True, why)
+    return Decision(Kind.TREE, f"{use.volume}/{name}", frees, True, f"{which}: the cache holds {use.said}")
 
 
 def decide_volumes(
@@ -424,43 +368,22 @@ def decide_volumes(
         kind = scope.volume_kind(volume.name)
         if kind is None:
             continue  # not wheelbuild's: never a candidate
+        size, remove = volume.size, False
         if volume.name in mounted:
-            decisions.append(
-                Decision(
-                    Kind.VOLUME,
-                    volume.name,
-                    volume.size,
-                    False,
-                    f"mounted by {_container_word(mounted[volume.name])}",
-                )
-            )
+            why = f"mounted by {_container_word(mounted[volume.name])}"
         elif kind == "torch":
-            decisions.append(
-                Decision(
-                    Kind.VOLUME,
-                    volume.name,
-                    volume.size,
-                    True,
-                    "calibrate's torch headers, mounted by no container (unpacked again when needed)",
-                )
+            why, remove = (
+                "calibrate's torch headers, mounted by no container (unpacked again when needed)",
+                True,
             )
         elif caches:
-            decisions.append(
-                Decision(
-                    Kind.VOLUME,
-                    volume.name,
-                    volume.size,
-                    True,
-                    "a cache, --caches: the next build refills it",
-                )
-            )
+            why, remove = "a cache, --caches: the next build refills it", True
         elif wheel_cache is not None and volume.name == wheel_cache.volume:
             why = f"the wheel cache: {wheel_cache.said}, pruned by its rule; removed whole only with --caches"
-            decisions.append(Decision(Kind.VOLUME, volume.name, wheel_cache.bytes, False, why))
+            size = wheel_cache.bytes
         else:
-            decisions.append(
-                Decision(Kind.VOLUME, volume.name, volume.size, False, "a cache: removed only with --caches")
-            )
+            why = "a cache: removed only with --caches"
+        decisions.append(Decision(Kind.VOLUME, volume.name, size, remove, why))
     return tuple(decisions)
 
 
@@ -509,7 +432,6 @@ def plan(
     )
 
 
-# ---------------------------------------------------------------------------------------------
 # What happened
 
 

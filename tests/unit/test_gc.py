@@ -15,7 +15,7 @@ import pytest
 from wheelbuild.errors import BadArgument, GcIncomplete
 from wheelbuild.gc import prune
 from wheelbuild.index import publish as publishing
-from wheelbuild.run import gc, names
+from wheelbuild.run import gc, names, wheel_cache_use
 from wheelbuild.run.image_options import ImageOptions
 
 from tests.clikit import NO_DOCKER, WHEELBUILD
@@ -499,7 +499,7 @@ def test_gc_reads_no_fifo_or_device_named_like_a_wheel_and_says_what_it_skipped(
 # The wheel cache: pruned by its own rule without --caches
 
 
-def wheel_cache(**kw: object) -> gc.WheelCacheUse:
+def wheel_cache(**kw: object) -> wheel_cache_use.WheelCacheUse:
     """The script's --report of a volume past its bound: one old tree it drops, one it keeps."""
     answer: dict[str, object] = {
         "bound": 40 * 2**30,
@@ -524,7 +524,7 @@ def wheel_cache(**kw: object) -> gc.WheelCacheUse:
         ],
     }
     answer.update(kw)
-    return gc.WheelCacheUse.from_json("wheelbuild-torch-wheels", answer)
+    return wheel_cache_use.WheelCacheUse.from_json("wheelbuild-torch-wheels", answer)
 
 
 def test_past_its_bound_the_wheel_caches_least_recently_used_tree_goes_without_caches() -> None:
@@ -541,7 +541,7 @@ def test_past_its_bound_the_wheel_caches_least_recently_used_tree_goes_without_c
     assert "the least recently used" in old.why and "52.0 GiB on disk of its 40.0 GiB bound" in old.why
     recent = decided["wheelbuild-torch-wheels/cp313/bbbb.fedcba9876543210.2"]
     assert not recent.remove and "used in the last hour" in recent.why
-    unneeded = decided[f"wheelbuild-torch-wheels/{gc.UNNEEDED}"]
+    unneeded = decided[f"wheelbuild-torch-wheels/{wheel_cache_use.UNNEEDED}"]
     assert unneeded.remove and unneeded.size == 2 * 2**30
     volume = decided["wheelbuild-torch-wheels"]
     assert not volume.remove and volume.size == 52 * 2**30  # each inode once, as the script counts
@@ -567,7 +567,7 @@ def test_the_wheel_cache_is_not_pruned_while_a_running_container_mounts_it_and_g
 
 def test_an_answer_that_is_not_the_wheel_caches_report_is_refused() -> None:
     with pytest.raises(ValueError, match="not the wheel cache's report"):
-        gc.WheelCacheUse.from_json("v", {"bound": 1, "bytes": "many"})
+        wheel_cache_use.WheelCacheUse.from_json("v", {"bound": 1, "bytes": "many"})
 
 
 class _PruningEngine:
@@ -614,6 +614,6 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
     assert done["aaaa.0123456789abcdef.2"].status is gc.Status.REMOVED
     assert done["cccc.0123456789abcdef.2"].status is gc.Status.KEPT
     assert "used since gc looked" in done["cccc.0123456789abcdef.2"].detail
-    assert done[gc.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
+    assert done[wheel_cache_use.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
     busy = prune.execute(_PruningEngine({"busy": True}), planned, options, lambda _: None)  # type: ignore[arg-type]
     assert {r.status for r in busy} == {gc.Status.KEPT}
