@@ -158,7 +158,11 @@ class Watched:
 
     def left(self, client: docker.DockerClient) -> list[str]:
         """Those still there."""
-        return [c.id[:12] for c in self.created if client.containers.list(all=True, filters={"id": c.id})]
+        return [
+            c.id[:12]
+            for c in self.created
+            if client.containers.list(all=True, filters={"id": c.id}, ignore_removed=True)
+        ]
 
 
 def wheelbuild_watched(

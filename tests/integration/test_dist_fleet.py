@@ -157,7 +157,10 @@ def test_the_build_sweep_and_reaper_never_select_the_fleet(fleet: Fleet) -> None
     from wheelbuild.run.ownership import OWNER_LABEL, RUN_LABEL
 
     for label in (OWNER_LABEL, RUN_LABEL):
-        selected = {c.name for c in fleet.client.containers.list(all=True, filters={"label": label})}
+        selected = {
+            c.name
+            for c in fleet.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+        }
         assert not selected & set(fleet.names), label
 
 

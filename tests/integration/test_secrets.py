@@ -70,9 +70,13 @@ def test_no_secret_reaches_any_output_and_the_credentialed_index_was_used(
         while proc.poll() is None:
             ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
             seen_processes.update(ps.splitlines())
-            for container in docker_client.containers.list(all=True, filters={"label": "wheelbuild.owner"}):
+            # The low-level list does not inspect each container, so one removed between the
+            # listing and its inspection is skipped instead of ending the sampler.
+            for container in docker_client.api.containers(all=True, filters={"label": "wheelbuild.owner"}):
                 with contextlib.suppress(docker.errors.NotFound):
-                    inspected[container.id] = json.dumps(docker_client.api.inspect_container(container.id))
+                    inspected[container["Id"]] = json.dumps(
+                        docker_client.api.inspect_container(container["Id"])
+                    )
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -137,9 +141,9 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
 
     def sample() -> None:
         while not done.is_set():
-            for container in docker_client.containers.list(all=True, filters={"label": "wheelbuild.owner"}):
+            for container in docker_client.api.containers(all=True, filters={"label": "wheelbuild.owner"}):
                 with contextlib.suppress(docker.errors.NotFound):
-                    inspected.append(json.dumps(docker_client.api.inspect_container(container.id)))
+                    inspected.append(json.dumps(docker_client.api.inspect_container(container["Id"])))
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
