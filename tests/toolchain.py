@@ -54,6 +54,10 @@ def cuda_link_flags(scratch: Path) -> list[str]:
         return []  # a system toolkit: its own lib64 serves
     scratch.mkdir(parents=True, exist_ok=True)
     for link, target in (("libcudart.so", "libcudart.so.13"), ("libcudadevrt.a", "libcudadevrt.a")):
-        if not (scratch / link).exists():
-            (scratch / link).symlink_to(lib / target)
+        # A link left by another venv may dangle (exists() is False for it, symlink_to would
+        # raise): make a fresh one beside it and move it over whatever is there.
+        fresh = scratch / f".{link}.{os.getpid()}"
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(lib / target)
+        fresh.replace(scratch / link)
     return ["-L", str(scratch)]
