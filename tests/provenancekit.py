@@ -5,7 +5,6 @@ statement, and Ed25519 keys made by ssh-keygen and openssl, the tools a user mak
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import tempfile
 from pathlib import Path
