@@ -8,12 +8,14 @@ import hashlib
 import itertools
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from wheelbuild.run.reporter import STATUS_EVERY_S
 
 from tests.integration.conftest import REPO, TORCH_INDEX, wheelbuild
+from tests.runkit import Completed
 
 SILENT_S = 40  # the build step prints nothing this long: what a long cicc looks like from outside
 # "==> 1:02 step" and "--- 1:16 status": every line that carries the time it was printed.
@@ -29,19 +31,35 @@ def _timed(stdout: str) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("verbose", [False, True], ids=["default", "verbose"])
-def test_a_build_step_silent_for_40_s_still_gets_a_status_line_every_15_s_and_one_sha256(
-    verbose: bool, cuda_image: str, tmp_path: Path
-) -> None:
-    project = tmp_path / "silent"
+@pytest.fixture(scope="module")
+def silent_builds(
+    cuda_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[bool, tuple[Completed, Path]]:
+    """The two builds, without and with -v, run at the same time (most of each is the silent
+    step's sleep): {verbose: (what the build printed, its output folder)}."""
+    project = tmp_path_factory.mktemp("silent") / "silent"
     shutil.copytree(REPO / "tests" / "fixtures" / "wbdemo", project)
     setup = project / "setup.py"
     setup.write_text(f"import time\n\ntime.sleep({SILENT_S})\n" + setup.read_text())
-    result = wheelbuild(
-        "build", str(project), "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120",
-        "--python", "3.11", "--memory", "4g", "--output-dir", str(tmp_path / "out"), "--rebuild",
-        *(["-v"] if verbose else []),
-    )  # fmt: skip
+
+    def build(verbose: bool) -> tuple[Completed, Path]:
+        out = tmp_path_factory.mktemp("verbose" if verbose else "default")
+        result = wheelbuild(
+            "build", str(project), "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120",
+            "--python", "3.11", "--memory", "4g", "--output-dir", str(out), "--rebuild",
+            *(["-v"] if verbose else []),
+        )  # fmt: skip
+        return result, out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip((False, True), pool.map(build, (False, True)), strict=True))
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "verbose"])
+def test_a_build_step_silent_for_40_s_still_gets_a_status_line_every_15_s_and_one_sha256(
+    verbose: bool, silent_builds: dict[bool, tuple[Completed, Path]]
+) -> None:
+    result, out = silent_builds[verbose]
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
     timed = _timed(result.stdout)
     # From the first step to the last, no gap longer than 15 s between two timed lines: one
@@ -56,7 +74,7 @@ def test_a_build_step_silent_for_40_s_still_gets_a_status_line_every_15_s_and_on
         so_far
     )
     # cibuildwheel's log on the terminal only with -v; build.log has it either way.
-    run_dir = next((tmp_path / "out" / "runs").iterdir())
+    run_dir = next((out / "runs").iterdir())
     assert "Running before_build..." in (run_dir / "build.log").read_text()
     assert ("Running before_build..." in result.stdout) is verbose
     # One sha256 for the wheel: the stamped wheel's, said to be. (Image digests, "@sha256:...",
