@@ -75,10 +75,12 @@ class GateRun:
         python: str,
         torch: TorchVariant,
         other_requirements: tuple[str, ...] | None = None,
+        log_path: Path | None = None,
     ) -> GateResult:
         """One wheel under one Python and one torch (*torch*, from its index through the machine's
         wheel cache). With *other_requirements*, the wheel is installed without its own (its torch
-        pin need not admit *torch*) and those after it: how its torch range is gated."""
+        pin need not admit *torch*) and those after it: how its torch range is gated. Its log goes
+        to *log_path*, else the run's gate.log."""
         spec = self.spec
         plan = plan_gate(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
         asked = replace(plan, python=python).to_json(torch.requirement)
@@ -94,7 +96,7 @@ class GateRun:
             ca_bundle=self.options.ca_bundle,
             gpus=self.gpus,
             memory=GATE_MEMORY,
-            log_path=self.run_dir / "gate.log",
+            log_path=log_path or self.run_dir / "gate.log",
             images_dir=IMAGES_DIR,
         )
         output, tail = self.engine.run_gate(job, self.reporter.log)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -43,6 +46,10 @@ from .import_gate import GateRun
 __all__ = ["other_requirements", "pinned_to_ranges", "torch_ranges"]
 
 MAX_EXPORTS = 256 << 20  # a kept list is ~3 MB gzipped; a bigger file is not one
+# Trials run side by side: each mostly waits on its container unpacking and importing torch
+# (one core), and two gate containers (GATE_MEMORY each) fit a machine that built the wheel.
+TRIALS_AT_ONCE = 2
+_GATE_LOG = threading.Lock()  # one trial's log is added to gate.log at a time
 
 
 def torch_ranges(
@@ -52,13 +59,30 @@ def torch_ranges(
     abi_reports: Mapping[str, AbiReport],
     pythons: tuple[str, ...],
 ) -> tuple[TorchRange, ...]:
-    """Each wheel's torch range under each Python it was gated under."""
+    """Each wheel's torch range under each Python it was gated under. The trials of all of them
+    run TRIALS_AT_ONCE at a time; what they print and write comes in the order of a one-by-one run."""
     reporter = gate.reporter
     reporter.step("torch range: each wheel against the torch releases around its own")
+    ranges = [
+        _range_of(gate, index, wheel, abi_reports[wheel.path.name], python)
+        for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons))
+    ]
+    jobs = [(number, trial) for number, (_, pending) in enumerate(ranges) for trial in pending]
+    pool = ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE, thread_name_prefix="wheelbuild-range")
+    try:
+        done = list(pool.map(lambda job: job[1].run(gate, index), jobs))
+    finally:
+        # Stopped (Ctrl-C, an error): no trial starts after this; the build's containers, those
+        # running included, are removed on its way out as ever.
+        pool.shutdown(wait=False, cancel_futures=True)
     found = []
-    for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons)):
-        found.append(_range_of(gate, index, wheel, abi_reports[wheel.path.name], python))
-        reporter.info(f"{wheel.path.name} under {python}: {found[-1].summary}")
+    for number, (started, _) in enumerate(ranges):
+        trials = [trial for (at, _), trial in zip(jobs, done, strict=True) if at == number]
+        whole = replace(started, trials=started.trials + tuple(trials))
+        for trial in trials:
+            reporter.info(f"  torch {trial.torch}: {_said(trial)}")
+        reporter.info(f"{whole.wheel} under {whole.python}: {whole.summary}")
+        found.append(whole)
     return tuple(found)
 
 
@@ -81,16 +105,55 @@ def pinned_to_ranges(
     return tuple(repinned), problems
 
 
-def _range_of(gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiReport, python: str) -> TorchRange:
+@dataclass(frozen=True)
+class _Pending:
+    """One trial to run: the wheel against one more torch release."""
+
+    release: TorchRelease
+    wheel: WheelInfo
+    abi: AbiReport
+    python: str
+    needed: Mapping[str, tuple[str, ...]]
+    others: tuple[str, ...]
+
+    def run(self, gate: GateRun, index: TorchIndex) -> TorchTrial:
+        version = Version(self.release.version).public
+        try:
+            missing = first_missing(self.needed, _exports(index, self.release, self.python, gate.reporter))
+        except (TorchIndexUnreachable, ValueError) as failed:
+            return TorchTrial(version, detail=f"its symbols could not be read: {_cause(failed)}")
+        if missing is not None:
+            # A strong undefined symbol fails the import for certain (extensions load with RTLD_NOW).
+            return TorchTrial(
+                version, static=str(missing), detail="not installed: a symbol it needs is missing"
+            )
+        torch = replace(gate.spec.variant, torch_version=version)
+        gate.reporter.doing(f"gating {self.wheel.path.name} under torch {version}", self.python)
+        # Its own log, added to gate.log whole when it is done: trials run side by side.
+        with tempfile.NamedTemporaryFile(
+            "w+", dir=gate.run_dir, prefix=".gate-", suffix=".log", encoding="utf-8"
+        ) as log:
+            result = gate.run(self.wheel, self.abi, self.python, torch, self.others, log_path=Path(log.name))
+            with _GATE_LOG, (gate.run_dir / "gate.log").open("a", encoding="utf-8") as whole:
+                shutil.copyfileobj(log, whole)
+        refused = gate_failure(result)
+        return TorchTrial(version, imported=result.passed, detail=refused.cause if refused else "")
+
+
+def _range_of(
+    gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiReport, python: str
+) -> tuple[TorchRange, tuple[_Pending, ...]]:
+    """The wheel's range as far as it is known before any trial (its own torch), and the trials
+    still to run."""
     spec, reporter = gate.spec, gate.reporter
     built = spec.variant.torch_version
     releases: dict[str, TorchRelease] = {}
     for release in index.releases:  # newest first: a public version's first release is its own
         if has_wheel(release.pythons, python):
             releases.setdefault(Version(release.version).public, release)
-    own = TorchTrial(built, imported=True)
+    own = TorchRange(wheel.path.name, python, built, (TorchTrial(built, imported=True),))
     if built not in releases:
-        return TorchRange(wheel.path.name, python, built, (own,))
+        return own, ()
     try:
         tried = neighbours(
             tuple(releases),
@@ -101,41 +164,12 @@ def _range_of(gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiReport
         needed = needed_from_torch(abi, _exports(index, releases[built], python, reporter))
     except (TorchIndexUnreachable, ValueError) as failed:
         reporter.warn(f"the torch range of {wheel.path.name} was not tried: {_cause(failed)}")
-        return TorchRange(wheel.path.name, python, built, (own,))
+        return own, ()
     reporter.info(
         f"{wheel.path.name} under {python}: built with torch {built}; trying {', '.join(tried) or 'none'}"
     )
     others = other_requirements(wheel.requires_dist)
-    trials = [own]
-    for version in tried:
-        trials.append(_trial(gate, index, releases[version], wheel, abi, python, needed, others))
-        reporter.info(f"  torch {version}: {_said(trials[-1])}")
-    return TorchRange(wheel.path.name, python, built, tuple(trials))
-
-
-def _trial(
-    gate: GateRun,
-    index: TorchIndex,
-    release: TorchRelease,
-    wheel: WheelInfo,
-    abi: AbiReport,
-    python: str,
-    needed: Mapping[str, tuple[str, ...]],
-    others: tuple[str, ...],
-) -> TorchTrial:
-    version = Version(release.version).public
-    try:
-        missing = first_missing(needed, _exports(index, release, python, gate.reporter))
-    except (TorchIndexUnreachable, ValueError) as failed:
-        return TorchTrial(version, detail=f"its symbols could not be read: {_cause(failed)}")
-    if missing is not None:
-        # A strong undefined symbol fails the import for certain (extensions load with RTLD_NOW).
-        return TorchTrial(version, static=str(missing), detail="not installed: a symbol it needs is missing")
-    torch = replace(gate.spec.variant, torch_version=version)
-    gate.reporter.doing(f"gating {wheel.path.name} under torch {version}", python)
-    result = gate.run(wheel, abi, python, torch, others)
-    refused = gate_failure(result)
-    return TorchTrial(version, imported=result.passed, detail=refused.cause if refused else "")
+    return own, tuple(_Pending(releases[version], wheel, abi, python, needed, others) for version in tried)
 
 
 def _said(trial: TorchTrial) -> str:
