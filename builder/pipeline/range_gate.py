@@ -15,9 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
 import tempfile
-import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -49,7 +47,6 @@ MAX_EXPORTS = 256 << 20  # a kept list is ~3 MB gzipped; a bigger file is not on
 # Trials run side by side: each mostly waits on its container unpacking and importing torch
 # (one core), and two gate containers (GATE_MEMORY each) fit a machine that built the wheel.
 TRIALS_AT_ONCE = 2
-_GATE_LOG = threading.Lock()  # one trial's log is added to gate.log at a time
 
 
 def torch_ranges(
@@ -60,29 +57,37 @@ def torch_ranges(
     pythons: tuple[str, ...],
 ) -> tuple[TorchRange, ...]:
     """Each wheel's torch range under each Python it was gated under. The trials of all of them
-    run TRIALS_AT_ONCE at a time; what they print and write comes in the order of a one-by-one run."""
+    run TRIALS_AT_ONCE at a time, each gate logging to a file of its own; what they print, and
+    their logs added to gate.log, come in the order of a one-by-one run."""
     reporter = gate.reporter
     reporter.step("torch range: each wheel against the torch releases around its own")
     ranges = [
         _range_of(gate, index, wheel, abi_reports[wheel.path.name], python)
         for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons))
     ]
-    jobs = [(number, trial) for number, (_, pending) in enumerate(ranges) for trial in pending]
+    pending = [trial for _, trials in ranges for trial in trials]
+    logs = [gate.run_dir / f".gate-range-{number}.log" for number in range(len(pending))]
     pool = ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE, thread_name_prefix="wheelbuild-range")
     try:
-        done = list(pool.map(lambda job: job[1].run(gate, index), jobs))
+        done = iter(list(pool.map(lambda trial, log: trial.run(gate, index, log), pending, logs)))
+        with (gate.run_dir / "gate.log").open("a", encoding="utf-8") as whole:
+            for log in logs:
+                if log.exists():  # a trial refused by its symbols ran no gate
+                    whole.write(log.read_text(encoding="utf-8", errors="replace"))
     finally:
         # Stopped (Ctrl-C, an error): no trial starts after this; the build's containers, those
         # running included, are removed on its way out as ever.
         pool.shutdown(wait=False, cancel_futures=True)
+        for log in logs:
+            log.unlink(missing_ok=True)
     found = []
-    for number, (started, _) in enumerate(ranges):
-        trials = [trial for (at, _), trial in zip(jobs, done, strict=True) if at == number]
-        whole = replace(started, trials=started.trials + tuple(trials))
-        for trial in trials:
+    for started, trials in ranges:
+        tried = tuple(next(done) for _ in trials)
+        whole_range = replace(started, trials=started.trials + tried)
+        for trial in tried:
             reporter.info(f"  torch {trial.torch}: {_said(trial)}")
-        reporter.info(f"{whole.wheel} under {whole.python}: {whole.summary}")
-        found.append(whole)
+        reporter.info(f"{whole_range.wheel} under {whole_range.python}: {whole_range.summary}")
+        found.append(whole_range)
     return tuple(found)
 
 
@@ -116,7 +121,8 @@ class _Pending:
     needed: Mapping[str, tuple[str, ...]]
     others: tuple[str, ...]
 
-    def run(self, gate: GateRun, index: TorchIndex) -> TorchTrial:
+    def run(self, gate: GateRun, index: TorchIndex, log: Path) -> TorchTrial:
+        """The trial, its gate's log (if one runs) written to *log*."""
         version = Version(self.release.version).public
         try:
             missing = first_missing(self.needed, _exports(index, self.release, self.python, gate.reporter))
@@ -129,13 +135,7 @@ class _Pending:
             )
         torch = replace(gate.spec.variant, torch_version=version)
         gate.reporter.doing(f"gating {self.wheel.path.name} under torch {version}", self.python)
-        # Its own log, added to gate.log whole when it is done: trials run side by side.
-        with tempfile.NamedTemporaryFile(
-            "w+", dir=gate.run_dir, prefix=".gate-", suffix=".log", encoding="utf-8"
-        ) as log:
-            result = gate.run(self.wheel, self.abi, self.python, torch, self.others, log_path=Path(log.name))
-            with _GATE_LOG, (gate.run_dir / "gate.log").open("a", encoding="utf-8") as whole:
-                shutil.copyfileobj(log, whole)
+        result = gate.run(self.wheel, self.abi, self.python, torch, self.others, log_path=log)
         refused = gate_failure(result)
         return TorchTrial(version, imported=result.passed, detail=refused.cause if refused else "")
 
