@@ -55,9 +55,7 @@ def cuda_link_flags(scratch: Path) -> list[str]:
     scratch.mkdir(parents=True, exist_ok=True)
     for link, target in (("libcudart.so", "libcudart.so.13"), ("libcudadevrt.a", "libcudadevrt.a")):
         # A link left by another venv may dangle (exists() is False for it, symlink_to would
-        # raise): make a fresh one beside it and move it over whatever is there.
-        fresh = scratch / f".{link}.{os.getpid()}"
-        fresh.unlink(missing_ok=True)
-        fresh.symlink_to(lib / target)
-        fresh.replace(scratch / link)
+        # raise): whatever is there goes, and the link is made again.
+        (scratch / link).unlink(missing_ok=True)
+        (scratch / link).symlink_to(lib / target)
     return ["-L", str(scratch)]
