@@ -21,6 +21,7 @@ from ..run.reporter import Reporter
 from ..spec.build_spec import check_cpus
 from ..units import format_bytes, parse_memory
 from .params import GIVEN_PATH, GIVEN_TEXT
+from .seams import seams
 
 TOKEN_FILE_ENV = "WHEELBUILD_DIST_TOKEN_FILE"
 DEFAULT_NETWORK = "wbdist"
@@ -72,7 +73,7 @@ def _fleet_engine() -> DockerEngine:
     """The engine whose client the fleet's containers are started with: connected now, so a
     missing daemon is DockerUnavailable (exit 20) before anything starts. No orphan sweep: the
     fleet is not a build."""
-    return DockerEngine(sweep=False).connect()
+    return seams().engine(sweep=False).connect()
 
 
 def _image(engine: DockerEngine, image: str | None, base_image: str | None) -> str:

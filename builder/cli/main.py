@@ -15,7 +15,6 @@ import click
 
 from ..errors import BadArgument, DoctorFound, PlanOverBudget, WheelbuildError
 from ..gc import prune
-from ..pipeline import build as build_pipeline
 from ..pipeline import calibrate as calibrating
 from ..pipeline import check, preflight
 from ..pipeline.prebuild import plan_of, prebuild, torch_chosen
@@ -24,7 +23,6 @@ from ..recipes import resolve_recipe
 from ..report import page as report_html
 from ..run import doctor, gc, image_options
 from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND, SHARED_CACHE_ENV, wheel_cache_bound
-from ..run.engine import DockerEngine
 from ..run.image import image_table
 from ..run.names import PREFIX, checked_prefix
 from ..run.reporter import Reporter
@@ -52,6 +50,7 @@ from .options import (
     with_image_flags,
 )
 from .params import GIVEN_PATH, GIVEN_TEXT, LIST_RULE, REPEATABLE, joined_list
+from .seams import seams
 from .wheels import echo_built, echo_modules
 
 
@@ -74,8 +73,8 @@ def build(
     without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     reporter = _say_option_files(Reporter(show_log=verbose))
-    with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
-        result = build_pipeline.run_build(spec, image_flags.options(), reporter, engine)
+    with seams().engine(sweep=False) as engine:  # run_build sweeps, and says what it removed
+        result = seams().run_build(spec, image_flags.options(), reporter, engine)
     echo_built(result, reporter)
 
 
@@ -110,7 +109,7 @@ def plan(
     spec = build_spec(given)
     # What was looked up goes to stderr; the plan on stdout says the choice once.
     reporter = Reporter(sys.stderr)
-    with DockerEngine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
+    with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
         prebuilt = prebuild(spec, image_flags.options(), reporter, engine)
     spec, torch_why = prebuilt.spec, prebuilt.torch_why
     if torch_why is None:  # the image's Pythons are build's to learn: any CPython the package admits
@@ -139,7 +138,7 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
     """Check that this machine can build, one line each (ok / warn / fail, with a remedy): Docker,
     its memory limit, NVIDIA, free disk, the CA bundle, the torch index, PyPI, NVIDIA's CUDA
     downloads, sccache's shared storage, the base image. Exits non-zero when a build would fail."""
-    with DockerEngine(sweep=False, timeout=30) as engine:
+    with seams().engine(sweep=False, timeout=30) as engine:
         checks = doctor.diagnose(
             lambda: engine.facts(image_flags.base_image),
             os.environ,
@@ -225,7 +224,7 @@ def calibrate(
     thread_values = tuple(sorted({int(t) for t in threads.split(",") if t.strip().isdigit() and int(t) > 0}))
     if not thread_values:
         raise BadArgument(f"--threads {threads!r} names no thread count", "write e.g. --threads 1,2")
-    with DockerEngine() as engine:
+    with seams().engine() as engine:
         result = calibrating.run_calibration(
             recipe=resolve_recipe(package, version=recipe_version),
             variant=parse_variant(torch_variant, torch_index_url),
@@ -294,7 +293,7 @@ def gc_command(
         wheel_cache_bound=wheel_cache_bound(os.environ) or DEFAULT_WHEEL_CACHE_BOUND,
     )
     reporter = Reporter()
-    with DockerEngine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
+    with seams().engine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
         planned = prune.collect(engine, options, reporter.step, reporter.warn)
         for decision in planned.decisions:
             click.echo(decision.line(dry_run))
@@ -325,7 +324,7 @@ def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     reporter = Reporter()
     options = replace(image_flags.options(), cuda12_redist=with_cuda12)
-    with DockerEngine().connect() as engine:
+    with seams().engine().connect() as engine:
         inputs = image_options.image_inputs(engine, options)
         built = preflight.ensure_image(engine, inputs, reporter)
     click.echo(built.tag)
@@ -335,7 +334,7 @@ def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
 def image_ls() -> None:
     """List wheelbuild images: tag, ID, size, and the inputs their labels record (base, CUDA, the
     CUDA 12 layer)."""
-    with DockerEngine().connect() as engine:
+    with seams().engine().connect() as engine:
         images = engine.list_images()
     if not images:
         click.echo("no wheelbuild images; `wheelbuild image build` or `wheelbuild build` makes one")

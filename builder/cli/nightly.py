@@ -14,10 +14,10 @@ import click
 from ..nightly import cell_specs, matrix
 from ..nightly.night import declared_matrix
 from ..provenance import keyless
-from ..run.engine import DockerEngine
 from ..run.reporter import Reporter
 from .options import ImageFlags, sigstore_option, torch_index_option, track_option, with_image_flags
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
+from .seams import seams
 
 MATRIX_FILE_HELP = (
     "The nightly's matrix: its [[build]] tables and [publish] (the file whose [tool.wheelbuild] build "
@@ -75,7 +75,7 @@ def matrix_command(
     cells = declared.cells
     if skip_published and output != "publish-to":
         options = image_flags.options()
-        with DockerEngine() as engine:  # asked only for a local base's image ID
+        with seams().engine() as engine:  # asked only for a local base's image ID
             cells = cell_specs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
         click.echo(
             f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
@@ -162,7 +162,7 @@ def nightly_plan(
     from ..nightly import night
 
     reporter = Reporter(sys.stderr)
-    with DockerEngine() as engine:  # asked only for a --base-image's Pythons
+    with seams().engine() as engine:  # asked only for a --base-image's Pythons
         planned = night.plan_night(
             matrix.load_matrix(config_file),
             os.environ,
@@ -216,7 +216,7 @@ def nightly_build_cell(
     OUT/cell.json records the outcome, a failure too."""
     from ..nightly import night
 
-    with DockerEngine(sweep=False) as engine:  # run_build sweeps, and says what it removed
+    with seams().engine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = night.build_cell(
             matrix.load_matrix(config_file),
             cell_id,
@@ -225,6 +225,7 @@ def nightly_build_cell(
             torch_index_url=torch_index_url,
             reporter=Reporter(show_log=verbose),
             engine=engine,
+            run_build=seams().run_build,
             track=track,
             base_image=base_image,
         )

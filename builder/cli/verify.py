@@ -12,12 +12,12 @@ import click
 from ..errors import InvalidWheel, WheelsDiffer
 from ..pipeline import verify as verifying
 from ..provenance import signing
-from ..run.engine import DockerEngine
 from ..run.reporter import Reporter
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR
 from ..wheel.diff import first_difference
 from .options import ImageFlags, with_image_flags
 from .params import GIVEN_PATH, REPEATABLE
+from .seams import seams
 
 
 @click.command("diff")
@@ -105,7 +105,7 @@ def verify_command(
         click.echo(f"    note: {note}")
     if rebuild:
         reporter = Reporter()
-        with DockerEngine(sweep=False) as engine:
+        with seams().engine(sweep=False) as engine:
             build = verifying.builder(reporter, engine)
             rebuilt = verifying.rebuild(verdict, image_flags.options(), output_dir, source, build)
         click.echo(f"    rebuilt: the same sha256 ({rebuilt})")

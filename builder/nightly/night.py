@@ -420,11 +420,13 @@ def build_cell(
     torch_index_url: str | None,
     reporter: Reporter,
     engine: Engine,
+    run_build: build.RunBuild = build.run_build,
     track: str | None = None,
     base_image: str | None = None,
 ) -> build.BuildResult:
-    """Build the cell named *cell_id* into *out* and record the outcome in ``out/cell.json``
-    (written on failure too, then the error is raised)."""
+    """Build the cell named *cell_id* into *out* with *run_build* (the build's own, unless a test
+    hands a fake through the CLI's seams) and record the outcome in ``out/cell.json`` (written on
+    failure too, then the error is raised)."""
     matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
     good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
     cell = next((c for c in good if c.id == cell_id), None)
@@ -438,7 +440,7 @@ def build_cell(
     record: dict[str, object] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:
-        result = build.run_build(spec, context.options, reporter, engine)
+        result = run_build(spec, context.options, reporter, engine)
     except WheelbuildError as error:
         runs = sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []
         record |= {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -81,7 +81,7 @@ from .results import inputs_key
 from .stages import BuildResult, Checked, Ready, Run
 from .statements import build_facts, run_redactor, write_statements
 
-__all__ = ["BuildResult", "run_build", "stamp_and_check"]
+__all__ = ["BuildResult", "RunBuild", "run_build", "stamp_and_check"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,3 +434,7 @@ def _ready_to_publish(
         abi3=uses,
         ranges=checked.ranges,
     )
+
+
+# What runs a build: run_build, or what a test hands the CLI in its place (cli/seams.py).
+RunBuild = Callable[[BuildSpec, ImageOptions, Reporter, Engine], BuildResult]

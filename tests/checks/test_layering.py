@@ -18,7 +18,7 @@ MAX_FLOORS = 9
 # Within the pipeline, the top of it: only these may import the build and the nightly.
 IMPORTED_ONLY_BY = {
     "wheelbuild.pipeline.build": {
-        "wheelbuild.cli.main",
+        "wheelbuild.cli.seams",
         "wheelbuild.nightly.night",
         "wheelbuild.pipeline.verify",
     },
@@ -223,7 +223,7 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     assert cycles(room_graph(modules)) == [["run", "wheel"]]
     assert wrong_arrows(modules) == [
         "wheelbuild.cli.dist -> docker (cli/ holds no Docker client: the run/ room does)",
-        "wheelbuild.index.publish -> wheelbuild.pipeline.build (only ['wheelbuild.cli.main', "
+        "wheelbuild.index.publish -> wheelbuild.pipeline.build (only ['wheelbuild.cli.seams', "
         "'wheelbuild.nightly.night', 'wheelbuild.pipeline.verify'] may import it)",
         "wheelbuild.plan.fleet -> docker (plan/ holds no Docker client: the run/ room does)",
     ]

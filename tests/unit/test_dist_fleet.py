@@ -5,17 +5,19 @@ refusals before any Docker call."""
 from __future__ import annotations
 
 import tomllib
+from functools import partial
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
-from wheelbuild.cli import dist as dist_cli
 from wheelbuild.cli.main import main
+from wheelbuild.cli.seams import Seams
 from wheelbuild.errors import BadArgument, BadMemory
 from wheelbuild.run import dist_fleet
 from wheelbuild.run.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
+from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.names import dist_image_tag
 from wheelbuild.run.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL
 
@@ -128,34 +130,35 @@ def test_token_files_are_checked_without_showing_them(tmp_path: Path) -> None:
         dist_fleet.check_token_file(tmp_path / "missing")
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
+def _cli(*args: str, env: dict[str, str] | None = None, seams: Seams | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env=env, obj=seams)
     return result.exit_code, result.output
 
 
-def test_dist_server_refuses_bad_input_before_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_docker() -> None:
-        raise AssertionError("Docker was asked")
+def _no_docker(**options: object) -> DockerEngine:
+    raise AssertionError("Docker was asked")
 
-    monkeypatch.setattr(dist_cli, "_fleet_engine", no_docker)
+
+def test_dist_server_refuses_bad_input_before_docker(tmp_path: Path) -> None:
+    cli = partial(_cli, seams=Seams(engine=_no_docker))
     token = tmp_path / "token"
     token.write_text("s3cr3t-token-value")
     base = ["dist-server", "--token-file", str(token)]
-    code, out = _cli(*base, "--memory", "4g")
+    code, out = cli(*base, "--memory", "4g")
     assert code == BadMemory.exit_code and "holds 0 job(s)" in out and "remedy" in out.lower()
-    code, out = _cli(*base, "--memory", "lots")
+    code, out = cli(*base, "--memory", "lots")
     assert code == BadMemory.exit_code and "not understood" in out
-    code, out = _cli(*base, "--memory", "16g", "--scheduler", "wbdist-scheduler")
+    code, out = cli(*base, "--memory", "16g", "--scheduler", "wbdist-scheduler")
     assert code == BadArgument.exit_code and "not a scheduler URL" in out
-    code, out = _cli(*base, "--memory", "16g", "--name", "bad name")
+    code, out = cli(*base, "--memory", "16g", "--name", "bad name")
     assert code == BadArgument.exit_code and "not a Docker name" in out
-    code, out = _cli(*base, "--memory", "16g", "--cpus", "0")
+    code, out = cli(*base, "--memory", "16g", "--cpus", "0")
     assert code == BadArgument.exit_code
-    code, out = _cli(
+    code, out = cli(
         "dist-server", "--memory", "16g", env={"WHEELBUILD_DIST_TOKEN_FILE": str(tmp_path / "no")}
     )
     assert code == BadArgument.exit_code and "cannot be read" in out
-    code, out = _cli("dist-server", "--memory", "16g")
+    code, out = cli("dist-server", "--memory", "16g")
     assert code == 2 and "--token-file" in out
     assert "s3cr3t-token-value" not in out
 
@@ -164,24 +167,20 @@ def test_dist_scheduler_takes_the_token_file_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: dict[str, object] = {}
-
-    class Engine:
-        client = object()
-
-    monkeypatch.setattr(dist_cli, "_fleet_engine", Engine)
+    # No Docker here: the engine wraps a stand-in client, which start_scheduler's fake ignores.
+    fleet = Seams(engine=lambda **options: DockerEngine(object(), **options))
+    cli = partial(_cli, seams=fleet)
     monkeypatch.setattr(dist_fleet, "start_scheduler", lambda client, **kw: started.update(kw))
     token = tmp_path / "token"
     token.write_text("s3cr3t-token-value")
-    code, out = _cli(
+    code, out = cli(
         "dist-scheduler", "--image", "wbdist-sccache:x", "--port", "10700", "--network", "wbdist-t",
         env={"WHEELBUILD_DIST_TOKEN_FILE": str(token)},
     )  # fmt: skip
     assert code == 0, out
     assert started["token_file"] == token and started["port"] == 10700 and started["network"] == "wbdist-t"
     assert "http://wbdist-scheduler:10700" in out and "s3cr3t-token-value" not in out
-    code, out = _cli(
-        "dist-scheduler", "--image", "i", env={"WHEELBUILD_DIST_TOKEN_FILE": str(tmp_path / "e")}
-    )
+    code, out = cli("dist-scheduler", "--image", "i", env={"WHEELBUILD_DIST_TOKEN_FILE": str(tmp_path / "e")})
     assert code == BadArgument.exit_code and "cannot be read" in out
 
 

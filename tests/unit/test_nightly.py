@@ -14,6 +14,7 @@ from unittest.mock import patch
 import pytest
 from click.testing import CliRunner
 from wheelbuild.cli.main import main
+from wheelbuild.cli.seams import Seams
 from wheelbuild.errors import (
     BadArgument,
     BadVariant,
@@ -45,7 +46,7 @@ from wheelbuild.nightly.night import (
     report_verdict,
     source_of,
 )
-from wheelbuild.pipeline import build, check
+from wheelbuild.pipeline import check
 from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec.torch_releases import TorchIndex
@@ -131,7 +132,6 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
         seen.append((spec, options))
         raise BuildFailed("cibuildwheel failed", "look at build.log")
 
-    monkeypatch.setattr(build, "run_build", fake_run_build)
     out = tmp_path / "out"
     result = CliRunner().invoke(
         main,
@@ -145,6 +145,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
             str(out),
         ],
         env={"WHEELBUILD_BASE_IMAGE": "wheelbuild-base:test", nightly.BASE_IMAGE_ENV: ""},
+        obj=Seams(run_build=fake_run_build),
     )
     assert result.exit_code == BuildFailed.exit_code, result.output
     ((spec, options),) = seen

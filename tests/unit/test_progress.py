@@ -14,13 +14,14 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pytest
 from click.testing import CliRunner
 from wheelbuild.cli import main as cli
+from wheelbuild.cli.seams import Seams
 from wheelbuild.errors import DockerUnavailable
 from wheelbuild.host.unit_memory import ProcessInfo, UnitTracker
-from wheelbuild.pipeline import build
 from wheelbuild.plan.memory_model import GIB, MIB
 from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
 from wheelbuild.run.reporter import STATUS_EVERY_S, TICK_S, BuildView, Reporter
@@ -248,14 +249,15 @@ def test_cibuildwheels_log_is_shown_only_with_verbose(
 ) -> None:
     seen: list[bool] = []
 
-    def pipeline(*given: object) -> None:
+    def pipeline(*given: object) -> NoReturn:
         reporter = given[2]
         assert isinstance(reporter, Reporter)
         seen.append(reporter.show_log)
         raise DockerUnavailable("stopped here", "the pipeline's own tests run it")  # no Docker here
 
-    monkeypatch.setattr(build, "run_build", pipeline)
     monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
-    result = CliRunner().invoke(cli.main, ["build", "wbdemo", *args], env=env, catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli.main, ["build", "wbdemo", *args], env=env, catch_exceptions=False, obj=Seams(run_build=pipeline)
+    )
     assert result.exit_code == 20, result.output
     assert seen == [shown]
