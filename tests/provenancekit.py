@@ -64,16 +64,17 @@ PUBLISH_CHECKS = ("--torch", "2.11.0+cu130", "--archs", "120")
 
 
 @functools.cache
-def _extension() -> bytes:
-    """A real extension module with sm_120 SASS, linking the shared CUDA runtime (host nvcc);
-    compiled once per test process in a folder of its own (suites of two clones run side by side)."""
+def cuda_extension(archs: tuple[int, ...] = (120,)) -> bytes:
+    """A real extension module with SASS for *archs*, linking the shared CUDA runtime (host
+    nvcc); compiled once per test process and archs, in a folder of its own (suites of two
+    clones run side by side)."""
     with tempfile.TemporaryDirectory(prefix="wheelbuild-provenance-so-") as folder:
         scratch = Path(folder)
         (scratch / "k.cu").write_text(KERNEL)
         subprocess.run(
             [toolchain.require("nvcc"), "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", str(scratch / "k.cu"),
              "-o", str(scratch / "k.so"), *toolchain.cuda_link_flags(scratch / "lib"),
-             "-gencode=arch=compute_120,code=sm_120"],
+             *(f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs)],
             check=True, capture_output=True, timeout=300,
         )  # fmt: skip
         return (scratch / "k.so").read_bytes()
@@ -90,7 +91,7 @@ def cuda_wheel(
     """A wheel publish accepts as built for the facts' variant and archs: labelled, torch
     pinned, one extension module with sm_120 SASS (*version* and *requires* change the label
     and the pin)."""
-    so = _extension()
+    so = cuda_extension()
     return make_wheel(
         folder, name, version, tag="cp311-cp311-manylinux_2_34_x86_64", payload=payload,
         requires_dist=requires, extra_files={SO.format(module=name.replace("-", "_")): so},

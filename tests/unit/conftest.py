@@ -17,6 +17,7 @@ from tests.clikit import (  # noqa: F401  (fixtures, found by name)
     own_cache_dir,
     run_cli,
 )
+from tests.flowkit import flow  # noqa: F401  (the fixture, found by name)
 
 HERE = Path(__file__).resolve().parent
 
