@@ -1,6 +1,6 @@
 """What the build-flow tests share (tests/unit/test_build_flow.py with a pure-Python wheel,
 tests/local/test_build_flow_checked.py with a real CUDA one): a fake engine in Docker's place
-(ports.Engine: no Docker in those suites), a reporter that prints into a buffer, and the `flow`
+(ports.Engine: no Docker in those suites), a console that prints into a buffer, and the `flow`
 fixture, run_build's inputs for the bundled example."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report import page as report_html
 from wheelbuild.run.attempt import AttemptConfig
 from wheelbuild.run.buildlog import BuildLog, MemorySample
+from wheelbuild.run.console import Console
 from wheelbuild.run.cuda_redist import CudaLayer
 from wheelbuild.run.image import Image, ImageInputs
 from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.run.outcome import AttemptResult, OomEvidence
 from wheelbuild.run.ports import Engine, GateJob
-from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec.build_spec import BuildSpec, Resources
 from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant
@@ -130,9 +130,9 @@ class GatedEngine(FakeEngine):
         return answer, ""
 
 
-def quiet_reporter() -> tuple[Reporter, io.StringIO]:
+def quiet_console() -> tuple[Console, io.StringIO]:
     out = io.StringIO()
-    return Reporter(out, show_log=False), out
+    return Console(out, show_log=False), out
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from wheelbuild.secrets import Redactor
 from wheelbuild.spec.build_spec import BuildSpec
 from wheelbuild.spec.sources import SourceDate
 from wheelbuild.variants import parse_variant
-from wheelbuild.wheel.wheels import inspect_wheel
+from wheelbuild.wheel.contents import inspect_wheel
 
 from tests import toolchain
 from tests.indexkit import make_wheel

@@ -16,8 +16,8 @@ import click
 from ..errors import BadArgument
 from ..plan.dist import scheduler_address
 from ..run import dist_fleet
+from ..run.console import Console
 from ..run.engine import DockerEngine
-from ..run.reporter import Reporter
 from ..spec.build_spec import check_cpus
 from ..units import format_bytes, parse_memory
 from .params import GIVEN_PATH, GIVEN_TEXT
@@ -79,7 +79,7 @@ def _fleet_engine() -> DockerEngine:
 def _image(engine: DockerEngine, image: str | None, base_image: str | None) -> str:
     if image:
         return image
-    return dist_fleet.dist_image(engine, progress=Reporter().log, base_image=base_image)
+    return dist_fleet.dist_image(engine, progress=Console().log, base_image=base_image)
 
 
 @click.command("scheduler")

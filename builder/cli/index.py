@@ -19,7 +19,7 @@ from ..pipeline.statements import for_publish
 from ..pipeline.statements import subjects_check as statements_check
 from ..provenance import keyless, signing
 from ..provenance.keyless import keyless_bundles
-from ..run.reporter import Reporter
+from ..run.console import Console
 from ..spec.build_spec import parse_archs
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
@@ -152,7 +152,7 @@ def _publish_to(
         return
     if isinstance(where, remote.RsyncTarget):
         mirror = remote.mirror_dir(where, cache_dir())
-        result = remote.publish_rsync(wheels, where, mirror, Reporter().info, sidecars, again)
+        result = remote.publish_rsync(wheels, where, mirror, Console().info, sidecars, again)
     else:
         result = publishing.publish(wheels, where, sidecars=sidecars, check=again)
     prune.record_published(wheels, str(where), result.sha256)

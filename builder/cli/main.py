@@ -23,9 +23,9 @@ from ..recipes import resolve_recipe
 from ..report import page as report_html
 from ..run import doctor, gc, image_options
 from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND, SHARED_CACHE_ENV, wheel_cache_bound
+from ..run.console import Console
 from ..run.image import image_table
 from ..run.names import PREFIX, checked_prefix
-from ..run.reporter import Reporter
 from ..spec import config
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR, parse_archs
 from ..spec.sources import cache_dir
@@ -51,7 +51,7 @@ from .options import (
 )
 from .params import GIVEN_PATH, GIVEN_TEXT, LIST_RULE, REPEATABLE, joined_list
 from .seams import seams
-from .wheels import echo_built, echo_modules
+from .wheel_lines import echo_built, echo_modules
 
 
 @click.group(cls=WheelbuildGroup, epilog=LIST_RULE, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,18 +72,18 @@ def build(
     """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=) or a recipe (flash-attn);
     without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
-    reporter = _say_option_files(Reporter(show_log=verbose))
+    console = _say_option_files(Console(show_log=verbose))
     with seams().engine(sweep=False) as engine:  # run_build sweeps, and says what it removed
-        result = seams().run_build(spec, image_flags.options(), reporter, engine)
-    echo_built(result, reporter)
+        result = seams().run_build(spec, image_flags.options(), console, engine)
+    echo_built(result, console)
 
 
-def _say_option_files(reporter: Reporter) -> Reporter:
+def _say_option_files(console: Console) -> Console:
     """Where values the command line did not name came from, when files set any."""
     files: config.FileConfig = click.get_current_context().meta.get(CONFIG_FILES_KEY, config.FileConfig())
     if files.values:
-        reporter.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
-    return reporter
+        console.info(f"options from files: {files.described()} (`wheelbuild plan` shows each one's source)")
+    return console
 
 
 @main.command(cls=ConfiguredCommand)
@@ -108,12 +108,12 @@ def plan(
     for build: without it, the project in this folder; --example, the bundled one."""
     spec = build_spec(given)
     # What was looked up goes to stderr; the plan on stdout says the choice once.
-    reporter = Reporter(sys.stderr)
+    console = Console(sys.stderr)
     with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
-        prebuilt = prebuild(spec, image_flags.options(), reporter, engine)
+        prebuilt = prebuild(spec, image_flags.options(), console, engine)
     spec, torch_why = prebuilt.spec, prebuilt.torch_why
     if torch_why is None:  # the image's Pythons are build's to learn: any CPython the package admits
-        spec, torch_why = torch_chosen(spec, prebuilt.index, None, reporter)
+        spec, torch_why = torch_chosen(spec, prebuilt.index, None, console)
     planned = plan_of(spec, prebuilt.compiler.version, prebuilt.survey)
     click.echo(format_plan(planned))
     if note := preflight.arch_note(spec, prebuilt.survey):
@@ -126,7 +126,7 @@ def plan(
             raise PlanOverBudget(
                 over, "give more --memory, or fewer --max-jobs; or drop --strict to plan anyway"
             )
-        reporter.warn(over)
+        console.warn(over)
 
 
 @main.command("doctor", cls=ConfiguredCommand)
@@ -234,7 +234,7 @@ def calibrate(
             unit_names=unit_names,
             memory=parse_memory(memory) if memory is not None else None,
             options=image_flags.options(),
-            reporter=Reporter(),
+            console=Console(),
             engine=engine,
             reference=compare,
         )
@@ -292,16 +292,16 @@ def gc_command(
         image_options=image_flags.options(),
         wheel_cache_bound=wheel_cache_bound(os.environ) or DEFAULT_WHEEL_CACHE_BOUND,
     )
-    reporter = Reporter()
+    console = Console()
     with seams().engine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
-        planned = prune.collect(engine, options, reporter.step, reporter.warn)
+        planned = prune.collect(engine, options, console.step, console.warn)
         for decision in planned.decisions:
             click.echo(decision.line(dry_run))
         if dry_run or not planned.removals:
             click.echo(gc.summary(planned))
             return
-        reporter.step(f"removing {len(planned.removals)} item(s)")
-        removals = prune.execute(engine, planned, options, reporter.info)
+        console.step(f"removing {len(planned.removals)} item(s)")
+        removals = prune.execute(engine, planned, options, console.info)
     click.echo(gc.summary(planned, removals))
     gc.check(removals)
 
@@ -322,11 +322,11 @@ def image() -> None:
 )
 def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
-    reporter = Reporter()
+    console = Console()
     options = replace(image_flags.options(), cuda12_redist=with_cuda12)
     with seams().engine().connect() as engine:
         inputs = image_options.image_inputs(engine, options)
-        built = preflight.ensure_image(engine, inputs, reporter)
+        built = preflight.ensure_image(engine, inputs, console)
     click.echo(built.tag)
 
 

@@ -14,7 +14,7 @@ import click
 from ..nightly import cell_specs, matrix
 from ..nightly.night import declared_matrix
 from ..provenance import keyless
-from ..run.reporter import Reporter
+from ..run.console import Console
 from .options import ImageFlags, sigstore_option, torch_index_option, track_option, with_image_flags
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
 from .seams import seams
@@ -118,7 +118,7 @@ _nightly_index = click.option(
 def _declared_matrix(config: Path, track: str | None, torch_index_url: str | None) -> matrix.Matrix:
     """The matrix the file declares, tracked and with its torch rules read from the index; what
     was looked up goes to stderr."""
-    return declared_matrix(matrix.load_matrix(config), track, torch_index_url, Reporter(sys.stderr).info)
+    return declared_matrix(matrix.load_matrix(config), track, torch_index_url, Console(sys.stderr).info)
 
 
 @click.group()
@@ -161,7 +161,7 @@ def nightly_plan(
     """The cells to build tonight: those that can be built, less those already published."""
     from ..nightly import night
 
-    reporter = Reporter(sys.stderr)
+    console = Console(sys.stderr)
     with seams().engine() as engine:  # asked only for a --base-image's Pythons
         planned = night.plan_night(
             matrix.load_matrix(config_file),
@@ -169,14 +169,14 @@ def nightly_plan(
             to=target,
             index_url=index_url,
             torch_index_url=torch_index_url,
-            reporter=reporter,
+            console=console,
             engine=engine,
             track=track,
             base_image=base_image,
         )
     for skipped in planned.skipped:
-        reporter.info(f"skipped {skipped.cell.id}: {skipped.why}")
-    reporter.info(
+        console.info(f"skipped {skipped.cell.id}: {skipped.why}")
+    console.info(
         f"{len(planned.build)} cell(s) to build, {len(planned.published)} already published, "
         f"{len(planned.skipped)} skipped"
     )
@@ -223,7 +223,7 @@ def nightly_build_cell(
             out,
             os.environ,
             torch_index_url=torch_index_url,
-            reporter=Reporter(show_log=verbose),
+            console=Console(show_log=verbose),
             engine=engine,
             run_build=seams().run_build,
             track=track,
@@ -252,7 +252,7 @@ def nightly_publish_night(
         matrix.load_matrix(config_file),
         os.environ,
         to=target,
-        say=Reporter(sys.stderr).info,
+        say=Console(sys.stderr).info,
         index_url=index_url,
         keyless=keyless.sigstore_signer() if sigstore else None,
     )

@@ -12,7 +12,7 @@ import click
 from ..errors import InvalidWheel, WheelsDiffer
 from ..pipeline import verify as verifying
 from ..provenance import signing
-from ..run.reporter import Reporter
+from ..run.console import Console
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR
 from ..wheel.diff import first_difference
 from .options import ImageFlags, with_image_flags
@@ -104,9 +104,9 @@ def verify_command(
     for note in verdict.notes:
         click.echo(f"    note: {note}")
     if rebuild:
-        reporter = Reporter()
+        console = Console()
         with seams().engine(sweep=False) as engine:
-            build = verifying.builder(reporter, engine)
+            build = verifying.builder(console, engine)
             rebuilt = verifying.rebuild(verdict, image_flags.options(), output_dir, source, build)
         click.echo(f"    rebuilt: the same sha256 ({rebuilt})")
     click.echo("verified")

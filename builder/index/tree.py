@@ -53,8 +53,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
+from ..wheel.contents import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from ..wheel.layout import check_layout
-from ..wheel.wheels import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from . import index_page
 from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
 from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIGSTORE_SUFFIX, SIMPLE, Distribution, render

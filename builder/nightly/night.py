@@ -32,10 +32,10 @@ from ..host.ca_bundle import resolve_ca_bundle
 from ..index import remote
 from ..pipeline import build, preflight
 from ..recipes import known_recipes, resolve_recipe
+from ..run.console import Console
 from ..run.image import production_base
 from ..run.image_options import ImageOptions, image_inputs
 from ..run.ports import Engine, Images
-from ..run.reporter import Reporter
 from ..spec.build_spec import parse_archs
 from ..spec.pythons import choose_pythons
 from ..spec.requires_python import requires_python_of
@@ -278,12 +278,12 @@ class _Context:
     releases: Mapping[str, tuple[str, str]]
 
 
-def _image_pythons(options: ImageOptions, images: Images, reporter: Reporter) -> tuple[str, ...]:
+def _image_pythons(options: ImageOptions, images: Images, console: Console) -> tuple[str, ...]:
     """The production image's CPythons from cibuildwheel's list; another base's from its
     build image (made or reused: the Pythons are what the image's Dockerfile finds there)."""
     if not options.base_image:
         return production_pythons()
-    image = preflight.ensure_image(images, image_inputs(images, options), reporter)
+    image = preflight.ensure_image(images, image_inputs(images, options), console)
     return tuple(images.image_pythons(image.tag))
 
 
@@ -296,13 +296,13 @@ def _feasible(
     matrix: Matrix,
     environ: Mapping[str, str],
     torch_index_url: str | None,
-    reporter: Reporter,
+    console: Console,
     images: Images,
     base_image: str | None,
 ) -> tuple[tuple[Cell, ...], tuple[Skipped, ...], _Context]:
-    say = reporter.info
+    say = console.info
     options = image_options(environ, base_image)
-    image = _image_pythons(options, images, reporter)
+    image = _image_pythons(options, images, console)
     say(f"image {options.base_image or production_base()}: {', '.join(image)}")
     tags = {}
     for torch in sorted({c.torch for c in matrix.cells}):
@@ -329,7 +329,7 @@ def plan_night(
     to: str | None,
     index_url: str | None,
     torch_index_url: str | None,
-    reporter: Reporter,
+    console: Console,
     engine: Images,
     track: str | None = None,
     base_image: str | None = None,
@@ -337,8 +337,8 @@ def plan_night(
     """The night's plan for the matrix as the file declares it (its torch rules and --track's
     additions are read from the indexes here, once there is a target)."""
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
-    matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
+    matrix = declared_matrix(matrix, track, torch_index_url, console.info)
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, console, engine, base_image)
     keys = {
         c.id: cell_specs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
     }
@@ -418,7 +418,7 @@ def build_cell(
     environ: Mapping[str, str],
     *,
     torch_index_url: str | None,
-    reporter: Reporter,
+    console: Console,
     engine: Engine,
     run_build: build.RunBuild = build.run_build,
     track: str | None = None,
@@ -427,8 +427,8 @@ def build_cell(
     """Build the cell named *cell_id* into *out* with *run_build* (the build's own, unless a test
     hands a fake through the CLI's seams) and record the outcome in ``out/cell.json`` (written on
     failure too, then the error is raised)."""
-    matrix = declared_matrix(matrix, track, torch_index_url, reporter.info)
-    good, skipped, context = _feasible(matrix, environ, torch_index_url, reporter, engine, base_image)
+    matrix = declared_matrix(matrix, track, torch_index_url, console.info)
+    good, skipped, context = _feasible(matrix, environ, torch_index_url, console, engine, base_image)
     cell = next((c for c in good if c.id == cell_id), None)
     if cell is None:
         why = next((s.why for s in skipped if s.cell.id == cell_id), None)
@@ -440,7 +440,7 @@ def build_cell(
     record: dict[str, object] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
     out.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_build(spec, context.options, reporter, engine)
+        result = run_build(spec, context.options, console, engine)
     except WheelbuildError as error:
         runs = sorted((out / "runs").glob("*")) if (out / "runs").is_dir() else []
         record |= {

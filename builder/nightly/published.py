@@ -20,7 +20,7 @@ from ..index import tree as index_files
 from ..index.project_pages import ACCEPT, IndexFile, files_on_page, linked_url, projects_on_list
 from ..secrets import redact_url, without_credentials
 from ..wheel.abi3 import stable_abi
-from ..wheel.wheels import MAX_METADATA_SIZE, requirements_in
+from ..wheel.contents import MAX_METADATA_SIZE, requirements_in
 
 __all__ = [
     "INDEX_URL_ENV",

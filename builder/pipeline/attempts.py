@@ -14,16 +14,16 @@ from ..errors import OutOfMemory
 from ..plan.dist import dist_summary
 from ..plan.planner import Plan
 from ..run.attempt import AttemptConfig
+from ..run.console import Console
 from ..run.outcome import AttemptResult, Failed, OOMKilled, Outcome, classify
 from ..run.ports import Engine
-from ..run.reporter import Reporter
 from ..units import format_bytes
 
 __all__ = ["attempts_until_built"]
 
 
 def attempts_until_built(
-    engine: Engine, plan: Plan, configure: Callable[[int, Plan], AttemptConfig], reporter: Reporter
+    engine: Engine, plan: Plan, configure: Callable[[int, Plan], AttemptConfig], console: Console
 ) -> list[tuple[Plan, AttemptResult]]:
     """Attempts until one succeeds: an OOM kill retries at half the parallelism, keeping every
     finished unit (sccache has them, so the retry resumes rather than restarts). Attempt n runs
@@ -31,7 +31,7 @@ def attempts_until_built(
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_result(lambda outcome: isinstance(outcome, OOMKilled)),
         stop=lambda state: plan.halved(state.attempt_number) is None,
-        before_sleep=lambda state: _say_retry(state, plan.halved(state.attempt_number), reporter),
+        before_sleep=lambda state: _say_retry(state, plan.halved(state.attempt_number), console),
         retry_error_callback=lambda state: state.outcome,  # stopped: the last outcome decides
     )
     done: list[tuple[Plan, Outcome]] = []
@@ -39,7 +39,7 @@ def attempts_until_built(
         number = attempt.retry_state.attempt_number
         current = plan.halved(number - 1)
         assert current is not None  # the stop ends the loop first
-        done.append((current, _attempt(engine, number, current, configure(number, current), reporter)))
+        done.append((current, _attempt(engine, number, current, configure(number, current), console)))
         attempt.retry_state.set_result(done[-1][1])
     last, outcome = done[-1]
     if isinstance(outcome, OOMKilled):
@@ -54,22 +54,22 @@ def attempts_until_built(
     return [(p, o.result) for p, o in done]
 
 
-def _attempt(engine: Engine, number: int, plan: Plan, config: AttemptConfig, reporter: Reporter) -> Outcome:
-    reporter.step(
+def _attempt(engine: Engine, number: int, plan: Plan, config: AttemptConfig, console: Console) -> Outcome:
+    console.step(
         f"attempt {number}: MAX_JOBS={plan.max_jobs}, NVCC_THREADS={plan.nvcc_threads}, "
         f"{format_bytes(plan.memory)} (log: {config.log_path})"
     )
-    with reporter.build_view(plan.memory) as view:
+    with console.build_view(plan.memory) as view:
         outcome = classify(engine.run_attempt(config, view.line, view.memory))
     if config.dist is not None:
-        reporter.info(dist_summary(outcome.result.dist_by_server, outcome.result.dist_local))
+        console.info(dist_summary(outcome.result.dist_by_server, outcome.result.dist_local))
     return outcome
 
 
-def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, reporter: Reporter) -> None:
+def _say_retry(state: tenacity.RetryCallState, smaller: Plan | None, console: Console) -> None:
     assert state.outcome is not None and smaller is not None
     killed: OOMKilled = state.outcome.result()
-    reporter.warn(
+    console.warn(
         f"attempt {state.attempt_number} was OOM-killed ({'; '.join(killed.result.oom.fired)}); "
         f"retrying at MAX_JOBS={smaller.max_jobs}, NVCC_THREADS={smaller.nvcc_threads}, "
         "keeping every unit that finished"

@@ -48,10 +48,10 @@ from ..report.build_report import (
     write_report,
 )
 from ..run.attempt import AttemptConfig, shared_cache_env, wheel_cache_bound
+from ..run.console import Console
 from ..run.image_options import ImageOptions, image_inputs
 from ..run.outcome import AttemptResult
 from ..run.ports import Engine
-from ..run.reporter import Reporter
 from ..secrets import redact_url
 from ..spec.build_spec import BuildSpec, PinMode, format_archs
 from ..spec.pythons import admitted_by
@@ -59,9 +59,9 @@ from ..spec.sources import cache_dir, source_date
 from ..units import format_bytes
 from ..wheel.abi import check_wheel_abi
 from ..wheel.abi3 import Abi3Use, abi3_uses, unserved_problem
+from ..wheel.contents import inspect_wheel
 from ..wheel.gate import GateResult, summary_of
 from ..wheel.gate import failure as gate_failure
-from ..wheel.wheels import inspect_wheel
 from . import results
 from .attempts import attempts_until_built
 from .check import first_problem, stamp_and_check
@@ -88,35 +88,35 @@ __all__ = ["BuildResult", "RunBuild", "run_build", "stamp_and_check"]
 # The pipeline
 
 
-def run_build(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
+def run_build(spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
     """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step,
     with a status line at least every 15 s however long a step stays silent."""
-    with reporter.heartbeat():
-        return _pipeline(spec, options, reporter, engine)
+    with console.heartbeat():
+        return _pipeline(spec, options, console, engine)
 
 
-def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine) -> BuildResult:
-    run, prebuilt = _start(spec, options, reporter, engine)
-    run, ready = _preflight(run, prebuilt, reporter, engine)
+def _pipeline(spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
+    run, prebuilt = _start(spec, options, console, engine)
+    run, ready = _preflight(run, prebuilt, console, engine)
     store = cache_dir() / "results"
     stored = None if run.spec.rebuild else results.lookup(store, ready.key)
     if stored:
-        return _reuse(run, ready, store, stored, reporter)
-    plan = _plan(run.spec, ready, reporter)
+        return _reuse(run, ready, store, stored, console)
+    plan = _plan(run.spec, ready, console)
     run.dir.mkdir(parents=True, exist_ok=True)
-    attempts = _run_attempts(run, ready, plan, reporter, engine)
+    attempts = _run_attempts(run, ready, plan, console, engine)
     zero = time.monotonic() - attempts[-1][1].duration_s  # when the last attempt began
     archs = compiled_archs(run.spec, ready.survey)
     if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
-        reporter.info(f"model for the next plan: {learned}")
-    checked = _check_and_gate(run, ready, attempts[-1][1].wheels, reporter, engine, zero)
-    checked = _torch_range(run, ready, checked, reporter, engine, zero)
+        console.info(f"model for the next plan: {learned}")
+    checked = _check_and_gate(run, ready, attempts[-1][1].wheels, console, engine, zero)
+    checked = _torch_range(run, ready, checked, console, engine, zero)
     uses = abi3_uses(
         [w.path.name for w in checked.wheels], ready.pythons, dict(attempts[-1][1].reused_wheels)
     )
     for use in uses:
         reused = f"; {', '.join(use.reused_under)} reused it" if use.reused_under else ""
-        reporter.info(
+        console.info(
             f"{use.wheel}: one wheel for every Python ({use.tag}), built under {use.built_under}{reused}"
         )
     report = run.dir / REPORT_NAME
@@ -128,42 +128,40 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine
     return _ready_to_publish(run, ready, attempts[-1][0], checked, store, report, uses)
 
 
-def _start(
-    spec: BuildSpec, options: ImageOptions, reporter: Reporter, engine: Engine
-) -> tuple[Run, Prebuilt]:
+def _start(spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> tuple[Run, Prebuilt]:
     """A run id, every check before a container (prebuild.py, which `plan` runs too), then the
     run's reaper started, orphans swept, and the GPU question asked."""
     run_id = new_run_id()
     torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
     archs = format_archs(spec.archs, spec.ptx)
-    reporter.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
-    prebuilt = prebuild(spec, options, reporter, engine)
+    console.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
+    prebuilt = prebuild(spec, options, console, engine)
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
     if swept := engine.sweep_orphans():
-        reporter.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
+        console.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
     gpus = engine.resolve_gpus(prebuilt.spec.gpus)
     if not gpus and spec.gpus.value == "auto":
-        reporter.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
+        console.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
     return Run(prebuilt.spec, options, run_id, spec.output_dir / "runs" / run_id, gpus), prebuilt
 
 
-def _preflight(run: Run, prebuilt: Prebuilt, reporter: Reporter, engine: Engine) -> tuple[Run, Ready]:
+def _preflight(run: Run, prebuilt: Prebuilt, console: Console, engine: Engine) -> tuple[Run, Ready]:
     """After the checks: the image's inputs, the CUDA 12 layer, the image, and the torch release
     and Pythons the image's interpreters allow (when none were named)."""
     spec, index, requires_python = run.spec, prebuilt.index, prebuilt.requires_python
     inputs = image_inputs(engine, run.options.for_variant(spec.variant))
     started = time.monotonic()
-    ensure_cuda12_layer(engine, inputs, reporter)
-    reporter.step("image")
-    image = ensure_image(engine, inputs, reporter)
+    ensure_cuda12_layer(engine, inputs, console)
+    console.step("image")
+    image = ensure_image(engine, inputs, console)
     image_s = round(time.monotonic() - started, 1)
     in_image = tuple(engine.image_pythons(image.tag))
     torch_why = prebuilt.torch_why
     if torch_why is None:
-        spec, torch_why = torch_chosen(spec, index, admitted_by(requires_python, in_image), reporter)
+        spec, torch_why = torch_chosen(spec, index, admitted_by(requires_python, in_image), console)
     choice = constraints(spec, index, requires_python).choose(in_image, spec)
     for left in choice.left_out:
-        reporter.info(f"not building for {left}")
+        console.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
     source = prebuilt.source
     ready = Ready(
@@ -173,7 +171,7 @@ def _preflight(run: Run, prebuilt: Prebuilt, reporter: Reporter, engine: Engine)
     return replace(run, spec=spec), ready
 
 
-def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Reporter) -> BuildResult:
+def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], console: Console) -> BuildResult:
     """Unchanged inputs: the stored wheels copied into this run, with the stored report as this
     run's (its attempts are the earlier run's, and it says so)."""
     run.dir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +187,7 @@ def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Re
         report, replace(earlier, run_id=run.id, inputs_key=ready.key, reused=Reused(ready.key, from_run))
     )
     report_html.write_beside(report)
-    reporter.step(
+    console.step(
         f"unchanged inputs: reusing the wheel(s) of run {from_run} (key {ready.key[:12]}; --rebuild builds anew)"
     )
     gates = earlier.gate if isinstance(earlier.gate, tuple) else ()
@@ -207,20 +205,20 @@ def _reuse(run: Run, ready: Ready, store: Path, stored: list[Path], reporter: Re
     )
 
 
-def _plan(spec: BuildSpec, ready: Ready, reporter: Reporter) -> Plan:
+def _plan(spec: BuildSpec, ready: Ready, console: Console) -> Plan:
     """The plan (prebuild.plan_of, which `plan` prints), said; a peak over the limit a warning."""
     plan = plan_of(spec, ready.compiler.version, ready.survey)
-    reporter.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
+    console.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
     for reason in (*plan.reasons, arch_note(spec, ready.survey)):
         if reason:
-            reporter.info(reason)
+            console.info(reason)
     if over := over_budget(plan):
-        reporter.warn(over)
+        console.warn(over)
     return plan
 
 
 def _run_attempts(
-    run: Run, ready: Ready, plan: Plan, reporter: Reporter, engine: Engine
+    run: Run, ready: Ready, plan: Plan, console: Console, engine: Engine
 ) -> list[tuple[Plan, AttemptResult]]:
     """The attempts (attempts.py); Ctrl-C stops cibuildwheel and removes the run's containers."""
     with _interruptible(
@@ -230,7 +228,7 @@ def _run_attempts(
         "nothing of this run is left running; rerun the same command to start again",
     ):
         return attempts_until_built(
-            engine, plan, lambda number, current: _attempt_config(run, ready, number, current), reporter
+            engine, plan, lambda number, current: _attempt_config(run, ready, number, current), console
         )
 
 
@@ -287,14 +285,14 @@ def _check_and_gate(
     run: Run,
     ready: Ready,
     built: tuple[Path, ...],
-    reporter: Reporter,
+    console: Console,
     engine: Engine,
     zero: float,
 ) -> Checked:
     """Stamp and check the wheels (archs, label, torch pin, symbol versions, an abi3 wheel's tag
     against the build's Pythons), then, if all is well and the gate is on, install and import
     each in a fresh base container: an abi3 wheel once under each Python it was built for."""
-    reporter.step("stamp and check")
+    console.step("stamp and check")
     pythons = ready.pythons
     wheels, problems = stamp_and_check(built, run.spec, ready.date.epoch)
     abi_reports = {w.path.name: check_wheel_abi(w.path) for w in wheels}
@@ -307,7 +305,7 @@ def _check_and_gate(
         remedy = f"the built wheels are in {run.dir}, not yet loaded; rerun the same command"
         with _interruptible(engine, run, " during the import gate;", remedy):
             gates = import_gate(
-                engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, reporter,
+                engine, wheels, abi_reports, run.spec, run.options, run.gpus, run.id, run.dir, console,
                 pythons,
             )  # fmt: skip
         problems += [error for error in map(gate_failure, gates) if error is not None]
@@ -321,7 +319,7 @@ def _phase(step: str, zero: float, started: float) -> PhaseRecord:
 
 
 def _torch_range(
-    run: Run, ready: Ready, checked: Checked, reporter: Reporter, engine: Engine, zero: float
+    run: Run, ready: Ready, checked: Checked, console: Console, engine: Engine, zero: float
 ) -> Checked:
     """Once the gate passed every wheel: each against the torch releases around its own
     (range_gate.py); with --pin proven, each wheel then requires the range it loaded with."""
@@ -329,9 +327,9 @@ def _torch_range(
     if checked.problems or not (spec.gate and spec.torch_range):
         return checked
     if ready.torch_index is None:
-        reporter.warn("the torch range was not tried: torch's index could not be read")
+        console.warn("the torch range was not tried: torch's index could not be read")
         return checked
-    gate = GateRun(engine, spec, run.options, run.gpus, run.id, run.dir, reporter)
+    gate = GateRun(engine, spec, run.options, run.gpus, run.id, run.dir, console)
     started = time.monotonic()
     remedy = f"the wheels in {run.dir} passed the import gate; rerun with --no-torch-range to skip the range"
     with _interruptible(engine, run, " during the torch range;", remedy):
@@ -341,7 +339,7 @@ def _torch_range(
     )
     if spec.pin is not PinMode.PROVEN:
         return checked
-    wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, reporter, ready.date.epoch)
+    wheels, problems = pinned_to_ranges(checked.wheels, ranges, spec, console, ready.date.epoch)
     return replace(checked, wheels=wheels, problems=checked.problems + problems)
 
 
@@ -437,4 +435,4 @@ def _ready_to_publish(
 
 
 # What runs a build: run_build, or what a test hands the CLI in its place (cli/seams.py).
-RunBuild = Callable[[BuildSpec, ImageOptions, Reporter, Engine], BuildResult]
+RunBuild = Callable[[BuildSpec, ImageOptions, Console, Engine], BuildResult]

@@ -30,8 +30,8 @@ from ..plan.memory_model import MemoryModel, UnitCost
 from ..recipes import IndexLookup, Recipe, RemoteSdist
 from ..recipes.base import UnitRecipe
 from ..run import image_options
+from ..run.console import Console
 from ..run.ports import CalibrationEngine, UnitCompile
-from ..run.reporter import Reporter
 from ..spec.build_spec import Resources
 from ..spec.sources import cache_dir, prepare_source, resolve_lookup
 from ..units import format_bytes
@@ -63,12 +63,12 @@ def _unpacked(sdist: Path) -> Path:
     return top
 
 
-def _resolved(recipe: Recipe, variant: TorchVariant, reporter: Reporter) -> tuple[Recipe, TorchVariant]:
+def _resolved(recipe: Recipe, variant: TorchVariant, console: Console) -> tuple[Recipe, TorchVariant]:
     """The release looked up on the index, and the torch a build of it would compile against
     (the newest it compiles with)."""
-    recipe = resolve_lookup(recipe, reporter.info)
-    index = preflight.torch_index(variant, False, reporter)
-    return recipe, preflight.resolve_torch(variant, index, None, reporter, recipe)[0]
+    recipe = resolve_lookup(recipe, console.info)
+    index = preflight.torch_index(variant, False, console)
+    return recipe, preflight.resolve_torch(variant, index, None, console, recipe)[0]
 
 
 def run_calibration(
@@ -80,7 +80,7 @@ def run_calibration(
     unit_names: Sequence[str],
     memory: int | None,
     options: image_options.ImageOptions,
-    reporter: Reporter,
+    console: Console,
     engine: CalibrationEngine,
     reference: Path | None = None,
 ) -> CalibrationResult:
@@ -94,31 +94,31 @@ def run_calibration(
         raise BadArgument(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
-    recipe, variant = _resolved(recipe, variant, reporter)
+    recipe, variant = _resolved(recipe, variant, console)
     run_id = preflight.new_run_id()
     engine.connect()
     inputs = image_options.image_inputs(engine, options.for_variant(variant))
     compiler = preflight.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
-    source = prepare_source(recipe.source, reporter.info)
+    source = prepare_source(recipe.source, console.info)
     source_dir = _unpacked(source.project_dir / source.package)
 
     most_archs = max(len(a) for a in archs_options)
     chosen = _chosen_units(recipe, unit_names, sample, most_archs)
     plan = preflight.plan_for(recipe, archs_options[0], Resources(memory=memory))
     jobs = [(u, a, t) for u in chosen for a in archs_options for t in threads_options if t <= len(a)]
-    reporter.step(
+    console.step(
         f"calibrate {recipe.name} {recipe.version} on CUDA {compiler.version}: {len(jobs)} compile(s) of "
         f"{len(chosen)} unit(s), one at a time, each in its own container of {format_bytes(plan.memory)} "
         f"(run {run_id})"
     )
-    image = preflight.ensure_image(engine, inputs, reporter)
-    volume = engine.ensure_torch_headers(image.tag, variant.requirement, variant.index_url, reporter.info)
+    image = preflight.ensure_image(engine, inputs, console)
+    volume = engine.ensure_torch_headers(image.tag, variant.requirement, variant.index_url, console.info)
     job = UnitCompile(
         run_id=run_id, image=image.tag, source_dir=source_dir, torch_volume=volume, unit="",
         flags=units_spec.nvcc_flags, include_dirs=units_spec.include_dirs, archs=(),
         threads=1, memory=plan.memory, cpus=plan.cpus, cuda_home=compiler.home,
     )  # fmt: skip
-    measured = _measure(engine, job, jobs, reporter)
+    measured = _measure(engine, job, jobs, console)
     profile, measured_path, model = _save_profile(recipe, units_spec, compiler.version, image.tag, measured)
     comparisons: tuple[str, ...] = ()
     if reference is not None and reference.is_file():
@@ -148,7 +148,7 @@ def _measure(
     engine: CalibrationEngine,
     job: UnitCompile,
     jobs: Sequence[tuple[UnitCost, tuple[int, ...], int]],
-    reporter: Reporter,
+    console: Console,
 ) -> list[Measurement]:
     """Each (unit, archs, threads) compiled alone, one after another, in *job*'s container; on
     Ctrl-C the run's containers are removed and nothing is saved."""
@@ -156,7 +156,7 @@ def _measure(
     try:
         for number, (unit, archs, threads) in enumerate(jobs, 1):
             label = f"{unit.name} archs {','.join(map(str, archs))} threads {threads}"
-            reporter.step(f"[{number}/{len(jobs)}] {label}")
+            console.step(f"[{number}/{len(jobs)}] {label}")
             started = time.monotonic()
             result = engine.compile_unit_alone(replace(job, unit=unit.name, archs=archs, threads=threads))
             if result.returncode != 0 and not result.oom:
@@ -168,7 +168,7 @@ def _measure(
             measured.append(
                 Measurement(unit=unit.name, archs=archs, threads=threads, peak=result.peak, wall_s=result.wall_s, oom=result.oom)
             )  # fmt: skip
-            reporter.info(
+            console.info(
                 f"{label}: peak {format_bytes(result.peak)}{' (OOM-killed at the limit)' if result.oom else ''}, "
                 f"{result.wall_s:.1f} s compiling ({time.monotonic() - started:.0f} s with the container)"
             )

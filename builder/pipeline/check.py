@@ -38,9 +38,9 @@ from ..report.build_report import REPORT_NAME, BuildReport, read_report
 from ..spec.build_spec import BuildSpec, PinMode
 from ..variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from ..wheel.abi import check_wheel_abi
+from ..wheel.contents import WheelInfo, inspect_wheel
 from ..wheel.stamp import stamp_wheel, torch_pin
 from ..wheel.torch_range import written_pin
-from ..wheel.wheels import WheelInfo, inspect_wheel
 
 __all__ = [
     "Expectation",

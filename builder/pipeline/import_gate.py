@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..run.console import Console
 from ..run.image import IMAGES_DIR, production_base
 from ..run.image_options import ImageOptions
 from ..run.ports import Engine, GateJob
-from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec
 from ..variants import TorchVariant
 from ..wheel.abi import AbiReport
 from ..wheel.abi3 import gate_pythons, stable_abi
+from ..wheel.contents import WheelInfo
 from ..wheel.gate import GateResult, plan_gate
 from ..wheel.gate import read_result as read_gate
-from ..wheel.wheels import WheelInfo
 
 __all__ = ["GATE_MEMORY", "GateRun", "import_gate"]
 
@@ -36,7 +36,7 @@ def import_gate(
     gpus: bool,
     run_id: str,
     run_dir: Path,
-    reporter: Reporter,
+    console: Console,
     pythons: tuple[str, ...],
 ) -> tuple[GateResult, ...]:
     """Each wheel installed with what it declares (torch from the variant's index) into a fresh
@@ -44,14 +44,14 @@ def import_gate(
     package imported; the recipe's smoke test where a GPU is. A wheel of one Python is loaded
     under that Python; an abi3 wheel under each of the build's *pythons* (cp311 ...)."""
     base = options.base_image or production_base()
-    reporter.step(f"import gate: each wheel installed and imported in a fresh {base} container")
+    console.step(f"import gate: each wheel installed and imported in a fresh {base} container")
     found = []
-    gate = GateRun(engine, spec, options, gpus, run_id, run_dir, reporter)
+    gate = GateRun(engine, spec, options, gpus, run_id, run_dir, console)
     for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons)):
-        reporter.doing(f"gating {wheel.path.name}", python)
+        console.doing(f"gating {wheel.path.name}", python)
         result = gate.run(wheel, abi_reports[wheel.path.name], python, spec.variant)
         under = f" under {python}" if stable_abi(wheel.path.name) else ""
-        reporter.info(f"{wheel.path.name}{under}: {result.summary}")
+        console.info(f"{wheel.path.name}{under}: {result.summary}")
         found.append(result)
     return tuple(found)
 
@@ -66,7 +66,7 @@ class GateRun:
     gpus: bool
     run_id: str
     run_dir: Path
-    reporter: Reporter
+    console: Console
 
     def run(
         self,
@@ -99,7 +99,7 @@ class GateRun:
             log_path=log_path or self.run_dir / "gate.log",
             images_dir=IMAGES_DIR,
         )
-        output, tail = self.engine.run_gate(job, self.reporter.log)
+        output, tail = self.engine.run_gate(job, self.console.log)
         answer = output or {
             "python": python,
             "install_error": f"the gate's container ended without an answer:\n{tail}",

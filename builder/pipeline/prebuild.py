@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from ..errors import BadArgument
 from ..plan.planner import Plan
 from ..recipes.survey import Survey
+from ..run.console import Console
 from ..run.image_options import ImageOptions
 from ..run.ports import ImageIds
-from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec
 from ..spec.pythons import PythonConstraints, admitted_by
 from ..spec.requires_python import requires_python_of
@@ -58,20 +58,20 @@ class Prebuilt:
     torch_why: str | None  # None until the image's Pythons are known (no --python named)
 
 
-def prebuild(spec: BuildSpec, options: ImageOptions, reporter: Reporter, images: ImageIds) -> Prebuilt:
+def prebuild(spec: BuildSpec, options: ImageOptions, console: Console, images: ImageIds) -> Prebuilt:
     """Every check build makes before its first container (the module doc), in its order."""
     # A release the recipe does not pin is found on the index and pinned now, before any work.
-    spec = replace(spec, recipe=resolve_lookup(spec.recipe, reporter.info))
+    spec = replace(spec, recipe=resolve_lookup(spec.recipe, console.info))
     # No download and no image build for an impossible variant or arch.
     compiler = compiler_for_options(spec.variant, spec.archs, options)
     cuda12_obtainable(options, spec.variant, images)
-    source = prepare_source(spec.recipe.source, reporter.info)
-    spec, survey, switches = surveyed(spec, source, reporter)
+    source = prepare_source(spec.recipe.source, console.info)
+    spec, survey, switches = surveyed(spec, source, console)
     requires_python = requires_python_of(source.project_dir / source.package)
-    index = torch_index(spec.variant, bool(spec.pythons), reporter)
+    index = torch_index(spec.variant, bool(spec.pythons), console)
     torch_why = None
     if spec.pythons:
-        spec, torch_why = torch_chosen(spec, index, spec.pythons, reporter)
+        spec, torch_why = torch_chosen(spec, index, spec.pythons, console)
         constraints(spec, index, requires_python).check_named(spec)
     else:
         _some_python(spec, index, requires_python)
@@ -91,11 +91,11 @@ def plan_of(spec: BuildSpec, toolkit: str, survey: Survey) -> Plan:
 
 
 def torch_chosen(
-    spec: BuildSpec, index: TorchIndex | None, pythons: tuple[str, ...] | None, reporter: Reporter
+    spec: BuildSpec, index: TorchIndex | None, pythons: tuple[str, ...] | None, console: Console
 ) -> tuple[BuildSpec, str]:
     """The spec with its torch release resolved for these Pythons (None: any CPython, as `plan`
     resolves a bare tag before the image is known; see preflight.resolve_torch)."""
-    variant, why = resolve_torch(spec.variant, index, pythons, reporter, spec.recipe)
+    variant, why = resolve_torch(spec.variant, index, pythons, console, spec.recipe)
     return replace(spec, variant=variant), why
 
 

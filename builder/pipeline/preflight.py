@@ -26,11 +26,11 @@ from ..recipes import Recipe
 from ..recipes.survey import Survey, survey_source
 from ..run import cuda_redist
 from ..run.attempt import shared_cache_env
+from ..run.console import Console
 from ..run.image import NO_CUDA12, Image, ImageInputs
 from ..run.image_options import ImageOptions, cuda12_layer
 from ..run.outcome import AttemptResult
 from ..run.ports import ImageIds, Images
-from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
 from ..spec.torch_choice import asked_release, newest_release
@@ -72,22 +72,22 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def ensure_cuda12_layer(images: Images, inputs: ImageInputs, reporter: Reporter) -> None:
+def ensure_cuda12_layer(images: Images, inputs: ImageInputs, console: Console) -> None:
     """Make the CUDA 12 layer's image when the build image needs it and lacks it: the archives
     are downloaded once per host (cached by sha256), verified and unpacked. An unreachable
     server fails here, before the sdist, the image or any container."""
     layer = inputs.cuda12_layer
     if layer is None or images.local_image_id(inputs.tag) or images.local_image_id(layer.tag):
         return
-    reporter.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
-    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), reporter.info)
-    images.ensure_cuda_layer_image(layer, tree, reporter.log)
+    console.step(f"CUDA {layer.release} compiler layer from NVIDIA's redistributable archives")
+    tree = cuda_redist.prepare_tree(layer, cuda_redist.redist_url(os.environ), cache_dir(), console.info)
+    images.ensure_cuda_layer_image(layer, tree, console.log)
 
 
-def ensure_image(images: Images, inputs: ImageInputs, reporter: Reporter) -> Image:
-    ensure_cuda12_layer(images, inputs, reporter)
-    image = images.ensure_image(inputs, reporter.log)
-    reporter.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
+def ensure_image(images: Images, inputs: ImageInputs, console: Console) -> Image:
+    ensure_cuda12_layer(images, inputs, console)
+    image = images.ensure_image(inputs, console.log)
+    console.info(f"image {image.tag} ({'reused' if image.reused else 'built'})")
     return image
 
 
@@ -273,14 +273,14 @@ def remember_build(
 
 
 def surveyed(
-    spec: BuildSpec, source: PreparedSource, reporter: Reporter
+    spec: BuildSpec, source: PreparedSource, console: Console
 ) -> tuple[BuildSpec, Survey, tuple[str, ...]]:
     """The package's build files read as text (recipes/survey.py, nothing run), the spec with the
     switches they call for in its env, and one line per switch set ("NAME=VALUE: why"), each
     also said. A variable the recipe or --env sets wins over the switch."""
     survey = survey_source(source.project_dir, source.package)
     for refused in survey.refused:
-        reporter.warn(f"reading the package's build files: {refused}")
+        console.warn(f"reading the package's build files: {refused}")
     given = spec.recipe.extra_env
     switches: dict[str, str] = {}
     lines: list[str] = []
@@ -289,15 +289,15 @@ def surveyed(
             continue
         if switch.name in given:
             if given[switch.name] != switch.value:
-                reporter.info(
+                console.info(
                     f"{switch.name}={given[switch.name]} as given, not {switch.value} ({switch.why})"
                 )
             continue
         switches[switch.name] = switch.value
         lines.append(f"{switch.name}={switch.value}: {switch.why}")
-        reporter.info(f"setting {lines[-1]}")
+        console.info(f"setting {lines[-1]}")
     if survey.missing_sources:
-        reporter.warn(
+        console.warn(
             f"the source lacks files its setup.py names: {', '.join(survey.missing_sources)} "
             "(an sdist published without its sources cannot be built; build from the project's repository)"
         )
@@ -338,7 +338,7 @@ def build_network(spec: BuildSpec, environ: Mapping[str, str]) -> str:
     return "off"
 
 
-def torch_index(variant: TorchVariant, pythons_named: bool, reporter: Reporter) -> TorchIndex | None:
+def torch_index(variant: TorchVariant, pythons_named: bool, console: Console) -> TorchIndex | None:
     """torch's page on the variant's index (kept a day). When it cannot be read: an error, unless
     the Pythons were named (the install will tell), then None with a warning."""
     try:
@@ -346,7 +346,7 @@ def torch_index(variant: TorchVariant, pythons_named: bool, reporter: Reporter) 
     except TorchIndexUnreachable as unreachable:
         if not pythons_named:
             raise
-        reporter.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
+        console.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
         return None
 
 
@@ -354,7 +354,7 @@ def resolve_torch(
     variant: TorchVariant,
     index: TorchIndex | None,
     pythons: Sequence[str] | None,
-    reporter: Reporter,
+    console: Console,
     recipe: Recipe | None = None,
 ) -> tuple[TorchVariant, str]:
     """The release the build uses, and why: for a bare tag (cu130) the index's newest built with
@@ -377,11 +377,11 @@ def resolve_torch(
             f"torch {variant.torch_version}: {known} on {DEFAULT_TORCH_AS_OF} "
             "(its own table; the index could not be read)"
         )
-        reporter.warn(why)
+        console.warn(why)
         return replace(variant, newest=False), why
     if variant.newest:
         choice = newest_release(index, variant, pythons, ceiling=ceiling)
     else:
         choice = asked_release(index, variant, python=pythons[0] if pythons else None)
-    reporter.info(choice.why)
+    console.info(choice.why)
     return replace(variant, torch_version=choice.version, newest=False), choice.why

@@ -26,18 +26,18 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..errors import TorchIndexUnreachable, WheelbuildError
-from ..run.reporter import Reporter
+from ..run.console import Console
 from ..spec.build_spec import BuildSpec
 from ..spec.pythons import has_wheel
 from ..spec.sources import cache_dir
 from ..spec.torch_releases import TorchIndex, TorchRelease
 from ..wheel.abi import AbiReport
 from ..wheel.abi3 import gate_pythons
+from ..wheel.contents import WheelInfo, inspect_wheel
 from ..wheel.gate import failure as gate_failure
 from ..wheel.stamp import stamp_wheel
 from ..wheel.torch_range import TorchRange, TorchTrial, neighbours, written_pin
 from ..wheel.torch_symbols import first_missing, needed_from_torch, torch_exports
-from ..wheel.wheels import WheelInfo, inspect_wheel
 from .check import check_wheel, expectation
 from .import_gate import GateRun
 
@@ -59,8 +59,8 @@ def torch_ranges(
     """Each wheel's torch range under each Python it was gated under. The trials of all of them
     run TRIALS_AT_ONCE at a time, each gate logging to a file of its own; what they print, and
     their logs added to gate.log, come in the order of a one-by-one run."""
-    reporter = gate.reporter
-    reporter.step("torch range: each wheel against the torch releases around its own")
+    console = gate.console
+    console.step("torch range: each wheel against the torch releases around its own")
     ranges = [
         _range_of(gate, index, wheel, abi_reports[wheel.path.name], python)
         for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons))
@@ -85,8 +85,8 @@ def torch_ranges(
         tried = tuple(next(done) for _ in trials)
         whole_range = replace(started, trials=started.trials + tried)
         for trial in tried:
-            reporter.info(f"  torch {trial.torch}: {_said(trial)}")
-        reporter.info(f"{whole_range.wheel} under {whole_range.python}: {whole_range.summary}")
+            console.info(f"  torch {trial.torch}: {_said(trial)}")
+        console.info(f"{whole_range.wheel} under {whole_range.python}: {whole_range.summary}")
         found.append(whole_range)
     return tuple(found)
 
@@ -95,7 +95,7 @@ def pinned_to_ranges(
     wheels: tuple[WheelInfo, ...],
     ranges: tuple[TorchRange, ...],
     spec: BuildSpec,
-    reporter: Reporter,
+    console: Console,
     date_epoch: int | None = None,
 ) -> tuple[tuple[WheelInfo, ...], list[WheelbuildError]]:
     """--pin proven: each wheel made to require the torch releases its range proved (written_pin),
@@ -104,7 +104,7 @@ def pinned_to_ranges(
     for wheel in wheels:
         pin = written_pin([r for r in ranges if r.wheel == wheel.path.name])
         again = inspect_wheel(stamp_wheel(wheel.path, spec.variant, pin, date_epoch))
-        reporter.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
+        console.info(f"{wheel.path.name}: requires torch{pin or ''} (--pin proven)")
         problems += check_wheel(again, replace(expectation(spec), pin=pin))
         repinned.append(again)
     return tuple(repinned), problems
@@ -125,7 +125,7 @@ class _Pending:
         """The trial, its gate's log (if one runs) written to *log*."""
         version = Version(self.release.version).public
         try:
-            missing = first_missing(self.needed, _exports(index, self.release, self.python, gate.reporter))
+            missing = first_missing(self.needed, _exports(index, self.release, self.python, gate.console))
         except (TorchIndexUnreachable, ValueError) as failed:
             return TorchTrial(version, detail=f"its symbols could not be read: {_cause(failed)}")
         if missing is not None:
@@ -134,7 +134,7 @@ class _Pending:
                 version, static=str(missing), detail="not installed: a symbol it needs is missing"
             )
         torch = replace(gate.spec.variant, torch_version=version)
-        gate.reporter.doing(f"gating {self.wheel.path.name} under torch {version}", self.python)
+        gate.console.doing(f"gating {self.wheel.path.name} under torch {version}", self.python)
         result = gate.run(self.wheel, self.abi, self.python, torch, self.others, log_path=log)
         refused = gate_failure(result)
         return TorchTrial(version, imported=result.passed, detail=refused.cause if refused else "")
@@ -145,7 +145,7 @@ def _range_of(
 ) -> tuple[TorchRange, tuple[_Pending, ...]]:
     """The wheel's range as far as it is known before any trial (its own torch), and the trials
     still to run."""
-    spec, reporter = gate.spec, gate.reporter
+    spec, console = gate.spec, gate.console
     built = spec.variant.torch_version
     releases: dict[str, TorchRelease] = {}
     for release in index.releases:  # newest first: a public version's first release is its own
@@ -161,11 +161,11 @@ def _range_of(
             lambda version: index.cuda_of(releases[version], python=python),
             spec.torch_range_older,
         )
-        needed = needed_from_torch(abi, _exports(index, releases[built], python, reporter))
+        needed = needed_from_torch(abi, _exports(index, releases[built], python, console))
     except (TorchIndexUnreachable, ValueError) as failed:
-        reporter.warn(f"the torch range of {wheel.path.name} was not tried: {_cause(failed)}")
+        console.warn(f"the torch range of {wheel.path.name} was not tried: {_cause(failed)}")
         return own, ()
-    reporter.info(
+    console.info(
         f"{wheel.path.name} under {python}: built with torch {built}; trying {', '.join(tried) or 'none'}"
     )
     others = other_requirements(wheel.requires_dist)
@@ -197,7 +197,7 @@ def other_requirements(requires_dist: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _exports(index: TorchIndex, release: TorchRelease, python: str, reporter: Reporter) -> frozenset[str]:
+def _exports(index: TorchIndex, release: TorchRelease, python: str, console: Console) -> frozenset[str]:
     """What the torch of *release* (its wheel for *python*) exports: kept, or its wheel fetched
     and read once. Raises TorchIndexUnreachable or ValueError."""
     wheel = release.wheel_for(python)
@@ -209,8 +209,8 @@ def _exports(index: TorchIndex, release: TorchRelease, python: str, reporter: Re
                 return frozenset(line.rstrip("\n") for line in lines if line.strip())
     except (OSError, EOFError, UnicodeDecodeError):
         pass  # absent or damaged: read the wheel
-    reporter.info(f"reading the symbols torch {release.version} exports ({wheel.filename}, downloaded once)")
-    reporter.doing(f"downloading {wheel.filename} to read its symbols")
+    console.info(f"reading the symbols torch {release.version} exports ({wheel.filename}, downloaded once)")
+    console.doing(f"downloading {wheel.filename} to read its symbols")
     with tempfile.TemporaryDirectory(prefix="wheelbuild-torch-") as scratch:
         path = Path(scratch) / wheel.filename
         with path.open("wb") as dest:

@@ -20,9 +20,9 @@ from ..spec.torch_releases import TorchIndex
 from ..variants import CudaCompiler
 from ..wheel.abi import AbiReport
 from ..wheel.abi3 import Abi3Use
+from ..wheel.contents import WheelInfo
 from ..wheel.gate import GateResult
 from ..wheel.torch_range import TorchRange
-from ..wheel.wheels import WheelInfo
 
 __all__ = ["BuildResult", "Checked", "Ready", "Run"]
 

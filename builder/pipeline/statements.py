@@ -59,7 +59,7 @@ from ..run.outcome import AttemptResult
 from ..secrets import Redactor, redact_url, run_secrets, without_credentials
 from ..spec.build_spec import BuildSpec
 from ..spec.sources import SourceDate
-from ..wheel.wheels import WheelInfo
+from ..wheel.contents import WheelInfo
 from .results import builder_versions, source_key
 
 __all__ = [

@@ -34,11 +34,11 @@ from ..index.tree import hash_file
 from ..provenance.signing import VerifyingKey, signed_by
 from ..provenance.statement import HIDDEN, Material, Statement, material_differences
 from ..recipes import resolve_recipe
+from ..run.console import Console
 from ..run.cuda_redist import load_layer, pins_path
 from ..run.image import IMAGES_DIR, ImageInputs
 from ..run.image_options import ImageOptions
 from ..run.ports import Engine
-from ..run.reporter import Reporter
 from ..spec.build_spec import BuildSpec, PinMode, Resources, parse_python
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
@@ -236,11 +236,11 @@ def _archs(value: object) -> tuple[int, ...]:
 Builder = Callable[[BuildSpec, ImageOptions], Sequence[Path]]
 
 
-def builder(reporter: Reporter, engine: Engine) -> Builder:
+def builder(console: Console, engine: Engine) -> Builder:
     """`wheelbuild build` itself (build.run_build), on this engine, saying its steps."""
 
     def build(spec: BuildSpec, options: ImageOptions) -> list[Path]:
-        return [wheel.path for wheel in run_build(spec, options, reporter, engine).wheels]
+        return [wheel.path for wheel in run_build(spec, options, console, engine).wheels]
 
     return build
 

@@ -28,9 +28,9 @@ from ..bounded import FileRefused, read_bounded
 from ..errors import ReportUnreadable
 from ..records import OMIT, REQUIRED, Json, Record, RecordError, read_record
 from ..wheel.abi3 import Abi3Use
+from ..wheel.contents import WheelInfo
 from ..wheel.gate import GateResult
 from ..wheel.torch_range import TorchRange
-from ..wheel.wheels import WheelInfo
 from .attempt_records import AttemptRecord, PlanRecord
 
 __all__ = [

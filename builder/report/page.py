@@ -6,7 +6,7 @@ For every attempt: its chart (chart.py: memory over time against its limit, its 
 the predicted peak over the compiles, OOM kills and units finished), its peak and the phase it
 was taken in, the model's prediction against the compile's peak, and its phases' times; then
 the units (when each finished, what the model predicted) and the attempts as tables; the wheels
-with their gate verdicts, torch pins and torch ranges (wheels.py); the build's contract.
+with their gate verdicts, torch pins and torch ranges (wheel_evidence.py); the build's contract.
 
 :func:`render` is pure: a report (the JSON object build.py writes) in, the page out. A report is
 read as untrusted (package names, evidence lines and paths come from the build): every value is
@@ -35,7 +35,7 @@ from .values import (
     size_text,
     text_of,
 )
-from .wheels import (
+from .wheel_evidence import (
     LOGS,
     WHEEL_COLUMNS,
     Evidence,

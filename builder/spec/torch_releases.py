@@ -37,7 +37,7 @@ from ..errors import BadArgument, TorchIndexUnreachable
 from ..index import reader
 from ..index.project_pages import ACCEPT, IndexFile, file_url, files_on_page
 from ..secrets import Redactor, redact_url, url_secrets
-from ..wheel.wheels import requirements_in
+from ..wheel.contents import requirements_in
 from .remote_wheel import download_wheel, remote_metadata
 from .sources import cache_dir
 

@@ -44,6 +44,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..errors import AbiMismatch, StableAbiBroken
 from .abi3 import stable_abi
+from .contents import MAX_COMPRESSION_RATIO, MAX_MEMBER_SIZE, UnsafeMember, read_member
 from .elf_abi import (
     FAMILIES,
     ElfAbi,
@@ -53,7 +54,6 @@ from .elf_abi import (
     family_of,
     symbol_versions,
 )
-from .wheels import MAX_COMPRESSION_RATIO, MAX_MEMBER_SIZE, UnsafeMember, read_member
 
 __all__ = [
     "FAMILIES",

@@ -14,9 +14,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .contents import read_member
 from .elf_sections import CORRUPT_ELF, SectionRefused, open_elf, section_bytes
 from .gate import MAX_MEMBERS
-from .wheels import read_member
 
 __all__ = ["Difference", "first_difference"]
 

@@ -3,7 +3,7 @@
 pyelftools trusts the headers: ``Section.data()`` of an SHT_NOBITS section returns ``sh_size``
 zero bytes (a 16 KiB file can ask for a TiB), and an SHF_COMPRESSED section inflates to whatever
 its compression header declares. Every reader of a wheel's ELF files (the fatbin's archs in
-wheels.py, the dynamic-linking view in elf_abi.py) reads its sections here instead, so what is
+contents.py, the dynamic-linking view in elf_abi.py) reads its sections here instead, so what is
 read is bounded by the file's real size, and what is inflated by the caps a wheel's zip members
 are held to.
 """

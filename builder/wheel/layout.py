@@ -11,7 +11,7 @@ uv would refuse (or install somewhere it must not) is refused here instead.
 - Its RECORD lists every member but itself (and its signatures) once, each with a sha256 (or
   stronger) hash and a size that the member's bytes match.
 
-A wheel is untrusted input: every member is read through the caps of :mod:`wheelbuild.wheel.wheels`
+A wheel is untrusted input: every member is read through the caps of :mod:`wheelbuild.wheel.contents`
 (size, and for the archive as a whole the compression ratio), a chunk at a time, so hashing a
 large wheel holds none of it in memory. Pure but for reading the open archive.
 """
@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .wheels import (
+from .contents import (
     MAX_COMPRESSION_RATIO,
     MAX_METADATA_SIZE,
     MAX_RECORD_SIZE,

@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..variants import TorchVariant
-from .wheels import MAX_RECORD_SIZE, metadata_of, read_member
+from .contents import MAX_RECORD_SIZE, metadata_of, read_member
 
 __all__ = ["stamp_wheel", "stamped_metadata", "torch_pin"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.run.buildlog import BuildLog
 from wheelbuild.wheel.abi3 import stable_abi
-from wheelbuild.wheel.wheels import archs_in_wheel
+from wheelbuild.wheel.contents import archs_in_wheel
 
 from tests.integration.conftest import TORCH_INDEX, newest_cu130, wheelbuild
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 import pytest
 from wheelbuild.run.ownership import process_namespace
-from wheelbuild.wheel.wheels import archs_in_wheel
+from wheelbuild.wheel.contents import archs_in_wheel
 
 from tests.integration.conftest import (
     REPO,

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import docker
 import pytest
-
-from builder.wheel.wheels import archs_in_elf
+from wheelbuild.wheel.contents import archs_in_elf
 
 pytestmark = pytest.mark.docker
 

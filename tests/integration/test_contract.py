@@ -24,7 +24,7 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from wheelbuild.errors import NotBuiltHere
-from wheelbuild.wheel.wheels import archs_in_elf
+from wheelbuild.wheel.contents import archs_in_elf
 
 from tests.integration.conftest import REPO, TORCH_INDEX, Completed, wheelbuild
 

@@ -27,7 +27,7 @@ from elftools.elf.elffile import ELFFile
 from wheelbuild.host.ca_bundle import DEFAULT_CA_BUNDLE
 from wheelbuild.run import dist_fleet
 from wheelbuild.run.engine import DockerEngine
-from wheelbuild.wheel.wheels import inspect_wheel
+from wheelbuild.wheel.contents import inspect_wheel
 
 from .conftest import REPO, WHEELBUILD, wheelbuild
 

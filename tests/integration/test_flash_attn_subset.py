@@ -32,9 +32,9 @@ from wheelbuild.pipeline import build as build_pipeline
 from wheelbuild.plan.memory_model import MemoryModel, flash_attn_model
 from wheelbuild.recipes.base import LocalSdist
 from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
+from wheelbuild.run.console import Console
 from wheelbuild.run.engine import DockerEngine
 from wheelbuild.run.image_options import ImageOptions
-from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec.build_spec import BuildSpec, Resources
 from wheelbuild.spec.sources import prepare_source
 from wheelbuild.units import parse_memory
@@ -137,7 +137,7 @@ def build_subset(
     )
     started = time.monotonic()
     with DockerEngine(sweep=False) as engine:
-        result = build_pipeline.run_build(spec, options, Reporter(show_log=False), engine)
+        result = build_pipeline.run_build(spec, options, Console(show_log=False), engine)
     wall = time.monotonic() - started
     log = (result.run_dir / "build.log").read_text(errors="replace")
     report = json.loads(result.report.read_text())

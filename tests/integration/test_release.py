@@ -40,7 +40,7 @@ UV_CACHE = Path.home() / ".cache" / "wheelbuild-tests" / "uv"
 
 def _relabel_sass(so: bytes, old: int, new: int) -> bytes:
     """The .so with its sm_<old> cubin entry claiming sm_<new>: a wheel built without sm_<old>,
-    as far as the fatbin's entry headers say (layout: builder/wheel/wheels.py)."""
+    as far as the fatbin's entry headers say (layout: builder/wheel/contents.py)."""
     section = ELFFile(io.BytesIO(so)).get_section_by_name(".nv_fatbin")
     assert section is not None
     data, start = bytearray(so), section["sh_offset"]

@@ -22,7 +22,7 @@ from wheelbuild.run.outcome import AttemptResult
 from wheelbuild.run.ports import Engine
 from wheelbuild.spec.build_spec import BuildSpec
 
-from tests.flowkit import TORCH_FILE, TORCH_SHA256, GatedEngine, fake_engine, quiet_reporter
+from tests.flowkit import TORCH_FILE, TORCH_SHA256, GatedEngine, fake_engine, quiet_console
 from tests.indexkit import make_wheel
 from tests.provenancekit import cuda_extension
 from tests.reportkit import two_python_log
@@ -46,7 +46,7 @@ def test_a_build_writes_its_report_once_with_every_attempt(
     spec = BuildSpec(**{**spec.__dict__, "gate": False})
     fake = fake_engine("oom", "ok", wheel=cuda_wbdemo)
 
-    result = build.run_build(spec, options, quiet_reporter()[0], fake)
+    result = build.run_build(spec, options, quiet_console()[0], fake)
 
     assert len(fake.configs) == 2 and fake.reapers == [result.run_id]
     assert written == [result.report]  # once
@@ -79,7 +79,7 @@ def test_the_report_times_each_step_and_the_import_gate_on_the_last_attempts_clo
     fake = GatedEngine(timed)
     _: Engine = fake
 
-    result = build.run_build(spec, options, quiet_reporter()[0], fake)
+    result = build.run_build(spec, options, quiet_console()[0], fake)
 
     report = json.loads(result.report.read_text())
     assert report["gate"][0]["passed"] is True
@@ -102,8 +102,8 @@ def test_what_a_build_prints_holds_no_raw_tuple_or_list(
 ) -> None:
     spec, options, _ = flow
     spec = BuildSpec(**{**spec.__dict__, "gate": False})
-    reporter, out = quiet_reporter()
-    build.run_build(spec, options, reporter, fake_engine("ok", wheel=cuda_wbdemo))
+    console, out = quiet_console()
+    build.run_build(spec, options, console, fake_engine("ok", wheel=cuda_wbdemo))
     printed = out.getvalue()
     assert ", archs 100,120 (run " in printed.splitlines()[0]
     # Python's repr of a tuple or list of numbers or strings: (100, 120), [100, 120], ('cp311',)
@@ -120,7 +120,7 @@ def test_a_build_writes_beside_each_wheel_the_statement_of_what_went_in(
     spec, options, _written = flow
     spec = replace(spec, gate=False)
 
-    result = build.run_build(spec, options, quiet_reporter()[0], fake_engine("ok", wheel=cuda_wbdemo))
+    result = build.run_build(spec, options, quiet_console()[0], fake_engine("ok", wheel=cuda_wbdemo))
 
     (wheel,) = result.wheels
     found = json.loads(wheel.path.with_name(wheel.path.name + ".intoto.json").read_text())

@@ -21,7 +21,13 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from wheelbuild.errors import InvalidWheel
 from wheelbuild.pipeline.check import inspect_or_refuse
-from wheelbuild.wheel.wheels import MAX_MEMBER_SIZE, CudaArchs, FatbinFormatError, archs_in_elf, inspect_wheel
+from wheelbuild.wheel.contents import (
+    MAX_MEMBER_SIZE,
+    CudaArchs,
+    FatbinFormatError,
+    archs_in_elf,
+    inspect_wheel,
+)
 
 from tests import toolchain
 from tests.indexkit import make_wheel
@@ -36,7 +42,7 @@ INSPECT_PEAK = 8 * 1024**2
 
 def _fatbin(arch: int) -> bytes:
     """A .nv_fatbin holding one container with one SASS (ELF) entry for sm_<arch>: 16 + 64 + 8
-    bytes, the layout wheels.py documents."""
+    bytes, the layout wheel/contents.py documents."""
     entry = bytearray(64)
     struct.pack_into("<HHIQ", entry, 0, 2, 0x0101, 64, 8)  # kind ELF, version, header, payload
     struct.pack_into("<I", entry, 28, arch)

@@ -1,4 +1,4 @@
-"""wheelbuild.wheel.wheels.inspect_wheel, wheelbuild.wheel.stamp and wheelbuild.pipeline.check on wheels holding real CUDA
+"""wheelbuild.wheel.contents.inspect_wheel, wheelbuild.wheel.stamp and wheelbuild.pipeline.check on wheels holding real CUDA
 shared objects, compiled here by nvcc (no GPU needed to compile)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from wheelbuild.errors import ArchMissing, InvalidWheel, TorchNotPinned, VersionLabelWrong
 from wheelbuild.pipeline.check import Expectation, check_wheel, first_problem
 from wheelbuild.variants import parse_variant
+from wheelbuild.wheel.contents import inspect_wheel
 from wheelbuild.wheel.stamp import stamp_wheel, stamped_metadata
-from wheelbuild.wheel.wheels import inspect_wheel
 
 from tests import toolchain
 from tests.indexkit import lock_held, make_wheel

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wheelbuild.run.buildlog import LINKED_MARK, NOT_LINKED_MARK, NVCC_REWRITE_MARK, BuildLog
 from wheelbuild.run.image import IMAGES_DIR
-from wheelbuild.wheel.wheels import archs_in_elf
+from wheelbuild.wheel.contents import archs_in_elf
 
 from tests import toolchain
 from tests.unit.test_toolchain import CAUSAL_CONV1D_FLAGS, _nvcc_env, _run, _wheel

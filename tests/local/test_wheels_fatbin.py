@@ -1,4 +1,4 @@
-"""wheelbuild.wheel.wheels against real nvcc output, checked against cuobjdump (tests/toolchain.py finds both)."""
+"""wheelbuild.wheel.contents against real nvcc output, checked against cuobjdump (tests/toolchain.py finds both)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from wheelbuild.wheel.wheels import (
+from wheelbuild.wheel.contents import (
     CudaArchs,
     FatbinFormatError,
     archs_in_elf,

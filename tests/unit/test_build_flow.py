@@ -29,7 +29,7 @@ from wheelbuild.run.ports import UnitCompile
 from wheelbuild.spec import sources
 from wheelbuild.spec.build_spec import BuildSpec, PinMode
 
-from tests.flowkit import COMPILE_ERROR, OOM, fake_engine, quiet_reporter
+from tests.flowkit import COMPILE_ERROR, OOM, fake_engine, quiet_console
 from tests.indexkit import make_wheel
 
 
@@ -53,8 +53,8 @@ def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(
     make_config: Callable[..., AttemptConfig],
 ) -> None:
     fake = fake_engine("oom", "ok")
-    reporter, out = quiet_reporter()
-    attempts = attempts_until_built(fake, _plan(4, 2), _configure(make_config), reporter)
+    console, out = quiet_console()
+    attempts = attempts_until_built(fake, _plan(4, 2), _configure(make_config), console)
     assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["4", "2"]
     assert [c.attempt for c in fake.configs] == [1, 2]
     assert [plan.max_jobs for plan, _ in attempts] == [4, 2]
@@ -67,7 +67,7 @@ def test_an_oom_kill_retries_at_half_the_jobs_and_then_succeeds(
 
 def test_at_one_job_the_nvcc_threads_are_halved_next(make_config: Callable[..., AttemptConfig]) -> None:
     fake = fake_engine("oom", "ok")
-    attempts_until_built(fake, _plan(1, 2), _configure(make_config), quiet_reporter()[0])
+    attempts_until_built(fake, _plan(1, 2), _configure(make_config), quiet_console()[0])
     assert [(c.build_env["MAX_JOBS"], c.build_env["NVCC_THREADS"]) for c in fake.configs] == [
         ("1", "2"),
         ("1", "1"),
@@ -79,7 +79,7 @@ def test_an_oom_kill_of_the_smallest_plan_is_final_with_exit_43(
 ) -> None:
     fake = fake_engine("oom", "oom", "oom", "ok")
     with pytest.raises(OutOfMemory) as caught:
-        attempts_until_built(fake, _plan(2, 1), _configure(make_config), quiet_reporter()[0])
+        attempts_until_built(fake, _plan(2, 1), _configure(make_config), quiet_console()[0])
     assert caught.value.exit_code == 43
     assert [c.build_env["MAX_JOBS"] for c in fake.configs] == ["2", "1"]  # nothing smaller to try
     assert caught.value.cause == (
@@ -112,9 +112,9 @@ def test_what_a_build_says_of_an_oom_kill_names_its_evidence(
     """The messages a user sees: the retry line names the evidence; once the smallest plan is
     killed too, the error (exit 43) says so, its details the last attempt's log."""
     killed = make_result(f"[3/5] nvcc -c /project/csrc/scale.cu\n{CICC_KILLED}", oom=evidence)
-    reporter, out = quiet_reporter()
+    console, out = quiet_console()
     with pytest.raises(OutOfMemory) as caught:
-        attempts_until_built(fake_engine(killed, killed), _plan(2, 1), _configure(make_config), reporter)
+        attempts_until_built(fake_engine(killed, killed), _plan(2, 1), _configure(make_config), console)
     assert (
         f"attempt 1 was OOM-killed ({named}); retrying at MAX_JOBS=1, NVCC_THREADS=1, "
         "keeping every unit that finished"
@@ -130,7 +130,7 @@ def test_what_a_build_says_of_an_oom_kill_names_its_evidence(
 def test_a_compile_error_is_final_and_not_retried(make_config: Callable[..., AttemptConfig]) -> None:
     fake = fake_engine("error", "ok")
     with pytest.raises(CompileFailed, match="identifier"):
-        attempts_until_built(fake, _plan(4, 2), _configure(make_config), quiet_reporter()[0])
+        attempts_until_built(fake, _plan(4, 2), _configure(make_config), quiet_console()[0])
     assert len(fake.configs) == 1
 
 
@@ -160,7 +160,7 @@ def test_unchanged_inputs_reuse_the_stored_result_and_start_no_attempt(
     report.write_text(json.dumps({"run_id": "earlier-run", "gate": [{"wheel": wheel.name, "passed": True}]}))
     results.save(sources.cache_dir() / "results", key, (wheel,), report)
 
-    result = build.run_build(spec, options, quiet_reporter()[0], fake)
+    result = build.run_build(spec, options, quiet_console()[0], fake)
 
     assert fake.configs == []
     assert result.plan is None
@@ -295,7 +295,7 @@ def test_reused_wheels_come_with_the_statement_of_the_build_that_made_them(
     report.write_text(json.dumps({"run_id": "earlier-run"}))
     results.save(sources.cache_dir() / "results", key, (wheel,), report)
 
-    result = build.run_build(spec, options, quiet_reporter()[0], fake)
+    result = build.run_build(spec, options, quiet_console()[0], fake)
 
     assert fake.configs == []
     copied = result.run_dir / (wheel.name + ".intoto.json")

@@ -43,8 +43,8 @@ from wheelbuild.pipeline.check import (
 )
 from wheelbuild.units import parse_memory
 from wheelbuild.variants import parse_variant
+from wheelbuild.wheel.contents import UnsafeMember, inspect_wheel
 from wheelbuild.wheel.stamp import stamp_wheel
-from wheelbuild.wheel.wheels import UnsafeMember, inspect_wheel
 
 from tests.indexkit import make_wheel, set_compression_method
 

@@ -19,7 +19,7 @@ from wheelbuild.pipeline.statements import for_publish, write_statements
 from wheelbuild.provenance.keyless import envelope_statement, keyless_bundles
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.secrets import Redactor
-from wheelbuild.wheel.wheels import inspect_wheel
+from wheelbuild.wheel.contents import inspect_wheel
 
 from tests.indexkit import make_wheel
 from tests.provenancekit import facts

@@ -47,8 +47,8 @@ from wheelbuild.nightly.night import (
     source_of,
 )
 from wheelbuild.pipeline import check
+from wheelbuild.run.console import Console
 from wheelbuild.run.image_options import ImageOptions
-from wheelbuild.run.reporter import Reporter
 from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
 
@@ -128,7 +128,7 @@ def test_build_cell_builds_on_the_production_base_with_the_gate_and_records_the_
     monkeypatch.setattr(nightly, "read_torch_index", lambda url, **_: TorchIndex(url, served))
     seen: list[tuple[Any, ImageOptions]] = []
 
-    def fake_run_build(spec: Any, options: ImageOptions, reporter: Any, engine: Any) -> Any:
+    def fake_run_build(spec: Any, options: ImageOptions, console: Any, engine: Any) -> Any:
         seen.append((spec, options))
         raise BuildFailed("cibuildwheel failed", "look at build.log")
 
@@ -178,7 +178,7 @@ def test_build_cell_refuses_a_cell_the_plan_skips(monkeypatch: pytest.MonkeyPatc
             Path("/nonexistent"),
             {},
             torch_index_url=None,
-            reporter=Reporter(io.StringIO(), show_log=False),
+            console=Console(io.StringIO(), show_log=False),
             engine=None,  # type: ignore[arg-type]  # the production base: Docker is never asked
         )
 

@@ -2,7 +2,7 @@
 (plain lines, a terminal's live view, with or without cibuildwheel's log), naming the Python,
 the step and the compiles running; cibuildwheel's log only when asked; one sha256 per wheel.
 
-The reporter runs on a fake clock that the test moves one heartbeat tick at a time, calling what
+The console runs on a fake clock that the test moves one heartbeat tick at a time, calling what
 the heartbeat's thread calls each tick: the cadence is proven without waiting on wall time. The
 thread itself is proven by waiting on the line it prints."""
 
@@ -24,7 +24,7 @@ from wheelbuild.errors import DockerUnavailable
 from wheelbuild.host.unit_memory import ProcessInfo, UnitTracker
 from wheelbuild.plan.memory_model import GIB, MIB
 from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
-from wheelbuild.run.reporter import STATUS_EVERY_S, TICK_S, BuildView, Reporter
+from wheelbuild.run.console import STATUS_EVERY_S, TICK_S, BuildView, Console
 
 from tests.clikit import NO_DOCKER
 
@@ -59,7 +59,7 @@ class FakeClock:
 
 
 class Terminal(io.StringIO):
-    """A stream that says it is a terminal: the reporter then shows rich's live view."""
+    """A stream that says it is a terminal: the console then shows rich's live view."""
 
     def isatty(self) -> bool:
         return True
@@ -92,10 +92,10 @@ def _into_the_compile(view: BuildView, clock: FakeClock) -> BuildLog:
     return log
 
 
-def _silent_compile(reporter: Reporter, view: BuildView, clock: FakeClock) -> Iterator[float]:
+def _silent_compile(console: Console, view: BuildView, clock: FakeClock) -> Iterator[float]:
     """SILENT_S seconds without a log line, one heartbeat tick at a time: the watcher's memory
     sample (two compiles running, older each second) and the heartbeat's look. Yields each tick's
-    time in seconds since the reporter started."""
+    time in seconds since the console started."""
     started = clock.now
     for _ in range(int(SILENT_S / TICK_S)):
         clock.now += TICK_S
@@ -105,17 +105,17 @@ def _silent_compile(reporter: Reporter, view: BuildView, clock: FakeClock) -> It
                 GIB, 2867 * MIB, 20 * GIB + 512 * MIB, (("flash_fwd", running + 3), ("flash_bwd", running))
             )
         )
-        reporter.status()  # what the heartbeat's thread does each tick
+        console.status()  # what the heartbeat's thread does each tick
         yield clock.now - 5000.0
 
 
 @pytest.mark.parametrize("show_log", [False, True], ids=["default", "verbose"])
 def test_a_compile_silent_for_18_minutes_gets_a_status_line_in_every_15_s_window(show_log: bool) -> None:
     clock, out = FakeClock(), io.StringIO()
-    reporter = Reporter(out, show_log=show_log, clock=clock)
-    with reporter.build_view(20 * GIB) as view:
+    console = Console(out, show_log=show_log, clock=clock)
+    with console.build_view(20 * GIB) as view:
         _into_the_compile(view, clock)
-        ticks = list(_silent_compile(reporter, view, clock))
+        ticks = list(_silent_compile(console, view, clock))
     during = [(t, rest) for t, rest in _status_lines(out.getvalue()) if t > ticks[0]]
     times = [t for t, _ in during]
     # One in every window of the silence, never more than 15 s apart, and never stuck: each line
@@ -140,11 +140,11 @@ def test_a_compile_silent_for_18_minutes_gets_a_status_line_in_every_15_s_window
 
 def test_a_terminals_live_view_keeps_its_status_line_current_through_a_silent_compile(no_ci: None) -> None:
     clock, out = FakeClock(), Terminal()
-    reporter = Reporter(out, show_log=False, clock=clock)
-    assert not reporter.plain
-    with reporter.build_view(20 * GIB) as view:
+    console = Console(out, show_log=False, clock=clock)
+    assert not console.plain
+    with console.build_view(20 * GIB) as view:
         _into_the_compile(view, clock)
-        for elapsed in _silent_compile(reporter, view, clock):
+        for elapsed in _silent_compile(console, view, clock):
             if elapsed % STATUS_EVERY_S == 0:  # at every 15 s of the silence, the top line is now's
                 top = view.progress.tasks[0].description
                 assert top.startswith("cp311 compiling ("), top
@@ -162,15 +162,15 @@ def test_a_silent_install_outside_the_attempt_names_its_python_and_what_the_scri
 ) -> None:
     clock = FakeClock()
     out = Terminal() if terminal else io.StringIO()
-    reporter = Reporter(out, show_log=False, clock=clock)
-    reporter.step("import gate: each wheel installed and imported in a fresh container")
-    reporter.doing("gating wbdemo-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl", "cp311")
-    reporter.log(
+    console = Console(out, show_log=False, clock=clock)
+    console.step("import gate: each wheel installed and imported in a fresh container")
+    console.doing("gating wbdemo-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl", "cp311")
+    console.log(
         "wheelbuild: wheel cache: installing 29 files (3.02 GB) into the machine's installed tree, once"
     )
     for _ in range(int(180 / TICK_S)):
         clock.now += TICK_S
-        reporter.status()
+        console.status()
     lines = _status_lines(out.getvalue())
     # Due one tick early (at 14 s), so a heartbeat that looks once a tick is never late.
     assert [t for t, _ in lines] == list(range(14, 180, 14))
@@ -192,10 +192,10 @@ def test_the_heartbeat_prints_a_status_line_by_itself_while_nothing_else_happens
             return written
 
     out = Watched()
-    reporter = Reporter(out, show_log=False, clock=clock)
-    reporter.doing("installing torch and the build requirements", "cp311")
+    console = Console(out, show_log=False, clock=clock)
+    console.doing("installing torch and the build requirements", "cp311")
     clock.now += STATUS_EVERY_S  # a step silent for 15 s: no line, no caller, only the heartbeat
-    with reporter.heartbeat():
+    with console.heartbeat():
         assert printed.wait(timeout=60), "the heartbeat printed no status line"
     assert "--- 0:15 cp311 installing torch and the build requirements (0:15 so far)" in out.getvalue()
 
@@ -206,8 +206,8 @@ def test_cibuildwheels_sha256_of_the_unstamped_wheel_never_reaches_the_terminal(
         "1.0 MB in a minute (unstamped; wheelbuild stamps it next and prints the wheel's sha256 at the end)"
     )
     out = io.StringIO()
-    reporter = Reporter(out, show_log=True)
-    with reporter.build_view(4 * GIB) as view:
+    console = Console(out, show_log=True)
+    with console.build_view(4 * GIB) as view:
         log = BuildLog()
         log.feed(SUMMARY)
         view.line(SUMMARY, log)
@@ -250,9 +250,9 @@ def test_cibuildwheels_log_is_shown_only_with_verbose(
     seen: list[bool] = []
 
     def pipeline(*given: object) -> NoReturn:
-        reporter = given[2]
-        assert isinstance(reporter, Reporter)
-        seen.append(reporter.show_log)
+        console = given[2]
+        assert isinstance(console, Console)
+        seen.append(console.show_log)
         raise DockerUnavailable("stopped here", "the pipeline's own tests run it")  # no Docker here
 
     monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)

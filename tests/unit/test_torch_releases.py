@@ -18,7 +18,7 @@ from wheelbuild.errors import BadArgument, BadVariant, TorchIndexUnreachable
 from wheelbuild.index.project_pages import IndexFile, file_url, files_on_page
 from wheelbuild.pipeline import preflight
 from wheelbuild.recipes import resolve_recipe
-from wheelbuild.run.reporter import Reporter
+from wheelbuild.run.console import Console
 from wheelbuild.secrets import redact_url
 from wheelbuild.spec import torch_releases
 from wheelbuild.spec.torch_choice import asked_release, newest_release
@@ -347,7 +347,7 @@ def test_a_recipes_torch_ceiling_passes_newer_releases_over_and_refuses_one_aske
             parse_variant("2.14.1+cu130"),
             index,
             ("cp311",),
-            Reporter(io.StringIO()),
+            Console(io.StringIO()),
             resolve_recipe("flash-attn"),
         )
     assert caught.value.exit_code == 11
@@ -356,7 +356,7 @@ def test_a_recipes_torch_ceiling_passes_newer_releases_over_and_refuses_one_aske
     offline = dataclasses.replace(parse_variant("cu130"), torch_version="2.14.1")  # as the table may say
     said = io.StringIO()
     variant, why = preflight.resolve_torch(
-        offline, None, ("cp311",), Reporter(said), resolve_recipe("flash-attn")
+        offline, None, ("cp311",), Console(said), resolve_recipe("flash-attn")
     )
     assert variant.torch_version == ceiling.last_good == "2.13.0" and not variant.newest
     assert why.startswith(

@@ -6,15 +6,15 @@ from __future__ import annotations
 import click
 
 from ..pipeline.stages import BuildResult
-from ..run.reporter import Reporter
+from ..run.console import Console
 from ..units import format_bytes
-from ..wheel.wheels import WheelInfo
+from ..wheel.contents import WheelInfo
 
 __all__ = ["echo_built", "echo_modules"]
 
 
-def echo_built(result: BuildResult, reporter: Reporter) -> None:
-    reporter.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
+def echo_built(result: BuildResult, console: Console) -> None:
+    console.step(f"built {len(result.wheels)} wheel(s) in {result.run_dir}")
     for wheel in result.wheels:
         _echo_wheel(result, wheel)
     click.echo(f"report: {result.report}")

@@ -1,4 +1,4 @@
-"""One small reporter for progress and logs.
+"""One small console for progress and logs.
 
 A build prints its steps and summaries, and while it runs a status line at least every
 STATUS_EVERY_S seconds, whatever prints or not: which Python, which step and for how long, what
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console as RichConsole
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -68,7 +68,7 @@ class Status:
     """What runs now, as the status line says it."""
 
     doing: str  # "image", "compiling", "gating wbdemo-...whl"
-    since: float  # when it began, on the reporter's clock
+    since: float  # when it began, on the console's clock
     python: str | None = None  # cp311: cibuildwheel builds one Python after another
     detail: str = ""  # what an in-container script last said it started
     units: tuple[int, int] | None = None  # ninja's finished and total units of this Python
@@ -92,7 +92,7 @@ class Status:
         return "; ".join(parts)
 
 
-class Reporter:
+class Console:
     """Steps, notes, warnings, logs and the status line of one command, on one stream.
     `clock` (monotonic seconds) is the status line's and the elapsed time's: tests pass their own."""
 
@@ -105,7 +105,7 @@ class Reporter:
     ) -> None:
         stream = stream or sys.stdout
         plain = not stream.isatty() or bool(os.environ.get("CI")) or bool(os.environ.get("NO_COLOR"))
-        self.console = Console(file=stream, no_color=plain, highlight=False, soft_wrap=True)
+        self.rich = RichConsole(file=stream, no_color=plain, highlight=False, soft_wrap=True)
         self.plain = plain
         self.show_log = show_log
         self._clock = clock
@@ -122,13 +122,13 @@ class Reporter:
     def step(self, text: str) -> None:
         with self._lock:
             self._status = Status(text.split(":", 1)[0][:80], self._clock())
-            self.console.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
+            self.rich.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
 
     def info(self, text: str) -> None:
-        self.console.print(f"    {escape(text)}")
+        self.rich.print(f"    {escape(text)}")
 
     def warn(self, text: str) -> None:
-        self.console.print(f"[yellow]warning:[/] {escape(text)}")
+        self.rich.print(f"[yellow]warning:[/] {escape(text)}")
 
     def log(self, line: str) -> None:
         """A line of a long tool's output (image build, cibuildwheel, the gate): shown with
@@ -137,7 +137,7 @@ class Reporter:
             with self._lock:
                 self._status = replace(self._status, detail=started[:_DETAIL_CHARS])
         if self.show_log:
-            self.console.print(f"[dim]{escape(line)}[/]", markup=True)
+            self.rich.print(f"[dim]{escape(line)}[/]", markup=True)
 
     def doing(self, what: str, python: str | None = None) -> None:
         """What runs now, for the status line (nothing is printed): `gating x.whl` under cp311."""
@@ -156,7 +156,7 @@ class Reporter:
             if not force and now - self._last_status < STATUS_EVERY_S - TICK_S:
                 return
             self._last_status = now
-            self.console.print(
+            self.rich.print(
                 f"[bold]---[/] [dim]{clock_text(now - self._started)}[/] {escape(self._status.text(now))}"
             )
 
@@ -214,8 +214,8 @@ class BuildView:
     """Live view of one attempt: ninja's [n/N] per Python and in total, the container's memory
     (used and peak against its limit), elapsed time and ETA; and the status it feeds."""
 
-    def __init__(self, reporter: Reporter, limit: int) -> None:
-        self.reporter = reporter
+    def __init__(self, console: Console, limit: int) -> None:
+        self.console = console
         self.limit = limit
         self.memory_text = "memory: waiting for the container"
         self.progress = Progress(
@@ -225,7 +225,7 @@ class BuildView:
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             TextColumn("{task.fields[memory]}"),
-            console=reporter.console,
+            console=console.rich,
             transient=False,
         )
         self._tasks: dict[str, TaskID] = {}
@@ -233,15 +233,15 @@ class BuildView:
         self._setup = self.progress.add_task("starting", total=None, memory="")
 
     def line(self, line: str, progress: BuildLog) -> None:
-        self.reporter.log(shown_line(line))
-        self.reporter.follow_build(
+        self.console.log(shown_line(line))
+        self.console.follow_build(
             python_of(progress.identifier),
             step_doing(progress.step),
             (progress.done, progress.total) if progress.total else None,
         )
-        if self.reporter.plain:
+        if self.console.plain:
             return
-        self.reporter.status()
+        self.console.status()
         if progress.identifier and progress.total:
             task = self._tasks.get(progress.identifier)
             if task is None:
@@ -252,8 +252,8 @@ class BuildView:
     def memory(self, sample: MemorySample) -> None:
         limit = format_bytes(sample.limit or self.limit)
         self.memory_text = f"memory {format_bytes(sample.used)} (peak {format_bytes(sample.peak)}) of {limit}"
-        self.reporter.follow_memory(self.memory_text, sample.compiling)
-        if not self.reporter.plain:
+        self.console.follow_memory(self.memory_text, sample.compiling)
+        if not self.console.plain:
             for task in self._tasks.values():
                 self.progress.update(task, memory=self.memory_text)
 
