@@ -3,7 +3,7 @@ report or a label. This module is the second wall: whatever wheelbuild writes (b
 terminal, the gate's log) passes through a Redactor that knows every secret value of the run,
 and hides any URL's credentials and query values it has not been told about.
 
-Pure: values in, text out. engine.py mounts the files; this module says what goes in them.
+Pure: values in, text out. engine/ mounts the files; this module says what goes in them.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from wheelbuild.run.attempt import AttemptConfig
-from wheelbuild.run.outcome import AttemptResult, OomEvidence
+from wheelbuild.attempt.config import AttemptConfig
+from wheelbuild.attempt.outcome import AttemptResult, OomEvidence
 from wheelbuild.variants import parse_variant
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheelbuild.attempt.buildlog import BuildLog, MemorySample
+from wheelbuild.attempt.config import AttemptConfig
+from wheelbuild.attempt.outcome import AttemptResult, OomEvidence
+from wheelbuild.engine.ports import Engine, GateJob
 from wheelbuild.host.gpu import GpuMode
+from wheelbuild.image.cuda_redist import CudaLayer
+from wheelbuild.image.inputs import Image, ImageInputs
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.index.project_pages import IndexFile
 from wheelbuild.pipeline import preflight
 from wheelbuild.plan.memory_model import GIB
+from wheelbuild.progress.console import Console
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report import page as report_html
-from wheelbuild.run.attempt import AttemptConfig
-from wheelbuild.run.buildlog import BuildLog, MemorySample
-from wheelbuild.run.console import Console
-from wheelbuild.run.cuda_redist import CudaLayer
-from wheelbuild.run.image import Image, ImageInputs
-from wheelbuild.run.image_options import ImageOptions
-from wheelbuild.run.outcome import AttemptResult, OomEvidence
-from wheelbuild.run.ports import Engine, GateJob
 from wheelbuild.spec.build_spec import BuildSpec, Resources
 from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import parse_variant

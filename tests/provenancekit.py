@@ -9,13 +9,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from wheelbuild.attempt.outcome import AttemptResult
+from wheelbuild.image.inputs import ImageInputs
 from wheelbuild.pipeline.statements import build_facts, write_statements
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
 from wheelbuild.provenance.statement import BuildFacts
 from wheelbuild.recipes import Recipe, resolve_recipe
-from wheelbuild.run.image import ImageInputs
-from wheelbuild.run.outcome import AttemptResult
 from wheelbuild.secrets import Redactor
 from wheelbuild.spec.build_spec import BuildSpec
 from wheelbuild.spec.sources import SourceDate

@@ -15,11 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from wheelbuild.attempt.buildlog import COMPILE_STEP, BuildLog, MemorySeries
+from wheelbuild.attempt.outcome import AttemptResult, OomEvidence
 from wheelbuild.plan.memory_model import GIB, MIB, wbdemo_model
 from wheelbuild.plan.planner import Plan, plan_build
 from wheelbuild.report.attempt_records import GATE_PHASE, TORCH_RANGE_PHASE, PhaseRecord, attempt_record
-from wheelbuild.run.buildlog import COMPILE_STEP, BuildLog, MemorySeries
-from wheelbuild.run.outcome import AttemptResult, OomEvidence
 
 REAL_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-oom-retry.json"
 RANGE_REPORT = Path(__file__).parent / "fixtures" / "reports" / "wbdemo-torch-range.json"

@@ -1,7 +1,7 @@
 """The sccache-dist fleet's commands, one group as image and nightly are: dist scheduler, dist
 server, dist stop (their old names dist-scheduler, dist-server, dist-stop still run them).
 Each parses, checks what it can before Docker (token file, sizes, names, URL), calls
-run/dist_fleet.py, and prints what it started and how to reach it."""
+engine/dist_fleet.py, and prints what it started and how to reach it."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import TypeVar
 
 import click
 
+from ..engine import dist_fleet
+from ..engine.docker_engine import DockerEngine
 from ..errors import BadArgument
 from ..plan.dist import scheduler_address
-from ..run import dist_fleet
-from ..run.console import Console
-from ..run.engine import DockerEngine
+from ..progress.console import Console
 from ..spec.build_spec import check_cpus
 from ..units import format_bytes, parse_memory
 from .params import GIVEN_PATH, GIVEN_TEXT

@@ -17,9 +17,9 @@ from ..index import yank as yanking
 from ..pipeline import check
 from ..pipeline.statements import for_publish
 from ..pipeline.statements import subjects_check as statements_check
+from ..progress.console import Console
 from ..provenance import keyless, signing
 from ..provenance.keyless import keyless_bundles
-from ..run.console import Console
 from ..spec.build_spec import parse_archs
 from ..spec.sources import cache_dir
 from ..variants import parse_variant

@@ -13,19 +13,20 @@ from typing import Unpack
 
 import click
 
+from ..attempt.config import DEFAULT_WHEEL_CACHE_BOUND, SHARED_CACHE_ENV, wheel_cache_bound
+from ..doctor import checks as doctor
 from ..errors import BadArgument, DoctorFound, PlanOverBudget, WheelbuildError
-from ..gc import prune
+from ..gc import decisions, prune
+from ..image import options as image_options
+from ..image.inputs import image_table
+from ..image.names import PREFIX, checked_prefix
 from ..pipeline import calibrate as calibrating
 from ..pipeline import check, preflight
 from ..pipeline.prebuild import plan_of, prebuild, torch_chosen
 from ..plan.planner import format_plan, over_budget
+from ..progress.console import Console
 from ..recipes import resolve_recipe
 from ..report import page as report_html
-from ..run import doctor, gc, image_options
-from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND, SHARED_CACHE_ENV, wheel_cache_bound
-from ..run.console import Console
-from ..run.image import image_table
-from ..run.names import PREFIX, checked_prefix
 from ..spec import config
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR, parse_archs
 from ..spec.sources import cache_dir
@@ -255,7 +256,7 @@ def calibrate(
 @click.option(
     "--keep-runs",
     type=click.IntRange(min=0),
-    default=gc.DEFAULT_KEEP_RUNS,
+    default=decisions.DEFAULT_KEEP_RUNS,
     show_default=True,
     help="Keep the newest N runs (and stored results); a run whose wheels were published is always kept.",
 )
@@ -288,7 +289,7 @@ def gc_command(
         store=cache_dir() / "results",
         keep_runs=keep_runs,
         caches=caches,
-        scope=gc.Scope(),
+        scope=decisions.Scope(),
         image_options=image_flags.options(),
         wheel_cache_bound=wheel_cache_bound(os.environ) or DEFAULT_WHEEL_CACHE_BOUND,
     )
@@ -298,12 +299,12 @@ def gc_command(
         for decision in planned.decisions:
             click.echo(decision.line(dry_run))
         if dry_run or not planned.removals:
-            click.echo(gc.summary(planned))
+            click.echo(decisions.summary(planned))
             return
         console.step(f"removing {len(planned.removals)} item(s)")
         removals = prune.execute(engine, planned, options, console.info)
-    click.echo(gc.summary(planned, removals))
-    gc.check(removals)
+    click.echo(decisions.summary(planned, removals))
+    decisions.check(removals)
 
 
 @main.group()

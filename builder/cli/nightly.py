@@ -13,8 +13,8 @@ import click
 
 from ..nightly import cell_specs, matrix
 from ..nightly.night import declared_matrix
+from ..progress.console import Console
 from ..provenance import keyless
-from ..run.console import Console
 from .options import ImageFlags, sigstore_option, torch_index_option, track_option, with_image_flags
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
 from .seams import seams

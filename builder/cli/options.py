@@ -15,8 +15,8 @@ import click
 
 from ..errors import WheelbuildError
 from ..host.ca_bundle import resolve_ca_bundle
+from ..image import options as image_options
 from ..recipes import chosen_package, default_package, known_recipes
-from ..run import image_options
 from ..spec import config, option_table
 from ..spec.option_table import LIST_KINDS
 from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption, joined_list

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import click
 
+from ..engine.docker_engine import DockerEngine
 from ..pipeline.build import RunBuild, run_build
-from ..run.engine import DockerEngine
 
 __all__ = ["EngineFactory", "Seams", "seams"]
 

@@ -11,8 +11,8 @@ import click
 
 from ..errors import InvalidWheel, WheelsDiffer
 from ..pipeline import verify as verifying
+from ..progress.console import Console
 from ..provenance import signing
-from ..run.console import Console
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR
 from ..wheel.diff import first_difference
 from .options import ImageFlags, with_image_flags

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..pipeline.stages import BuildResult
-from ..run.console import Console
+from ..progress.console import Console
 from ..units import format_bytes
 from ..wheel.contents import WheelInfo
 

@@ -1,6 +1,6 @@
 """Orchestration of `wheelbuild gc` (beside build and calibrate): read what the output dir, the
-result store and Docker hold, let gc.py decide, then remove what it said, or only say it for a
-dry run. Folders are read and removed here; Docker is read and changed through engine.py.
+result store and Docker hold, let decisions.py decide, then remove what it said, or only say it for a
+dry run. Folders are read and removed here; Docker is read and changed through the engine (ports.py).
 
 A dry run changes nothing: no folder is renamed, no Docker object touched, and (unlike other
 commands) not even orphaned containers are swept.
@@ -18,16 +18,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..attempt.config import DEFAULT_WHEEL_CACHE_BOUND
 from ..bounded import FileRefused, read_bounded
 from ..errors import ReportUnreadable
+from ..image.inputs import image_script, production_base
+from ..image.names import DIST_DOCKERFILE, TORCH_WHEELS_VOLUME, dist_image_tag
+from ..image.options import ImageOptions, cuda12_layer, image_inputs
+from ..image.ports import ImageIds
 from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
-from ..run import gc, wheel_cache_use
-from ..run.attempt import DEFAULT_WHEEL_CACHE_BOUND
-from ..run.image import image_script, production_base
-from ..run.image_options import ImageOptions, cuda12_layer, image_inputs
-from ..run.names import DIST_DOCKERFILE, TORCH_WHEELS_VOLUME, dist_image_tag
-from ..run.ports import GcEngine, ImageIds
+from . import decisions, wheel_cache_use
+from .ports import GcEngine
 
 __all__ = ["GcOptions", "collect", "execute", "published_in", "record_published", "scan_results", "scan_runs"]
 
@@ -38,7 +39,7 @@ class GcOptions:
     store: Path  # the result store
     keep_runs: int
     caches: bool
-    scope: gc.Scope
+    scope: decisions.Scope
     image_options: ImageOptions
     wheel_cache_bound: int = DEFAULT_WHEEL_CACHE_BOUND  # WHEELBUILD_WHEEL_CACHE_BOUND
 
@@ -59,7 +60,7 @@ def record_published(wheels: Iterable[Path], target: str, sha256: Mapping[str, s
     for folder, mine in by_folder.items():
         if not (folder / REPORT_NAME).is_file():
             continue
-        mark = folder / gc.PUBLISHED_MARK
+        mark = folder / decisions.PUBLISHED_MARK
         entries = _mark_entries(mark)
         if entries is None:
             continue  # damaged or oversized: left as it is, and gc keeps such a run anyway
@@ -88,10 +89,10 @@ def _mark_entries(mark: Path) -> list[object] | None:
 
 
 def _read_mark(folder: Path) -> list[dict[str, object]]:
-    entries = _mark_entries(folder / gc.PUBLISHED_MARK)
+    entries = _mark_entries(folder / decisions.PUBLISHED_MARK)
     if entries is None:
         # Unreadable or damaged: someone meant to say it was published. Keep the run.
-        return [{"target": f"(unreadable {gc.PUBLISHED_MARK})"}]
+        return [{"target": f"(unreadable {decisions.PUBLISHED_MARK})"}]
     return [e for e in entries if isinstance(e, dict)]
 
 
@@ -158,19 +159,19 @@ def _ignore(_note: str) -> None:
     pass
 
 
-def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[gc.Run, ...]:
+def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[decisions.Run, ...]:
     """Every folder of runs/ named like a run id (anything else there is not ours: left alone)."""
     if not runs_dir.is_dir():
         return ()
     found = []
     for folder in sorted(runs_dir.iterdir()):
-        if not gc.RUN_ID.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
+        if not decisions.RUN_ID.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
             continue
         report = _report(folder)
         size, newest = _usage(folder)
         marks = _read_mark(folder)
         found.append(
-            gc.Run(
+            decisions.Run(
                 id=folder.name,
                 path=folder,
                 size=size,
@@ -186,29 +187,29 @@ def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[gc.Run, ...]:
     return tuple(found)
 
 
-def scan_results(store: Path, on_skip: Skipped = _ignore) -> tuple[gc.StoredResult, ...]:
+def scan_results(store: Path, on_skip: Skipped = _ignore) -> tuple[decisions.StoredResult, ...]:
     """Entries of the result store (a staging or retired entry, dot-named, is a save in progress)."""
     if not store.is_dir():
         return ()
     found = []
     for entry in sorted(store.iterdir()):
-        if not gc.RESULT_KEY.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
+        if not decisions.RESULT_KEY.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
             continue
         size, newest = _usage(entry)
         report = entry / REPORT_NAME
         saved = report.stat().st_mtime if report.is_file() else newest
         hashes = _wheel_hashes(entry, _report(entry), on_skip)
-        found.append(gc.StoredResult(entry.name, entry, size, hashes, saved))
+        found.append(decisions.StoredResult(entry.name, entry, size, hashes, saved))
     return tuple(found)
 
 
-def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> gc.Published:
+def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> decisions.Published:
     """The wheels of the published trees directly under the output dir (wheelhouse/cu130/ ...):
     their sha256 and the inputs keys publish wrote beside them."""
     sha256: dict[str, str] = {}
     inputs: set[str] = set()
     if not output_dir.is_dir():
-        return gc.Published()
+        return decisions.Published()
     for tree in sorted(output_dir.iterdir()):
         files = tree / index_tree.FILES
         if tree.name == "runs" or not files.is_dir():
@@ -228,14 +229,14 @@ def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> gc.Published:
                 on_skip(f"skipped {wheel}{index_tree.INPUTS_SUFFIX}: not a list of inputs keys")
             except OSError:
                 pass
-    return gc.Published(sha256, frozenset(inputs))
+    return decisions.Published(sha256, frozenset(inputs))
 
 
 # ---------------------------------------------------------------------------------------------
 # Planning and doing
 
 
-def current_images(images: ImageIds, options: ImageOptions, scope: gc.Scope) -> frozenset[str]:
+def current_images(images: ImageIds, options: ImageOptions, scope: decisions.Scope) -> frozenset[str]:
     """The tags a build with these options would use now: the plain image, and for cu12x the
     image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead); and
     the sccache-dist fleet's image FROM the plain one, when that is here (its tag hashes the
@@ -254,7 +255,7 @@ def current_images(images: ImageIds, options: ImageOptions, scope: gc.Scope) -> 
 
 def collect(
     engine: GcEngine, options: GcOptions, on_step: Callable[[str], None], on_skip: Skipped = _ignore
-) -> gc.GcPlan:
+) -> decisions.GcPlan:
     on_step(f"reading {options.output_dir / 'runs'} and the result store {options.store}")
     runs = scan_runs(options.output_dir / "runs", on_skip)
     results = scan_results(options.store, on_skip)
@@ -276,7 +277,7 @@ def collect(
             on_skip(f"the wheel cache's report was not read: {bad}")
         if answer is None:
             on_skip(f"the wheel cache {volume} was not read: the base image {base} is not here to read it")
-    return gc.plan(
+    return decisions.plan(
         runs=runs,
         results=results,
         docker=state,
@@ -291,29 +292,31 @@ def collect(
     )
 
 
-def _remove_folder(decision: gc.Decision, parent: Path) -> gc.Removal:
+def _remove_folder(decision: decisions.Decision, parent: Path) -> decisions.Removal:
     """Renamed aside first (a reader sees the whole folder or none of it), then deleted."""
     path = decision.path
     assert path is not None and path.parent == parent
-    if decision.kind is gc.Kind.RUN and _read_mark(path):
-        return gc.Removal(decision, gc.Status.KEPT, "published since gc looked")
+    if decision.kind is decisions.Kind.RUN and _read_mark(path):
+        return decisions.Removal(decision, decisions.Status.KEPT, "published since gc looked")
     aside = parent / f".gc-{path.name}-{secrets.token_hex(3)}"
     try:
         os.rename(path, aside)
     except FileNotFoundError:
-        return gc.Removal(decision, gc.Status.GONE)
+        return decisions.Removal(decision, decisions.Status.GONE)
     except OSError as error:
-        return gc.Removal(decision, gc.Status.FAILED, error.strerror or str(error))
+        return decisions.Removal(decision, decisions.Status.FAILED, error.strerror or str(error))
     try:
         shutil.rmtree(aside)
     except OSError as error:
-        return gc.Removal(decision, gc.Status.FAILED, f"{error.strerror or error} (left in {aside})")
-    return gc.Removal(decision, gc.Status.REMOVED)
+        return decisions.Removal(
+            decision, decisions.Status.FAILED, f"{error.strerror or error} (left in {aside})"
+        )
+    return decisions.Removal(decision, decisions.Status.REMOVED)
 
 
 def _prune_wheel_cache(
-    engine: GcEngine, trees: list[gc.Decision], options: GcOptions
-) -> tuple[gc.Removal, ...]:
+    engine: GcEngine, trees: list[decisions.Decision], options: GcOptions
+) -> tuple[decisions.Removal, ...]:
     """The wheel cache pruned by its rule, once, in a container: each planned tree removed, or
     kept when the rule no longer drops it (used since gc looked)."""
     volume = options.scope.retag(TORCH_WHEELS_VOLUME)
@@ -321,40 +324,41 @@ def _prune_wheel_cache(
     answer = engine.gc_wheel_cache(volume, base, options.wheel_cache_bound, prune=True)
     if answer is None:
         return tuple(
-            gc.Removal(d, gc.Status.FAILED, f"the prune in a {base} container gave no answer") for d in trees
+            decisions.Removal(d, decisions.Status.FAILED, f"the prune in a {base} container gave no answer")
+            for d in trees
         )
     if answer.get("busy"):
         why = "a build was filling the cache for two minutes; its own run prunes it"
-        return tuple(gc.Removal(d, gc.Status.KEPT, why) for d in trees)
+        return tuple(decisions.Removal(d, decisions.Status.KEPT, why) for d in trees)
     gone = answer.get("gone")
     removed = {f"{volume}/{name}" for name in (gone.get("trees", []) if isinstance(gone, dict) else [])}
     done = []
     for decision in trees:
         if decision.name in removed or decision.name.endswith(wheel_cache_use.UNNEEDED):
-            done.append(gc.Removal(decision, gc.Status.REMOVED))
+            done.append(decisions.Removal(decision, decisions.Status.REMOVED))
         else:
-            done.append(gc.Removal(decision, gc.Status.KEPT, "used since gc looked"))
+            done.append(decisions.Removal(decision, decisions.Status.KEPT, "used since gc looked"))
     return tuple(done)
 
 
 def execute(
-    engine: GcEngine, planned: gc.GcPlan, options: GcOptions, on_line: Callable[[str], None]
-) -> tuple[gc.Removal, ...]:
+    engine: GcEngine, planned: decisions.GcPlan, options: GcOptions, on_line: Callable[[str], None]
+) -> tuple[decisions.Removal, ...]:
     """Remove what the plan says, one at a time; in use at the last moment means kept."""
     done = []
-    trees = [d for d in planned.removals if d.kind is gc.Kind.TREE]
+    trees = [d for d in planned.removals if d.kind is decisions.Kind.TREE]
     if trees:
         for removal in _prune_wheel_cache(engine, trees, options):
             on_line(removal.line())
             done.append(removal)
     for decision in planned.removals:
-        if decision.kind is gc.Kind.TREE:
+        if decision.kind is decisions.Kind.TREE:
             continue
-        if decision.kind is gc.Kind.RUN:
+        if decision.kind is decisions.Kind.RUN:
             removal = _remove_folder(decision, options.output_dir / "runs")
-        elif decision.kind is gc.Kind.RESULT:
+        elif decision.kind is decisions.Kind.RESULT:
             removal = _remove_folder(decision, options.store)
-        elif decision.kind is gc.Kind.IMAGE:
+        elif decision.kind is decisions.Kind.IMAGE:
             removal = engine.gc_remove_image(decision, options.scope)
         else:
             removal = engine.gc_remove_volume(decision, options.scope)

@@ -1,5 +1,5 @@
 """Each compile unit's own memory and time, measured in a real build. No Docker, no subprocess: process snapshots
-in, per-unit figures out; the engine's watcher takes the snapshots (run/watcher.py).
+in, per-unit figures out; the engine's watcher takes the snapshots (engine/watcher.py).
 
 Once a second the watcher lists the container's processes (pid, parent, resident memory,
 command line). A process belongs to the unit its command line names (unit_of), else to the unit

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..image.options import ImageOptions, image_inputs
+from ..image.ports import ImageIds
 from ..index import publish
 from ..pipeline.results import inputs_key
 from ..recipes import resolve_recipe
-from ..run.image_options import ImageOptions, image_inputs
-from ..run.ports import ImageIds
 from ..spec.build_spec import BuildSpec, PinMode, parse_archs, parse_ptx
 from ..spec.sources import resolve_lookup
 from ..variants import parse_variant

@@ -27,15 +27,16 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
+from ..engine.ports import Engine
 from ..errors import BadArgument, WheelbuildError
 from ..host.ca_bundle import resolve_ca_bundle
+from ..image.inputs import production_base
+from ..image.options import ImageOptions, image_inputs
+from ..image.ports import Images
 from ..index import remote
 from ..pipeline import build, preflight
+from ..progress.console import Console
 from ..recipes import known_recipes, resolve_recipe
-from ..run.console import Console
-from ..run.image import production_base
-from ..run.image_options import ImageOptions, image_inputs
-from ..run.ports import Engine, Images
 from ..spec.build_spec import parse_archs
 from ..spec.pythons import choose_pythons
 from ..spec.requires_python import requires_python_of

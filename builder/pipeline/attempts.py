@@ -1,7 +1,7 @@
 """A build's attempts, as the pipeline runs them (tenacity): each one cibuildwheel run in one
 container; an OOM kill retries at half the parallelism, keeping every unit that finished, until
 one succeeds or the smallest plan is killed too. What an attempt's result means is
-run/outcome.py's; the container is the engine's.
+attempt/outcome.py's; the container is the engine's.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import tenacity
 
+from ..attempt.config import AttemptConfig
+from ..attempt.outcome import AttemptResult, Failed, OOMKilled, Outcome, classify
+from ..engine.ports import Engine
 from ..errors import OutOfMemory
 from ..plan.dist import dist_summary
 from ..plan.planner import Plan
-from ..run.attempt import AttemptConfig
-from ..run.console import Console
-from ..run.outcome import AttemptResult, Failed, OOMKilled, Outcome, classify
-from ..run.ports import Engine
+from ..progress.console import Console
 from ..units import format_bytes
 
 __all__ = ["attempts_until_built"]

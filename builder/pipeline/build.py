@@ -16,9 +16,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from ..attempt.config import AttemptConfig, network_while_building, shared_cache_env, wheel_cache_bound
+from ..attempt.outcome import AttemptResult
+from ..engine.ports import Engine
 from ..errors import Interrupted
+from ..image.options import ImageOptions, image_inputs
 from ..plan.admission import admission_file
+from ..plan.learned import learned_path, remember
 from ..plan.planner import Plan, ninja_order_file, over_budget
+from ..progress.console import Console
 from ..provenance.statement import STATEMENT_SUFFIX
 from ..recipes import source_location, source_pin
 from ..report import page as report_html
@@ -47,11 +53,6 @@ from ..report.build_report import (
     read_report,
     write_report,
 )
-from ..run.attempt import AttemptConfig, shared_cache_env, wheel_cache_bound
-from ..run.console import Console
-from ..run.image_options import ImageOptions, image_inputs
-from ..run.outcome import AttemptResult
-from ..run.ports import Engine
 from ..secrets import redact_url
 from ..spec.build_spec import BuildSpec, PinMode, format_archs
 from ..spec.pythons import admitted_by
@@ -69,12 +70,10 @@ from .import_gate import GateRun, import_gate
 from .prebuild import Prebuilt, constraints, plan_of, prebuild, torch_chosen
 from .preflight import (
     arch_note,
-    build_network,
     compiled_archs,
     ensure_cuda12_layer,
     ensure_image,
     new_run_id,
-    remember_build,
 )
 from .range_gate import pinned_to_ranges, torch_ranges
 from .results import inputs_key
@@ -106,8 +105,7 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, console: Console, engine: 
     run.dir.mkdir(parents=True, exist_ok=True)
     attempts = _run_attempts(run, ready, plan, console, engine)
     zero = time.monotonic() - attempts[-1][1].duration_s  # when the last attempt began
-    archs = compiled_archs(run.spec, ready.survey)
-    if learned := remember_build(run.spec.recipe, ready.compiler.version, archs, attempts[-1], run.id):
+    if learned := _remember(run, ready, attempts[-1]):
         console.info(f"model for the next plan: {learned}")
     checked = _check_and_gate(run, ready, attempts[-1][1].wheels, console, engine, zero)
     checked = _torch_range(run, ready, checked, console, engine, zero)
@@ -166,7 +164,8 @@ def _preflight(run: Run, prebuilt: Prebuilt, console: Console, engine: Engine) -
     source = prebuilt.source
     ready = Ready(
         inputs, prebuilt.compiler, source, image, choice.pythons, key, prebuilt.survey, prebuilt.switches,
-        torch_why, index, source_date(source), image_s,
+        torch_why, index, source_date(source),
+        network_while_building(spec.build_network, spec.dist, os.environ), image_s,
     )  # fmt: skip
     return replace(run, spec=spec), ready
 
@@ -275,10 +274,22 @@ def _attempt_config(run: Run, ready: Ready, number: int, plan: Plan) -> AttemptC
         nvcc_ptx=spec.ptx,
         nvcc_threads=plan.nvcc_threads,
         build_requires=ready.survey.build_requires,
-        offline_build=build_network(spec, os.environ) == "off",
+        offline_build=ready.network == "off",
         wheel_cache_bound=wheel_cache_bound(os.environ),
         recache=not spec.compiler_cache,
     )
+
+
+def _remember(run: Run, ready: Ready, attempt: tuple[Plan, AttemptResult]) -> str | None:
+    """The last attempt's measurements kept for the next plan of this release and toolkit."""
+    plan, result = attempt
+    measured = result.measurement(plan, run.id, compiled_archs(run.spec, ready.survey))
+    if measured is None:
+        return None
+    recipe, toolkit = run.spec.recipe, ready.compiler.version
+    families = recipe.units.families if recipe.units else None
+    where = learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env)
+    return remember(plan, measured, families, toolkit, where)
 
 
 def _check_and_gate(
@@ -387,7 +398,7 @@ def _report(
             switches=ready.switches,
             nvcc_rewrites=attempts[-1][1].nvcc_rewrites,
             link_checks=attempts[-1][1].link_checks,
-            network=build_network(spec, os.environ),
+            network=ready.network,
         ),
     )
 

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..engine.ports import CalibrationEngine, UnitCompile
 from ..errors import BadArgument, CompileFailed, Interrupted
+from ..image import options as image_options
 from ..plan.calibration import (
     Measurement,
     calibrated_model,
@@ -27,11 +29,9 @@ from ..plan.calibration import (
     sample_units,
 )
 from ..plan.memory_model import MemoryModel, UnitCost
+from ..progress.console import Console
 from ..recipes import IndexLookup, Recipe, RemoteSdist
 from ..recipes.base import UnitRecipe
-from ..run import image_options
-from ..run.console import Console
-from ..run.ports import CalibrationEngine, UnitCompile
 from ..spec.build_spec import Resources
 from ..spec.sources import cache_dir, prepare_source, resolve_lookup
 from ..units import format_bytes

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..run.console import Console
-from ..run.image import IMAGES_DIR, production_base
-from ..run.image_options import ImageOptions
-from ..run.ports import Engine, GateJob
+from ..engine.ports import Engine, GateJob
+from ..image.inputs import IMAGES_DIR, production_base
+from ..image.options import ImageOptions
+from ..progress.console import Console
 from ..spec.build_spec import BuildSpec
 from ..variants import TorchVariant
 from ..wheel.abi import AbiReport

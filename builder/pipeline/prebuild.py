@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import BadArgument
+from ..image.options import ImageOptions
+from ..image.ports import ImageIds
 from ..plan.planner import Plan
+from ..progress.console import Console
 from ..recipes.survey import Survey
-from ..run.console import Console
-from ..run.image_options import ImageOptions
-from ..run.ports import ImageIds
 from ..spec.build_spec import BuildSpec
 from ..spec.pythons import PythonConstraints, admitted_by
 from ..spec.requires_python import requires_python_of

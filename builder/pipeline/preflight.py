@@ -9,28 +9,26 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import CompilerUnavailable, CudaRedistUnreachable, DockerUnavailable, TorchIndexUnreachable
 from ..host import cgroup
+from ..image import cuda_redist
+from ..image.inputs import NO_CUDA12, Image, ImageInputs
+from ..image.options import ImageOptions, cuda12_layer
+from ..image.ports import ImageIds, Images
 from ..plan.admission import with_admission
 from ..plan.calibration import load_calibrated
 from ..plan.dist import DistTarget
 from ..plan.dist_plan import with_distribution
-from ..plan.learned import BuildMeasurement, learn, learned_path, load_learned, save_learned
+from ..plan.learned import learned_path, load_learned
 from ..plan.memory_model import MemoryModel
 from ..plan.planner import Plan, container_limit, explain_container_limit, plan_build
+from ..progress.console import Console
 from ..recipes import Recipe
 from ..recipes.survey import Survey, survey_source
-from ..run import cuda_redist
-from ..run.attempt import shared_cache_env
-from ..run.console import Console
-from ..run.image import NO_CUDA12, Image, ImageInputs
-from ..run.image_options import ImageOptions, cuda12_layer
-from ..run.outcome import AttemptResult
-from ..run.ports import ImageIds, Images
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
 from ..spec.torch_choice import asked_release, newest_release
@@ -50,7 +48,6 @@ from ..variants import (
 
 __all__ = [
     "arch_note",
-    "build_network",
     "compiled_archs",
     "compiler_for_options",
     "compiler_in_image",
@@ -61,7 +58,6 @@ __all__ = [
     "model_for",
     "new_run_id",
     "plan_for",
-    "remember_build",
     "resolve_torch",
     "surveyed",
     "torch_index",
@@ -237,41 +233,6 @@ def _unit_names(model: MemoryModel) -> set[str]:
     return {u.name.rsplit("/", 1)[-1] for u in model.units}
 
 
-def remember_build(
-    recipe: Recipe, toolkit: str, archs: tuple[int, ...], attempt: tuple[Plan, AttemptResult], run_id: str
-) -> str | None:
-    """Learn from a finished attempt (plan/learned.py) and keep the model for the next plan of
-    this release and toolkit; the line to show, or None when there was nothing to learn."""
-    plan, result = attempt
-    if result.returncode != 0 or not result.peak_memory_compile or not result.unit_memory:
-        return None
-    families = recipe.units.families if recipe.units else None
-    measured = BuildMeasurement(
-        run_id=run_id,
-        units=result.unit_memory,
-        overhead=result.overhead_at_peak,
-        measured_peak=result.peak_memory_compile,
-        predicted_peak=plan.predicted_peak,
-        max_jobs=plan.max_jobs,
-        nvcc_threads=plan.nvcc_threads,
-        archs=archs,
-    )
-    # An admitted build's peak is predicted behind the wrapper; the learned model's the same way.
-    admitted = plan.admission_budget is not None
-
-    def predict(model: MemoryModel) -> int:
-        return with_admission(replace(plan, model=model), keep_jobs=True).predicted_peak
-
-    learned = learn(plan.model, measured, families, toolkit, predict if admitted else None)
-    if learned is None:
-        return None
-    model, record = learned
-    save_learned(
-        learned_path(cache_dir(), recipe.name, recipe.version, toolkit, recipe.extra_env), model, record
-    )
-    return record.describe()
-
-
 def surveyed(
     spec: BuildSpec, source: PreparedSource, console: Console
 ) -> tuple[BuildSpec, Survey, tuple[str, ...]]:
@@ -325,17 +286,6 @@ def arch_note(spec: BuildSpec, survey: Survey) -> str | None:
         f"the package's build files name {named} for nvcc; wheelbuild's nvcc compiles {asked} only "
         "(--keep-package-archs keeps theirs)"
     )
-
-
-def build_network(spec: BuildSpec, environ: Mapping[str, str]) -> str:
-    """Whether the container has its network while the package builds: "off", or "on: <why>"."""
-    if spec.build_network:
-        return "on: --build-network"
-    if spec.dist is not None:
-        return "on: --dist sends the compiles over it"
-    if shared_cache_env(environ):
-        return "on: the compiler cache's shared storage is reached over it"
-    return "off"
 
 
 def torch_index(variant: TorchVariant, pythons_named: bool, console: Console) -> TorchIndex | None:

@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ..errors import TorchIndexUnreachable, WheelbuildError
-from ..run.console import Console
+from ..progress.console import Console
 from ..spec.build_spec import BuildSpec
 from ..spec.pythons import has_wheel
 from ..spec.sources import cache_dir

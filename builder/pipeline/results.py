@@ -19,10 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import assert_never
 
+from ..attempt.config import ATTEMPT_SCRIPTS
+from ..image.inputs import IMAGES_DIR, ImageInputs
 from ..provenance.statement import STATEMENT_SUFFIX
 from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
-from ..run.attempt import ATTEMPT_SCRIPTS
-from ..run.image import IMAGES_DIR, ImageInputs
 from ..secrets import without_credentials
 from ..spec.build_spec import BuildSpec, PinMode
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import WheelbuildError
+from ..image.inputs import Image, ImageInputs
+from ..image.options import ImageOptions
 from ..plan.planner import Plan
 from ..recipes.survey import Survey
 from ..report.attempt_records import PhaseRecord
-from ..run.image import Image, ImageInputs
-from ..run.image_options import ImageOptions
 from ..spec.build_spec import BuildSpec
 from ..spec.sources import PreparedSource, SourceDate
 from ..spec.torch_releases import TorchIndex
@@ -69,6 +69,7 @@ class Ready:
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
     torch_index: TorchIndex | None  # torch's page on its index; None when it could not be read
     date: SourceDate  # SOURCE_DATE_EPOCH, from the inputs: every zip entry's date
+    network: str  # the container's network while the package builds: "off", or "on: <why>"
     image_s: float | None = None  # how long this run took to have its image (built or reused)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import assert_never
 
+from ..attempt.config import SHARED_CACHE_ENV
+from ..attempt.outcome import AttemptResult
 from ..bounded import FileRefused, read_bounded
 from ..errors import (
     SignatureInvalid,
@@ -23,6 +25,8 @@ from ..errors import (
     WheelAltered,
     WheelbuildError,
 )
+from ..image.cuda_redist import redist_url
+from ..image.inputs import ImageInputs
 from ..index.pages import ENVELOPE_SUFFIX
 from ..index.tree import hash_file
 from ..index.wheel_names import is_served_name
@@ -52,10 +56,6 @@ from ..recipes import (
     known_recipes,
     resolve_recipe,
 )
-from ..run.attempt import SHARED_CACHE_ENV
-from ..run.cuda_redist import redist_url
-from ..run.image import ImageInputs
-from ..run.outcome import AttemptResult
 from ..secrets import Redactor, redact_url, run_secrets, without_credentials
 from ..spec.build_spec import BuildSpec
 from ..spec.sources import SourceDate

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..bounded import FileRefused
+from ..engine.ports import Engine
 from ..errors import (
     BadArgument,
     InvalidWheel,
@@ -30,15 +31,14 @@ from ..errors import (
     StatementUnusable,
     WheelsDiffer,
 )
+from ..image.cuda_redist import load_layer, pins_path
+from ..image.inputs import IMAGES_DIR, ImageInputs
+from ..image.options import ImageOptions
 from ..index.tree import hash_file
+from ..progress.console import Console
 from ..provenance.signing import VerifyingKey, signed_by
 from ..provenance.statement import HIDDEN, Material, Statement, material_differences
 from ..recipes import resolve_recipe
-from ..run.console import Console
-from ..run.cuda_redist import load_layer, pins_path
-from ..run.image import IMAGES_DIR, ImageInputs
-from ..run.image_options import ImageOptions
-from ..run.ports import Engine
 from ..spec.build_spec import BuildSpec, PinMode, Resources, parse_python
 from ..spec.sources import cache_dir
 from ..variants import parse_variant

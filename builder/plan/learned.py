@@ -23,8 +23,10 @@ from pathlib import Path
 from ..bounded import read_bounded
 from ..host.unit_memory import UnitMemory
 from ..units import format_bytes
+from .admission import with_admission
 from .calibration import Measurement, calibrated_model, family_of, profile_tsv
 from .memory_model import MemoryModel, parse_profile
+from .planner import Plan
 
 __all__ = [
     "BuildMeasurement",
@@ -178,6 +180,24 @@ def _measurements(
 
 
 MAX_LEARNED = 4 * 1024**2  # a profile is a few KiB; the cache is not trusted beyond that
+
+
+def remember(
+    plan: Plan, measured: BuildMeasurement, families: Mapping[str, str] | None, toolkit: str, path: Path
+) -> str | None:
+    """Learn from a finished build and keep the model at *path* for the next plan of its release
+    and toolkit; the line to show, or None when there was nothing to learn."""
+    admitted = plan.admission_budget is not None  # then its peak was predicted behind the wrapper
+
+    def predict(model: MemoryModel) -> int:
+        return with_admission(replace(plan, model=model), keep_jobs=True).predicted_peak
+
+    learned = learn(plan.model, measured, families, toolkit, predict if admitted else None)
+    if learned is None:
+        return None
+    model, record = learned
+    save_learned(path, model, record)
+    return record.describe()
 
 
 def learned_path(cache: Path, recipe: str, version: str | None, toolkit: str, env: Mapping[str, str]) -> Path:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..attempt.outcome import AttemptResult
 from ..plan.dist import remote_share
 from ..plan.learned import SAMPLE_S
 from ..plan.planner import Plan
 from ..records import OMIT, REQUIRED, Record, read_record
-from ..run.outcome import AttemptResult
 
 __all__ = [
     "GATE_PHASE",

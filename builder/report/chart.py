@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..run.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
+from ..attempt.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP
 from .attempt_records import GATE_PHASE, TORCH_RANGE_PHASE
 from .values import (
     MAX_BYTES,

@@ -19,7 +19,7 @@ from typing import Any
 
 import docker
 import pytest
-from wheelbuild.run import ownership
+from wheelbuild.attempt import ownership
 from wheelbuild.spec.torch_choice import newest_release
 from wheelbuild.spec.torch_releases import read_torch_index
 from wheelbuild.variants import parse_variant

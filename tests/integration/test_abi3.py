@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.buildlog import BuildLog
+from wheelbuild.attempt.buildlog import BuildLog
 from wheelbuild.wheel.abi3 import stable_abi
 from wheelbuild.wheel.contents import archs_in_wheel
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from wheelbuild.run.ownership import process_namespace
+from wheelbuild.attempt.ownership import process_namespace
 from wheelbuild.wheel.contents import archs_in_wheel
 
 from tests.integration.conftest import (

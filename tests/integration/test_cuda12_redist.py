@@ -26,7 +26,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from wheelbuild.run.cuda_redist import load_layer
+from wheelbuild.image.cuda_redist import load_layer
 
 from tests.integration.conftest import wheelbuild, wheelbuild_watched
 from tests.integration.cuda12_standins import CMAKE_WHEEL, cached_wheel, compiler_archives, cublas_archive

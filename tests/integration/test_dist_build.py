@@ -1,5 +1,5 @@
 """`wheelbuild build --dist` against a real sccache-dist fleet (issue 15, part 3): a scheduler and
-two memory-limited build servers (run/dist_fleet.py) on a private bridge network, the build
+two memory-limited build servers (engine/dist_fleet.py) on a private bridge network, the build
 container joined to it. The fixture's units are salted, so sccache has nothing cached and every
 compile is a real one that can go to a server. The report counts each server's compiles against
 those run locally; a server killed while it compiles costs its jobs a local run, never the build.
@@ -24,9 +24,9 @@ import docker
 import docker.errors
 import pytest
 from elftools.elf.elffile import ELFFile
+from wheelbuild.engine import dist_fleet
+from wheelbuild.engine.docker_engine import DockerEngine
 from wheelbuild.host.ca_bundle import DEFAULT_CA_BUNDLE
-from wheelbuild.run import dist_fleet
-from wheelbuild.run.engine import DockerEngine
 from wheelbuild.wheel.contents import inspect_wheel
 
 from .conftest import REPO, WHEELBUILD, wheelbuild

@@ -16,8 +16,8 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from wheelbuild.run import dist_fleet
-from wheelbuild.run.engine import DockerEngine
+from wheelbuild.engine import dist_fleet
+from wheelbuild.engine.docker_engine import DockerEngine
 
 PREFIX = "wbdist-test-"
 NETWORK = f"{PREFIX}net"
@@ -154,7 +154,7 @@ def test_the_token_is_in_no_log_and_no_inspect(fleet: Fleet) -> None:
 
 def test_the_build_sweep_and_reaper_never_select_the_fleet(fleet: Fleet) -> None:
     """sweep_orphans lists by OWNER_LABEL, the reaper and __exit__ by RUN_LABEL: the fleet has neither."""
-    from wheelbuild.run.ownership import OWNER_LABEL, RUN_LABEL
+    from wheelbuild.attempt.ownership import OWNER_LABEL, RUN_LABEL
 
     for label in (OWNER_LABEL, RUN_LABEL):
         selected = {

@@ -26,10 +26,11 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from wheelbuild.engine.docker_engine import DockerEngine
+from wheelbuild.gc import decisions
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
-from wheelbuild.run import gc, names
-from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.image_options import ImageOptions, image_inputs
+from wheelbuild.image import names
+from wheelbuild.image.options import ImageOptions, image_inputs
 
 from .conftest import REPO
 from .test_gc import _tiny_image
@@ -151,7 +152,7 @@ def test_after_scripts_example_doctor_plan_and_gc_read_what_it_set(
 
     # gc counts the image of the example's inputs as current: one of that tag and an older one,
     # under a Docker prefix of this test's own so that gc sees nothing else.
-    scope = gc.Scope(f"wbextest-{secrets.token_hex(4)}")
+    scope = decisions.Scope(f"wbextest-{secrets.token_hex(4)}")
     options = ImageOptions(base_image=base, ca_bundle=resolve_ca_bundle(None))
     current = scope.retag(image_inputs(DockerEngine(docker_client), options).tag)
     stale = f"{scope.image_repository}:0123456789abcdef"

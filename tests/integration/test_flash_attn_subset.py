@@ -27,14 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from wheelbuild.engine.docker_engine import DockerEngine
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.pipeline import build as build_pipeline
 from wheelbuild.plan.memory_model import MemoryModel, flash_attn_model
+from wheelbuild.progress.console import Console
 from wheelbuild.recipes.base import LocalSdist
 from wheelbuild.recipes.flash_attn import SDISTS, flash_attn_recipe
-from wheelbuild.run.console import Console
-from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.image_options import ImageOptions
 from wheelbuild.spec.build_spec import BuildSpec, Resources
 from wheelbuild.spec.sources import prepare_source
 from wheelbuild.units import parse_memory

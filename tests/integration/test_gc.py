@@ -24,13 +24,14 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from wheelbuild.engine.docker_engine import DockerEngine
+from wheelbuild.gc import decisions
 from wheelbuild.host.ca_bundle import resolve_ca_bundle
+from wheelbuild.image import names
+from wheelbuild.image.inputs import image_script
+from wheelbuild.image.names import DIST_DOCKERFILE, dist_image_tag
+from wheelbuild.image.options import ImageOptions, cuda12_layer, image_inputs
 from wheelbuild.index import publish as publishing
-from wheelbuild.run import gc, names
-from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.image import image_script
-from wheelbuild.run.image_options import ImageOptions, cuda12_layer, image_inputs
-from wheelbuild.run.names import DIST_DOCKERFILE, dist_image_tag
 
 from tests.indexkit import make_wheel
 
@@ -44,7 +45,7 @@ TEST_LABEL = "org.wheelbuild.gc-test"
 
 @dataclass(frozen=True)
 class Scoped:
-    scope: gc.Scope
+    scope: decisions.Scope
     env: dict[str, str]
     out: Path
     store: Path
@@ -100,7 +101,7 @@ def _wheelbuild_objects(client: docker.DockerClient) -> tuple[set[str], set[str]
 
 @pytest.fixture
 def scoped(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) -> Iterator[Scoped]:
-    scope = gc.Scope(f"wbgctest-{secrets.token_hex(4)}")
+    scope = decisions.Scope(f"wbgctest-{secrets.token_hex(4)}")
     options = ImageOptions(base_image=base_image, ca_bundle=resolve_ca_bundle(None))
     current = scope.retag(image_inputs(DockerEngine(docker_client), options).tag)
     layer = scope.retag(cuda12_layer().tag)
@@ -291,7 +292,7 @@ def test_gc_prunes_the_wheel_cache_past_its_bound_in_a_base_container_without_ca
     script's --report in a base-image container and says the tree used three days ago goes and
     the one used now stays; the real gc prunes it (the same rule, --prune) and leaves the
     volume and the recent tree."""
-    scope = gc.Scope(f"wbgctest-{secrets.token_hex(4)}")
+    scope = decisions.Scope(f"wbgctest-{secrets.token_hex(4)}")
     volume = scope.retag(names.TORCH_WHEELS_VOLUME)
     env = {names.PREFIX_ENV: scope.prefix, "WHEELBUILD_BASE_IMAGE": base_image, "NO_COLOR": "1",
            "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache"), "WHEELBUILD_WHEEL_CACHE_BOUND": "1m"}  # fmt: skip

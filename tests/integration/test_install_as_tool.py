@@ -41,7 +41,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _outside_checkout(python: Path, cwd: Path) -> Path:
     """Where the installed wheelbuild's code and images/ really are (not in this checkout)."""
-    probe = "import wheelbuild, wheelbuild.run.image as i; print(wheelbuild.__file__); print(i.IMAGES_DIR)"
+    probe = "import wheelbuild, wheelbuild.image.inputs as i; print(wheelbuild.__file__); print(i.IMAGES_DIR)"
     code, images = _run([str(python), "-c", probe], cwd=cwd).split()
     for path in (Path(code), Path(images)):
         assert REPO not in path.resolve().parents, path

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-from wheelbuild.run.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
-from wheelbuild.run.watcher import AttemptWatcher
+from wheelbuild.attempt.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
+from wheelbuild.engine.watcher import AttemptWatcher
 
 
 @pytest.fixture(scope="module")

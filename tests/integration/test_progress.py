@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.console import STATUS_EVERY_S
+from wheelbuild.progress.console import STATUS_EVERY_S
 
 from tests.integration.conftest import REPO, TORCH_INDEX, wheelbuild
 from tests.runkit import Completed

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import docker
-from wheelbuild.run.names import TORCH_WHEELS_VOLUME
+from wheelbuild.image.names import TORCH_WHEELS_VOLUME
 from wheelbuild.variants import parse_variant
 
 from tests.integration.conftest import REPO, WHEELBUILD, newest_cu130, wheelbuild
@@ -133,7 +133,7 @@ def test_calibrates_torch_headers_container_gets_the_index_as_a_file_not_in_its_
     config, sampled while it runs, holds no trace of it."""
     import secrets as token
 
-    from wheelbuild.run.engine import DockerEngine
+    from wheelbuild.engine.docker_engine import DockerEngine
 
     index = f"https://{INDEX_USER}-{token.token_hex(3)}:{INDEX_PASSWORD}@pypi.org/simple"
     inspected: list[str] = []

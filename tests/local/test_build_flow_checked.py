@@ -11,15 +11,15 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from wheelbuild.attempt.config import ATTEMPT_SCRIPTS
+from wheelbuild.attempt.outcome import AttemptResult
+from wheelbuild.engine.ports import Engine
+from wheelbuild.image.inputs import IMAGES_DIR
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.pipeline import build, results
 from wheelbuild.recipes import EXAMPLE_DIR
 from wheelbuild.report.build_report import GateSkipped, read_report
 from wheelbuild.report.timings import phase_seconds
-from wheelbuild.run.attempt import ATTEMPT_SCRIPTS
-from wheelbuild.run.image import IMAGES_DIR
-from wheelbuild.run.image_options import ImageOptions
-from wheelbuild.run.outcome import AttemptResult
-from wheelbuild.run.ports import Engine
 from wheelbuild.spec.build_spec import BuildSpec
 
 from tests.flowkit import TORCH_FILE, TORCH_SHA256, GatedEngine, fake_engine, quiet_console

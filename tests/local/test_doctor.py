@@ -1,4 +1,4 @@
-"""wheelbuild.run.doctor's HTTP reach against a real server on 127.0.0.1: credentials sent as a
+"""wheelbuild.doctor.checks's HTTP reach against a real server on 127.0.0.1: credentials sent as a
 header and never shown, a deadline on a server that never answers, and no sccache value shown.
 The checks from plain facts are in tests/unit/test_doctor.py."""
 
@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wheelbuild.run import doctor, doctor_facts
-from wheelbuild.run.doctor_facts import Reach
+from wheelbuild.doctor import checks as doctor
+from wheelbuild.doctor import facts
+from wheelbuild.doctor.facts import Reach
 
 from tests.unit.test_doctor import HEALTHY
 
@@ -44,11 +45,11 @@ def server() -> Iterator[str]:
 
 
 def test_reach_sends_credentials_as_a_header_and_never_shows_them(server: str) -> None:
-    found = doctor_facts.reach(f"http://doc:s3cr3t-token@{server}/ok/torch/")
+    found = facts.reach(f"http://doc:s3cr3t-token@{server}/ok/torch/")
     assert found == Reach(f"http://***@{server}/ok/torch/", status=200)
     path, authorization = _Recorder.seen[-1]
     assert path == "/ok/torch/" and authorization is not None and authorization.startswith("Basic ")
-    assert doctor_facts.reach(f"http://{server}/missing/").status == 404
+    assert facts.reach(f"http://{server}/missing/").status == 404
 
 
 def test_reach_all_gives_up_at_its_deadline_on_a_server_that_never_answers(server: str) -> None:
@@ -56,7 +57,7 @@ def test_reach_all_gives_up_at_its_deadline_on_a_server_that_never_answers(serve
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections (the kernel does), never answers
     try:
-        found = doctor_facts.reach_all(
+        found = facts.reach_all(
             {"a": f"http://127.0.0.1:{silent.getsockname()[1]}/", "b": f"http://{server}/ok/"}, deadline_s=1.0
         )
     finally:

@@ -308,8 +308,8 @@ def test_a_silent_server_times_out_as_a_refusal(silent: str) -> None:
 def test_a_silent_server_is_each_callers_own_error(
     silent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from wheelbuild.doctor.facts import reach
     from wheelbuild.nightly.published import remote_inputs
-    from wheelbuild.run.doctor_facts import reach
     from wheelbuild.spec.sources import _download, _files
     from wheelbuild.spec.torch_releases import read_torch_index
 

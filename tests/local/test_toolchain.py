@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wheelbuild.run.buildlog import LINKED_MARK, NOT_LINKED_MARK, NVCC_REWRITE_MARK, BuildLog
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.attempt.buildlog import LINKED_MARK, NOT_LINKED_MARK, NVCC_REWRITE_MARK, BuildLog
+from wheelbuild.image.inputs import IMAGES_DIR
 from wheelbuild.wheel.contents import archs_in_elf
 
 from tests import toolchain

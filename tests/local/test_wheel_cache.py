@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.image.inputs import IMAGES_DIR
 
 SCRIPT = str(IMAGES_DIR / "wheelbuild-wheel-cache")
 
@@ -262,7 +262,7 @@ def test_each_file_used_is_printed_with_its_hash_and_the_host_reads_them(
     """The lines the host keeps as the build's inputs (the wheel's provenance statement): one
     per locked file, with the lock's name and the sha256 the lock holds, on the run that fills
     the cache and on one that only reads it."""
-    from wheelbuild.run.buildlog import BuildLog
+    from wheelbuild.attempt.buildlog import BuildLog
 
     cache = tmp_path / "cache"
     index_file = tmp_path / "torch-index-url"

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheelbuild.attempt.buildlog import BuildLog
+from wheelbuild.attempt.config import AttemptConfig, cibuildwheel_env
 from wheelbuild.errors import ImportGateFailed
 from wheelbuild.nightly.publish import report_verdict
 from wheelbuild.pipeline.check import describe_gate, gate_verdict
@@ -20,8 +22,6 @@ from wheelbuild.report.build_report import (
     report_from_json,
     write_report,
 )
-from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env
-from wheelbuild.run.buildlog import BuildLog
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.abi3 import Abi3Use, StableAbi, abi3_uses, gate_pythons, stable_abi, unserved_problem
 from wheelbuild.wheel.gate import GateResult, ImportCheck, summary_of

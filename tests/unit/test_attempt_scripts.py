@@ -14,15 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.attempt import ATTEMPT_SCRIPTS, AttemptConfig, cibuildwheel_env
-from wheelbuild.run.buildlog import (
+from wheelbuild.attempt.buildlog import (
     MEMORY_MARK,
     MEMORY_MISSING_MARK,
     TORCH_MISMATCH_MARK,
     BuildLog,
     network_request,
 )
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.attempt.config import ATTEMPT_SCRIPTS, AttemptConfig, cibuildwheel_env
+from wheelbuild.image.inputs import IMAGES_DIR
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
 

@@ -14,18 +14,18 @@ from typing import Any
 
 import docker.errors
 import pytest
+from wheelbuild.attempt.config import AttemptConfig
+from wheelbuild.attempt.outcome import AttemptResult, Failed, OomEvidence, OOMKilled, Succeeded, classify
+from wheelbuild.attempt.ownership import RUN_LABEL
+from wheelbuild.engine.docker_engine import DockerEngine
+from wheelbuild.engine.ports import UnitCompile
 from wheelbuild.errors import BadArgument, CompileFailed, OutOfMemory
+from wheelbuild.image import options as image_options
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.pipeline import build, results
 from wheelbuild.pipeline.attempts import attempts_until_built
 from wheelbuild.plan.memory_model import GIB, wbdemo_model
 from wheelbuild.plan.planner import Plan
-from wheelbuild.run import image_options
-from wheelbuild.run.attempt import AttemptConfig
-from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.image_options import ImageOptions
-from wheelbuild.run.outcome import AttemptResult, Failed, OomEvidence, OOMKilled, Succeeded, classify
-from wheelbuild.run.ownership import RUN_LABEL
-from wheelbuild.run.ports import UnitCompile
 from wheelbuild.spec import sources
 from wheelbuild.spec.build_spec import BuildSpec, PinMode
 

@@ -1,10 +1,10 @@
-"""wheelbuild.run.buildlog: reading cibuildwheel's streamed log (lines taken from a real build.log)."""
+"""wheelbuild.attempt.buildlog: reading cibuildwheel's streamed log (lines taken from a real build.log)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from wheelbuild.run.buildlog import MAX_STEPS, BuildLog, is_kill_line
+from wheelbuild.attempt.buildlog import MAX_STEPS, BuildLog, is_kill_line
 
 from tests.reportkit import PYTHONS, step_done, two_python_log
 

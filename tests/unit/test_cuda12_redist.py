@@ -3,8 +3,8 @@ extension compiles against is named, with its hash and size."""
 
 from __future__ import annotations
 
-from wheelbuild.run.cuda_redist import PINS_FILE, load_layer
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.image.cuda_redist import PINS_FILE, load_layer
+from wheelbuild.image.inputs import IMAGES_DIR
 
 
 def test_the_real_pins_name_every_archive_a_torch_extension_compiles_against() -> None:

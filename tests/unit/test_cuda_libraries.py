@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.image.inputs import IMAGES_DIR
 
 
 def _site(root: Path, files: list[str]) -> Path:

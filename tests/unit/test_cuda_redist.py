@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import BadArgument, CompilerUnavailable, CudaRedistMismatch, CudaRedistUnreachable
+from wheelbuild.image.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
+from wheelbuild.image.inputs import NO_CUDA12, ImageInputs
 from wheelbuild.pipeline.preflight import compiler_in_image
-from wheelbuild.run.cuda_redist import CudaLayer, RedistArchive, load_layer, prepare_tree, unpack
-from wheelbuild.run.image import NO_CUDA12, ImageInputs
 from wheelbuild.variants import parse_variant
 
 

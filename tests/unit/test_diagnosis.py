@@ -1,4 +1,4 @@
-"""What a failed attempt's log means when the fault is not the source's (run/diagnosis.py, through
+"""What a failed attempt's log means when the fault is not the source's (attempt/diagnosis.py, through
 outcome.classify as the build calls it). The log lines are what the real tools print: gcc's and
 nvcc 13.1's messages taken from runs on this machine, ninja's, causal-conv1d's download attempt
 (its setup.py's print, urllib's error), and wheelbuild-check-linked's mark."""
@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from wheelbuild.attempt.buildlog import MAX_ERROR_LINES, BuildLog
+from wheelbuild.attempt.outcome import AttemptResult, Failed, classify
 from wheelbuild.errors import BuildFailed, CompileFailed, CompilerUnavailable, NotBuiltHere, SourceUnavailable
-from wheelbuild.run.buildlog import MAX_ERROR_LINES, BuildLog
-from wheelbuild.run.outcome import AttemptResult, Failed, classify
 
 MakeResult = Callable[..., AttemptResult]
 

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wheelbuild.attempt.buildlog import BuildLog
+from wheelbuild.attempt.config import AttemptConfig, cibuildwheel_env, redactor_for
+from wheelbuild.engine.attempt_run import write_secrets
 from wheelbuild.errors import BadArgument
 from wheelbuild.plan.dist import (
     CLIENT_CONFIG_FILE,
@@ -29,9 +32,6 @@ from wheelbuild.plan.dist_plan import with_distribution
 from wheelbuild.plan.memory_model import GIB, flash_attn_model, wbdemo_model
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.report.attempt_records import attempt_record
-from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env, redactor_for
-from wheelbuild.run.attempt_run import write_secrets
-from wheelbuild.run.buildlog import BuildLog
 
 TOKEN = "s3cr3t-dist-token-0123456789"
 
@@ -168,7 +168,7 @@ def test_per_server_counts_are_read_from_sccaches_stats_and_reported(tmp_path: P
 
 
 def test_the_report_keeps_the_counts_and_the_remote_share(tmp_path: Path) -> None:
-    from wheelbuild.run.outcome import AttemptResult
+    from wheelbuild.attempt.outcome import AttemptResult
 
     plan = plan_build(budget=6 * GIB, cpus=2.0, archs=2, model=wbdemo_model())
     result = AttemptResult(

@@ -12,14 +12,14 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from wheelbuild.attempt.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL
 from wheelbuild.cli.main import main
 from wheelbuild.cli.seams import Seams
+from wheelbuild.engine import dist_fleet
+from wheelbuild.engine.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
+from wheelbuild.engine.docker_engine import DockerEngine
 from wheelbuild.errors import BadArgument, BadMemory
-from wheelbuild.run import dist_fleet
-from wheelbuild.run.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
-from wheelbuild.run.engine import DockerEngine
-from wheelbuild.run.names import dist_image_tag
-from wheelbuild.run.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL
+from wheelbuild.image.names import dist_image_tag
 
 GIB = 1024**3
 MIB = 1024**2

@@ -1,4 +1,4 @@
-"""wheelbuild.run.attempt.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
+"""wheelbuild.attempt.config.cibuildwheel_env: the CIBW_* settings of one attempt (pure, no Docker)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.environment import parse_environment
-from wheelbuild.run.attempt import (
+from wheelbuild.attempt.config import (
     ATTEMPT_SCRIPTS,
     SITE_PACKAGES_BASEDIRS,
     WHEEL_CACHE_DIR,
     AttemptConfig,
     cibuildwheel_env,
+    network_while_building,
     redactor_for,
     shared_cache_env,
 )
-from wheelbuild.run.attempt_run import write_secrets
-from wheelbuild.run.image import IMAGES_DIR
-from wheelbuild.run.ownership import owner_token
+from wheelbuild.attempt.ownership import owner_token
+from wheelbuild.engine.attempt_run import write_secrets
+from wheelbuild.image.inputs import IMAGES_DIR
+from wheelbuild.plan.dist import DistTarget
 from wheelbuild.variants import parse_variant
 
 SECRET_INDEX = "https://user:secret@example.invalid/simple"
@@ -314,3 +316,14 @@ def test_every_line_written_passes_a_redactor_that_knows_the_runs_secrets(
     assert "pa@ss/word" not in shown and "t0k3n-42" not in shown and "aws-canary-1234" not in shown
     assert "idx.example.invalid/simple" in shown  # the rest stays readable
     assert redact("/root/.cache") == "/root/.cache"  # a variable that is no secret is left alone
+
+
+def test_the_network_while_building_is_off_unless_asked_or_needed_and_says_why() -> None:
+    dist = DistTarget("http://scheduler:10600")
+    assert network_while_building(False, None, {}) == "off"
+    assert network_while_building(False, None, {"SCCACHE_BUCKET": ""}) == "off"  # set but empty
+    assert network_while_building(True, dist, {}) == "on: --build-network"
+    assert network_while_building(False, dist, {}) == "on: --dist sends the compiles over it"
+    assert network_while_building(False, None, {"SCCACHE_REDIS": "redis://cache"}) == (
+        "on: the compiler cache's shared storage is reached over it"
+    )

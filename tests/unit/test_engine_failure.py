@@ -1,4 +1,4 @@
-"""How an attempt's end is classified (wheelbuild.run.outcome.classify) on log tails shaped like
+"""How an attempt's end is classified (wheelbuild.attempt.outcome.classify) on log tails shaped like
 real cibuildwheel logs, with the error a build raises for it, and the ownership tokens that let a
 later run sweep an orphaned container.
 
@@ -16,12 +16,20 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.util.cmd import format_command_for_display
+from wheelbuild.attempt.buildlog import is_kill_line
+from wheelbuild.attempt.config import AttemptConfig, cibuildwheel_env
+from wheelbuild.attempt.outcome import (
+    AttemptResult,
+    Failed,
+    OomEvidence,
+    OOMKilled,
+    Outcome,
+    Succeeded,
+    classify,
+)
+from wheelbuild.attempt.ownership import owner_alive as _owner_alive
+from wheelbuild.attempt.ownership import owner_token
 from wheelbuild.errors import BuildFailed, CompileFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
-from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env
-from wheelbuild.run.buildlog import is_kill_line
-from wheelbuild.run.outcome import AttemptResult, Failed, OomEvidence, OOMKilled, Outcome, Succeeded, classify
-from wheelbuild.run.ownership import owner_alive as _owner_alive
-from wheelbuild.run.ownership import owner_token
 
 MakeResult = Callable[..., AttemptResult]
 

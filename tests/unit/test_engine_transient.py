@@ -5,7 +5,7 @@ from __future__ import annotations
 import docker.errors
 import pytest
 import requests
-from wheelbuild.run.containers import is_transient, transient_retry
+from wheelbuild.engine.containers import is_transient, transient_retry
 
 
 def _api_error(status: int, explanation: str) -> docker.errors.APIError:

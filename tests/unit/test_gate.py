@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.gate_container import gate_answer
+from wheelbuild.engine.gate_container import gate_answer
 
 
 @pytest.mark.parametrize("shape", ["missing", "fifo", "link", "oversized", "a list", "broken JSON"])
@@ -16,7 +16,7 @@ def test_a_gate_answer_that_is_not_one_reads_as_no_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     # The answer is written where the wheel's own code ran: it gets no more trust than the wheel.
-    monkeypatch.setattr("wheelbuild.run.gate_container.MAX_GATE_ANSWER", 1024)
+    monkeypatch.setattr("wheelbuild.engine.gate_container.MAX_GATE_ANSWER", 1024)
     answer = tmp_path / "gate.json"
     if shape == "fifo":
         os.mkfifo(answer)  # a blocking read would hang the build

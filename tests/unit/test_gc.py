@@ -1,4 +1,4 @@
-"""wheelbuild gc's decisions (wheelbuild.run.gc, pure) and its folder side (wheelbuild.gc.prune) on real
+"""wheelbuild gc's decisions (wheelbuild.gc.decisions, pure) and its folder side (wheelbuild.gc.prune) on real
 temp folders: what is kept, what goes, and that a published wheel's run is never a candidate."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from wheelbuild.errors import BadArgument, GcIncomplete
-from wheelbuild.gc import prune
+from wheelbuild.gc import decisions as gc
+from wheelbuild.gc import prune, wheel_cache_use
+from wheelbuild.image import names
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.index import publish as publishing
-from wheelbuild.run import gc, names, wheel_cache_use
-from wheelbuild.run.image_options import ImageOptions
 
 from tests.clikit import NO_DOCKER, WHEELBUILD
 from tests.indexkit import make_wheel

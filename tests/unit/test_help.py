@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from wheelbuild.cli.main import main
 from wheelbuild.cli.params import LIST_RULE, RenamedOption
-from wheelbuild.run.image import Image, image_table
+from wheelbuild.image.inputs import Image, image_table
 
 # One flag, two meanings, each said in its help (asserted below); nothing else may differ.
 TWO_MEANINGS = {

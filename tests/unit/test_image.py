@@ -1,4 +1,4 @@
-"""wheelbuild.run.image: the image's inputs, their content-hash tag, build args and build context."""
+"""wheelbuild.image.inputs: the image's inputs, their content-hash tag, build args and build context."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.image import IMAGES_DIR, NO_CUDA12, ImageInputs, production_base
+from wheelbuild.image.inputs import IMAGES_DIR, NO_CUDA12, ImageInputs, production_base
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST_BASE = "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "e" * 64
@@ -180,7 +180,7 @@ def test_cuda_requirements_pin_nvcc_13_1() -> None:
 
 
 def test_a_cuda12_layer_names_the_image_stage_and_puts_its_pins_on_a_label(tmp_path: Path) -> None:
-    from wheelbuild.run.cuda_redist import CudaLayer, RedistArchive
+    from wheelbuild.image.cuda_redist import CudaLayer, RedistArchive
 
     archive = RedistArchive("cuda_nvcc", "12.8.93", "cuda_nvcc/x/a.tar.xz", "c" * 64, 1, False)
     layer = CudaLayer(version="12.8", release="12.8.1", manifest="m.json", archives=(archive,))

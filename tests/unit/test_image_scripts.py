@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from wheelbuild.engine.containers import script_volume
+from wheelbuild.engine.unit_compile import CALIBRATE_MARK, parse_unit_report
 from wheelbuild.errors import ImageInputsMissing
-from wheelbuild.run.containers import script_volume
-from wheelbuild.run.image import IMAGES_DIR
-from wheelbuild.run.unit_compile import CALIBRATE_MARK, parse_unit_report
+from wheelbuild.image.inputs import IMAGES_DIR
 
 
 def _sh(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from wheelbuild.attempt.outcome import AttemptResult
 from wheelbuild.host.unit_memory import (
     ProcessInfo,
     UnitMemory,
@@ -37,7 +38,6 @@ from wheelbuild.plan.memory_model import GIB, MIB, UnitCost, default_model, pars
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.report.attempt_records import attempt_record
-from wheelbuild.run.outcome import AttemptResult
 from wheelbuild.spec.build_spec import Resources
 
 NVCC = ("/usr/local/cuda/bin/nvcc", "-O3", "-c", "/project/csrc/saxpy.cu", "-o", "/project/build/saxpy.o")

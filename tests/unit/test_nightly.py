@@ -23,6 +23,7 @@ from wheelbuild.errors import (
     NightIncomplete,
     PublishTargetMissing,
 )
+from wheelbuild.image.options import ImageOptions
 from wheelbuild.index.project_pages import IndexFile
 from wheelbuild.index.remote import RsyncTarget
 from wheelbuild.nightly import night as nightly
@@ -47,8 +48,7 @@ from wheelbuild.nightly.night import (
     source_of,
 )
 from wheelbuild.pipeline import check
-from wheelbuild.run.console import Console
-from wheelbuild.run.image_options import ImageOptions
+from wheelbuild.progress.console import Console
 from wheelbuild.spec.torch_releases import TorchIndex
 from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from types import ModuleType
 
 from cibuildwheel.environment import parse_environment
+from wheelbuild.attempt.config import AttemptConfig, cibuildwheel_env
+from wheelbuild.image.inputs import IMAGES_DIR
 from wheelbuild.plan.admission import with_admission
 from wheelbuild.plan.memory_model import flash_attn_model, launch_order, ninja_order
 from wheelbuild.plan.planner import GIB, ninja_order_file, plan_build
-from wheelbuild.run.attempt import AttemptConfig, cibuildwheel_env
-from wheelbuild.run.image import IMAGES_DIR
 from wheelbuild.variants import parse_variant
 
 from tests.scriptkit import script_module

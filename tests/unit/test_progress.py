@@ -18,13 +18,13 @@ from typing import NoReturn
 
 import pytest
 from click.testing import CliRunner
+from wheelbuild.attempt.buildlog import BuildLog, MemorySample, shown_line
 from wheelbuild.cli import main as cli
 from wheelbuild.cli.seams import Seams
 from wheelbuild.errors import DockerUnavailable
 from wheelbuild.host.unit_memory import ProcessInfo, UnitTracker
 from wheelbuild.plan.memory_model import GIB, MIB
-from wheelbuild.run.buildlog import BuildLog, MemorySample, shown_line
-from wheelbuild.run.console import STATUS_EVERY_S, TICK_S, BuildView, Console
+from wheelbuild.progress.console import STATUS_EVERY_S, TICK_S, BuildView, Console
 
 from tests.clikit import NO_DOCKER
 

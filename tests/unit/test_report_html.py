@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheelbuild.attempt.buildlog import BuildLog, MemorySeries
+from wheelbuild.attempt.config import AttemptConfig
+from wheelbuild.engine import attempt_run
+from wheelbuild.engine.watcher import AttemptWatcher
 from wheelbuild.plan.memory_model import MIB
 from wheelbuild.report import page as report_html
 from wheelbuild.report.chart import MAX_PHASES
 from wheelbuild.report.values import MAX_TEXT, size_text
-from wheelbuild.run import attempt_run
-from wheelbuild.run.attempt import AttemptConfig
-from wheelbuild.run.buildlog import BuildLog, MemorySeries
-from wheelbuild.run.watcher import AttemptWatcher
 
 from tests.clikit import WHEELBUILD
 from tests.reportkit import REAL_REPORT, phased_report, range_report, real_report, step_done, synthetic_report

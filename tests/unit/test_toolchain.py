@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelbuild.run.image import IMAGES_DIR
+from wheelbuild.image.inputs import IMAGES_DIR
 
 from tests.scriptkit import script_module
 

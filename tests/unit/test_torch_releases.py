@@ -17,8 +17,8 @@ import pytest
 from wheelbuild.errors import BadArgument, BadVariant, TorchIndexUnreachable
 from wheelbuild.index.project_pages import IndexFile, file_url, files_on_page
 from wheelbuild.pipeline import preflight
+from wheelbuild.progress.console import Console
 from wheelbuild.recipes import resolve_recipe
-from wheelbuild.run.console import Console
 from wheelbuild.secrets import redact_url
 from wheelbuild.spec import torch_releases
 from wheelbuild.spec.torch_choice import asked_release, newest_release

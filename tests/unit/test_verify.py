@@ -60,9 +60,9 @@ def test_a_rebuild_is_built_from_the_statements_own_arguments_and_a_difference_i
     build forced), and a rebuilt wheel with other bytes is exit 70 naming the member that differs.
     The build itself stands in here (tests/integration/test_provenance.py runs the real one)."""
     from wheelbuild.errors import WheelsDiffer
+    from wheelbuild.image.options import ImageOptions
     from wheelbuild.pipeline.verify import rebuild, verify_wheel
     from wheelbuild.recipes import LocalProject
-    from wheelbuild.run.image_options import ImageOptions
 
     wheel = run_folder(tmp_path)
     verdict = verify_wheel(wheel)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from wheelbuild.run.watcher import AttemptWatcher
+from wheelbuild.engine.watcher import AttemptWatcher
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`wheelbuild gc`, decided: which runs, stored results, images and volumes go, and why each of
 the others stays. Pure: it takes what the file system and Docker hold as plain values and
-returns a plan; reading them and deleting lives in prune.py (files) and engine.py (Docker).
+returns a plan; reading them and deleting lives in prune.py (files) and the engine (Docker).
 
 What is kept, whatever else is said:
 - a run whose wheel was published (its `published.json` mark, or its wheel's sha256 in a
@@ -30,8 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import GcIncomplete
-from ..units import format_bytes
-from .names import (
+from ..image.names import (
     CACHE_VOLUMES,
     DIST_REPOSITORY,
     IMAGE_REPOSITORY,
@@ -39,6 +38,7 @@ from .names import (
     PREFIX,
     TORCH_VOLUME_PREFIX,
 )
+from ..units import format_bytes
 from .wheel_cache_use import UNNEEDED, WheelCacheUse
 
 DEFAULT_KEEP_RUNS = 5

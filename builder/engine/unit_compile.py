@@ -16,9 +16,10 @@ import docker.types
 
 from .. import secrets
 from ..errors import TorchIndexUnreachable
+from ..image.names import TORCH_VOLUME_PREFIX
+from ..image.ports import OnLine
 from .containers import StartContainer, remove_all, script_volume, transient_retry
-from .names import TORCH_VOLUME_PREFIX
-from .ports import OnLine, UnitCompile, UnitResult
+from .ports import UnitCompile, UnitResult
 
 CALIBRATE_MARK = "wheelbuild-calibrate:"  # the line images/wheelbuild-calibrate-unit ends with
 TORCH_HEADERS_DIR = "/opt/wheelbuild-torch"

@@ -16,12 +16,13 @@ import docker.errors
 import docker.types
 
 from .. import secrets
+from ..attempt.config import WHEEL_CACHE_BOUND_ENV, WHEEL_CACHE_SCRIPT, wheel_cache_bound
 from ..bounded import read_bounded
-from .attempt import WHEEL_CACHE_BOUND_ENV, WHEEL_CACHE_SCRIPT, wheel_cache_bound
+from ..image.inputs import SCRIPTS_INSIDE
+from ..image.names import TORCH_WHEELS_VOLUME
+from ..image.ports import OnLine
 from .containers import StartContainer, remove_all, script_volume
-from .image import SCRIPTS_INSIDE
-from .names import TORCH_WHEELS_VOLUME
-from .ports import GateJob, OnLine
+from .ports import GateJob
 
 GATE_SCRIPT = "wheelbuild-gate"
 SMOKE_DIR = "smoke"  # images/smoke: recipes' GPU smoke tests

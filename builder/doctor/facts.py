@@ -1,6 +1,6 @@
 """What `wheelbuild doctor` finds out that is not Docker's: HTTP reach (every URL at once, under
 one deadline, credentials never shown), free disk, the CA bundle, the host's GPUs and its cgroup
-layout, each as a plain fact for the pure checks in doctor.py. Nothing here imports docker."""
+layout, each as a plain fact for the pure checks in checks.py. Nothing here imports docker."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from .. import secrets
 from ..errors import BadArgument
+from ..image.inputs import IMAGES_DIR, SCRIPTS_INSIDE, image_script
+from ..image.names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from ..plan.dist import DistTarget, read_token
 from ..variants import TorchVariant
-from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
-from .names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"
@@ -120,6 +120,17 @@ SHARED_CACHE_ENV = (
 def shared_cache_env(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The SHARED_CACHE_ENV names set in `environ`."""
     return tuple(name for name in SHARED_CACHE_ENV if environ.get(name))
+
+
+def network_while_building(asked: bool, dist: DistTarget | None, environ: Mapping[str, str]) -> str:
+    """Whether the container has its network while the package builds: "off", or "on: <why>"."""
+    if asked:
+        return "on: --build-network"
+    if dist is not None:
+        return "on: --dist sends the compiles over it"
+    if shared_cache_env(environ):
+        return "on: the compiler cache's shared storage is reached over it"
+    return "off"
 
 
 # The in-container steps are images/ scripts, bind-mounted read-only next to wheelbuild-admit

@@ -1,7 +1,7 @@
-"""The one room with Docker in it, and DockerEngine the one holder of a docker client: image
+"""DockerEngine, the one holder of a docker client in the engine room: image
 builds, preflight, one cibuildwheel attempt in one container (watched for OOM evidence), the
 import gate, calibration compiles, gc, and cleanup by label. Everything it returns is a plain
-dataclass; what the observations mean is decided in attempt.py, not here.
+dataclass; what the observations mean is decided in attempt/, not here.
 
 A command builds one DockerEngine at the CLI's edge and passes it down; the pipeline sees it only
 through the Protocols in ports.py. It connects on first use, so a command that turns out not to
@@ -32,10 +32,11 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -43,18 +44,21 @@ import docker.types
 import requests
 
 from .. import secrets
-from ..errors import DockerUnavailable, NvidiaRuntimeMissing
+from ..attempt.buildlog import BuildLog, MemorySample
+from ..attempt.config import WHEEL_CACHE_SCRIPT, AttemptConfig
+from ..attempt.outcome import AttemptResult
+from ..attempt.ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
+from ..doctor import checks
+from ..errors import DockerUnavailable, ImageBuildFailed, NvidiaRuntimeMissing
+from ..gc import decisions
 from ..host.gpu import GpuMode
-from . import attempt_run, doctor, gate_container, gc, unit_compile
-from .attempt import WHEEL_CACHE_SCRIPT, AttemptConfig
-from .buildlog import BuildLog, MemorySample
+from ..image.cuda_redist import CudaLayer
+from ..image.inputs import DOCKERFILE, LABEL, Image, ImageInputs, production_base
+from ..image.names import IMAGE_REPOSITORY
+from ..image.ports import OnLine
+from . import attempt_run, gate_container, unit_compile
 from .containers import remove_all, script_volume, set_network, transient_retry
-from .cuda_redist import CudaLayer
-from .image import DOCKERFILE, LABEL, Image, ImageInputs, build_image, production_base
-from .names import IMAGE_REPOSITORY
-from .outcome import AttemptResult
-from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_alive, owner_token
-from .ports import GateJob, OnLine, UnitCompile, UnitResult
+from .ports import GateJob, UnitCompile, UnitResult
 from .watcher import AttemptWatcher
 
 
@@ -110,7 +114,7 @@ class DockerEngine:
 
     @property
     def client(self) -> Any:
-        """The connected client, for run/dist_fleet's fleet containers and networks: opened here,
+        """The connected client, for dist_fleet's fleet containers and networks: opened here,
         as every other use of Docker is."""
         return self._docker
 
@@ -241,7 +245,7 @@ class DockerEngine:
 
     def _probe_memory(self, image: str) -> tuple[str | None, str]:
         """(what the container reads as its memory limit, error) for a --memory 64m container."""
-        memory = doctor.PROBE_MEMORY
+        memory = checks.PROBE_MEMORY
         script, mount = script_volume("wheelbuild-memory-limit")
         try:
             output = self._run(
@@ -257,7 +261,7 @@ class DockerEngine:
             return None, str(exc.explanation or exc)
         return output.decode(errors="replace").strip(), ""
 
-    def facts(self, base_image: str | None = None) -> doctor.DockerFacts:
+    def facts(self, base_image: str | None = None) -> checks.DockerFacts:
         """What `wheelbuild doctor` needs of the daemon: version, rootless, cgroups, runtimes, its
         root, a real memory limit read back from a container, and the base image's presence. No
         daemon is an answer too (facts.error), not an exception. Nothing is pulled."""
@@ -273,7 +277,7 @@ class DockerEngine:
             version = self._client.version()
             image = self._probe_image(base_image)
             limit, probe_error = self._probe_memory(image) if image else (None, "")
-            return doctor.DockerFacts(
+            return checks.DockerFacts(
                 host=host,
                 version=str(version.get("Version") or info.get("ServerVersion", "?")),
                 api_version=str(version.get("ApiVersion", "?")),
@@ -293,7 +297,7 @@ class DockerEngine:
             )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-            return doctor.DockerFacts(host=host, error=why, base_pin=pin, base_pin_error=pin_error)
+            return checks.DockerFacts(host=host, error=why, base_pin=pin, base_pin_error=pin_error)
 
     # -----------------------------------------------------------------------------------------
     # Ownership and cleanup
@@ -396,15 +400,15 @@ class DockerEngine:
         raise AssertionError("unreachable")
 
     @transient_retry
-    def gc_state(self, scope: gc.Scope) -> gc.DockerState:
+    def gc_state(self, scope: decisions.Scope) -> decisions.DockerState:
         """The images and volumes in *scope*, with the sizes Docker counts, and every container
         (running or stopped) with its image and volumes: in use means kept."""
         return _gc_state(self._disk_usage(), scope)
 
-    def gc_remove_image(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+    def gc_remove_image(self, decision: decisions.Decision, scope: decisions.Scope) -> decisions.Removal:
         """Remove one tag of wheelbuild's (its layers go when no other tag or image needs them).
         Never forced: an image a container uses is refused by Docker, and so kept."""
-        if decision.kind is not gc.Kind.IMAGE or not scope.owns_image(decision.name):
+        if decision.kind is not decisions.Kind.IMAGE or not scope.owns_image(decision.name):
             raise ValueError(f"not an image gc may remove: {decision.name}")
         return _unforced(
             decision, lambda: self._docker.images.remove(decision.name, force=False, noprune=False)
@@ -428,10 +432,10 @@ class DockerEngine:
             return None
         return found if isinstance(found, dict) else None
 
-    def gc_remove_volume(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal:
+    def gc_remove_volume(self, decision: decisions.Decision, scope: decisions.Scope) -> decisions.Removal:
         """Remove one of wheelbuild's volumes. Never forced: a volume a container mounts, running
         or stopped, is refused by Docker, and so kept."""
-        if decision.kind is not gc.Kind.VOLUME or scope.volume_kind(decision.name) is None:
+        if decision.kind is not decisions.Kind.VOLUME or scope.volume_kind(decision.name) is None:
             raise ValueError(f"not a volume gc may remove: {decision.name}")
         return _unforced(decision, lambda: self._docker.volumes.get(decision.name).remove(force=False))
 
@@ -453,7 +457,7 @@ def reap_when_gone(owner: str, run_id: str, poll_s: float = 1.0) -> int:
     return DockerEngine(sweep=False, timeout=120).remove_containers(f"{RUN_LABEL}={run_id}")
 
 
-def _gc_state(usage: dict[str, Any], scope: gc.Scope) -> gc.DockerState:
+def _gc_state(usage: dict[str, Any], scope: decisions.Scope) -> decisions.DockerState:
     images = []
     for entry in usage.get("Images") or []:
         tags = [t for t in entry.get("RepoTags") or [] if t != "<none>:<none>"]
@@ -461,14 +465,16 @@ def _gc_state(usage: dict[str, Any], scope: gc.Scope) -> gc.DockerState:
         for tag in tags:
             if scope.owns_image(tag):
                 shared_tag = len(tags) > 1
-                images.append(gc.ImageFact(tag, str(entry["Id"]), 0 if shared_tag else unique, shared_tag))
+                images.append(
+                    decisions.ImageFact(tag, str(entry["Id"]), 0 if shared_tag else unique, shared_tag)
+                )
     volumes = [
-        gc.VolumeFact(str(v["Name"]), int((v.get("UsageData") or {}).get("Size", -1)))
+        decisions.VolumeFact(str(v["Name"]), int((v.get("UsageData") or {}).get("Size", -1)))
         for v in usage.get("Volumes") or []
         if scope.volume_kind(str(v.get("Name", ""))) is not None
     ]
     containers = [
-        gc.ContainerFact(
+        decisions.ContainerFact(
             name=next(iter(c.get("Names") or []), str(c.get("Id", "?"))[:12]).lstrip("/"),
             image_id=str(c.get("ImageID", "")),
             state=str(c.get("State") or "unknown"),
@@ -479,17 +485,62 @@ def _gc_state(usage: dict[str, Any], scope: gc.Scope) -> gc.DockerState:
         )
         for c in usage.get("Containers") or []
     ]
-    return gc.DockerState(tuple(images), tuple(volumes), tuple(containers))
+    return decisions.DockerState(tuple(images), tuple(volumes), tuple(containers))
 
 
-def _unforced(decision: gc.Decision, remove: Callable[[], object]) -> gc.Removal:
+def _unforced(decision: decisions.Decision, remove: Callable[[], object]) -> decisions.Removal:
     """One unforced removal: gone already, kept (Docker refused: in use), failed or removed."""
     try:
         remove()
     except docker.errors.NotFound:
-        return gc.Removal(decision, gc.Status.GONE)
+        return decisions.Removal(decision, decisions.Status.GONE)
     except docker.errors.APIError as error:
         if error.status_code == 409:
-            return gc.Removal(decision, gc.Status.KEPT, f"in use: {error.explanation or error}")
-        return gc.Removal(decision, gc.Status.FAILED, str(error.explanation or error))
-    return gc.Removal(decision, gc.Status.REMOVED)
+            return decisions.Removal(decision, decisions.Status.KEPT, f"in use: {error.explanation or error}")
+        return decisions.Removal(decision, decisions.Status.FAILED, str(error.explanation or error))
+    return decisions.Removal(decision, decisions.Status.REMOVED)
+
+
+def build_image(
+    client: docker.DockerClient,
+    context: IO[bytes],
+    dockerfile: str,
+    tag: str,
+    buildargs: dict[str, str],
+    on_line: Callable[[str], None],
+    labels: dict[str, str] | None = None,
+) -> None:
+    """Build *tag* from a tar context, its log streamed live; ImageBuildFailed with the log's
+    tail when the build fails."""
+    tail: deque[str] = deque(maxlen=20)
+    try:
+        chunks = client.api.build(
+            fileobj=context,
+            custom_context=True,
+            dockerfile=dockerfile,
+            tag=tag,
+            buildargs=buildargs,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+            labels=labels,
+        )
+        for chunk in chunks:
+            if "error" in chunk or "errorDetail" in chunk:
+                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
+                raise ImageBuildFailed(
+                    f"image build failed: {message.splitlines()[-1] if message else 'unknown error'}",
+                    "read the build log above; check the base image exists here "
+                    "(scripts/make-base-image) and the network reaches PyPI",
+                    details="\n".join(tail),
+                )
+            for line in str(chunk.get("stream", "")).splitlines():
+                if line.strip():
+                    tail.append(line)
+                    on_line(line)
+    except docker.errors.APIError as exc:
+        raise ImageBuildFailed(
+            f"image build failed: {exc.explanation or exc}",
+            "check that the base image exists locally (scripts/make-base-image) or can be pulled",
+        ) from exc

@@ -15,7 +15,7 @@ import docker.types
 import requests
 import tenacity
 
-from .image import IMAGES_DIR, SCRIPTS_INSIDE, image_script
+from ..image.inputs import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 
 
 class StartContainer(Protocol):

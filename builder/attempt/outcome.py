@@ -1,6 +1,6 @@
 """What the engine saw of one attempt (AttemptResult, with its OOM evidence) and how it ended:
 Succeeded | OOMKilled | Failed, decided by `classify`. Pure: the engine observes, this module says
-what the observations mean, so every ending is tested without a daemon. attempt.py says what to
+what the observations mean, so every ending is tested without a daemon. config.py says what to
 run."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ..errors import BuildFailed, MemoryLimitNotApplied, OutOfMemory, WheelbuildError
 from ..host.unit_memory import UnitMemory
+from ..plan.learned import BuildMeasurement
+from ..plan.planner import Plan
 from .buildlog import MEMORY_MISSING_MARK, NETWORK_STUCK_MARK, TORCH_MISMATCH_MARK, StepTime
 from .diagnosis import compile_failure, contract_failure
 
@@ -98,6 +100,22 @@ class AttemptResult:
     # What each Python installed from the machine's wheel cache (torch, its CUDA wheels, the
     # build tools): (lock KEY-TAG, sha256, file name), from wheelbuild-wheel-cache's lines.
     locked_files: tuple[tuple[str, str, str], ...] = ()
+
+    def measurement(self, plan: Plan, run_id: str, archs: tuple[int, ...]) -> BuildMeasurement | None:
+        """What this attempt measured against what its plan predicted, for the next plan to learn
+        from; None when it failed or caught no unit compiling."""
+        if self.returncode != 0 or not self.peak_memory_compile or not self.unit_memory:
+            return None
+        return BuildMeasurement(
+            run_id=run_id,
+            units=self.unit_memory,
+            overhead=self.overhead_at_peak,
+            measured_peak=self.peak_memory_compile,
+            predicted_peak=plan.predicted_peak,
+            max_jobs=plan.max_jobs,
+            nvcc_threads=plan.nvcc_threads,
+            archs=archs,
+        )
 
 
 # ---------------------------------------------------------------------------------------------

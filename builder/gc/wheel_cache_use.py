@@ -1,6 +1,6 @@
 """What the wheel cache (images/wheelbuild-wheel-cache --report) says of the torch-wheels volume,
 as gc reads it: its bytes on disk against its bound, and each installed tree with the cache's own
-verdict. Pure: gc's decisions (run/gc.py) take it as a value.
+verdict. Pure: gc's decisions (gc/decisions.py) take it as a value.
 
 The rule (images/wheelbuild-wheel-cache applies it after every run that adds to the cache, and
 says it here through --report, read by a container of the base image): everything within the

@@ -1,7 +1,7 @@
 """`wheelbuild doctor`: is this machine ready to build? One check per line, ok / warn / fail.
 
 Two halves. The checks (`check_*`) are pure: plain facts in, a `Check` out, so every status
-path is tested without Docker or a network. doctor_facts.py gathers what is not Docker's
+path is tested without Docker or a network. facts.py gathers what is not Docker's
 (HTTP reach, free disk, the CA bundle, nvidia-smi); engine.docker_facts gathers Docker's into a
 `DockerFacts`. Nothing here imports docker.
 
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Literal
 
 from ..host.ca_bundle import DEFAULT_CA_BUNDLE
+from ..image.cuda_redist import REDIST_URL_ENV, redist_url
 from ..secrets import redact_url
 from ..units import format_bytes
 from ..variants import PYTORCH_INDEX
-from .cuda_redist import REDIST_URL_ENV, redist_url
-from .doctor_facts import (
+from .facts import (
     REACH_DEADLINE_S,
     CaFacts,
     DiskFacts,

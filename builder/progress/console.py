@@ -31,8 +31,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..attempt.buildlog import BuildLog, MemorySample, activity, python_of, shown_line
 from ..units import format_bytes
-from .buildlog import BuildLog, MemorySample, activity, python_of, shown_line
 
 STATUS_EVERY_S = 15.0
 TICK_S = 1.0  # how often the heartbeat looks whether a status line is due

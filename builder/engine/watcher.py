@@ -14,11 +14,11 @@ import docker
 import docker.errors
 import docker.types
 
+from ..attempt.buildlog import COMPILE_STEP, MemorySample, MemorySeries
+from ..attempt.outcome import OomEvidence
+from ..attempt.ownership import ATTEMPT_LABEL
 from ..host import cgroup
 from ..host.unit_memory import UnitTracker, read_processes
-from .buildlog import COMPILE_STEP, MemorySample, MemorySeries
-from .outcome import OomEvidence
-from .ownership import ATTEMPT_LABEL
 
 
 class AttemptWatcher:

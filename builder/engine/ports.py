@@ -11,15 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..attempt.buildlog import BuildLog, MemorySample
+from ..attempt.config import AttemptConfig
+from ..attempt.outcome import AttemptResult
 from ..host.gpu import GpuMode
-from . import gc
-from .attempt import AttemptConfig
-from .buildlog import BuildLog, MemorySample
-from .cuda_redist import CudaLayer
-from .image import Image, ImageInputs
-from .outcome import AttemptResult
-
-OnLine = Callable[[str], None]
+from ..image.ports import Images, OnLine
 
 
 @dataclass(frozen=True)
@@ -68,22 +64,6 @@ class UnitResult:
     log_tail: tuple[str, ...]
 
 
-class ImageIds(Protocol):
-    """Enough to name a build image's inputs: a local base tag is identified by its image ID."""
-
-    def local_image_id(self, reference: str) -> str: ...
-
-
-class Images(ImageIds, Protocol):
-    """Build images: what a build, calibrate and the nightly need of them."""
-
-    def ensure_image(self, inputs: ImageInputs, on_line: OnLine) -> Image: ...
-
-    def ensure_cuda_layer_image(self, layer: CudaLayer, tree: Path, on_line: OnLine) -> str: ...
-
-    def image_pythons(self, tag: str) -> list[str]: ...
-
-
 class Engine(Images, Protocol):
     """What a build runs through: preflight, attempts, the import gate, cleanup."""
 
@@ -115,17 +95,3 @@ class CalibrationEngine(Images, Protocol):
     def compile_unit_alone(self, job: UnitCompile) -> UnitResult: ...
 
     def interrupt_cleanup(self, run_id: str) -> int: ...
-
-
-class GcEngine(ImageIds, Protocol):
-    """What `wheelbuild gc` reads of Docker and removes (never forced)."""
-
-    def gc_state(self, scope: gc.Scope) -> gc.DockerState: ...
-
-    def gc_remove_image(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal: ...
-
-    def gc_remove_volume(self, decision: gc.Decision, scope: gc.Scope) -> gc.Removal: ...
-
-    def gc_wheel_cache(
-        self, volume: str, image: str, bound: int, prune: bool
-    ) -> dict[str, object] | None: ...

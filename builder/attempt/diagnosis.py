@@ -15,7 +15,7 @@ from .buildlog import COMPILER_ERROR, NOT_LINKED_MARK
 
 
 class AttemptLog(Protocol):
-    """What this module reads of an attempt (run/outcome.py's AttemptResult, whose classify calls it)."""
+    """What this module reads of an attempt (attempt/outcome.py's AttemptResult, whose classify calls it)."""
 
     @property
     def log_path(self) -> Path: ...

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..variants import TorchVariant
 from . import cuda_redist
 from .cuda_redist import CudaLayer
-from .image import IMAGES_DIR, ImageInputs, production_base
+from .inputs import IMAGES_DIR, ImageInputs, production_base
 from .ports import ImageIds
 
 

@@ -1,7 +1,7 @@
 """The build image: images/Dockerfile.cuda131 plus its inputs, tagged by their content hash.
 
 An unchanged Dockerfile with unchanged build args gives the same tag, so the image is reused,
-never rebuilt. No Docker here: building and listing through the docker SDK live in engine.py.
+never rebuilt. No Docker here: building and listing through the docker SDK live in engine/.
 """
 
 from __future__ import annotations
@@ -11,18 +11,12 @@ import hashlib
 import io
 import json
 import tarfile
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO
-
-import docker
-import docker.errors
 
 from ..bundled import bundled_dir
-from ..errors import ImageBuildFailed, ImageInputsMissing
+from ..errors import ImageInputsMissing
 from ..provenance.statement import Material
 from ..units import format_bytes
 from .cuda_redist import DEFAULT_REDIST_URL, CudaLayer
@@ -259,48 +253,3 @@ def image_table(images: list[Image]) -> list[str]:
     return [
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]) for row in rows
     ]
-
-
-def build_image(
-    client: docker.DockerClient,
-    context: IO[bytes],
-    dockerfile: str,
-    tag: str,
-    buildargs: dict[str, str],
-    on_line: Callable[[str], None],
-    labels: dict[str, str] | None = None,
-) -> None:
-    """Build *tag* from a tar context, its log streamed live; ImageBuildFailed with the log's
-    tail when the build fails."""
-    tail: deque[str] = deque(maxlen=20)
-    try:
-        chunks = client.api.build(
-            fileobj=context,
-            custom_context=True,
-            dockerfile=dockerfile,
-            tag=tag,
-            buildargs=buildargs,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-            labels=labels,
-        )
-        for chunk in chunks:
-            if "error" in chunk or "errorDetail" in chunk:
-                message = str(chunk.get("error") or chunk["errorDetail"].get("message", "")).strip()
-                raise ImageBuildFailed(
-                    f"image build failed: {message.splitlines()[-1] if message else 'unknown error'}",
-                    "read the build log above; check the base image exists here "
-                    "(scripts/make-base-image) and the network reaches PyPI",
-                    details="\n".join(tail),
-                )
-            for line in str(chunk.get("stream", "")).splitlines():
-                if line.strip():
-                    tail.append(line)
-                    on_line(line)
-    except docker.errors.APIError as exc:
-        raise ImageBuildFailed(
-            f"image build failed: {exc.explanation or exc}",
-            "check that the base image exists locally (scripts/make-base-image) or can be pulled",
-        ) from exc

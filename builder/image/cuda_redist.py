@@ -13,7 +13,7 @@ Every archive is treated as hostile: its size is capped by the pin before the do
 its hash is checked before it is opened, no member may land outside its folder or be written
 through a link, and every link in the tree must resolve inside it.
 
-No Docker here: engine.py turns the tree into an image.
+No Docker here: engine/ turns the tree into an image.
 """
 
 from __future__ import annotations

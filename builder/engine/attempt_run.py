@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import secrets
+from ..attempt.buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, StepTime, network_request
+from ..attempt.config import SCCACHE_DIR, AttemptConfig, cibuildwheel_env, redactor_for
+from ..attempt.outcome import AttemptResult
+from ..attempt.ownership import ATTEMPT_LABEL
 from ..plan.dist import CLIENT_CONFIG_FILE, client_config, read_token
-from .attempt import SCCACHE_DIR, AttemptConfig, cibuildwheel_env, redactor_for
-from .buildlog import BEFORE_BUILD_STEP, COMPILE_STEP, BuildLog, StepTime, network_request
-from .outcome import AttemptResult
-from .ownership import ATTEMPT_LABEL
 from .watcher import AttemptWatcher
 
 

@@ -46,11 +46,11 @@ import docker.models.networks
 
 from ..errors import BadArgument, BadMemory
 from ..host.ca_bundle import resolve_ca_bundle
+from ..image.inputs import ImageInputs, image_script, production_base
+from ..image.names import DIST_DOCKERFILE, dist_image_tag
 from ..plan.fleet import Fleet, RemoteJob
 from ..units import format_bytes
-from .engine import DockerEngine
-from .image import ImageInputs, image_script, production_base
-from .names import DIST_DOCKERFILE, dist_image_tag
+from .docker_engine import DockerEngine
 
 OnLine = Callable[[str], None]
 
