@@ -108,7 +108,7 @@ def _convert(kind: object, value: object, where: str) -> object:
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise RecordError(f"its {where} is not {what}")
         return value
-    if kind is object:  # a table kept as it was written (a gate's smoke, an AbiReport)
+    if kind is object:  # a table kept as it was written (a gate's smoke, an AbiFindings)
         return value
     if isinstance(kind, type) and is_dataclass(kind):
         return read_record(kind, value, where)

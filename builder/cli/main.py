@@ -22,7 +22,7 @@ from ..image.inputs import image_table
 from ..image.names import PREFIX, checked_prefix
 from ..pipeline import calibrate as calibrating
 from ..pipeline import check, preflight
-from ..pipeline.prebuild import plan_of, prebuild, torch_chosen
+from ..pipeline.resolve import plan_of, resolve
 from ..plan.planner import format_plan, over_budget
 from ..progress.console import Console
 from ..recipes import resolve_recipe
@@ -111,15 +111,12 @@ def plan(
     # What was looked up goes to stderr; the plan on stdout says the choice once.
     console = Console(sys.stderr)
     with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
-        prebuilt = prebuild(spec, image_flags.options(), console, engine)
-    spec, torch_why = prebuilt.spec, prebuilt.torch_why
-    if torch_why is None:  # the image's Pythons are build's to learn: any CPython the package admits
-        spec, torch_why = torch_chosen(spec, prebuilt.index, None, console)
-    planned = plan_of(spec, prebuilt.compiler.version, prebuilt.survey)
+        resolved = resolve(spec, image_flags.options(), console, engine, dry_run=True)
+    planned = plan_of(resolved)
     click.echo(format_plan(planned))
-    if note := preflight.arch_note(spec, prebuilt.survey):
-        click.echo(f"archs: {note}")
-    click.echo(f"torch: {torch_why}")
+    if resolved.arch_note:
+        click.echo(f"archs: {resolved.arch_note}")
+    click.echo(f"torch: {resolved.torch_why}")
     for line in provenance():
         click.echo(line)
     if over := over_budget(planned):
@@ -295,15 +292,15 @@ def gc_command(
     )
     console = Console()
     with seams().engine(sweep=False).connect() as engine:  # a dry run removes nothing, not even orphans
-        planned = prune.collect(engine, options, console.step, console.warn)
-        for decision in planned.decisions:
+        decided = prune.collect(engine, options, console.step, console.warn)
+        for decision in decided.decisions:
             click.echo(decision.line(dry_run))
-        if dry_run or not planned.removals:
-            click.echo(decisions.summary(planned))
+        if dry_run or not decided.removals:
+            click.echo(decisions.summary(decided))
             return
-        console.step(f"removing {len(planned.removals)} item(s)")
-        removals = prune.execute(engine, planned, options, console.info)
-    click.echo(decisions.summary(planned, removals))
+        console.step(f"removing {len(decided.removals)} item(s)")
+        removals = prune.execute(engine, decided, options, console.info)
+    click.echo(decisions.summary(decided, removals))
     decisions.check(removals)
 
 

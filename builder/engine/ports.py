@@ -25,7 +25,7 @@ class GateJob:
     run_id: str
     image: str  # the base image: no CUDA toolkit, as on a user's machine
     wheel: Path
-    spec: Mapping[str, object]  # gate.GateSpec.to_json(...) less the paths the engine fills in
+    spec: Mapping[str, object]  # gate.GateChecks.to_json(...) less the paths the engine fills in
     torch_index_url: str  # may hold credentials: travels as a mounted file, never env or argv
     torch_cache_key: (
         str  # names this torch and its index in the machine's wheel cache (TorchVariant.cache_key)

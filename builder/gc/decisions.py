@@ -1,6 +1,6 @@
 """`wheelbuild gc`, decided: which runs, stored results, images and volumes go, and why each of
 the others stays. Pure: it takes what the file system and Docker hold as plain values and
-returns a plan; reading them and deleting lives in prune.py (files) and the engine (Docker).
+returns its decisions; reading them and deleting lives in prune.py (files) and the engine (Docker).
 
 What is kept, whatever else is said:
 - a run whose wheel was published (its `published.json` mark, or its wheel's sha256 in a
@@ -196,7 +196,7 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class GcPlan:
+class GcDecisions:
     decisions: tuple[Decision, ...]
 
     @property
@@ -387,7 +387,7 @@ def decide_volumes(
     return tuple(decisions)
 
 
-def plan(
+def decide(
     *,
     runs: Sequence[Run],
     results: Sequence[StoredResult],
@@ -400,7 +400,7 @@ def plan(
     scope: Scope,
     now: float,
     wheel_cache: WheelCacheUse | None = None,
-) -> GcPlan:
+) -> GcDecisions:
     """Every candidate, with what becomes of it and why."""
     marked = Published(
         {s: ", ".join(r.published_to) for r in runs if r.published_to for s in r.wheel_sha256},
@@ -413,7 +413,7 @@ def plan(
     needed = {
         key: d.name for d in run_decisions if not d.remove and (key := by_id[d.name].inputs_key) is not None
     }
-    return GcPlan(
+    return GcDecisions(
         (
             *run_decisions,
             *decide_results(results, keep_results=keep_runs, needed=needed, published=published),
@@ -463,10 +463,10 @@ def _count(decisions: Sequence[Decision], kind: Kind) -> str:
     )
 
 
-def summary(planned: GcPlan, removals: Sequence[Removal] | None = None) -> str:
+def summary(decided: GcDecisions, removals: Sequence[Removal] | None = None) -> str:
     """One line: what was (or, for a dry run, would be) freed, by kind, and what was kept."""
     if removals is None:
-        gone: Sequence[Decision] = planned.removals
+        gone: Sequence[Decision] = decided.removals
         verb = "would free"
     else:
         gone = [r.decision for r in removals if r.status is Status.REMOVED]
@@ -475,7 +475,7 @@ def summary(planned: GcPlan, removals: Sequence[Removal] | None = None) -> str:
     unknown = any(d.size < 0 for d in gone)
     # The wheel cache's trees are named only where some go: most gc runs have none to say.
     kinds = ", ".join(_count(gone, k) for k in Kind if k is not Kind.TREE or any(d.kind is k for d in gone))
-    kept = len(planned.kept) + (
+    kept = len(decided.kept) + (
         len([r for r in removals if r.status is Status.KEPT]) if removals is not None else 0
     )
     line = f"gc: {verb} {format_bytes(total)}{' and more (some sizes unknown)' if unknown else ''}: {kinds}; kept {kept}"
@@ -494,5 +494,5 @@ def check(removals: Sequence[Removal]) -> None:
             f"{len(failed)} removal(s) failed, the first: {first.decision.kind.value} "
             f"{first.decision.name}: {first.detail}",
             "fix what the failure names (permissions, the Docker daemon) and run wheelbuild gc again; "
-            "everything else it planned was done",
+            "everything else it decided was done",
         )

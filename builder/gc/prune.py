@@ -255,7 +255,7 @@ def current_images(images: ImageIds, options: ImageOptions, scope: decisions.Sco
 
 def collect(
     engine: GcEngine, options: GcOptions, on_step: Callable[[str], None], on_skip: Skipped = _ignore
-) -> decisions.GcPlan:
+) -> decisions.GcDecisions:
     on_step(f"reading {options.output_dir / 'runs'} and the result store {options.store}")
     runs = scan_runs(options.output_dir / "runs", on_skip)
     results = scan_results(options.store, on_skip)
@@ -277,7 +277,7 @@ def collect(
             on_skip(f"the wheel cache's report was not read: {bad}")
         if answer is None:
             on_skip(f"the wheel cache {volume} was not read: the base image {base} is not here to read it")
-    return decisions.plan(
+    return decisions.decide(
         runs=runs,
         results=results,
         docker=state,
@@ -317,7 +317,7 @@ def _remove_folder(decision: decisions.Decision, parent: Path) -> decisions.Remo
 def _prune_wheel_cache(
     engine: GcEngine, trees: list[decisions.Decision], options: GcOptions
 ) -> tuple[decisions.Removal, ...]:
-    """The wheel cache pruned by its rule, once, in a container: each planned tree removed, or
+    """The wheel cache pruned by its rule, once, in a container: each decided tree removed, or
     kept when the rule no longer drops it (used since gc looked)."""
     volume = options.scope.retag(TORCH_WHEELS_VOLUME)
     base = options.image_options.base_image or production_base()
@@ -342,16 +342,16 @@ def _prune_wheel_cache(
 
 
 def execute(
-    engine: GcEngine, planned: decisions.GcPlan, options: GcOptions, on_line: Callable[[str], None]
+    engine: GcEngine, decided: decisions.GcDecisions, options: GcOptions, on_line: Callable[[str], None]
 ) -> tuple[decisions.Removal, ...]:
     """Remove what the plan says, one at a time; in use at the last moment means kept."""
     done = []
-    trees = [d for d in planned.removals if d.kind is decisions.Kind.TREE]
+    trees = [d for d in decided.removals if d.kind is decisions.Kind.TREE]
     if trees:
         for removal in _prune_wheel_cache(engine, trees, options):
             on_line(removal.line())
             done.append(removal)
-    for decision in planned.removals:
+    for decision in decided.removals:
         if decision.kind is decisions.Kind.TREE:
             continue
         if decision.kind is decisions.Kind.RUN:

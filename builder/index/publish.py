@@ -137,7 +137,7 @@ def remove_temp_files(root: Path) -> None:
 
 
 def regenerate(root: Path) -> tuple[str, ...]:
-    return tree.write_plan(root, tree.plan_index(root))
+    return tree.write_plan(root, tree.index_changes(root))
 
 
 # What publish runs on the copies it made in the tree (wheel given -> its copy), under the lock,

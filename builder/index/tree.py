@@ -69,17 +69,17 @@ __all__ = [
     "SIGSTORE_SUFFIX",
     "SIMPLE",
     "Distribution",
+    "IndexChanges",
     "IndexEntry",
-    "IndexPlan",
     "atomic_write",
     "file_sha256",
     "hash_file",
+    "index_changes",
     "inputs_keys",
     "is_inputs_key",
     "is_served_name",
     "normalize",
     "place",
-    "plan_index",
     "read_inputs",
     "read_wheel",
     "render",
@@ -125,7 +125,7 @@ class IndexEntry:
 
 
 @dataclass(frozen=True)
-class IndexPlan:
+class IndexChanges:
     """Files to put in place (relative path -> bytes, in write order) and to remove."""
 
     writes: Mapping[str, bytes] = field(default_factory=dict)
@@ -373,13 +373,13 @@ def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
     return tuple(stale)
 
 
-def plan_index(root: Path) -> IndexPlan:
+def index_changes(root: Path) -> IndexChanges:
     """What to write so that the index of *root* lists exactly the wheels in ``root/files``:
     missing sidecars first, then the pages; and which stale project pages to remove."""
     distributions, sidecars = scan(root)
     # The page for people goes last: every file and page it points at is in place before it.
     pages = {**render(distributions), index_page.PAGE: index_page.render(distributions).encode()}
-    return IndexPlan(writes={**sidecars, **pages}, removes=_stale_pages(root, pages))
+    return IndexChanges(writes={**sidecars, **pages}, removes=_stale_pages(root, pages))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -434,7 +434,7 @@ def _link_below(root: Path, rel: str) -> Path | None:
     return None
 
 
-def write_plan(root: Path, plan: IndexPlan) -> tuple[str, ...]:
+def write_plan(root: Path, plan: IndexChanges) -> tuple[str, ...]:
     """Carry out *plan* under *root*, in order; files whose bytes are already there are left
     alone. Returns the relative paths written or removed.
 

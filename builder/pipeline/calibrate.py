@@ -32,11 +32,12 @@ from ..plan.memory_model import MemoryModel, UnitCost
 from ..progress.console import Console
 from ..recipes import IndexLookup, Recipe, RemoteSdist
 from ..recipes.base import UnitRecipe
-from ..spec.build_spec import Resources
-from ..spec.sources import cache_dir, prepare_source, resolve_lookup
+from ..spec.build_spec import BuildSpec, Resources
+from ..spec.sources import cache_dir
 from ..units import format_bytes
 from ..variants import TorchVariant
 from . import preflight
+from .resolve import resolve
 
 __all__ = ["CalibrationResult", "run_calibration"]
 
@@ -63,14 +64,6 @@ def _unpacked(sdist: Path) -> Path:
     return top
 
 
-def _resolved(recipe: Recipe, variant: TorchVariant, console: Console) -> tuple[Recipe, TorchVariant]:
-    """The release looked up on the index, and the torch a build of it would compile against
-    (the newest it compiles with)."""
-    recipe = resolve_lookup(recipe, console.info)
-    index = preflight.torch_index(variant, False, console)
-    return recipe, preflight.resolve_torch(variant, index, None, console, recipe)[0]
-
-
 def run_calibration(
     recipe: Recipe,
     variant: TorchVariant,
@@ -94,12 +87,15 @@ def run_calibration(
         raise BadArgument(
             f"{recipe.name}: calibration unpacks a release's sdist", "calibrate a known release"
         )
-    recipe, variant = _resolved(recipe, variant, console)
+    # Resolved as a build of every arch asked would be (resolve.py, as `plan` does): the release
+    # pinned, the sdist downloaded, and the torch a build compiles against (the newest it takes).
+    archs = tuple(sorted(set().union(*archs_options)))
+    resolved = resolve(BuildSpec(recipe, variant, archs), options, console, engine, dry_run=True)
+    recipe, variant, source = resolved.spec.recipe, resolved.spec.variant, resolved.source
     run_id = preflight.new_run_id()
     engine.connect()
     inputs = image_options.image_inputs(engine, options.for_variant(variant))
-    compiler = preflight.compiler_in_image(variant, tuple(sorted(set().union(*archs_options))), inputs)
-    source = prepare_source(recipe.source, console.info)
+    compiler = preflight.compiler_in_image(variant, archs, inputs)
     source_dir = _unpacked(source.project_dir / source.package)
 
     most_archs = max(len(a) for a in archs_options)

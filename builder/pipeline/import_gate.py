@@ -16,10 +16,10 @@ from ..image.options import ImageOptions
 from ..progress.console import Console
 from ..spec.build_spec import BuildSpec
 from ..variants import TorchVariant
-from ..wheel.abi import AbiReport
+from ..wheel.abi import AbiFindings
 from ..wheel.abi3 import gate_pythons, stable_abi
 from ..wheel.contents import WheelInfo
-from ..wheel.gate import GateResult, plan_gate
+from ..wheel.gate import GateResult, gate_checks
 from ..wheel.gate import read_result as read_gate
 
 __all__ = ["GATE_MEMORY", "GateRun", "import_gate"]
@@ -30,7 +30,7 @@ GATE_MEMORY = 6 * 1024**3  # pip installing torch and importing it; a smoke test
 def import_gate(
     engine: Engine,
     wheels: tuple[WheelInfo, ...],
-    abi_reports: Mapping[str, AbiReport],
+    abi_findings: Mapping[str, AbiFindings],
     spec: BuildSpec,
     options: ImageOptions,
     gpus: bool,
@@ -49,7 +49,7 @@ def import_gate(
     gate = GateRun(engine, spec, options, gpus, run_id, run_dir, console)
     for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons)):
         console.doing(f"gating {wheel.path.name}", python)
-        result = gate.run(wheel, abi_reports[wheel.path.name], python, spec.variant)
+        result = gate.run(wheel, abi_findings[wheel.path.name], python, spec.variant)
         under = f" under {python}" if stable_abi(wheel.path.name) else ""
         console.info(f"{wheel.path.name}{under}: {result.summary}")
         found.append(result)
@@ -71,7 +71,7 @@ class GateRun:
     def run(
         self,
         wheel: WheelInfo,
-        abi: AbiReport,
+        abi: AbiFindings,
         python: str,
         torch: TorchVariant,
         other_requirements: tuple[str, ...] | None = None,
@@ -82,7 +82,7 @@ class GateRun:
         pin need not admit *torch*) and those after it: how its torch range is gated. Its log goes
         to *log_path*, else the run's gate.log."""
         spec = self.spec
-        plan = plan_gate(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
+        plan = gate_checks(wheel.path, abi, spec.archs, spec.recipe.smoke_test, spec.recipe.import_packages)
         asked = replace(plan, python=python).to_json(torch.requirement)
         if other_requirements is not None:
             asked["other_requirements"] = list(other_requirements)

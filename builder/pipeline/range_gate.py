@@ -31,7 +31,7 @@ from ..spec.build_spec import BuildSpec
 from ..spec.pythons import has_wheel
 from ..spec.sources import cache_dir
 from ..spec.torch_releases import TorchIndex, TorchRelease
-from ..wheel.abi import AbiReport
+from ..wheel.abi import AbiFindings
 from ..wheel.abi3 import gate_pythons
 from ..wheel.contents import WheelInfo, inspect_wheel
 from ..wheel.gate import failure as gate_failure
@@ -53,7 +53,7 @@ def torch_ranges(
     gate: GateRun,
     index: TorchIndex,
     wheels: tuple[WheelInfo, ...],
-    abi_reports: Mapping[str, AbiReport],
+    abi_findings: Mapping[str, AbiFindings],
     pythons: tuple[str, ...],
 ) -> tuple[TorchRange, ...]:
     """Each wheel's torch range under each Python it was gated under. The trials of all of them
@@ -62,7 +62,7 @@ def torch_ranges(
     console = gate.console
     console.step("torch range: each wheel against the torch releases around its own")
     ranges = [
-        _range_of(gate, index, wheel, abi_reports[wheel.path.name], python)
+        _range_of(gate, index, wheel, abi_findings[wheel.path.name], python)
         for wheel, python in ((w, p) for w in wheels for p in gate_pythons(w.path.name, pythons))
     ]
     pending = [trial for _, trials in ranges for trial in trials]
@@ -116,7 +116,7 @@ class _Pending:
 
     release: TorchRelease
     wheel: WheelInfo
-    abi: AbiReport
+    abi: AbiFindings
     python: str
     needed: Mapping[str, tuple[str, ...]]
     others: tuple[str, ...]
@@ -141,7 +141,7 @@ class _Pending:
 
 
 def _range_of(
-    gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiReport, python: str
+    gate: GateRun, index: TorchIndex, wheel: WheelInfo, abi: AbiFindings, python: str
 ) -> tuple[TorchRange, tuple[_Pending, ...]]:
     """The wheel's range as far as it is known before any trial (its own torch), and the trials
     still to run."""

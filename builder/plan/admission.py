@@ -97,7 +97,7 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool 
     threads, lines = plan.nvcc_threads, list[str]()
     if not keep_jobs and not plan.given_threads and model.complete and plan.archs > 1:
         threads, lines = _admission_threads(plan, budget)
-    # Kept jobs keep their slots too (an admitted plan predicted again, as remember_build does).
+    # Kept jobs keep their slots too (an admitted plan predicted again, as learned.remember does).
     jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
     why = _admission_line(model, jobs, threads, slots, budget, per_cicc)
     run = _admitted_run(plan, jobs, threads, budget, slots=slots)

@@ -365,7 +365,7 @@ class _FleetBuild:
 
 
 @dataclass(frozen=True)
-class DistPlan:
+class DistJobs:
     max_jobs: int
     bound: str  # which bound chose MAX_JOBS: "local memory", "units", or the predicted build's
     reason: str
@@ -393,7 +393,7 @@ def local_memory_model(
 
 def plan_dist_jobs(
     units: Sequence[DistUnit], *, budget: int, cores: float, fleet: Fleet, reserve: int, margin: float
-) -> DistPlan:
+) -> DistJobs:
     """MAX_JOBS for a --dist build: no more than the local parts of the J heaviest units fit
     `budget` (the remote jobs' memory is the servers'), and among those the J with the shortest
     predicted build (ties: fewer jobs). The bound says which of the two decided."""
@@ -420,4 +420,4 @@ def plan_dist_jobs(
     else:
         bound = str(predicted.bound)
         why = f"MAX_JOBS={jobs}: more jobs are not predicted faster; the build is then bound by {bound}"
-    return DistPlan(jobs, bound, f"{why} ({seconds:.0f} s predicted)", predicted)
+    return DistJobs(jobs, bound, f"{why} ({seconds:.0f} s predicted)", predicted)

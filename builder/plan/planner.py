@@ -396,7 +396,7 @@ def _peak_line(model: MemoryModel, peak: int, budget: int, jobs: int, threads: i
 def governed_by(static: Plan, governor: str, plan: Plan) -> Plan:
     """`plan`, made from `static` by `governor` ("admission"), marked so that format_plan
     labels the static plan's reasons and the governed plan's apart (a plan governed again, as
-    remember_build predicts it, keeps its first mark)."""
+    learned.remember predicts it, keeps its first mark)."""
     if static.static_reasons is not None:
         return plan
     return replace(plan, static_reasons=len(static.reasons), governor=governor)

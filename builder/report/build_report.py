@@ -236,7 +236,7 @@ class BuildReport(Record):
     attempts: tuple[AttemptRecord, ...] = ()
     wheels: tuple[WheelRecord, ...] = ()
     checks: tuple[CheckRecord, ...] = ()
-    abi: tuple[Mapping[str, object], ...] = ()  # AbiReport.to_json() per wheel, kept as written
+    abi: tuple[Mapping[str, object], ...] = ()  # AbiFindings.to_json() per wheel, kept as written
     # The import gate per wheel; GateSkipped for --no-gate; None in a report from before the gate.
     gate: tuple[GateRecord, ...] | GateSkipped | None = None
     reused: Reused | None = field(default=None, metadata=OMIT)

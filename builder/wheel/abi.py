@@ -57,7 +57,7 @@ from .elf_abi import (
 
 __all__ = [
     "FAMILIES",
-    "AbiReport",
+    "AbiFindings",
     "ElfAbi",
     "Excess",
     "ModuleAbi",
@@ -239,7 +239,7 @@ class ModuleAbi:
 
 
 @dataclass(frozen=True)
-class AbiReport:
+class AbiFindings:
     """The static ABI check of one wheel."""
 
     wheel: str  # file name
@@ -357,7 +357,7 @@ def check_wheel_abi(
     *,
     max_member_size: int = MAX_MEMBER_SIZE,
     max_ratio: float = MAX_COMPRESSION_RATIO,
-) -> AbiReport:
+) -> AbiFindings:
     """Judge every shared object (``*.so``, ``*.so.N``) in the wheel against its platform tag.
 
     Raises ``UnsafeMember`` (a ``ValueError``) for a member over the caps, and ``ValueError`` when
@@ -395,7 +395,7 @@ def check_wheel_abi(
         )
         for member, abi in abis
     )
-    return AbiReport(wheel=wheel_path.name, limits=limits, modules=modules)
+    return AbiFindings(wheel=wheel_path.name, limits=limits, modules=modules)
 
 
 # -- C++ names -----------------------------------------------------------------------------------

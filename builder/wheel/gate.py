@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import ImportGateFailed, SmokeTestFailed
-from .abi import AbiReport, demangle
+from .abi import AbiFindings, demangle
 
 # `flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so`, `_C.abi3.so`: an extension module.
 _EXTENSION = re.compile(r"^([A-Za-z_]\w*)\.(?:cpython-[^./]+|abi3)\.so$")
@@ -26,7 +26,7 @@ MAX_MEMBERS = 100_000  # a wheel's listing is read whole: cap it like any hostil
 
 
 @dataclass(frozen=True)
-class GateSpec:
+class GateChecks:
     """What the gate container is asked to do for one wheel."""
 
     python: str  # cp311
@@ -54,13 +54,13 @@ def _python_of(wheel: Path) -> str:
     return wheel.name.removesuffix(".whl").split("-")[-3].split(".")[0]
 
 
-def plan_gate(
+def gate_checks(
     wheel: Path,
-    abi: AbiReport,
+    abi: AbiFindings,
     archs: tuple[int, ...],
     smoke: str | None,
     packages: tuple[str, ...] | None = None,
-) -> GateSpec:
+) -> GateChecks:
     """The gate for one wheel: every extension module, the top-level packages (or the recipe's
     own list), and per .so the symbols the container must find in torch, Python or the system."""
     with zipfile.ZipFile(wheel) as archive:
@@ -79,7 +79,7 @@ def plan_gate(
         for module in abi.modules
         if _EXTENSION.match(PurePosixPath(module.member).name)
     }
-    return GateSpec(
+    return GateChecks(
         python=_python_of(wheel),
         modules=tuple(sorted(modules)),
         packages=packages if packages is not None else tuple(sorted(found_packages)),
@@ -193,7 +193,7 @@ def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def read_result(wheel: str, output: Mapping[str, object], abi: AbiReport) -> GateResult:
+def read_result(wheel: str, output: Mapping[str, object], abi: AbiFindings) -> GateResult:
     """The gate container's JSON answer as a GateResult."""
     torch = _table(output.get("torch"))
     found = {member: _table(entry) for member, entry in _table(output.get("unresolved")).items()}

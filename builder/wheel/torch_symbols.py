@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .abi import AbiReport
+from .abi import AbiFindings
 from .elf_abi import demangle, symbol_versions
 
 __all__ = ["MissingSymbol", "first_missing", "needed_from_torch", "torch_exports"]
@@ -77,7 +77,7 @@ def _copy_at_most(source: IO[bytes], dest: IO[bytes], limit: int) -> int:
     return copied
 
 
-def needed_from_torch(abi: AbiReport, built_exports: frozenset[str]) -> dict[str, tuple[str, ...]]:
+def needed_from_torch(abi: AbiFindings, built_exports: frozenset[str]) -> dict[str, tuple[str, ...]]:
     """Per shared object in the wheel, the symbols it needs that the build's torch exports
     (strong undefined ones no library in the wheel defines), sorted."""
     return {

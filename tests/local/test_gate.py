@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from wheelbuild.errors import ImportGateFailed, SmokeTestFailed
 from wheelbuild.wheel.abi import check_wheel_abi
-from wheelbuild.wheel.gate import failure, plan_gate, read_result
+from wheelbuild.wheel.gate import failure, gate_checks, read_result
 
 from tests.indexkit import make_wheel
 
@@ -44,7 +44,7 @@ def wheel(tmp_path: Path) -> Path:
 
 
 def test_plan_asks_for_every_extension_module_and_top_level_package(wheel: Path) -> None:
-    plan = plan_gate(wheel, check_wheel_abi(wheel), (100, 120), "wbdemo.py")
+    plan = gate_checks(wheel, check_wheel_abi(wheel), (100, 120), "wbdemo.py")
     assert plan.python == "cp311"
     assert plan.modules == ("demo._C", "flat_ext")  # not the vendored library
     assert "demo" in plan.packages and "other" in plan.packages and "demo.sub" not in plan.packages
@@ -54,7 +54,7 @@ def test_plan_asks_for_every_extension_module_and_top_level_package(wheel: Path)
 
 
 def test_a_recipe_may_name_its_packages(wheel: Path) -> None:
-    assert plan_gate(wheel, check_wheel_abi(wheel), (100,), None, ("demo",)).packages == ("demo",)
+    assert gate_checks(wheel, check_wheel_abi(wheel), (100,), None, ("demo",)).packages == ("demo",)
 
 
 def test_an_undefined_symbol_at_import_is_refused_naming_it_demangled(wheel: Path) -> None:

@@ -99,7 +99,7 @@ def test_keep_runs_zero_still_keeps_published_in_use_and_building_runs() -> None
 
 def test_a_run_a_container_works_on_is_kept_through_its_label() -> None:
     container = gc.ContainerFact("cibw", "sha256:img", "running", run(1).id, ())
-    planned = gc.plan(
+    decided = gc.decide(
         runs=[run(1), run(2)],
         results=[],
         docker=gc.DockerState((), (), (container,)),
@@ -111,7 +111,7 @@ def test_a_run_a_container_works_on_is_kept_through_its_label() -> None:
         scope=gc.Scope(),
         now=NOW,
     )
-    assert not planned.removals
+    assert not decided.removals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def test_results_kept_runs_need_published_ones_and_the_newest_n_stay() -> None:
 
 
 def test_plan_keeps_the_results_of_kept_runs_and_of_published_runs() -> None:
-    planned = gc.plan(
+    decided = gc.decide(
         runs=[run(1, published_to=("x",)), run(2), run(3)],
         results=[result(1), result(2), result(3)],
         docker=gc.DockerState((), (), ()),
@@ -159,7 +159,7 @@ def test_plan_keeps_the_results_of_kept_runs_and_of_published_runs() -> None:
         scope=gc.Scope(),
         now=NOW,
     )
-    assert {(d.kind, d.name) for d in planned.removals} == {
+    assert {(d.kind, d.name) for d in decided.removals} == {
         (gc.Kind.RUN, run(2).id),
         (gc.Kind.RESULT, "key2"),
     }
@@ -270,7 +270,7 @@ def test_a_docker_prefix_that_cannot_name_images_is_refused_before_any_command(t
 
 
 def test_the_summary_totals_what_goes_human_readable() -> None:
-    planned = gc.GcPlan(
+    decided = gc.GcDecisions(
         (
             gc.Decision(gc.Kind.IMAGE, "wheelbuild-cuda131:a", 3 * 1024**3, True, "old"),
             gc.Decision(gc.Kind.VOLUME, "wheelbuild-torch-0123456789abcdef", 1024**3, True, "unused"),
@@ -278,20 +278,20 @@ def test_the_summary_totals_what_goes_human_readable() -> None:
             gc.Decision(gc.Kind.IMAGE, "wheelbuild-cuda131:b", 5, False, "current"),
         )
     )
-    assert gc.summary(planned) == (
+    assert gc.summary(decided) == (
         "gc: would free 4.0 GiB: 1 run (512.0 KiB), 0 results, 1 image (3.0 GiB), 1 volume (1.0 GiB); kept 1"
     )
     assert (
-        planned.decisions[0]
+        decided.decisions[0]
         .line(dry_run=True)
         .startswith("would remove image  wheelbuild-cuda131:a  3.0 GiB")
     )
     removals = [
-        gc.Removal(planned.decisions[0], gc.Status.REMOVED),
-        gc.Removal(planned.decisions[1], gc.Status.KEPT, "in use"),
-        gc.Removal(planned.decisions[2], gc.Status.FAILED, "Permission denied"),
+        gc.Removal(decided.decisions[0], gc.Status.REMOVED),
+        gc.Removal(decided.decisions[1], gc.Status.KEPT, "in use"),
+        gc.Removal(decided.decisions[2], gc.Status.FAILED, "Permission denied"),
     ]
-    assert gc.summary(planned, removals) == (
+    assert gc.summary(decided, removals) == (
         "gc: freed 3.0 GiB: 0 runs, 0 results, 1 image (3.0 GiB), 0 volumes; kept 2; 1 failed"
     )
     with pytest.raises(GcIncomplete) as raised:
@@ -345,7 +345,7 @@ def test_runs_of_a_real_output_dir_published_tree_mark_and_removal(tmp_path: Pat
 
     scanned = prune.scan_runs(runs)
     assert [r.id for r in scanned] == ids
-    planned = gc.plan(
+    decided = gc.decide(
         runs=scanned,
         results=(),
         docker=gc.DockerState((), (), ()),
@@ -357,14 +357,14 @@ def test_runs_of_a_real_output_dir_published_tree_mark_and_removal(tmp_path: Pat
         scope=gc.Scope(),
         now=time.time(),
     )
-    assert {d.name for d in planned.removals} == {ids[2], ids[3]}
-    why = by_name(planned.decisions)
+    assert {d.name for d in decided.removals} == {ids[2], ids[3]}
+    why = by_name(decided.decisions)
     assert f"published in {out / 'cu130'}" in why[ids[0]].why
     assert "published to ci@wheels.example" in why[ids[1]].why
-    assert all(d.size > 0 for d in planned.decisions)
+    assert all(d.size > 0 for d in decided.decisions)
 
     options = prune.GcOptions(out, tmp_path / "store", 2, False, gc.Scope(), None)  # type: ignore[arg-type]
-    done = prune.execute(None, planned, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
+    done = prune.execute(None, decided, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
     assert [r.status for r in done] == [gc.Status.REMOVED, gc.Status.REMOVED]
     assert sorted(p.name for p in runs.iterdir()) == sorted([ids[0], ids[1], ids[4], ids[5], "not-a-run"])
     assert {p.relative_to(out) for p in (out / "cu130").rglob("*")} == published_tree  # the tree is untouched
@@ -374,7 +374,7 @@ def test_runs_of_a_real_output_dir_published_tree_mark_and_removal(tmp_path: Pat
 def test_a_run_published_after_gc_looked_is_kept(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     wheel = make_run(runs, "20261101-120000-000001", "late")
-    planned = gc.plan(
+    decided = gc.decide(
         runs=prune.scan_runs(runs),
         results=(),
         docker=gc.DockerState((), (), ()),
@@ -386,10 +386,10 @@ def test_a_run_published_after_gc_looked_is_kept(tmp_path: Path) -> None:
         scope=gc.Scope(),
         now=time.time(),
     )
-    assert len(planned.removals) == 1
+    assert len(decided.removals) == 1
     prune.record_published([wheel], "/srv/late")
     options = prune.GcOptions(tmp_path, tmp_path / "store", 0, False, gc.Scope(), None)  # type: ignore[arg-type]
-    (done,) = prune.execute(None, planned, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
+    (done,) = prune.execute(None, decided, options, lambda line: None)  # type: ignore[arg-type]  # no Docker asked
     assert done.status is gc.Status.KEPT and wheel.is_file()
 
 
@@ -531,23 +531,23 @@ def wheel_cache(**kw: object) -> wheel_cache_use.WheelCacheUse:
 def test_past_its_bound_the_wheel_caches_least_recently_used_tree_goes_without_caches() -> None:
     use = wheel_cache()
     volumes = [gc.VolumeFact("wheelbuild-torch-wheels", 99 * 2**30)]  # Docker counts links twice
-    planned = gc.plan(
+    decided = gc.decide(
         runs=(), results=(), docker=gc.DockerState((), tuple(volumes), ()), published=gc.Published(),
         current_images=frozenset(), base_ids=frozenset(), keep_runs=5, caches=False, scope=gc.Scope(),
         now=NOW, wheel_cache=use,
     )  # fmt: skip
-    decided = by_name(planned.decisions)
-    old = decided["wheelbuild-torch-wheels/cp311/aaaa.0123456789abcdef.2"]
+    by = by_name(decided.decisions)
+    old = by["wheelbuild-torch-wheels/cp311/aaaa.0123456789abcdef.2"]
     assert old.remove and old.kind is gc.Kind.TREE and old.size == 20 * 2**30
     assert "the least recently used" in old.why and "52.0 GiB on disk of its 40.0 GiB bound" in old.why
-    recent = decided["wheelbuild-torch-wheels/cp313/bbbb.fedcba9876543210.2"]
+    recent = by["wheelbuild-torch-wheels/cp313/bbbb.fedcba9876543210.2"]
     assert not recent.remove and "used in the last hour" in recent.why
-    unneeded = decided[f"wheelbuild-torch-wheels/{wheel_cache_use.UNNEEDED}"]
+    unneeded = by[f"wheelbuild-torch-wheels/{wheel_cache_use.UNNEEDED}"]
     assert unneeded.remove and unneeded.size == 2 * 2**30
-    volume = decided["wheelbuild-torch-wheels"]
+    volume = by["wheelbuild-torch-wheels"]
     assert not volume.remove and volume.size == 52 * 2**30  # each inode once, as the script counts
     assert "pruned by its rule" in volume.why
-    assert "would free 22.0 GiB" in gc.summary(planned)
+    assert "would free 22.0 GiB" in gc.summary(decided)
 
 
 def test_the_wheel_cache_is_not_pruned_while_a_running_container_mounts_it_and_goes_whole_with_caches() -> (
@@ -598,7 +598,7 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
             for n in ("aaaa", "cccc")
         ]
     )
-    planned = gc.GcPlan(gc.decide_wheel_cache(use, containers=(), caches=False))
+    decided = gc.GcDecisions(gc.decide_wheel_cache(use, containers=(), caches=False))
     engine = _PruningEngine({"gone": {"trees": ["cp311/aaaa.0123456789abcdef.2"]}, "pruned": True})
     options = prune.GcOptions(
         tmp_path,
@@ -609,12 +609,12 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
         ImageOptions(base_image="base:1", ca_bundle=None),
         7 * 2**30,
     )
-    pruned = prune.execute(engine, planned, options, lambda _: None)  # type: ignore[arg-type]
+    pruned = prune.execute(engine, decided, options, lambda _: None)  # type: ignore[arg-type]
     done = {r.decision.name.rsplit("/", 1)[-1]: r for r in pruned}
     assert engine.asked == [("wheelbuild-torch-wheels", 7 * 2**30, True)]  # one prune, the bound passed
     assert done["aaaa.0123456789abcdef.2"].status is gc.Status.REMOVED
     assert done["cccc.0123456789abcdef.2"].status is gc.Status.KEPT
     assert "used since gc looked" in done["cccc.0123456789abcdef.2"].detail
     assert done[wheel_cache_use.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
-    busy = prune.execute(_PruningEngine({"busy": True}), planned, options, lambda _: None)  # type: ignore[arg-type]
+    busy = prune.execute(_PruningEngine({"busy": True}), decided, options, lambda _: None)  # type: ignore[arg-type]
     assert {r.status for r in busy} == {gc.Status.KEPT}

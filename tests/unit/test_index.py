@@ -41,7 +41,7 @@ def _tree(tmp_path: Path, *wheels: Path) -> Path:
 
 
 def _regenerate(root: Path) -> tuple[str, ...]:
-    return tree.write_plan(root, tree.plan_index(root))
+    return tree.write_plan(root, tree.index_changes(root))
 
 
 def _project_json(root: Path, project: str) -> Any:
@@ -371,5 +371,5 @@ def test_an_oversized_metadata_sidecar_left_by_an_old_publish_is_refused_not_loa
     with sidecar.open("ab") as grow:
         grow.truncate(64 * 1024**2)  # sparse: 64 MiB on paper, nothing on disk
     with pytest.raises(InvalidWheel) as caught:
-        tree.plan_index(root)
+        tree.index_changes(root)
     assert sidecar.name in caught.value.cause and "by hand" in caught.value.remedy

@@ -1,5 +1,5 @@
 """`wheelbuild plan` is the dry run of `wheelbuild build` (issue 30, item 2): it refuses what
-build refuses before its first container, with build's exit code (both run prebuild.py); its
+build refuses before its first container, with build's exit code (both resolve the request in resolve.py); its
 summary is the plan that runs, each number of which a "why" line states; the static and the
 admission plan are labelled; and a predicted peak over the limit is a warning, or with --strict
 an error (exit 28).

@@ -852,7 +852,7 @@ def test_admission_launches_twice_the_slots_as_lookahead_and_a_retry_halves_both
     assert (admitted.max_jobs, admitted.admission_slots) == (LOOKAHEAD * 16, 16)
     assert admission_costs(admitted)["slots"] == 16 and admitted.as_dict()["admission_slots"] == 16
     assert "at most 16 compiling at once" in _admission_reason(admitted)
-    again = with_admission(admitted, keep_jobs=True)  # as remember_build predicts a build that ran
+    again = with_admission(admitted, keep_jobs=True)  # as learned.remember predicts a build that ran
     assert (again.max_jobs, again.admission_slots) == (32, 16)
     retry = admitted.halved()
     assert retry is not None and (retry.max_jobs, retry.admission_slots) == (16, 8) and retry.cicc_admission

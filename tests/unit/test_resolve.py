@@ -1,0 +1,68 @@
+"""The one resolution of a build request (pipeline/resolve.py): made once, frozen, and read by the
+steps after it. The engine is a fake (no Docker here) that notes every call, so the test sees
+which steps asked it for an image; the source is the bundled example and torch's index is
+answered without a network (tests/flowkit.py's flow fixture)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from wheelbuild.image.inputs import Image, ImageInputs
+from wheelbuild.image.options import ImageOptions
+from wheelbuild.pipeline.resolve import plan_of, resolve
+from wheelbuild.spec.build_spec import BuildSpec
+
+from tests.flowkit import FakeEngine, quiet_console
+
+
+class NotingEngine(FakeEngine):
+    """The flow's fake engine, noting which image calls a resolution made."""
+
+    def __init__(self, pythons: list[str]) -> None:
+        super().__init__()
+        self.pythons = pythons
+        self.calls: list[str] = []
+
+    def local_image_id(self, reference: str) -> str:
+        self.calls.append(f"local_image_id {reference}")
+        return super().local_image_id(reference)
+
+    def ensure_image(self, inputs: ImageInputs, on_line: object) -> Image:
+        self.calls.append("ensure_image")
+        return Image(tag=inputs.tag, id="sha256:built", labels={}, reused=True)
+
+    def image_pythons(self, tag: str) -> list[str]:
+        self.calls.append("image_pythons")
+        return self.pythons
+
+
+def test_a_dry_run_resolves_everything_but_the_image_and_asks_docker_nothing(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]],
+) -> None:
+    spec, options, _ = flow
+    engine = NotingEngine(["cp311"])
+    resolved = resolve(replace(spec, pythons=()), options, quiet_console()[0], engine, dry_run=True)
+    assert engine.calls == []
+    assert resolved.spec.variant.torch_version == "2.11.0"
+    assert "2.11.0" in resolved.torch_why
+    assert resolved.stage is None and resolved.archs == (100, 120) and resolved.network == "off"
+    with pytest.raises(TypeError, match="dry run"):
+        _ = resolved.pythons
+    assert plan_of(resolved).max_jobs == 2  # the plan is made from the dry run as from a build
+
+
+def test_a_build_resolves_the_pythons_from_the_images_interpreters_once_into_a_frozen_value(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]],
+) -> None:
+    spec, options, _ = flow
+    engine = NotingEngine(["cp311", "cp312", "cp313"])  # torch 2.11.0 has wheels for cp311, cp312
+    resolved = resolve(replace(spec, pythons=()), options, quiet_console()[0], engine)
+    assert engine.calls == ["local_image_id wheelbuild-base:fake", "ensure_image", "image_pythons"]
+    assert resolved.pythons == ("cp311", "cp312")
+    assert resolved.image.tag == resolved.inputs.tag
+    assert len(resolved.key) == 64 and resolved.key != resolve(spec, options, quiet_console()[0], engine).key
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.torch_why = "changed"  # type: ignore[misc]
