@@ -76,7 +76,9 @@ def matrix_command(
     if skip_published and output != "publish-to":
         options = image_flags.options()
         with seams().engine() as engine:  # asked only for a local base's image ID
-            cells = cell_specs.unpublished_cells(cells, skip_published, options, torch_index_url, engine)
+            cells = cell_specs.unpublished_cells(
+                cells, skip_published, options, torch_index_url, engine, Console(sys.stderr)
+            )
         click.echo(
             f"matrix: {len(declared.cells) - len(cells)} of {len(declared.cells)} cell(s) already published",
             err=True,

@@ -341,7 +341,8 @@ def plan_night(
     matrix = declared_matrix(matrix, track, torch_index_url, console.info)
     good, skipped, context = _feasible(matrix, environ, torch_index_url, console, engine, base_image)
     keys = {
-        c.id: cell_specs.cell_inputs_key(c, context.options, torch_index_url, context.images) for c in good
+        c.id: cell_specs.cell_inputs_key(c, context.options, torch_index_url, context.images, console)
+        for c in good
     }
     where = index_url or environ.get(INDEX_URL_ENV) or matrix.index
     tags = {parse_variant(c.torch).tag for c in good}

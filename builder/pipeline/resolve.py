@@ -107,14 +107,23 @@ class Resolution:
 
 
 def resolve(
-    request: BuildSpec, options: ImageOptions, console: Console, images: Images, *, dry_run: bool = False
+    request: BuildSpec,
+    options: ImageOptions,
+    console: Console,
+    images: Images,
+    *,
+    dry_run: bool = False,
+    elsewhere: bool = False,
 ) -> Resolution:
-    """The request resolved (the module doc), in its order; a dry run stops before the image."""
+    """The request resolved (the module doc), in its order; a dry run stops before the image.
+    `elsewhere`: for a build on another machine (a nightly cell's key), so whether this one can
+    have the CUDA 12 layer is not asked."""
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(request, recipe=resolve_lookup(request.recipe, console.info))
     # No download and no image build for an impossible variant or arch.
     compiler = compiler_for_options(spec.variant, spec.archs, options)
-    cuda12_obtainable(options, spec.variant, images)
+    if not elsewhere:
+        cuda12_obtainable(options, spec.variant, images)
     source = prepare_source(spec.recipe.source, console.info)
     spec, survey, switches = surveyed(spec, source, console)
     requires_python = requires_python_of(source.project_dir / source.package)

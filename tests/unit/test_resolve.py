@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from wheelbuild.image.inputs import Image, ImageInputs
 from wheelbuild.image.options import ImageOptions
+from wheelbuild.nightly.cell_specs import cell_inputs_key, cell_spec
+from wheelbuild.nightly.matrix import Cell
 from wheelbuild.pipeline.resolve import plan_of, resolve
 from wheelbuild.spec.build_spec import BuildSpec
 
@@ -66,3 +68,19 @@ def test_a_build_resolves_the_pythons_from_the_images_interpreters_once_into_a_f
     assert len(resolved.key) == 64 and resolved.key != resolve(spec, options, quiet_console()[0], engine).key
     with pytest.raises(dataclasses.FrozenInstanceError):
         resolved.torch_why = "changed"  # type: ignore[misc]
+
+
+WBCONTRACT = Path(__file__).resolve().parents[1] / "fixtures" / "wbcontract"
+
+
+def test_a_nightly_cells_inputs_key_is_the_key_its_build_will_have(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]],
+) -> None:
+    """wbcontract's setup.py calls for a switch (WBCONTRACT_FORCE_BUILD=TRUE) that the build sets
+    from its survey: the night's key must count it, or a published wheel is never recognised."""
+    _, options, _ = flow
+    cell = Cell(package=str(WBCONTRACT), version=None, torch="2.11.0+cu130", python="cp311", archs="120")
+    night_key = cell_inputs_key(cell, options, None, NotingEngine(["cp311"]), quiet_console()[0])
+    built = resolve(cell_spec(cell, None), options, quiet_console()[0], NotingEngine(["cp311"]))
+    assert "WBCONTRACT_FORCE_BUILD" in built.spec.recipe.extra_env
+    assert night_key == built.key
