@@ -80,15 +80,15 @@ __all__ = ["BuildResult", "RunBuild", "run_build", "stamp_and_check"]
 # The pipeline
 
 
-def run_build(spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
-    """Build *spec*'s wheels, check and gate them, write the report: the pipeline, step by step,
+def run_build(request: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
+    """Build *request*'s wheels, check and gate them, write the report: the pipeline, step by step,
     with a status line at least every 15 s however long a step stays silent."""
     with console.heartbeat():
-        return _pipeline(spec, options, console, engine)
+        return _pipeline(request, options, console, engine)
 
 
-def _pipeline(spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
-    run, resolved = _start(spec, options, console, engine)
+def _pipeline(request: BuildSpec, options: ImageOptions, console: Console, engine: Engine) -> BuildResult:
+    run, resolved = _start(request, options, console, engine)
     store = cache_dir() / "results"
     stored = None if resolved.spec.rebuild else results.lookup(store, resolved.key)
     if stored:
@@ -121,23 +121,23 @@ def _pipeline(spec: BuildSpec, options: ImageOptions, console: Console, engine: 
 
 
 def _start(
-    spec: BuildSpec, options: ImageOptions, console: Console, engine: Engine
+    request: BuildSpec, options: ImageOptions, console: Console, engine: Engine
 ) -> tuple[Run, Resolution]:
     """A run id, the request resolved (resolve.py: every check before a container, which `plan`
     runs too, then the image), then the run's reaper started, orphans swept, and the GPU question
     asked."""
     run_id = new_run_id()
-    torch = f"{spec.variant.tag} (the newest release)" if spec.variant.newest else str(spec.variant)
-    archs = format_archs(spec.archs, spec.ptx)
-    console.step(f"wheelbuild {spec.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
-    resolved = resolve(spec, options, console, engine)
+    torch = f"{request.variant.tag} (the newest release)" if request.variant.newest else str(request.variant)
+    archs = format_archs(request.archs, request.ptx)
+    console.step(f"wheelbuild {request.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
+    resolved = resolve(request, options, console, engine)
     engine.start_reaper(run_id)  # removes the run's containers if this process is killed
     if swept := engine.sweep_orphans():
         console.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
     gpus = engine.resolve_gpus(resolved.spec.gpus)
-    if not gpus and spec.gpus.value == "auto":
+    if not gpus and request.gpus.value == "auto":
         console.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
-    return Run(options, run_id, spec.output_dir / "runs" / run_id, gpus), resolved
+    return Run(options, run_id, request.output_dir / "runs" / run_id, gpus), resolved
 
 
 def _reuse(run: Run, resolved: Resolution, store: Path, stored: list[Path], console: Console) -> BuildResult:
