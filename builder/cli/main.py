@@ -371,7 +371,7 @@ def report_command(run: Path) -> None:
 
 
 # The command groups kept in their own modules: the index's (publish, yank, serve) and the
-# nightly's (matrix, nightly plan/build-cell/publish-night) and the sccache-dist fleet's.
+# nightly's (matrix, nightly schedule/build-cell/publish-night) and the sccache-dist fleet's.
 for _command in (*cli_index.COMMANDS, *cli_nightly.COMMANDS, *cli_dist.COMMANDS, *cli_verify.COMMANDS):
     main.add_command(_command)
 

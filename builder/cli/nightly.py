@@ -1,8 +1,9 @@
-"""The nightly's commands: matrix (the declared cells) and nightly plan, build-cell and
+"""The nightly's commands: matrix (the declared cells) and nightly schedule, build-cell and
 publish-night (the workflow's three jobs; their logic is wheelbuild.nightly.night's)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -125,12 +126,12 @@ def _declared_matrix(config: Path, track: str | None, torch_index_url: str | Non
 
 @click.group()
 def nightly() -> None:
-    """The nightly: plan the cells, build one cell, publish what passed (see docs/guides/nightly.md).
+    """The nightly: schedule the cells, build one cell, publish what passed (see docs/guides/nightly.md).
     Builds use the production base, or the nightly's own --base-image; WHEELBUILD_BASE_IMAGE is
     ignored here."""
 
 
-@nightly.command("plan")
+@nightly.command("schedule")
 @_nightly_config
 @click.option(
     "--format",
@@ -138,19 +139,19 @@ def nightly() -> None:
     type=click.Choice(["github", "lines", "json"]),
     default="json",
     show_default=True,
-    help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the plan.",
+    help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the schedule.",
 )
 @_nightly_to
 @_nightly_index
 @click.option(
     "--save",
     type=click.Path(path_type=Path),
-    help="Also write the plan as JSON here (publish-night reads it).",
+    help="Also write the schedule as JSON here (publish-night reads it).",
 )
 @_nightly_torch_index
 @_nightly_track
 @_nightly_base
-def nightly_plan(
+def nightly_schedule(
     config_file: Path,
     output: str,
     target: str | None,
@@ -165,7 +166,7 @@ def nightly_plan(
 
     console = Console(sys.stderr)
     with seams().engine() as engine:  # asked only for a --base-image's Pythons
-        planned = night.plan_night(
+        scheduled = night.schedule_night(
             matrix.load_matrix(config_file),
             os.environ,
             to=target,
@@ -176,20 +177,29 @@ def nightly_plan(
             track=track,
             base_image=base_image,
         )
-    for skipped in planned.skipped:
+    for skipped in scheduled.skipped:
         console.info(f"skipped {skipped.cell.id}: {skipped.why}")
     console.info(
-        f"{len(planned.build)} cell(s) to build, {len(planned.published)} already published, "
-        f"{len(planned.skipped)} skipped"
+        f"{len(scheduled.build)} cell(s) to build, {len(scheduled.published)} already published, "
+        f"{len(scheduled.skipped)} skipped"
     )
-    document = json.dumps(planned.to_json(), indent=2)
+    document = json.dumps(scheduled.to_json(), indent=2)
     if save:
         save.parent.mkdir(parents=True, exist_ok=True)
         save.write_text(document + "\n")
     text = {"github": night.github_output, "lines": night.lines_output}.get(output)
-    printed = text(planned) if text else document
+    printed = text(scheduled) if text else document
     if printed:  # no cell, no line: scripts/nightly counts lines
         click.echo(printed)
+
+
+# `nightly plan`, the schedule's name before the word plan meant the build's plan alone: it still
+# runs the schedule, with click's deprecation warning, and is left out of the help.
+_nightly_plan = copy.copy(nightly_schedule)
+_nightly_plan.name = "plan"
+_nightly_plan.hidden = True
+_nightly_plan.deprecated = "use `wheelbuild nightly schedule`"
+nightly.add_command(_nightly_plan, "plan")
 
 
 @nightly.command("build-cell")
@@ -214,7 +224,7 @@ def nightly_build_cell(
     track: str | None,
     base_image: str | None,
 ) -> None:
-    """Build one cell of the plan (import gate included) on the production base, or --base-image;
+    """Build one cell of the schedule (import gate included) on the production base, or --base-image;
     OUT/cell.json records the outcome, a failure too."""
     from ..nightly import night
 

@@ -1,6 +1,6 @@
 """The inputs keys kept beside a published wheel (``<wheel>.inputs``, one per line): the build
 that made it, and for an abi3 wheel the nightly's cells of the other Pythons that built the same
-file name. `wheelbuild matrix --skip-published` and `wheelbuild nightly plan` read them to skip
+file name. `wheelbuild matrix --skip-published` and `wheelbuild nightly schedule` read them to skip
 builds whose wheels are published. A key is a sha256 hex digest and nothing else, where it is
 written and where it is read: one with a newline in it would become several."""
 

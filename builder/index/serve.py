@@ -4,7 +4,7 @@
     /simple/<project>/       one project       } text/html (the default); 406 when none fits
     /files/<wheel>           the wheel         } Range, ETag, If-None-Match, Last-Modified by
     /files/<wheel>.metadata  its METADATA      } aiohttp's FileResponse; cached as immutable
-    /files/<wheel>.inputs    the inputs key of the build that made it (`wheelbuild nightly plan`)
+    /files/<wheel>.inputs    the inputs key of the build that made it (`wheelbuild nightly schedule`)
     /coverage.html           the last nightly's coverage table, when the tree has one
     /                        a browser (Accept names text/html) gets the page for people,
                              index.html (builder/index/index_page.py); any other client a 302 to /simple/

@@ -1,7 +1,7 @@
 """The nightly's coverage table: one row per cell of the night (published, failed or skipped,
 and why), and per package release a torch x Python grid saying which pairs have a wheel and
 which have none, and why; as Markdown (the job summary) and HTML (the page beside each tree's
-simple/). Pure: the night's plan and outcomes in, rows and text out.
+simple/). Pure: the night's schedule and outcomes in, rows and text out.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = [
     "coverage_html",
     "coverage_markdown",
     "coverage_rows",
-    "plan_entries",
+    "schedule_entries",
 ]
 
 
@@ -43,26 +43,30 @@ class Row:
     variant: str  # cu130
     status: str  # published | failed | skipped
     detail: str
-    # What the per-release grid places it by (empty in a plan written before the grid).
+    # What the per-release grid places it by (empty in a schedule written before the grid).
     package: str = ""
     release: str = ""  # the package's version, "" for a path or an sdist
     python: str = ""  # cp311
     torch: str = ""  # 2.14.1+cu130
 
 
-def plan_entries(plan: Mapping[str, object] | None, part: str) -> list[Mapping[str, str]]:
-    """The cells of one part of the night's plan (build, published, skipped), as `nightly plan` wrote them."""
-    found = (plan or {}).get(part, [])
+def schedule_entries(schedule: Mapping[str, object] | None, part: str) -> list[Mapping[str, str]]:
+    """The cells of one part of the night's schedule (build, published, skipped), as `nightly schedule` wrote them."""
+    found = (schedule or {}).get(part, [])
     return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
 
 
 def coverage_rows(
-    plan: Mapping[str, object] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
+    schedule: Mapping[str, object] | None, outcomes: Sequence[CellOutcome], published_now: Mapping[str, str]
 ) -> tuple[Row, ...]:
     """One row per cell of the night (pure). *published_now*: cell id -> what was published
     (a failed publish makes the cell a failure with that reason in *outcomes*)."""
     rows: dict[str, Row] = {}
-    placed = {str(e["id"]): e for part in ("build", "published", "skipped") for e in plan_entries(plan, part)}
+    placed = {
+        str(e["id"]): e
+        for part in ("build", "published", "skipped")
+        for e in schedule_entries(schedule, part)
+    }
 
     def row(cell_id: str, torch: str, status: str, detail: str) -> Row:
         where = placed.get(cell_id, {})
@@ -77,7 +81,7 @@ def coverage_rows(
             torch=torch,
         )
 
-    for entry in plan_entries(plan, "published"):
+    for entry in schedule_entries(schedule, "published"):
         if entry.get("covered"):
             why = f"{entry['covered']} serves it"
         elif entry.get("held"):
@@ -85,14 +89,14 @@ def coverage_rows(
         else:
             why = "its inputs are unchanged"
         rows[entry["id"]] = row(entry["id"], entry["torch"], "published", f"earlier: {why}")
-    for entry in plan_entries(plan, "build"):
+    for entry in schedule_entries(schedule, "build"):
         rows[entry["id"]] = row(entry["id"], entry["torch"], "failed", "no record: its build did not finish")
     for outcome in outcomes:
         if outcome.failure is not None:
             rows[outcome.id] = row(outcome.id, outcome.torch, "failed", outcome.failure)
         elif outcome.id in published_now:
             rows[outcome.id] = row(outcome.id, outcome.torch, "published", published_now[outcome.id])
-    for entry in plan_entries(plan, "skipped"):
+    for entry in schedule_entries(schedule, "skipped"):
         rows[entry["id"]] = row(entry["id"], entry["torch"], "skipped", entry["why"])
     order = {"published": 0, "failed": 1, "skipped": 2}
     return tuple(sorted(rows.values(), key=lambda r: (order[r.status], r.id)))

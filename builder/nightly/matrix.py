@@ -47,7 +47,7 @@ class Cell:
     package: str
     version: str | None
     torch: str  # as written: cu130 or 2.11.0+cu130
-    python: str | None  # cp311; None: the default Pythons (`wheelbuild nightly plan` expands it)
+    python: str | None  # cp311; None: the default Pythons (`wheelbuild nightly schedule` expands it)
     archs: str  # 100,120
     # "proven": the wheel requires the torch range it loaded with (--pin proven), and a cell whose
     # torch a published wheel's range already covers is not built again.

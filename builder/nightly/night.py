@@ -1,6 +1,6 @@
 """The nightly, as three steps that each CI job (and scripts/nightly) runs as one command:
 
-- :func:`plan_night`: the cells of wheelbuild.toml that can be built (a cell whose Python the
+- :func:`schedule_night`: the cells of wheelbuild.toml that can be built (a cell whose Python the
   torch release has no wheel for, or whose archs no compiler the image can get compiles, is
   skipped with the reason; a cell without `python` is one cell per default Python), less
   those whose inputs key the target's index already holds (a local tree read directly, a
@@ -61,7 +61,7 @@ from .published import (
     served_wheels,
 )
 
-# The nightly's own base image variable (`--base-image` of nightly plan and build-cell): a base of
+# The nightly's own base image variable (`--base-image` of nightly schedule and build-cell): a base of
 # the operator's (a mirror of manylinux_2_28, a local build of it) instead of production's. Not
 # WHEELBUILD_BASE_IMAGE, which scripts/setup exports for the test suite's builds.
 BASE_IMAGE_ENV = "WHEELBUILD_NIGHTLY_BASE_IMAGE"
@@ -83,7 +83,7 @@ def image_options(environ: Mapping[str, str], base_image: str | None = None) -> 
 
 def production_pythons() -> tuple[str, ...]:
     """The CPythons cibuildwheel builds in its pinned manylinux_2_28 image (read from the
-    installed cibuildwheel, which ships image and list together): the plan needs no Docker."""
+    installed cibuildwheel, which ships image and list together): the schedule needs no Docker."""
     platforms = resources.files("cibuildwheel") / "resources" / "build-platforms.toml"
     table = tomllib.loads(platforms.read_text())
     tags = set()
@@ -104,7 +104,7 @@ def declared_matrix(
 ) -> Matrix:
     """wheelbuild.toml's matrix with --track latest's additions (each versioned package's newest
     release, each CUDA tag's newest torch) and every torch rule (cu130, cu130:newest-3..newest)
-    read from its index: each cell names one torch release, as plan, build-cell and the keys
+    read from its index: each cell names one torch release, as schedule, build-cell and the keys
     need it."""
     if track == "latest":
         versioned = sorted({c.package for c in declared.cells if c.version})
@@ -220,11 +220,11 @@ def feasible_cells(
 
 
 # ---------------------------------------------------------------------------------------------
-# The plan
+# The schedule
 
 
 @dataclass(frozen=True)
-class NightPlan:
+class NightSchedule:
     build: tuple[Cell, ...]  # to build tonight
     published: tuple[Cell, ...]  # their inputs made a wheel the target holds (or see `held`)
     skipped: tuple[Skipped, ...]  # cannot be built
@@ -248,7 +248,7 @@ class NightPlan:
 
 
 def _entry(cell: Cell) -> dict[str, object]:
-    """What the plan says of any cell: its id and what the coverage table sorts it by."""
+    """What the schedule says of any cell: its id and what the coverage table sorts it by."""
     return {
         "id": cell.id,
         "torch": cell.torch,
@@ -258,16 +258,16 @@ def _entry(cell: Cell) -> dict[str, object]:
     }
 
 
-def github_output(plan: NightPlan) -> str:
+def github_output(schedule: NightSchedule) -> str:
     """Lines for $GITHUB_OUTPUT: `cells` (a strategy.matrix value: id and the arguments as a
     JSON list, never a shell string) and `count`."""
-    include = [{"id": c.id, "args": c.build_args()} for c in plan.build]
-    return f"cells={json.dumps({'include': include}, separators=(',', ':'))}\ncount={len(plan.build)}"
+    include = [{"id": c.id, "args": c.build_args()} for c in schedule.build]
+    return f"cells={json.dumps({'include': include}, separators=(',', ':'))}\ncount={len(schedule.build)}"
 
 
-def lines_output(plan: NightPlan) -> str:
+def lines_output(schedule: NightSchedule) -> str:
     """`ID ["arg", ...]` per cell (scripts/nightly reads the ID only)."""
-    return "\n".join(f"{c.id} {json.dumps(c.build_args())}" for c in plan.build)
+    return "\n".join(f"{c.id} {json.dumps(c.build_args())}" for c in schedule.build)
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def _feasible(
     return good, skipped, _Context(options, images, releases)
 
 
-def plan_night(
+def schedule_night(
     matrix: Matrix,
     environ: Mapping[str, str],
     *,
@@ -334,8 +334,8 @@ def plan_night(
     engine: Images,
     track: str | None = None,
     base_image: str | None = None,
-) -> NightPlan:
-    """The night's plan for the matrix as the file declares it (its torch rules and --track's
+) -> NightSchedule:
+    """The night's schedule for the matrix as the file declares it (its torch rules and --track's
     additions are read from the indexes here, once there is a target)."""
     target = publish_target(matrix, to, environ)  # before any work: no target, no night
     matrix = declared_matrix(matrix, track, torch_index_url, console.info)
@@ -353,7 +353,7 @@ def plan_night(
         proven, published_torch_pins(target, where, tags) if proven else (), context.releases
     )
     done = {c.id for c in good if keys[c.id] in published or c.id in held or c.id in covered}
-    return NightPlan(
+    return NightSchedule(
         build=tuple(c for c in good if c.id not in done),
         published=tuple(c for c in good if c.id in done),
         skipped=skipped,
@@ -436,7 +436,7 @@ def build_cell(
         why = next((s.why for s in skipped if s.cell.id == cell_id), None)
         raise BadArgument(
             f"cell {cell_id} " + (f"cannot be built: {why}" if why else "is not in the matrix"),
-            "pick one that `wheelbuild nightly plan` prints: " + ", ".join(c.id for c in good),
+            "pick one that `wheelbuild nightly schedule` prints: " + ", ".join(c.id for c in good),
         )
     spec = cell_specs.cell_spec(cell, torch_index_url, out)
     record: dict[str, object] = {"id": cell.id, "torch": cell.torch, "args": cell.build_args()}
@@ -472,7 +472,7 @@ __all__ = [
     "INDEX_URL_ENV",
     "PUBLISH_TO_ENV",
     "CellOutcome",
-    "NightPlan",
+    "NightSchedule",
     "Release",
     "Row",
     "Skipped",
@@ -486,7 +486,6 @@ __all__ = [
     "held_wheel",
     "image_options",
     "lines_output",
-    "plan_night",
     "production_pythons",
     "publish_night",
     "publish_target",
@@ -494,4 +493,5 @@ __all__ = [
     "read_outcomes",
     "remote_inputs",
     "report_verdict",
+    "schedule_night",
 ]

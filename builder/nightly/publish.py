@@ -2,8 +2,8 @@
 and the gate passed are checked again and published (each variant's into its tree); a failed cell
 is reported and the others still publish; then the coverage table (published / failed / skipped
 per cell), as Markdown and as an HTML page beside each tree. Where the nightly publishes
-(:func:`publish_target`) and the files a cell leaves (cell.json, plan.json) are named here, as
-the plan and build steps in wheelbuild.nightly.night write them."""
+(:func:`publish_target`) and the files a cell leaves (cell.json, schedule.json) are named here, as
+the schedule and build steps in wheelbuild.nightly.night write them."""
 
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ from ..report.build_report import REPORT_NAME, BuildReport, read_report, report_
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
 from ..wheel.abi3 import stable_abi
-from .coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows, plan_entries
+from .coverage import CellOutcome, Row, coverage_html, coverage_markdown, coverage_rows, schedule_entries
 from .matrix import Matrix
 from .published import INDEX_URL_ENV, served_wheels
 
 PUBLISH_TO_ENV = "NIGHTLY_PUBLISH_TO"
 CELL_RECORD = "cell.json"
-PLAN_FILE = "plan.json"
+SCHEDULE_FILE = "schedule.json"
+EARLIER_SCHEDULE_FILE = "plan.json"  # what the schedule was called before: still read
 COVERAGE_PAGE = "coverage.html"
 
 
@@ -73,12 +74,12 @@ def report_verdict(report: BuildReport | Mapping[str, object], wheels: Sequence[
 
 
 def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[str, object] | None]:
-    """Each cell record under *dirs* judged by its report, and the night's plan if one is there."""
+    """Each cell record under *dirs* judged by its report, and the night's schedule if one is there."""
     outcomes: dict[str, CellOutcome] = {}
-    plan = None
+    schedule = None
     for top in dirs:
-        for path in sorted(top.rglob(PLAN_FILE)):
-            plan = json.loads(path.read_text())
+        for path in [*sorted(top.rglob(EARLIER_SCHEDULE_FILE)), *sorted(top.rglob(SCHEDULE_FILE))]:
+            schedule = json.loads(path.read_text())
         for path in sorted(top.rglob(CELL_RECORD)):
             record = json.loads(path.read_text())
             cell_id, torch = str(record["id"]), str(record["torch"])
@@ -100,7 +101,7 @@ def read_outcomes(dirs: Sequence[Path]) -> tuple[tuple[CellOutcome, ...], dict[s
                 verdict = unreadable.cause
             wheels = () if verdict else tuple(run / n for n in names)
             outcomes[cell_id] = CellOutcome(cell_id, torch, wheels, verdict)
-    return tuple(outcomes.values()), plan
+    return tuple(outcomes.values()), schedule
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def one_file_per_name(cells: Sequence[CellOutcome], held: frozenset[str] = froze
     """The night's files of one variant (pure but for reading each wheel's report). An abi3 wheel
     is one file name for every Python, so a package's cells for several Pythons each build it,
     and the bytes differ (each build stamps its own). The first cell's file is published, with
-    every such cell's inputs key beside it, so that the next night plans none of them again (a
+    every such cell's inputs key beside it, so that the next night schedules none of them again (a
     published file is never replaced: a second file of that name would be refused and fail the
     whole variant). Any other name stays as given, and publish refuses two of one name whose
     bytes differ. A name in *held* (an upload server's index lists it) is not published again."""
@@ -227,8 +228,8 @@ def publish_night(
     published into a tree is signed keyless (Sigstore) beside it too."""
     target = publish_target(matrix, to, environ)
     index = index_url or environ.get(INDEX_URL_ENV) or matrix.index
-    outcomes, plan = read_outcomes(dirs)
-    by_tag = _passing_by_variant(outcomes, plan, say)
+    outcomes, schedule = read_outcomes(dirs)
+    by_tag = _passing_by_variant(outcomes, schedule, say)
     several = len(by_tag) > 1
     published = _Published()
     for tag, passing in sorted(by_tag.items()):
@@ -239,7 +240,7 @@ def publish_night(
         replace(o, wheels=(), failure=published.failed[o.id]) if o.id in published.failed else o
         for o in outcomes
     )
-    rows = coverage_rows(plan, judged, published.now)
+    rows = coverage_rows(schedule, judged, published.now)
     pages = _write_pages(rows, published, say)
     if summary := environ.get("GITHUB_STEP_SUMMARY"):
         with open(summary, "a", encoding="utf-8") as file:
@@ -257,7 +258,7 @@ def publish_night(
 
 
 def _passing_by_variant(
-    outcomes: Sequence[CellOutcome], plan: Mapping[str, object] | None, say: Callable[[str], None]
+    outcomes: Sequence[CellOutcome], schedule: Mapping[str, object] | None, say: Callable[[str], None]
 ) -> dict[str, list[CellOutcome]]:
     """CUDA tag -> the cells that passed; every tag of the night is a key (a tree whose cells all
     failed still gets its coverage page)."""
@@ -268,7 +269,7 @@ def _passing_by_variant(
             by_tag[parse_variant(outcome.torch).tag].append(outcome)
         else:
             say(f"{outcome.id}: not published: {outcome.failure}")
-    for entry in [e for part in ("build", "published", "skipped") for e in plan_entries(plan, part)]:
+    for entry in [e for part in ("build", "published", "skipped") for e in schedule_entries(schedule, part)]:
         by_tag.setdefault(parse_variant(entry["torch"]).tag, [])
     return by_tag
 
@@ -304,7 +305,7 @@ def _held_by(
     where: Path | remote.UploadEndpoint | remote.RsyncTarget, index_url: str | None, tag: str
 ) -> frozenset[str]:
     """The wheels an upload server's index lists already (none for a tree: its inputs keys told
-    the plan what to skip, and publish takes a file it holds with the same bytes as done)."""
+    the schedule what to skip, and publish takes a file it holds with the same bytes as done)."""
     if not isinstance(where, remote.UploadEndpoint):
         return frozenset()
     if not index_url:

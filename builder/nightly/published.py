@@ -1,5 +1,5 @@
 """What the nightly's target already holds, read over HTTP from its index (PEP 691 JSON or PEP
-503 HTML): the inputs keys beside each wheel of a wheelbuild tree, which `nightly plan` skips,
+503 HTML): the inputs keys beside each wheel of a wheelbuild tree, which `nightly schedule` skips,
 and the file names an upload server lists, which `nightly publish-night` never uploads again."""
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def test_the_nightly_tests_run_what_ci_leaves_out_with_cis_setup_command() -> No
 SETUP_STEP = "python3 -m venv .venv && .venv/bin/pip install -q -e ."
 # The publish job signs keyless with Sigstore, so it installs that extra as well.
 SETUP_STEPS = {
-    "plan": SETUP_STEP,
+    "schedule": SETUP_STEP,
     "build": SETUP_STEP,
     "publish": "python3 -m venv .venv && .venv/bin/pip install -q -e '.[sigstore]'",
 }
@@ -89,7 +89,7 @@ def test_every_run_step_is_one_wheelbuild_command_or_the_setup_step() -> None:
     commands = {
         name: [r.split()[2] for r in _runs(job) if r != SETUP_STEPS[name]] for name, job in _jobs().items()
     }
-    assert commands == {"plan": ["plan"], "build": ["build-cell"], "publish": ["publish-night"]}
+    assert commands == {"schedule": ["schedule"], "build": ["build-cell"], "publish": ["publish-night"]}
 
 
 def test_every_job_installs_wheelbuild_alone_and_the_build_job_makes_no_test_base() -> None:
@@ -104,11 +104,13 @@ def test_every_job_installs_wheelbuild_alone_and_the_build_job_makes_no_test_bas
 
 def test_the_plan_job_needs_no_root_no_docker_and_no_secret() -> None:
     jobs = _jobs()
-    for name in ("plan", "publish"):  # scripts/setup installs Docker as root: only builds need it
+    for name in ("schedule", "publish"):  # scripts/setup installs Docker as root: only builds need it
         assert "docker" not in jobs[name]["runs-on"] and "scripts/setup >/dev/null" not in _runs(jobs[name])
-    assert "secrets." not in json.dumps(jobs["plan"])
-    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
-    assert jobs["build"]["if"] == "${{ needs.plan.outputs.count != '0' }}"  # an empty night builds nothing
+    assert "secrets." not in json.dumps(jobs["schedule"])
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.schedule.outputs.cells) }}"
+    assert (
+        jobs["build"]["if"] == "${{ needs.schedule.outputs.count != '0' }}"
+    )  # an empty night builds nothing
 
 
 def test_secrets_live_only_in_the_steps_that_need_them() -> None:
@@ -178,7 +180,7 @@ import json, os, sys
 with open({str(log)!r}, "a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "base": os.environ.get("WHEELBUILD_BASE_IMAGE"),
                         "test_base": os.environ.get("WHEELBUILD_NIGHTLY_BASE_IMAGE")}}) + "\\n")
-if sys.argv[2] == "plan":
+if sys.argv[2] == "schedule":
     print('a-cu130-cp311 ["a", "--python", "cp311"]')
     print('b$(touch${{IFS}}pwned)-cu130-cp313 ["b"]')
 if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
@@ -199,7 +201,7 @@ if sys.argv[2] == "build-cell" and sys.argv[3].startswith("a"):
     assert done.returncode == 0, done.stderr
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c["argv"][:3] for c in calls] == [
-        ["nightly", "plan", "--config-file"],
+        ["nightly", "schedule", "--config-file"],
         ["nightly", "build-cell", "a-cu130-cp311"],
         ["nightly", "build-cell", "b$(touch${IFS}pwned)-cu130-cp313"],
         ["nightly", "publish-night", calls[-1]["argv"][2]],

@@ -160,7 +160,7 @@ def test_the_reference_pages_show_the_tables_made_from_the_code(measured: dict[s
     assert {
         "wheelbuild build",
         "wheelbuild publish",
-        "wheelbuild nightly plan",
+        "wheelbuild nightly schedule",
         "wheelbuild dist server",
     } <= set(cli["headings"])
     codes = {cls.exit_code for cls in errors.WheelbuildError.__subclasses__()}

@@ -69,11 +69,11 @@ def test_cells_an_upload_servers_index_holds_are_not_built_again(tmp_path: Path)
     with running_server(tree) as url:
         held = held_cells(cells, "https://upload.example/{variant}/", url, releases, None)
         assert held == {cells[0].id: wheel.name}
-        # A tree is planned by its inputs keys; an unknown release cannot be matched by name.
+        # A tree is scheduled by its inputs keys; an unknown release cannot be matched by name.
         assert held_cells(cells, str(tmp_path / "{variant}"), url, releases, None) == {}
         assert held_cells(cells, "https://upload.example/{variant}/", url, {}, None) == {}
-    plan = {"published": [{"id": cells[0].id, "torch": "cu130", "key": "k", "held": wheel.name}]}
-    (row,) = coverage_rows(plan, [], {})
+    schedule = {"published": [{"id": cells[0].id, "torch": "cu130", "key": "k", "held": wheel.name}]}
+    (row,) = coverage_rows(schedule, [], {})
     assert row.detail == f"earlier: the index already holds {wheel.name}"
 
 
@@ -102,7 +102,7 @@ def test_an_abi3_wheel_the_cells_of_several_pythons_built_is_published_once_for_
     assert (tree / "files" / name).read_bytes() == built[0].read_bytes()
     keys = {_key("wbabi-cu130-cp311-100.120"), _key("wbabi-cu130-cp313-100.120")}
     assert set((tree / "files" / f"{name}.inputs").read_text().split()) == keys
-    # The next night plans neither Python's cell again, whether it reads the tree or its index.
+    # The next night schedules neither Python's cell again, whether it reads the tree or its index.
     assert keys <= published_keys(str(tree), None, ["cu130"])
     with running_server(tree) as url:
         assert keys <= remote_inputs(url)
@@ -182,7 +182,7 @@ def test_a_cell_a_published_wheels_proven_range_serves_is_not_built_again(tmp_pa
 def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_in_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`wheelbuild nightly plan` as the workflow runs it (production base: no Docker), its torch
+    """`wheelbuild nightly schedule` as the workflow runs it (production base: no Docker), its torch
     rules read from a real `wheelbuild serve` of stand-in torch wheels named as PyPI names them,
     each pinning its CUDA runtime as torch's METADATA does; one wheel already published whose
     proven range covers one cell."""
@@ -209,15 +209,15 @@ def test_the_nightly_plans_a_rule_based_matrix_against_a_served_index_of_stand_i
     with running_server(tmp_path / "torch-index") as url:
         done = CliRunner().invoke(
             main,
-            ["nightly", "plan", "--config-file", str(config), "--to", str(tmp_path / "out" / "{variant}"),
+            ["nightly", "schedule", "--config-file", str(config), "--to", str(tmp_path / "out" / "{variant}"),
              "--torch-index-url", url],
         )  # fmt: skip
     assert done.exit_code == 0, done.output
-    plan = json.loads(done.stdout)
-    built = sorted(c["torch"] for c in plan["build"])
+    schedule = json.loads(done.stdout)
+    built = sorted(c["torch"] for c in schedule["build"])
     # cu130's three newest minors of CUDA 13.0 (2.15.0 is 13.2); cu128's newest, which
     # the image's CUDA 12 layer builds.
     assert built == ["2.10.0+cu128", "2.12.1+cu130", "2.13.0+cu130", "2.14.1+cu130"]
-    assert all(c["args"][-2:] == ["--pin", "proven"] for c in plan["build"])
-    assert plan["skipped"] == [] and plan["published"] == []
+    assert all(c["args"][-2:] == ["--pin", "proven"] for c in schedule["build"])
+    assert schedule["skipped"] == [] and schedule["published"] == []
     assert "cu130:newest-2..newest: 2.12.1, 2.13.0, 2.14.1 on" in done.stderr

@@ -1,4 +1,4 @@
-"""`wheelbuild nightly plan` with no publish target: it stops before any work (no Docker)."""
+"""`wheelbuild nightly schedule` with no publish target: it stops before any work (no Docker)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ WHEELBUILD = Path(sys.executable).parent / "wheelbuild"
 def test_nightly_plan_without_a_target_stops_before_any_work(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NIGHTLY_PUBLISH_TO"}
     done = subprocess.run(
-        [WHEELBUILD, "nightly", "plan", "--config-file", REPO / "wheelbuild.toml"],
+        [WHEELBUILD, "nightly", "schedule", "--config-file", REPO / "wheelbuild.toml"],
         env=env, capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 16, done.stderr

@@ -55,7 +55,7 @@ def test_the_walk_sees_every_command_and_subcommand() -> None:
     assert {
         "wheelbuild build",
         "wheelbuild image ls",
-        "wheelbuild nightly plan",
+        "wheelbuild nightly schedule",
         "wheelbuild publish",
     } <= paths
     assert len(paths) >= 20

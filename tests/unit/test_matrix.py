@@ -74,7 +74,7 @@ def test_a_bad_matrix_fails_here_not_on_a_runner_at_night(
 
 def test_the_repositorys_own_matrices_parse() -> None:
     nightly = load_matrix(REPO / "wheelbuild.toml")
-    # No Python named: `wheelbuild nightly plan` makes one cell per default Python of each.
+    # No Python named: `wheelbuild nightly schedule` makes one cell per default Python of each.
     assert {c.torch for c in nightly.cells} == {"cu130", "cu128"} and len(nightly.cells) == 4
     assert {c.python for c in nightly.cells} == {None} and nightly.declared_to is None
     fixture = load_matrix(REPO / "tests" / "fixtures" / "nightly.toml")

@@ -187,12 +187,12 @@ def test_arguments_are_a_json_list_never_a_shell_string() -> None:
     hostile = Cell(
         package="./my ext'$(touch pwned)", version=None, torch="cu130", python="cp311", archs="100"
     )
-    plan = nightly.NightPlan(build=(hostile,), published=(), skipped=(), keys={hostile.id: "k"})
-    cells_line, count_line = github_output(plan).splitlines()
+    schedule = nightly.NightSchedule(build=(hostile,), published=(), skipped=(), keys={hostile.id: "k"})
+    cells_line, count_line = github_output(schedule).splitlines()
     include = json.loads(cells_line.removeprefix("cells="))["include"]
     assert include[0]["args"] == hostile.build_args() and include[0]["args"][0] == "./my ext'$(touch pwned)"
     assert count_line == "count=1"
-    cell_id, args = lines_output(plan).split(" ", 1)
+    cell_id, args = lines_output(schedule).split(" ", 1)
     assert cell_id == hostile.id == "my_ext_touch_pwned_-cu130-cp311-100"  # one word, nothing to expand
     assert json.loads(args) == hostile.build_args()
 
@@ -302,7 +302,7 @@ def test_a_failed_cell_is_reported_the_others_publish_and_the_coverage_table_is_
     _cell_dir(night, "wbdemo-cu130-cp312-100.120", status="failed")
     _cell_dir(night, "wbdemo-cu130-cp313-100.120", gate=False)
     _cell_dir(night, "wbdemo-cu130-cp314-refused")
-    plan = {
+    schedule = {
         "build": [
             {"id": i, "torch": "cu130"} for i in ("wbdemo-cu130-cp311-100.120", "wbdemo-cu130-cp310-lost")
         ],
@@ -311,7 +311,7 @@ def test_a_failed_cell_is_reported_the_others_publish_and_the_coverage_table_is_
             {"id": "wbdemo-cu130-cp315-100.120", "torch": "cu130", "why": "torch has <no> cp315 wheel"}
         ],
     }
-    (night / "plan.json").write_text(json.dumps(plan))
+    (night / "schedule.json").write_text(json.dumps(schedule))
     summary = tmp_path / "summary.md"
     with pytest.raises(NightIncomplete) as caught:
         publish_night(
@@ -444,3 +444,21 @@ def test_a_cell_whose_torch_the_recipe_cannot_compile_against_is_skipped_with_wh
     assert skipped[0].why.startswith(
         "flash-attn cannot be built for torch 2.14.1: its setup.py compiles with -std=c++17"
     )
+
+
+def test_a_schedule_saved_as_plan_json_by_an_earlier_wheelbuild_is_still_read(tmp_path: Path) -> None:
+    night = tmp_path / "night"
+    _cell_dir(night, "wbdemo-cu130-cp311-100.120")
+    earlier = {"skipped": [{"id": "wbdemo-cu130-cp315-100.120", "torch": "cu130", "why": "no cp315 wheel"}]}
+    (night / nightly_publish.EARLIER_SCHEDULE_FILE).write_text(json.dumps(earlier))
+    outcomes, schedule = nightly_publish.read_outcomes([night])
+    assert schedule == earlier and [o.id for o in outcomes] == ["wbdemo-cu130-cp311-100.120"]
+
+
+def test_nightly_plan_still_runs_the_schedule_with_a_deprecation_warning(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such.toml"
+    for command in ("schedule", "plan"):
+        done = CliRunner().invoke(main, ["nightly", command, "--config-file", str(missing)])
+        assert done.exit_code != 0 and f"{missing} does not exist" in done.output
+        assert ("deprecated" in done.output) is (command == "plan")
+    assert "plan" not in CliRunner().invoke(main, ["nightly", "--help"]).output.split("Commands:")[1]
