@@ -12,6 +12,9 @@ MEMORY_MISSING_MARK = "wheelbuild: memory limit not applied"
 TORCH_MISMATCH_MARK = "wheelbuild: torch mismatch"
 # images/wheelbuild-nvcc, once per distinct rewrite: "wheelbuild-nvcc: rewrote archs ... -> ...".
 NVCC_REWRITE_MARK = "wheelbuild-nvcc: "
+# images/wheelbuild-cxx (and wheelbuild-nvcc through it), once per distinct raise:
+# "wheelbuild-cxx: raised -std=c++17 to -std=c++20 (torch's headers require C++20)".
+STD_RAISE_MARK = "wheelbuild-cxx: "
 # images/wheelbuild-check-linked, per Python before the repair.
 LINKED_MARK = "wheelbuild: linked here:"
 NOT_LINKED_MARK = "wheelbuild: not linked here:"
@@ -221,6 +224,8 @@ class BuildLog:
     reused_wheels: dict[str, str] = field(default_factory=dict)
     # wheelbuild-nvcc's rewrites of the package's arch and thread flags, each once, in order
     nvcc_rewrites: list[str] = field(default_factory=list)
+    # wheelbuild-cxx's raises of the package's C++ standard to torch's, each once, in order
+    std_raises: list[str] = field(default_factory=list)
     # wheelbuild-check-linked's verdict per Python: "identifier: linked here: ..."
     link_checks: list[str] = field(default_factory=list)
     # URLs of prebuilt wheels or shared objects the package's build printed (it fetched one)
@@ -288,6 +293,10 @@ class BuildLog:
             rewrite = stripped[len(NVCC_REWRITE_MARK) :]
             if rewrite not in self.nvcc_rewrites:
                 self.nvcc_rewrites.append(rewrite)
+        elif stripped.startswith(STD_RAISE_MARK):
+            raised = stripped[len(STD_RAISE_MARK) :]
+            if raised not in self.std_raises:
+                self.std_raises.append(raised)
         elif locked := _LOCKED.match(stripped):
             entry = (locked[1], locked[2], locked[3])
             if entry not in self.locked_files:

@@ -66,6 +66,9 @@ class AttemptConfig:
     nvcc_archs: tuple[int, ...] | None = None
     nvcc_ptx: tuple[int, ...] = ()  # of nvcc_archs, those whose PTX goes in too
     nvcc_threads: int | None = None
+    # Keep the package's own C++ standard (--keep-package-std): else an older -std is raised to
+    # what the installed torch's headers require (images/wheelbuild-cxx).
+    keep_package_std: bool = False
     # The package's [build-system] requires (torch left out), installed before its build: it
     # runs without isolation.
     build_requires: tuple[str, ...] = ()
@@ -146,13 +149,16 @@ CICC_ADMISSION_SCRIPT = "wheelbuild-cicc-admission"  # run by before-build: cicc
 TOOLCHAIN_SCRIPT = "wheelbuild-toolchain"  # run by before-build: the two stand-ins below in place
 NVCC_SCRIPT = "wheelbuild-nvcc"  # $CUDA_HOME/bin/nvcc: exactly the archs asked
 LD_SCRIPT = "wheelbuild-ld"  # each linker: the ledger of what this build linked
+CXX_SCRIPT = "wheelbuild-cxx"  # the build's CXX (and nvcc's -std): the C++ standard torch requires
+# The build's CXX: wheelbuild-toolchain writes it to run WHEELBUILD_CXX through wheelbuild-cxx.
+CXX_SHIM = "/usr/local/bin/wheelbuild-c++"
 CHECK_LINKED_SCRIPT = "wheelbuild-check-linked"  # per Python, before the repair: every .so linked here
 CUDA_LIBRARIES_SCRIPT = "wheelbuild-cuda-libraries"  # run by before-build: torch's CUDA library headers
 NETWORK_SCRIPT = "wheelbuild-network"  # run by before-build: the container off its network, or on
 ATTEMPT_SCRIPTS = (
     CHECK_MEMORY_SCRIPT, BEFORE_BUILD_SCRIPT, CHECK_TORCH_SCRIPT, WHEEL_CACHE_SCRIPT, SITE_PACKAGES_SCRIPT,
     CACHE_LOG_SCRIPT, NINJA_ORDER_SCRIPT, CICC_ADMISSION_SCRIPT, TOOLCHAIN_SCRIPT, NVCC_SCRIPT, LD_SCRIPT,
-    CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT, NETWORK_SCRIPT,
+    CXX_SCRIPT, CHECK_LINKED_SCRIPT, CUDA_LIBRARIES_SCRIPT, NETWORK_SCRIPT,
 )  # fmt: skip
 # Where wheelbuild-cuda-libraries links torch's CUDA library headers and link names (cuBLAS,
 # cuSPARSE, ...: torch's ATen/cuda/CUDAContext.h includes them; the toolkit has none).
@@ -302,6 +308,12 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
                 "SCCACHE_IDLE_TIMEOUT": "0",
             }
         )
+    # The build's C++ compiler goes through wheelbuild-cxx first (the standard torch requires),
+    # then on to what it would have been: sccache's, the package's CXX, or plain c++.
+    container_env["WHEELBUILD_CXX"] = container_env.get("CXX") or "c++"
+    container_env["CXX"] = CXX_SHIM
+    if config.keep_package_std:
+        container_env["WHEELBUILD_KEEP_PACKAGE_STD"] = "1"
     if config.ninja_order is not None:
         container_env["WHEELBUILD_NINJA_ORDER"] = config.ninja_order
     if config.admission:

@@ -93,6 +93,7 @@ class AttemptResult:
     # The contract's evidence from the log: wheelbuild-nvcc's rewrites (each once), each
     # Python's link check, and URLs of prebuilt binaries the package's build printed.
     nvcc_rewrites: tuple[str, ...] = ()
+    std_raises: tuple[str, ...] = ()  # the package's C++ standard raised to torch's, each once
     link_checks: tuple[str, ...] = ()
     prebuilt_urls: tuple[str, ...] = ()
     # The log's first compiler error lines, wherever they were (its tail may have lost them).

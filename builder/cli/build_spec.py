@@ -49,6 +49,7 @@ class BuildOptions(TypedDict):
     dist_token_file: Path | None
     dist_servers: str | None
     keep_package_archs: bool
+    keep_package_std: bool
     build_network: bool
     compiler_cache: bool
     rebuild: bool
@@ -72,6 +73,7 @@ def build_spec(given: BuildOptions) -> BuildSpec:
         output_dir=Path(given["output_dir"]).resolve(),
         rebuild=given["rebuild"],
         keep_package_archs=given["keep_package_archs"],
+        keep_package_std=given["keep_package_std"],
         build_network=given["build_network"],
         compiler_cache=given["compiler_cache"],
         admission=given["admission"],

@@ -207,6 +207,7 @@ def _attempt_result(
         unit_memory=unit_memory,
         overhead_at_peak=overhead,
         nvcc_rewrites=tuple(progress.nvcc_rewrites),
+        std_raises=tuple(progress.std_raises),
         link_checks=tuple(progress.link_checks),
         prebuilt_urls=tuple(progress.prebuilt_urls),
         locked_files=tuple(progress.locked_files),

@@ -128,6 +128,7 @@ def inputs_key(spec: BuildSpec, inputs: ImageInputs, pythons: tuple[str, ...]) -
         env=spec.recipe.build_env(spec.archs, 1, 1, spec.variant.label, ptx=spec.ptx),
         contract={
             "keep_package_archs": spec.keep_package_archs,
+            "keep_package_std": spec.keep_package_std,
             "build_network": spec.build_network,
             # --pin proven writes the torch range into METADATA: other bytes than --pin built's
             "pin_proven": spec.pin is PinMode.PROVEN,

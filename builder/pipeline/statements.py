@@ -156,6 +156,7 @@ def build_facts(
         pin=spec.pin.value,
         keep_package_archs=spec.keep_package_archs,
         build_network=spec.build_network,
+        keep_package_std=spec.keep_package_std,
         inputs_key=key,
         source_date_epoch=date.epoch,
         source_date_from=date.why,

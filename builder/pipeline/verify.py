@@ -210,6 +210,7 @@ def rebuild_spec(
         compiler_cache=False,
         keep_package_archs=bool(given.get("keepPackageArchs")),
         build_network=bool(given.get("buildNetwork")),
+        keep_package_std=bool(given.get("keepPackageStd")),
         # The gate changes no byte of a wheel; --pin proven writes the range it found into METADATA.
         gate=pin is PinMode.PROVEN,
         torch_range=pin is PinMode.PROVEN,

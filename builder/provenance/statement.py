@@ -112,6 +112,7 @@ class BuildFacts:
     pin: str  # built | proven
     keep_package_archs: bool
     build_network: bool
+    keep_package_std: bool
     # What wheelbuild derived from them.
     inputs_key: str
     source_date_epoch: int
@@ -169,6 +170,7 @@ def statement(wheel: str, sha256: str, facts: BuildFacts, redact: Callable[[str]
                 "pin": facts.pin,
                 "keepPackageArchs": facts.keep_package_archs,
                 "buildNetwork": facts.build_network,
+                "keepPackageStd": facts.keep_package_std,
             },
             "internalParameters": {
                 "inputsKey": facts.inputs_key,

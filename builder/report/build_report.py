@@ -192,6 +192,8 @@ class ContractRecord(Record):
     ptx: tuple[int, ...] = ()  # the archs whose PTX was asked for besides their SASS (120+PTX)
     switches: tuple[str, ...] = ()  # "NAME=VALUE: why", set from what the package's build files read
     nvcc_rewrites: tuple[str, ...] = ()  # what wheelbuild-nvcc rewrote, each once
+    keep_package_std: bool = False  # --keep-package-std: the package's C++ standard kept as it is
+    std_raised: tuple[str, ...] = ()  # the package's C++ standard raised to torch's, each once
     link_checks: tuple[str, ...] = ()  # per Python: "cp312-manylinux_x86_64: linked here: 1 of 1 ..."
     network: str = ""  # during the package's build: "off", or "on: <why>"
 

@@ -196,6 +196,13 @@ def _contract_rows(report: Mapping[str, object]) -> list[list[str]]:
         ("switches set", "; ".join(text_of(s) for s in items_of(contract.get("switches"))) or "none"),
         ("nvcc rewrote", "; ".join(text_of(s) for s in items_of(contract.get("nvcc_rewrites"))) or "nothing"),
         (
+            "C++ standard",
+            "; ".join(text_of(s) for s in items_of(contract.get("std_raised")))
+            or (
+                "the package's own (--keep-package-std)" if contract.get("keep_package_std") else "not raised"
+            ),
+        ),
+        (
             "link check",
             "; ".join(text_of(s) for s in items_of(contract.get("link_checks"))) or "not recorded",
         ),

@@ -137,6 +137,8 @@ class BuildSpec:
     # Compile the archs the package's build files name instead of exactly `archs` (which must
     # still be among them): for kernels that build only for an arch list of their own.
     keep_package_archs: bool = False
+    # Keep the package's own C++ standard: else an older -std is raised to what torch requires.
+    keep_package_std: bool = False
     build_network: bool = False  # keep the network on while the package builds
     # Compile through the machine's sccache (a retry, a second Python, tonight's rebuild resume
     # from it); off: every unit compiles for real, as a rebuild that proves a wheel must.

@@ -301,6 +301,14 @@ OPTIONS: tuple[Option, ...] = (
         "exactly --archs; the check then allows their extra SASS.",
     ),
     Option(
+        key="keep-package-std",
+        param="keep_package_std",
+        kind=Kind.BOOL,
+        example="true",
+        help="Keep the C++ standard the package's build passes (-std=c++17) even where the torch it "
+        "builds against requires a newer one; by default an older standard is raised to torch's.",
+    ),
+    Option(
         key="build-network",
         param="build_network",
         kind=Kind.BOOL,

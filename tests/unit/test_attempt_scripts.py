@@ -152,6 +152,7 @@ def _before_build_env(
         "wheelbuild-check-torch",
         "wheelbuild-cuda-libraries",
         "wheelbuild-toolchain",
+        "wheelbuild-cxx",
     ):
         shutil.copy(IMAGES_DIR / name, scripts / name)
     (scripts / "wheelbuild-wheel-cache").write_text(
@@ -180,6 +181,7 @@ def _before_build_env(
         "CUDA_HOME": str(tmp_path / "cuda"),
         "WHEELBUILD_LINKERS": str(tmp_path / "ld" / "ld"),
         "WHEELBUILD_LINKS": str(tmp_path / "links" / "ledger"),
+        "WHEELBUILD_CXX_SHIM": str(tmp_path / "bin" / "wheelbuild-c++"),
         "WHEELBUILD_CUDA_LIBRARIES": str(tmp_path / "cuda-libraries"),
         "PYTHONPATH": str(_fake_torch(tmp_path / "site", torch_version, "13.0")),
         "WHEELBUILD_SECRETS": str(secrets),

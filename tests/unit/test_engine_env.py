@@ -74,6 +74,26 @@ def test_without_compiler_cache_no_sccache_volume_or_wrappers(
     assert "sccache" not in env["CIBW_BEFORE_BUILD_LINUX"]
 
 
+def test_the_builds_cxx_raises_the_standard_then_runs_what_it_would_have_run(
+    make_config: Callable[..., AttemptConfig],
+) -> None:
+    def evaluated(config: AttemptConfig) -> dict[str, str]:
+        raw = cibuildwheel_env(config)["CIBW_ENVIRONMENT_LINUX"].replace(SITE_PACKAGES_BASEDIRS + " ", "")
+        return parse_environment(raw).as_dictionary({"PATH": "/usr/bin"})
+
+    plain = evaluated(make_config(compiler_cache=False))
+    assert (plain["CXX"], plain["WHEELBUILD_CXX"]) == ("/usr/local/bin/wheelbuild-c++", "c++")
+    assert "WHEELBUILD_KEEP_PACKAGE_STD" not in plain
+    own = evaluated(make_config(build_env={"CXX": "clang++"}, compiler_cache=False, keep_package_std=True))
+    assert (own["CXX"], own["WHEELBUILD_CXX"], own["WHEELBUILD_KEEP_PACKAGE_STD"]) == (
+        "/usr/local/bin/wheelbuild-c++", "clang++", "1",
+    )  # fmt: skip
+    cached = evaluated(make_config(build_env={"CXX": "clang++"}))
+    assert cached["WHEELBUILD_CXX"] == "/usr/local/bin/sccache-c++"  # through the cache, as before
+    mounted = _create_args(cibuildwheel_env(make_config()))
+    assert any(arg.endswith("/wheelbuild-cxx:/usr/local/bin/wheelbuild-cxx:ro") for arg in mounted)
+
+
 def test_owner_label_names_this_host_and_process(make_config: Callable[..., AttemptConfig]) -> None:
     args = _create_args(cibuildwheel_env(make_config()))
     owner = next(a for a in args if a.startswith("--label=wheelbuild.owner="))
@@ -176,7 +196,8 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "CPATH=/tmp/wheelbuild-cuda/include LIBRARY_PATH=/tmp/wheelbuild-cuda/lib "
         "WHEELBUILD_NVCC_ARCHS=100,120 WHEELBUILD_NVCC_THREADS=2 CUDACXX=/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc "
         "TORCH_NO_COMPILER_WRAPPER=1 WHEELBUILD_NVCC_LAUNCHER=sccache "
-        "CXX=/usr/local/bin/sccache-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
+        "CXX=/usr/local/bin/wheelbuild-c++ SCCACHE_DIR=/root/.cache/sccache SCCACHE_IDLE_TIMEOUT=0 "
+        "WHEELBUILD_CXX=/usr/local/bin/sccache-c++ "
         f"{SITE_PACKAGES_BASEDIRS} "
         'PATH="$PATH:/usr/local/cuda-13.1/nvidia/cu13/bin"'
     )
@@ -194,16 +215,18 @@ def test_container_environment_as_cibuildwheel_reads_it(make_config: Callable[..
         "CPATH": "/tmp/wheelbuild-cuda/include",
         "LIBRARY_PATH": "/tmp/wheelbuild-cuda/lib",
         # $CUDA_HOME/bin/nvcc is wheelbuild-nvcc: exactly these archs and threads, run through
-        # sccache; torch's cpp_extension puts CXX in place of c++, through sccache too.
+        # sccache; torch's cpp_extension puts CXX in place of c++: wheelbuild-c++, which raises
+        # an older C++ standard to torch's (wheelbuild-cxx), then runs sccache's c++.
         "WHEELBUILD_NVCC_ARCHS": "100,120",
         "WHEELBUILD_NVCC_THREADS": "2",
         "CUDACXX": "/usr/local/cuda-13.1/nvidia/cu13/bin/nvcc",  # CMake's, before PATH
         # torch >= 2.14 would put sccache in front of the wrappers, which run it already
         "TORCH_NO_COMPILER_WRAPPER": "1",
         "WHEELBUILD_NVCC_LAUNCHER": "sccache",
-        "CXX": "/usr/local/bin/sccache-c++",
+        "CXX": "/usr/local/bin/wheelbuild-c++",
         "SCCACHE_DIR": "/root/.cache/sccache",
         "SCCACHE_IDLE_TIMEOUT": "0",
+        "WHEELBUILD_CXX": "/usr/local/bin/sccache-c++",
     }
 
 
