@@ -128,9 +128,9 @@ def compile_failure(result: AttemptLog) -> WheelbuildError | None:
     if in_torch := _TORCH_NEEDS_CXX20.search(text):
         return CompileFailed(
             f"compile failed in torch's own headers, which need C++20: {in_torch.group(0).strip()}",
-            "the package compiles with an older -std (e.g. -std=c++17 in its setup.py): build for a torch "
-            "before 2.14 (e.g. --torch 2.13.0+cu130), or make its flags say -std=c++20; this is not an "
-            f"out-of-memory kill, so it is not retried; {where}",
+            "the package compiles with an older -std (e.g. -std=c++17 in its setup.py) that reached the "
+            "compiler unraised: drop --keep-package-std, or build for a torch before 2.14 (e.g. --torch "
+            f"2.13.0+cu130); this is not an out-of-memory kill, so it is not retried; {where}",
             details=tail,
         )
     for pattern, cause, remedy in _COMPILER_REFUSALS:

@@ -8,7 +8,6 @@ from packaging.version import Version
 
 from ..errors import BadArgument
 from ..plan.memory_model import flash_attn_model
-from ..variants import TorchCeiling
 from .base import IndexLookup, Recipe, RemoteSdist, Source, UnitRecipe
 
 DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
@@ -56,16 +55,6 @@ UNITS = UnitRecipe(
 )  # fmt: skip
 
 
-# Every release on PyPI (2.8.3.post2 included) passes nvcc -std=c++17, which wins over the
-# -std=c++20 torch's cpp_extension adds only when none is given; torch 2.14's c10 headers use
-# operator<=> (std::strong_ordering), so each kernel fails to parse against them.
-CXX17_ONLY = TorchCeiling(
-    first="2.14",
-    last_good="2.13.0",
-    why="its setup.py compiles with -std=c++17 and torch 2.14's headers need C++20 (operator<=> in c10)",
-)
-
-
 def flash_attn_recipe(version: str | None) -> Recipe:
     version = version or DEFAULT_VERSION
     try:
@@ -88,7 +77,6 @@ def flash_attn_recipe(version: str | None) -> Recipe:
         # Its setup.py appends this to the version: 2.8.3+cu130torch2.11.
         local_version_env="FLASH_ATTN_LOCAL_VERSION",
         units=UNITS,
-        torch_ceiling=CXX17_ONLY,
         import_packages=("flash_attn",),
         smoke_test="flash_attn.py",
         # Fitted to measured units (builder/plan/profiles/flash-attn-2.8.3.tsv).

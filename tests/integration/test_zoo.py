@@ -8,8 +8,9 @@ an sdist that cannot be built from PyPI must be refused saying why.
 - grouped-gemm 0.3.0: includes ATen/cuda/CUDAContext.h (cuBLAS, cuSPARSE, cuSOLVER headers);
 - torch-cluster 1.6.3: CUDA only with FORCE_CUDA=1 or a GPU, and torch's non-ninja compile path;
 - fast-hadamard-transform 1.1.0: its sdist lacks its csrc/, so it cannot be built from PyPI;
-- flash-attn 2.8.3 (the recipe) and mamba-ssm 2.3.2.post1: the heavy ones; mamba-ssm for torch
-  2.13.0, since for the newest cu130 torch its -std=c++17 meets ATen's C++20 (refused, saying so).
+- flash-attn 2.8.3 (the recipe) and mamba-ssm 2.3.2.post1: the heavy ones, for the newest cu130
+  torch (2.14.1), whose ATen.h needs C++20: their -std=c++17 is raised to it; mamba-ssm with
+  --keep-package-std is refused, saying so.
 
 Hours on 2 cores, so only with `pytest -m hours`. Each build's run folder goes under
 $WHEELBUILD_ZOO_OUT (default: the test's own folder); `bench/zoo --reports DIR` prints the table
@@ -49,12 +50,13 @@ ZOO = (
         refused=(SourceUnavailable.exit_code, "csrc/fast_hadamard_transform"),
     ),
     Member("flash-attn", "flash-attn", ("--version", "2.8.3")),
-    # Its setup.py passes -std=c++17, and torch 2.14's ATen.h needs C++20: built for 2.13.0 (a
-    # later --torch wins), and for the newest cu130 torch refused saying so.
-    Member("mamba-ssm", "mamba-ssm==2.3.2.post1", ("--torch", "2.13.0+cu130")),
+    # Its setup.py passes -std=c++17, and torch 2.14's ATen.h needs C++20: raised, it builds;
+    # kept (--keep-package-std), it is refused saying so.
+    Member("mamba-ssm", "mamba-ssm==2.3.2.post1"),
     Member(
-        "mamba-ssm-newest-torch",
+        "mamba-ssm-kept-std",
         "mamba-ssm==2.3.2.post1",
+        ("--keep-package-std",),
         refused=(CompileFailed.exit_code, "compile failed in torch's own headers, which need C++20"),
     ),
 )

@@ -3,6 +3,7 @@ and the coverage table. Pure parts directly; the index read over HTTP from a rea
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -49,8 +50,9 @@ from wheelbuild.nightly.night import (
 )
 from wheelbuild.pipeline import check
 from wheelbuild.progress.console import Console
+from wheelbuild.recipes import resolve_recipe
 from wheelbuild.spec.torch_releases import TorchIndex
-from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler
+from wheelbuild.variants import DEFAULT_TORCH, CudaCompiler, TorchCeiling
 
 from tests.indexkit import make_wheel
 
@@ -435,15 +437,26 @@ def test_a_torch_rule_is_one_cell_per_release_it_names_today() -> None:
         nightly.with_torch_releases(too_many, "https://torch.example/simple", said.append)
 
 
-def test_a_cell_whose_torch_the_recipe_cannot_compile_against_is_skipped_with_why() -> None:
-    good, skipped = _feasible(
-        {"build": [{"package": "flash-attn", "torch": ["2.13.0+cu130", "2.14.1+cu130"], "python": ["3.12"]}]}
+def test_a_cell_whose_torch_the_recipe_cannot_compile_against_is_skipped_with_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    both = {
+        "build": [{"package": "flash-attn", "torch": ["2.13.0+cu130", "2.14.1+cu130"], "python": ["3.12"]}]
+    }
+    good, skipped = _feasible(both)  # its -std=c++17 is raised to torch 2.14's C++20: no ceiling
+    assert [c.torch for c in good] == ["2.13.0+cu130", "2.14.1+cu130"] and skipped == ()
+    # A recipe that states a ceiling (a build under the raised standard was seen to fail):
+    ceiling = TorchCeiling(first="2.14", last_good="2.13.0", why="its kernels fail under C++20")
+    monkeypatch.setattr(
+        nightly,
+        "resolve_recipe",
+        lambda *a, **kw: dataclasses.replace(resolve_recipe(*a, **kw), torch_ceiling=ceiling),
     )
+    good, skipped = _feasible(both)
     assert [c.torch for c in good] == ["2.13.0+cu130"]
-    assert [s.cell.torch for s in skipped] == ["2.14.1+cu130"]
-    assert skipped[0].why.startswith(
-        "flash-attn cannot be built for torch 2.14.1: its setup.py compiles with -std=c++17"
-    )
+    assert [(s.cell.torch, s.why) for s in skipped] == [
+        ("2.14.1+cu130", "flash-attn cannot be built for torch 2.14.1: its kernels fail under C++20")
+    ]
 
 
 def test_a_schedule_saved_as_plan_json_by_an_earlier_wheelbuild_is_still_read(tmp_path: Path) -> None:

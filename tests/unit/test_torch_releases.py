@@ -29,7 +29,7 @@ from wheelbuild.spec.torch_releases import (
     releases_of,
     torch_python_tags,
 )
-from wheelbuild.variants import parse_variant
+from wheelbuild.variants import TorchCeiling, parse_variant
 
 SECRET = "s3cr3t-t0ken"
 
@@ -334,9 +334,17 @@ def test_a_files_url_carries_the_index_credentials_to_its_own_host_only() -> Non
     assert file_url("https://wheels.example/simple/torch/", here) == "https://wheels.example/files/t.whl"
 
 
+# A ceiling as a recipe states one where a build under the raised standard was seen to fail.
+SEEN_TO_FAIL = TorchCeiling(first="2.14", last_good="2.13.0", why="its kernels fail under C++20 (seen: ...)")
+
+
+def test_flash_attn_has_no_torch_ceiling_since_its_cxx17_is_raised_to_torchs() -> None:
+    assert resolve_recipe("flash-attn").torch_ceiling is None
+
+
 def test_a_recipes_torch_ceiling_passes_newer_releases_over_and_refuses_one_asked(tmp_path: Path) -> None:
-    ceiling = resolve_recipe("flash-attn").torch_ceiling
-    assert ceiling is not None
+    ceiling = SEEN_TO_FAIL
+    capped = dataclasses.replace(resolve_recipe("flash-attn"), torch_ceiling=ceiling)
     _with_known_cuda(tmp_path, PYPI_LIKE, PYPI_CUDA)
     index = TorchIndex(UNREACHABLE, tuple(PYPI_LIKE))
     choice = newest_release(index, parse_variant("cu130"), ("cp311",), cache=tmp_path, ceiling=ceiling)
@@ -348,16 +356,14 @@ def test_a_recipes_torch_ceiling_passes_newer_releases_over_and_refuses_one_aske
             index,
             ("cp311",),
             Console(io.StringIO()),
-            resolve_recipe("flash-attn"),
+            capped,
         )
     assert caught.value.exit_code == 11
     assert caught.value.cause == f"flash-attn cannot be built for torch 2.14.1: {ceiling.why}"
     # Offline, a table release past the ceiling gives way to the newest known to compile, said.
     offline = dataclasses.replace(parse_variant("cu130"), torch_version="2.14.1")  # as the table may say
     said = io.StringIO()
-    variant, why = preflight.resolve_torch(
-        offline, None, ("cp311",), Console(said), resolve_recipe("flash-attn")
-    )
+    variant, why = preflight.resolve_torch(offline, None, ("cp311",), Console(said), capped)
     assert variant.torch_version == ceiling.last_good == "2.13.0" and not variant.newest
     assert why.startswith(
         "torch 2.13.0: the newest cu130 release flash-attn compiles with that wheelbuild knew of"
