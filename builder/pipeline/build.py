@@ -123,21 +123,27 @@ def _pipeline(request: BuildSpec, options: ImageOptions, console: Console, engin
 def _start(
     request: BuildSpec, options: ImageOptions, console: Console, engine: Engine
 ) -> tuple[Run, Resolution]:
-    """A run id, the request resolved (resolve.py: every check before a container, which `plan`
-    runs too, then the image), then the run's reaper started, orphans swept, and the GPU question
-    asked."""
+    """A run id and the request resolved (resolve.py): every check before a container, which
+    `plan` runs too; then the run's reaper started, orphans swept and the GPU question asked;
+    then the image."""
     run_id = new_run_id()
     torch = f"{request.variant.tag} (the newest release)" if request.variant.newest else str(request.variant)
     archs = format_archs(request.archs, request.ptx)
     console.step(f"wheelbuild {request.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
-    resolved = resolve(request, options, console, engine)
-    engine.start_reaper(run_id)  # removes the run's containers if this process is killed
-    if swept := engine.sweep_orphans():
-        console.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
-    gpus = engine.resolve_gpus(resolved.spec.gpus)
-    if not gpus and request.gpus.value == "auto":
-        console.info("no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)")
-    return Run(options, run_id, request.output_dir / "runs" / run_id, gpus), resolved
+    gpus: list[bool] = []
+
+    def before_image(spec: BuildSpec) -> None:
+        engine.start_reaper(run_id)  # removes the run's containers if this process is killed
+        if swept := engine.sweep_orphans():
+            console.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
+        gpus.append(engine.resolve_gpus(spec.gpus))
+        if not gpus[0] and spec.gpus.value == "auto":
+            console.info(
+                "no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)"
+            )
+
+    resolved = resolve(request, options, console, engine, before_image=before_image)
+    return Run(options, run_id, request.output_dir / "runs" / run_id, gpus[0]), resolved
 
 
 def _reuse(run: Run, resolved: Resolution, store: Path, stored: list[Path], console: Console) -> BuildResult:

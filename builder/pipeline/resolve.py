@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..attempt.config import network_while_building
@@ -114,10 +115,13 @@ def resolve(
     *,
     dry_run: bool = False,
     elsewhere: bool = False,
+    before_image: Callable[[BuildSpec], None] | None = None,
 ) -> Resolution:
     """The request resolved (the module doc), in its order; a dry run stops before the image.
     `elsewhere`: for a build on another machine (a nightly cell's key), so whether this one can
-    have the CUDA 12 layer is not asked."""
+    have the CUDA 12 layer is not asked. `before_image` runs once every check has passed, before
+    the image: build asks Docker its own questions there (its reaper, orphans, the GPU), so that
+    an impossible --gpus fails before any container."""
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(request, recipe=resolve_lookup(request.recipe, console.info))
     # No download and no image build for an impossible variant or arch.
@@ -139,6 +143,8 @@ def resolve(
         if torch_why is None:  # the image's Pythons are build's to learn: any CPython the package admits
             spec, torch_why = _torch_chosen(spec, index, None, console)
     else:
+        if before_image is not None:
+            before_image(spec)
         spec, torch_why, stage = _image_stage(
             spec, options, console, images, index, requires_python, torch_why
         )

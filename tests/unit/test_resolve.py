@@ -61,8 +61,16 @@ def test_a_build_resolves_the_pythons_from_the_images_interpreters_once_into_a_f
 ) -> None:
     spec, options, _ = flow
     engine = NotingEngine(["cp311", "cp312", "cp313"])  # torch 2.11.0 has wheels for cp311, cp312
-    resolved = resolve(replace(spec, pythons=()), options, quiet_console()[0], engine)
-    assert engine.calls == ["local_image_id wheelbuild-base:fake", "ensure_image", "image_pythons"]
+    resolved = resolve(
+        replace(spec, pythons=()), options, quiet_console()[0], engine,
+        before_image=lambda checked: engine.calls.append(f"before the image: gpus {checked.gpus.value}"),
+    )  # fmt: skip
+    assert engine.calls == [
+        "before the image: gpus none",  # build's own Docker questions (--gpus all fails here)
+        "local_image_id wheelbuild-base:fake",
+        "ensure_image",
+        "image_pythons",
+    ]
     assert resolved.pythons == ("cp311", "cp312")
     assert resolved.image.tag == resolved.inputs.tag
     assert len(resolved.key) == 64 and resolved.key != resolve(spec, options, quiet_console()[0], engine).key
