@@ -116,6 +116,8 @@ def plan(
     click.echo(format_plan(planned))
     if resolved.arch_note:
         click.echo(f"archs: {resolved.arch_note}")
+    if resolved.std_note:
+        click.echo(f"C++ standard: {resolved.std_note}")
     click.echo(f"torch: {resolved.torch_why}")
     for line in provenance():
         click.echo(line)

@@ -59,6 +59,7 @@ __all__ = [
     "new_run_id",
     "plan_for",
     "resolve_torch",
+    "std_note",
     "surveyed",
     "torch_index",
 ]
@@ -285,6 +286,20 @@ def arch_note(spec: BuildSpec, survey: Survey) -> str | None:
     return (
         f"the package's build files name {named} for nvcc; wheelbuild's nvcc compiles {asked} only "
         "(--keep-package-archs keeps theirs)"
+    )
+
+
+def std_note(spec: BuildSpec, survey: Survey) -> str | None:
+    """What the plan says of the C++ standard the package's build files give, when they give one:
+    the build raises it where the torch it compiles against requires a newer one."""
+    if not survey.cxx_standards:
+        return None
+    named = ", ".join(survey.cxx_standards)
+    if spec.keep_package_std:
+        return f"the package's build files give {named}: kept as they say (--keep-package-std)"
+    return (
+        f"the package's build files give {named}: raised where torch {spec.variant.torch_version}'s "
+        "headers require a newer standard (read from its ATen.h in the build; --keep-package-std keeps it)"
     )
 
 

@@ -46,6 +46,7 @@ from .preflight import (
     governed,
     plan_for,
     resolve_torch,
+    std_note,
     surveyed,
     torch_index,
 )
@@ -80,6 +81,7 @@ class Resolution:
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
     archs: tuple[int, ...]  # the archs each CUDA unit compiles (the asked ones, or the package's)
     arch_note: str | None  # what the plan says of the package's own arch list, if it names another
+    std_note: str | None  # what it says of the C++ standard the package's build files give
     network: str  # the container's network while the package builds: "off", or "on: <why>"
     date: SourceDate  # SOURCE_DATE_EPOCH, from the source: every zip entry's date
     stage: ImageStage | None  # None in a dry run
@@ -150,7 +152,7 @@ def resolve(
         )
     return Resolution(
         spec, compiler, source, survey, switches, requires_python, index, torch_why,
-        compiled_archs(spec, survey), arch_note(spec, survey), network_while_building(spec.build_network, spec.dist, os.environ),
+        compiled_archs(spec, survey), arch_note(spec, survey), std_note(spec, survey), network_while_building(spec.build_network, spec.dist, os.environ),
         source_date(source), stage,
     )  # fmt: skip
 

@@ -58,6 +58,9 @@ class Survey:
     # pyproject.toml's [build-system] requires, torch left out (the variant's is installed): the
     # build runs without isolation, so they are installed before it
     build_requires: tuple[str, ...] = field(default=())
+    # The C++ standards the build files give the compilers (-std=c++17, CMAKE_CXX_STANDARD 17),
+    # each once, as written: the build raises an older one to what torch's headers require.
+    cxx_standards: tuple[str, ...] = field(default=())
 
 
 # Names that decide "build CUDA from source here", with why each is set. The value always comes
@@ -255,6 +258,19 @@ _CMAKE_ARCHS = re.compile(r"CUDA_ARCHITECTURES\b[\s\"'=:]*((?:\d{2,3}[a-z]?(?:-r
 _USES_CMAKE = re.compile(r"cmake|skbuild|scikit.build", re.IGNORECASE)
 
 
+# -std=c++17, -std=gnu++14, "-std=c++1z" in a setup.py's flags; CMAKE_CXX_STANDARD 17 (and CUDA's).
+_STD_FLAG = re.compile(r"(?<![\w-])--?std=(?:c|gnu)\+\+\w+")
+_CMAKE_STANDARD = re.compile(r"CMAKE_(?:CXX|CUDA)_STANDARD\b[\s\"'=:]*(\d{2})")
+
+
+def _cxx_standards(texts: list[str]) -> tuple[str, ...]:
+    found: list[str] = []
+    for text in texts:
+        found += _STD_FLAG.findall(text)
+        found += [f"CMAKE_CXX_STANDARD {year}" for year in _CMAKE_STANDARD.findall(text)]
+    return tuple(dict.fromkeys(found))
+
+
 def _text_archs(text: str) -> set[int]:
     """SM numbers named for nvcc in a CMake, TOML or cfg file: CUDA_ARCHITECTURES lists
     (``set(CMAKE_CUDA_ARCHITECTURES 80 90)``, ``-DCMAKE_CUDA_ARCHITECTURES=80;90``) and flags."""
@@ -333,6 +349,7 @@ def survey_source(project_dir: Path, package: str) -> Survey:
             archs |= _text_archs(texts[name])
             read.append(name)
     requires, requires_refused = build_requires(texts.get("pyproject.toml", ""))
+    read_texts = ["\n".join(_code_lines(_text(tree.files[name]))) for name in read]
     return Survey(
         switches=_switches(setup) if setup else (),
         package_archs=tuple(sorted(archs)),
@@ -342,4 +359,5 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         files_read=tuple(read),
         refused=(*refused, *requires_refused),
         build_requires=requires,
+        cxx_standards=_cxx_standards(read_texts),
     )

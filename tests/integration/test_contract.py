@@ -195,6 +195,30 @@ def test_a_wheel_calling_what_a_later_torch_changed_fails_there_with_the_symbol_
     assert published.returncode == 0, published.stdout + published.stderr
 
 
+STD_FIXTURE = REPO / "tests" / "fixtures" / "wbstd"
+
+
+def test_a_package_passing_cxx17_builds_for_torch_2_14_with_the_standard_raised_and_loads(
+    tmp_path: Path,
+) -> None:
+    """wbstd's setup.py passes -std=c++17 to g++ and nvcc, and torch 2.14.1's ATen.h wants C++20:
+    the build reads that from the installed torch, raises both, says so once each in the report,
+    and the wheel passes the gate. (Kept as written, both compiles stop at ATen.h's #error:
+    tests/local/test_cxx_standard.py, on this machine's g++ and nvcc.)"""
+    done = _build(STD_FIXTURE, tmp_path, "--torch", "2.14.1+cu130", "--no-torch-range", memory="6g")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    report = _report(tmp_path, done)
+    assert isinstance(report["torch"], dict) and report["torch"]["variant"] == "2.14.1+cu130"
+    contract = report["contract"]
+    assert isinstance(contract, dict)
+    # Said once for the package, whichever compiler met it first (g++ through the build's CXX,
+    # or nvcc: torch's ninja file hands both the package's -std=c++17).
+    assert contract["std_raised"] == ["raised -std=c++17 to -std=c++20 (torch's headers require C++20)"]
+    gates = report["gate"]
+    assert isinstance(gates, list) and [g["passed"] for g in gates] == [True]
+    assert "C++ standard: the package's build files give -std=c++17: raised where torch 2.14.1" in done.stdout
+
+
 CMAKE_FIXTURE = REPO / "tests" / "fixtures" / "wbcmake"
 
 

@@ -15,6 +15,7 @@ from wheelbuild.image.options import ImageOptions
 from wheelbuild.nightly.cell_specs import cell_inputs_key, cell_spec
 from wheelbuild.nightly.matrix import Cell
 from wheelbuild.pipeline.resolve import plan_of, resolve
+from wheelbuild.recipes import resolve_recipe
 from wheelbuild.spec.build_spec import BuildSpec
 
 from tests.flowkit import FakeEngine, quiet_console
@@ -92,3 +93,27 @@ def test_a_nightly_cells_inputs_key_is_the_key_its_build_will_have(
     built = resolve(cell_spec(cell, None), options, quiet_console()[0], NotingEngine(["cp311"]))
     assert "WBCONTRACT_FORCE_BUILD" in built.spec.recipe.extra_env
     assert night_key == built.key
+
+
+def test_the_plan_says_when_the_packages_cxx_standard_will_be_raised(
+    flow: tuple[BuildSpec, ImageOptions, list[Path]], tmp_path: Path
+) -> None:
+    spec, options, _ = flow
+    project = tmp_path / "cxx17"
+    project.mkdir()
+    (project / "setup.py").write_text(
+        "from setuptools import setup\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+        'setup(ext_modules=[CUDAExtension("k", ["k.cu"], extra_compile_args={"nvcc": ["-std=c++17"]})])\n'
+    )
+    request = replace(spec, recipe=resolve_recipe(str(project)))
+    resolved = resolve(request, options, quiet_console()[0], NotingEngine(["cp311"]), dry_run=True)
+    assert resolved.std_note == (
+        "the package's build files give -std=c++17: raised where torch 2.11.0's headers require a newer "
+        "standard (read from its ATen.h in the build; --keep-package-std keeps it)"
+    )
+    kept = resolve(
+        replace(request, keep_package_std=True), options, quiet_console()[0], NotingEngine([]), dry_run=True
+    )
+    assert kept.std_note == "the package's build files give -std=c++17: kept as they say (--keep-package-std)"
+    (project / "setup.py").write_text("from setuptools import setup\nsetup()\n")  # gives no -std
+    assert resolve(request, options, quiet_console()[0], NotingEngine([]), dry_run=True).std_note is None

@@ -331,3 +331,22 @@ def test_build_requirements_that_are_urls_or_no_requirements_are_refused_not_ins
         "build requirement evil names a URL: not installed",
         "build requirement '!!' is not a requirement: not installed",
     )
+
+
+def test_the_cxx_standards_the_build_files_give_are_found_each_once(tmp_path: Path) -> None:
+    setup_py = (
+        "from torch.utils.cpp_extension import CUDAExtension\n"
+        "# -std=c++11 in a comment names nothing\n"
+        'ext = CUDAExtension("k", ["k.cu"], extra_compile_args={"cxx": ["-O3", "-std=c++17"],\n'
+        '    "nvcc": ["-O3", "-std=c++17", "--use_fast_math"]})\n'
+    )
+    assert _project(tmp_path / "setup", {"setup.py": setup_py}).cxx_standards == ("-std=c++17",)
+    cmake = {
+        "setup.py": "import subprocess\nsubprocess.check_call(['cmake', '..'])\n",
+        "CMakeLists.txt": "set(CMAKE_CXX_STANDARD 17)  # C++17\nset(CMAKE_CUDA_STANDARD 17)\n",
+    }
+    assert _project(tmp_path / "cmake", cmake).cxx_standards == ("CMAKE_CXX_STANDARD 17",)
+    assert (
+        _project(tmp_path / "none", {"setup.py": "from setuptools import setup\nsetup()\n"}).cxx_standards
+        == ()
+    )
