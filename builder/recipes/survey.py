@@ -10,6 +10,7 @@ What the survey refused or could not read is said in `refused`, never raised. Re
 
 from __future__ import annotations
 
+import ast
 import os
 import posixpath
 import re
@@ -263,11 +264,28 @@ _STD_FLAG = re.compile(r"(?<![\w-])--?std=(?:c|gnu)\+\+\w+")
 _CMAKE_STANDARD = re.compile(r"CMAKE_(?:CXX|CUDA)_STANDARD\b[\s\"'=:]*(\d{2})")
 
 
-def _cxx_standards(texts: list[str]) -> tuple[str, ...]:
-    found: list[str] = []
+def _setup_standards(text: str) -> list[str]:
+    """The -std flags a setup.py gives: its string constants that are one (not its docstrings'
+    prose); read with a regex where it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _STD_FLAG.findall("\n".join(_code_lines(text)))
+    return [
+        node.value.strip()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _STD_FLAG.fullmatch(node.value.strip())
+    ]
+
+
+def _cxx_standards(setup_py: str | None, texts: list[str]) -> tuple[str, ...]:
+    found = _setup_standards(setup_py) if setup_py is not None else []
     for text in texts:
-        found += _STD_FLAG.findall(text)
-        found += [f"CMAKE_CXX_STANDARD {year}" for year in _CMAKE_STANDARD.findall(text)]
+        lines = "\n".join(_code_lines(text))
+        found += _STD_FLAG.findall(lines)
+        found += [f"CMAKE_CXX_STANDARD {year}" for year in _CMAKE_STANDARD.findall(lines)]
     return tuple(dict.fromkeys(found))
 
 
@@ -349,7 +367,8 @@ def survey_source(project_dir: Path, package: str) -> Survey:
             archs |= _text_archs(texts[name])
             read.append(name)
     requires, requires_refused = build_requires(texts.get("pyproject.toml", ""))
-    read_texts = ["\n".join(_code_lines(_text(tree.files[name]))) for name in read]
+    setup_text = _text(tree.files["setup.py"]) if setup else None
+    standards = _cxx_standards(setup_text, [texts[name] for name in read if name != "setup.py"])
     return Survey(
         switches=_switches(setup) if setup else (),
         package_archs=tuple(sorted(archs)),
@@ -359,5 +378,5 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         files_read=tuple(read),
         refused=(*refused, *requires_refused),
         build_requires=requires,
-        cxx_standards=_cxx_standards(read_texts),
+        cxx_standards=standards,
     )

@@ -216,7 +216,7 @@ def test_a_package_passing_cxx17_builds_for_torch_2_14_with_the_standard_raised_
     assert contract["std_raised"] == ["raised -std=c++17 to -std=c++20 (torch's headers require C++20)"]
     gates = report["gate"]
     assert isinstance(gates, list) and [g["passed"] for g in gates] == [True]
-    assert "C++ standard: the package's build files give -std=c++17: raised where torch 2.14.1" in done.stdout
+    assert "the package's build files give -std=c++17: raised where torch 2.14.1's headers" in done.stdout
 
 
 CMAKE_FIXTURE = REPO / "tests" / "fixtures" / "wbcmake"

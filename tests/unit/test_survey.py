@@ -335,6 +335,7 @@ def test_build_requirements_that_are_urls_or_no_requirements_are_refused_not_ins
 
 def test_the_cxx_standards_the_build_files_give_are_found_each_once(tmp_path: Path) -> None:
     setup_py = (
+        '"""Its docstring\'s prose (torch adds -std=c++20 where none is given) names nothing."""\n'
         "from torch.utils.cpp_extension import CUDAExtension\n"
         "# -std=c++11 in a comment names nothing\n"
         'ext = CUDAExtension("k", ["k.cu"], extra_compile_args={"cxx": ["-O3", "-std=c++17"],\n'
