@@ -70,8 +70,10 @@ def main() -> None:
 def build(
     verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Unpack[BuildOptions]
 ) -> None:
-    """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=) or a recipe (flash-attn);
-    without it, the project in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
+    """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=), a recipe (flash-attn,
+    flash-attn==2.8.3.post2) or a name on the index as pip takes one (causal-conv1d==1.7.0,
+    mamba-ssm: its newest release), pinned by the sha256 the index lists; without it, the project
+    in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
     spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     console = _say_option_files(Console(show_log=verbose))
     with seams().engine(sweep=False) as engine:  # run_build sweeps, and says what it removed

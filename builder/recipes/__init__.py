@@ -10,6 +10,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from ..bundled import bundled_dir
 from ..errors import BadArgument, UnknownPackage
 from ..plan.memory_model import wbdemo_model
@@ -129,6 +132,8 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     normalized = package.lower().replace("_", "-")
     if normalized in _KNOWN:
         return _KNOWN[normalized](version)
+    if (named := _index_name(package)) and named[0] in _KNOWN and not Path(package).exists():
+        return _KNOWN[named[0]](_pinned(package, named[1], version))
     if version is not None:
         raise BadArgument(
             f"--version applies to known recipes only, not to {package!r}",
@@ -137,6 +142,17 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     if "://" in package:
         return _remote_sdist_recipe(package, arch_env)
     return _local_recipe(package, arch_env)
+
+
+def _pinned(package: str, wanted: str, version: str | None) -> str:
+    """The release a recipe is named with (flash-attn==2.8.3.post2): == one version only."""
+    exact = re.fullmatch(r"===?\s*([^,*]+)", wanted.strip())
+    if exact is None or version is not None:
+        raise BadArgument(
+            f"{package!r}: a recipe builds one release, named with == or --version (not a range, not both)",
+            f"name one release: {package.split('=')[0].split('>')[0].split('<')[0].strip()}==VERSION",
+        )
+    return exact[1].strip()
 
 
 def _remote_sdist_recipe(package: str, arch_env: str | None) -> Recipe:
@@ -176,7 +192,24 @@ def _local_recipe(package: str, arch_env: str | None) -> Recipe:
         where = path.resolve()
         source: Source = LocalSdist(where, sha256) if path.is_file() else LocalProject(where)
         return torch_extension_recipe(name=where.name, source=source, arch_env=arch_env)
+    if named := _index_name(package):
+        name, wanted = named
+        return torch_extension_recipe(name=name, source=IndexLookup(name, wanted), arch_env=arch_env)
     raise UnknownPackage(
-        f"unknown package {package!r}: not a known recipe, and no such path",
-        f"use one of {', '.join(known_recipes())}, a local project path, or an sdist URL with #sha256=",
+        f"unknown package {package!r}: not a known recipe, no such path, and no package name as pip takes one",
+        f"use one of {', '.join(known_recipes())}, a name on the index (causal-conv1d==1.7.0), a local "
+        "project path, or an sdist URL with #sha256=",
     )
+
+
+def _index_name(package: str) -> tuple[str, str] | None:
+    """A package named as pip names one (NAME, NAME==VERSION, NAME>=X): its canonical name and the
+    versions wanted ('' for the newest final release); None for anything else (extras, markers, a
+    URL, a path)."""
+    try:
+        requirement = Requirement(package)
+    except InvalidRequirement:
+        return None
+    if requirement.url or requirement.marker or requirement.extras or "/" in package:
+        return None
+    return canonicalize_name(requirement.name), str(requirement.specifier)

@@ -41,7 +41,8 @@ class RemoteSdist:
 @dataclass(frozen=True)
 class IndexLookup:
     """A release the recipe does not pin: its sdist is looked up on the index when the build
-    starts, and pinned then by the sha256 the index lists (sources.resolve_lookup)."""
+    starts, and pinned then by the sha256 the index lists (sources.resolve_lookup). `version` is
+    one release (2.8.1), a PEP 440 specifier (>=1.6, ==1.7.0), or '' for the newest final one."""
 
     project: str
     version: str

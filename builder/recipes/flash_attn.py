@@ -58,12 +58,14 @@ UNITS = UnitRecipe(
 def flash_attn_recipe(version: str | None) -> Recipe:
     version = version or DEFAULT_VERSION
     try:
-        Version(version)
+        parsed = Version(version)
     except ValueError:  # InvalidVersion, or a number past Python's 4,300-digit limit
         raise BadArgument(
             f"flash-attn version {version!r} is not a version",
             f"use one of {', '.join(sorted(SDISTS))}, or another release on PyPI (e.g. 2.8.1)",
         ) from None
+    # Versions compare as PEP 440 says: 2.8.3post2 is the table's 2.8.3.post2.
+    version = next((known for known in SDISTS if Version(known) == parsed), str(parsed))
     # A release not in the table is looked up on the index when the build starts, and pinned
     # by the sha256 the index lists (the build report records it).
     source: Source = SDISTS.get(version) or IndexLookup("flash-attn", version)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import assert_never
 from urllib.parse import urljoin
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import (
     InvalidSdistFilename,
     canonicalize_name,
@@ -26,7 +27,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from ..bounded import ArchiveRefused, tar_gz_members
-from ..errors import BadArgument, SourceUnavailable
+from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
 from ..recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
@@ -89,8 +90,9 @@ def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
         return page, files_on_page(answer.body, MEDIA_JSON)
     except reader.HttpRefused as refused:
         if refused.status == 404:
-            raise BadArgument(
-                f"{project} is not on the index ({redact_url(base)})", "check the name"
+            raise UnknownPackage(
+                f"{project} is not on the index ({redact_url(base)})",
+                "check the name (as pip spells it), or point WHEELBUILD_SIMPLE_INDEX at the index that has it",
             ) from None
         raise SourceUnavailable(
             f"could not look up {project} at {shown}: {refused.why}",
@@ -103,8 +105,8 @@ def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
         ) from None
 
 
-def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
-    """(page URL, [(version, absolute URL, sha256)]) of the project's sdists on the index."""
+def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str, bool]]]:
+    """(page URL, [(version, absolute URL, sha256, yanked)]) of the project's sdists on the index."""
     page, files = _files(os.environ.get("WHEELBUILD_SIMPLE_INDEX", SIMPLE_INDEX), project)
     found = []
     for file in files:
@@ -112,28 +114,50 @@ def _sdists(project: str) -> tuple[str, list[tuple[Version, str, str]]]:
             name, version = parse_sdist_filename(file.filename)
         except (InvalidSdistFilename, InvalidVersion):
             continue
-        if name == canonicalize_name(project) and file.sha256 and file.url and not file.yanked:
-            found.append((version, urljoin(page, file.url), file.sha256))
+        if name == canonicalize_name(project) and file.sha256 and file.url:
+            found.append((version, urljoin(page, file.url), file.sha256, file.yanked))
     return page, found
 
 
-def lookup_sdist(project: str, version: str) -> RemoteSdist:
-    """The sdist of `project==version` as the index lists it (PEP 691 JSON), pinned by its sha256."""
+def lookup_sdist(project: str, version: str) -> tuple[str, RemoteSdist]:
+    """The release of `project` that `version` names (one release, a PEP 440 specifier, or '' for
+    the newest final one) and its sdist as the index lists it (PEP 691 JSON), pinned by its
+    sha256. A yanked release is taken only when pinned with ==."""
     page, sdists = _sdists(project)
-    wanted = Version(version)
-    for found, url, sha256 in sdists:
-        if found == wanted:
-            return RemoteSdist(url=url, sha256=sha256)
+    wanted = _wanted(version)
+    pinned = isinstance(wanted, Version) or version.strip().startswith("==")
+    matching = [
+        (found, url, sha256, yanked)
+        for found, url, sha256, yanked in sdists
+        if (found == wanted if isinstance(wanted, Version) else wanted.contains(found, prereleases=pinned))
+        and (pinned or not yanked)
+    ]
+    if matching:
+        found, url, sha256, _yanked = max(matching)
+        return str(found), RemoteSdist(url=url, sha256=sha256)
+    there = ", ".join(str(v) for v in sorted({v for v, _u, _s, y in sdists if not y})[-8:]) or "none"
     raise BadArgument(
-        f"{project} {version} has no sdist with a sha256 on the index ({redact_url(page)})",
-        f"check the version ({redact_url(page)}), or build from an sdist URL with #sha256=",
+        f"{project} {version or '(newest)'} has no sdist with a sha256 on the index ({redact_url(page)})",
+        f"name a release it has (newest with an sdist: {there}), or build from an sdist URL with #sha256=",
     )
+
+
+def _wanted(version: str) -> Version | SpecifierSet:
+    """'2.8.3post2' -> Version('2.8.3.post2'); '>=1.6' or '' -> a SpecifierSet."""
+    text = version.strip()
+    try:
+        return Version(text) if text and text[0] not in "<>=!~" else SpecifierSet(text)
+    except (InvalidVersion, InvalidSpecifier):
+        raise BadArgument(
+            f"{version!r} is neither a version nor a PEP 440 specifier",
+            "name a release (2.8.3.post2) or a range (>=2.8)",
+        ) from None
 
 
 def newest_release(project: str) -> str:
     """The newest final (not pre-release) version with an sdist on the index."""
     page, sdists = _sdists(project)
-    finals = [version for version, _url, _sha in sdists if not version.is_prerelease]
+    finals = [version for version, _url, _sha, yanked in sdists if not version.is_prerelease and not yanked]
     if not finals:
         raise SourceUnavailable(f"{redact_url(page)} lists no final release of {project}", "check the index")
     return str(max(finals))
@@ -143,11 +167,12 @@ def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
     """The recipe with an IndexLookup source replaced by the sdist the index lists (pinned)."""
     match recipe.source:
         case IndexLookup(project, version):
-            source = lookup_sdist(project, version)
+            found, source = lookup_sdist(project, version)
             on_line(
-                f"{project} {version} is not in wheelbuild's table: the index lists {source.url} sha256 {source.sha256}"
+                f"{project} {found} ({version or 'the newest'}) is not in wheelbuild's table: the index "
+                f"lists {source.url} sha256 {source.sha256}"
             )
-            return replace(recipe, source=source)
+            return replace(recipe, version=found, source=source)
         case LocalProject() | LocalSdist() | RemoteSdist():
             return recipe
         case _:

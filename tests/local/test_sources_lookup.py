@@ -98,3 +98,23 @@ def test_newest_torch_per_cuda_tag_from_a_real_index(tmp_path: Path) -> None:
         assert newest == {"cu130": "2.12.0", "cu128": "2.13.0"}  # not the pre-release, not cu128's
         with pytest.raises(BadVariant):
             newest_release(index, parse_variant("cu126", url), None)
+
+
+def test_plan_of_a_package_named_with_its_release_pins_pypis_sdist_and_plans_for_the_newest_torch(
+    tmp_path: Path,
+) -> None:
+    """`wheelbuild plan causal-conv1d==1.7.0 --torch cu130`, named as pip names it: the sdist PyPI
+    lists, by its sha256 (downloaded and verified), the newest cu130 torch, and the -std=c++17
+    of its setup.py said to be raised to what that torch requires."""
+    done = subprocess.run(
+        [Path(sys.executable).parent / "wheelbuild", "plan", "causal-conv1d==1.7.0", "--torch", "cu130",
+         "--torch-index-url", "https://pypi.org/simple", "--archs", "120", "--python", "3.11"],
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "XDG_CACHE_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    pin = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
+    assert "causal-conv1d 1.7.0 (==1.7.0) is not in wheelbuild's table: the index lists " in done.stderr
+    assert f"causal_conv1d-1.7.0.tar.gz sha256 {pin}" in done.stderr
+    assert "source causal_conv1d-1.7.0.tar.gz, sha256 3202758494eaa7b5... verified" in done.stderr
+    assert "C++ standard: the package's build files give -std=c++17: raised where torch 2." in done.stdout

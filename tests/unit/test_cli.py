@@ -38,7 +38,7 @@ def test_control_a_valid_build_reaches_docker_and_fails_with_20(run_cli: RunCli)
 @pytest.mark.parametrize(
     ("args", "code", "error"),
     [
-        (("build", "foo-bar"), 10, "error: unknown package 'foo-bar': not a known recipe, and no such path"),
+        (("build", "foo bar!"), 10, "error: unknown package 'foo bar!': not a known recipe, no such path"),
         (
             ("build", "wbdemo", "--torch", "cu999"),
             11,

@@ -196,12 +196,17 @@ def test_local_sdist_keeps_its_sha256_pin(tmp_path: Path) -> None:
     assert recipe.source == LocalSdist(sdist.resolve(), sha256=PIN)  # not a URL; an sdist
 
 
-def test_nonexistent_name_is_an_unknown_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_is_no_recipe_no_path_and_no_name_is_an_unknown_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
+    assert resolve_recipe("foo-bar").source == IndexLookup("foo-bar", "")  # a name: the index says
     with pytest.raises(UnknownPackage) as caught:
-        resolve_recipe("foo-bar")
+        resolve_recipe("foo bar!")
     assert caught.value.exit_code == 10
-    assert caught.value.cause == "unknown package 'foo-bar': not a known recipe, and no such path"
+    assert caught.value.cause == (
+        "unknown package 'foo bar!': not a known recipe, no such path, and no package name as pip takes one"
+    )
     assert "flash-attn, wbdemo" in caught.value.remedy
 
 
@@ -250,3 +255,44 @@ def test_build_env_marks_the_archs_whose_ptx_is_asked_for_in_torchs_spelling() -
 def test_url_with_a_64_char_non_hex_pin_is_a_bad_argument() -> None:
     with pytest.raises(BadArgument):
         resolve_recipe(f"{URL}#sha256={'z' * 64}")
+
+
+@pytest.mark.parametrize(
+    ("package", "project", "wanted"),
+    [
+        ("causal-conv1d", "causal-conv1d", ""),  # the newest final release with an sdist
+        ("mamba_ssm==2.3.2.post1", "mamba-ssm", "==2.3.2.post1"),  # as pip spells it, normalised
+        ("Causal_Conv1d>=1.6,<2", "causal-conv1d", "<2,>=1.6"),
+    ],
+)
+def test_a_package_named_as_pip_names_it_is_looked_up_on_the_index(
+    package: str, project: str, wanted: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    recipe = resolve_recipe(package)
+    assert recipe.name == project and recipe.source == IndexLookup(project, wanted)
+
+
+def test_a_folder_of_that_name_wins_over_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "causal-conv1d").mkdir()
+    (tmp_path / "causal-conv1d" / "setup.py").write_text("")
+    assert isinstance(resolve_recipe("causal-conv1d").source, LocalProject)
+
+
+def test_a_recipe_named_with_one_release_takes_it_as_pep_440_compares_versions() -> None:
+    assert resolve_recipe("flash-attn==2.8.3.post2").version == "2.8.3.post2"
+    assert resolve_recipe("flash-attn", version="2.8.3post2").source == SDISTS["2.8.3.post2"]
+    with pytest.raises(BadArgument, match="one release"):
+        resolve_recipe("flash-attn>=2.8")
+    with pytest.raises(BadArgument, match="one release"):
+        resolve_recipe("flash-attn==2.8.3", version="2.8.2")
+
+
+@pytest.mark.parametrize("package", ["torch-cluster[full]", "pkg; python_version > '3'", "no such/pkg"])
+def test_what_is_no_name_as_pip_takes_one_is_an_unknown_package(
+    package: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnknownPackage, match="no package name as pip takes one"):
+        resolve_recipe(package)
