@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import CompilerUnavailable, CudaRedistUnreachable, DockerUnavailable, TorchIndexUnreachable
+from ..errors import (
+    CompilerUnavailable,
+    CudaRedistUnreachable,
+    DockerUnavailable,
+    SourceUnavailable,
+    TorchIndexUnreachable,
+)
 from ..host import cgroup
 from ..image import cuda_redist
 from ..image.inputs import NO_CUDA12, Image, ImageInputs
@@ -258,10 +264,11 @@ def surveyed(
         switches[switch.name] = switch.value
         lines.append(f"{switch.name}={switch.value}: {switch.why}")
         console.info(f"setting {lines[-1]}")
-    if survey.missing_sources:
-        console.warn(
-            f"the source lacks files its setup.py names: {', '.join(survey.missing_sources)} "
-            "(an sdist published without its sources cannot be built; build from the project's repository)"
+    if survey.missing_sources:  # before any container: plan refuses it as build would
+        raise SourceUnavailable(
+            f"the source lacks files its setup.py names: {', '.join(survey.missing_sources)}",
+            "an sdist published without its sources cannot be built: build from the project's repository "
+            "(a git checkout or the release's source archive) instead",
         )
     return replace(spec, recipe=spec.recipe.with_env(switches)), survey, tuple(lines)
 

@@ -5,13 +5,16 @@ refused or ignored without a crash, without extracting or running anything."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 from wheelbuild.recipes.survey import Switch, survey_source
 
-from tests.sdists import fetch
+from tests.sdists import SDISTS, fetch
 
 CONV_ARCHS = (75, 80, 87, 90, 100, 103, 110, 120, 121)
 
@@ -102,3 +105,18 @@ def test_a_project_directory_reads_as_its_sdist_does(tmp_path: Path) -> None:
 def test_the_build_requirements_are_read_without_torch(key: str, requires: tuple[str, ...]) -> None:
     path = fetch(key)
     assert survey_source(path.parent, path.name).build_requires == requires
+
+
+def test_plan_of_an_sdist_published_without_its_sources_exits_as_build_does(tmp_path: Path) -> None:
+    """fast-hadamard-transform 1.1.0's sdist lacks the csrc/ its setup.py compiles: plan and build
+    both refuse it before any container, with SourceUnavailable's exit code (15)."""
+    key = "fast-hadamard-transform==1.1.0"
+    source = f"{fetch(key)}#sha256={SDISTS[key].sha256}"
+    for command in ("plan", "build"):
+        done = subprocess.run(
+            [Path(sys.executable).parent / "wheelbuild", command, source, "--torch", "cu130"],
+            env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "XDG_CACHE_HOME": str(tmp_path)},
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 15, done.stdout + done.stderr
+        assert "error: the source lacks files its setup.py names: csrc/fast_hadamard_transform" in done.stderr
