@@ -101,6 +101,7 @@ def test_the_plan_says_when_the_packages_cxx_standard_will_be_raised(
     spec, options, _ = flow
     project = tmp_path / "cxx17"
     project.mkdir()
+    (project / "k.cu").write_text("")  # the source its setup.py names
     (project / "setup.py").write_text(
         "from setuptools import setup\nfrom torch.utils.cpp_extension import CUDAExtension\n"
         'setup(ext_modules=[CUDAExtension("k", ["k.cu"], extra_compile_args={"nvcc": ["-std=c++17"]})])\n'
