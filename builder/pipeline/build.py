@@ -130,20 +130,21 @@ def _start(
     torch = f"{request.variant.tag} (the newest release)" if request.variant.newest else str(request.variant)
     archs = format_archs(request.archs, request.ptx)
     console.step(f"wheelbuild {request.recipe.name} for torch {torch}, archs {archs} (run {run_id})")
-    gpus: list[bool] = []
+    gpus = False
 
     def before_image(spec: BuildSpec) -> None:
+        nonlocal gpus
         engine.start_reaper(run_id)  # removes the run's containers if this process is killed
         if swept := engine.sweep_orphans():
             console.info(f"removed {swept} container(s) left by earlier runs whose process is gone")
-        gpus.append(engine.resolve_gpus(spec.gpus))
-        if not gpus[0] and spec.gpus.value == "auto":
+        gpus = engine.resolve_gpus(spec.gpus)
+        if not gpus and spec.gpus.value == "auto":
             console.info(
                 "no NVIDIA runtime in the Docker daemon: building without a GPU (compiling needs none)"
             )
 
     resolved = resolve(request, options, console, engine, before_image=before_image)
-    return Run(options, run_id, request.output_dir / "runs" / run_id, gpus[0]), resolved
+    return Run(options, run_id, request.output_dir / "runs" / run_id, gpus), resolved
 
 
 def _reuse(run: Run, resolved: Resolution, store: Path, stored: list[Path], console: Console) -> BuildResult:

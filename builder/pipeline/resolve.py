@@ -52,7 +52,7 @@ from .preflight import (
 )
 from .results import inputs_key
 
-__all__ = ["Resolution", "constraints", "plan_of", "resolve"]
+__all__ = ["Resolution", "plan_of", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def resolve(
     stage = None
     if spec.pythons:
         spec, torch_why = _torch_chosen(spec, index, spec.pythons, console)
-        constraints(spec, index, requires_python).check_named(spec)
+        _constraints(spec, index, requires_python).check_named(spec)
     else:
         _some_python(spec, index, requires_python)
     if dry_run:
@@ -152,8 +152,8 @@ def resolve(
         )
     return Resolution(
         spec, compiler, source, survey, switches, requires_python, index, torch_why,
-        compiled_archs(spec, survey), arch_note(spec, survey), std_note(spec, survey), network_while_building(spec.build_network, spec.dist, os.environ),
-        source_date(source), stage,
+        compiled_archs(spec, survey), arch_note(spec, survey), std_note(spec, survey),
+        network_while_building(spec.build_network, spec.dist, os.environ), source_date(source), stage,
     )  # fmt: skip
 
 
@@ -177,7 +177,7 @@ def _image_stage(
     in_image = tuple(images.image_pythons(image.tag))
     if torch_why is None:
         spec, torch_why = _torch_chosen(spec, index, admitted_by(requires_python, in_image), console)
-    choice = constraints(spec, index, requires_python).choose(in_image, spec)
+    choice = _constraints(spec, index, requires_python).choose(in_image, spec)
     for left in choice.left_out:
         console.info(f"not building for {left}")
     key = inputs_key(spec, inputs, choice.pythons)
@@ -205,7 +205,7 @@ def _torch_chosen(
     return replace(spec, variant=variant), why
 
 
-def constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str | None) -> PythonConstraints:
+def _constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str | None) -> PythonConstraints:
     tags = index.python_tags(spec.variant.torch_version) if index is not None else None
     return PythonConstraints(tags, requires_python)
 

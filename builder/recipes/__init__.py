@@ -133,7 +133,7 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     if normalized in _KNOWN:
         return _KNOWN[normalized](version)
     if (named := _index_name(package)) and named[0] in _KNOWN and not Path(package).exists():
-        return _KNOWN[named[0]](_pinned(package, named[1], version))
+        return _KNOWN[named[0]](_pinned(package, *named, version))
     if version is not None:
         raise BadArgument(
             f"--version applies to known recipes only, not to {package!r}",
@@ -144,13 +144,13 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     return _local_recipe(package, arch_env)
 
 
-def _pinned(package: str, wanted: str, version: str | None) -> str:
+def _pinned(package: str, name: str, wanted: str, version: str | None) -> str:
     """The release a recipe is named with (flash-attn==2.8.3.post2): == one version only."""
     exact = re.fullmatch(r"===?\s*([^,*]+)", wanted.strip())
     if exact is None or version is not None:
         raise BadArgument(
             f"{package!r}: a recipe builds one release, named with == or --version (not a range, not both)",
-            f"name one release: {package.split('=')[0].split('>')[0].split('<')[0].strip()}==VERSION",
+            f"name one release: {name}==VERSION",
         )
     return exact[1].strip()
 
