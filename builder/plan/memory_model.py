@@ -51,8 +51,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
+
+from packaging.version import InvalidVersion, Version
 
 MIB = 1024**2
 GIB = 1024**3
@@ -228,11 +230,45 @@ def load_profile(name: str) -> MemoryModel:
     return parse_profile(text, name=name)
 
 
+# flash-attn releases whose units were measured (builder/plan/profiles/flash-attn-<release>.tsv),
+# and those known to compile the same units as one of them.
+FLASH_ATTN_CALIBRATED = ("2.8.3",)
+FLASH_ATTN_SAME_UNITS = {"2.8.2": "2.8.3", "2.8.3.post1": "2.8.3", "2.8.3.post2": "2.8.3"}
+
+
 def flash_attn_model(version: str = "2.8.3") -> MemoryModel:
-    """flash-attn's 73 units. Only 2.8.3 is measured; 2.8.2 and the 2.8.3 post releases have the
-    same units and share it."""
-    same_units = ("2.8.2", "2.8.3", "2.8.3.post1", "2.8.3.post2")
-    return load_profile("flash-attn-2.8.3") if version in same_units else default_model("flash-attn")
+    """The model of flash-attn's nearest calibrated release, and the model says which. A release
+    known to have the same 73 units shares its profile whole; any other plans as if its every
+    unit were that profile's heaviest (its units are not known, their kind is)."""
+    if version in FLASH_ATTN_CALIBRATED:
+        return load_profile(f"flash-attn-{version}")
+    nearest = FLASH_ATTN_SAME_UNITS.get(version) or _nearest_release(version, FLASH_ATTN_CALIBRATED)
+    model = load_profile(f"flash-attn-{nearest}")
+    if version in FLASH_ATTN_SAME_UNITS:
+        return replace(
+            model,
+            name=f"flash-attn-{version}",
+            source=f"{model.source}; {version} has the same units as {nearest}",
+        )
+    heaviest = max(model.units, key=lambda unit: unit.per_arch + unit.fixed)
+    return replace(
+        model,
+        name=f"flash-attn-{version}",
+        units=(heaviest,),
+        complete=False,
+        source=f"{model.source}; every unit of {version} taken as {nearest}'s heaviest, "
+        f"{nearest} being the nearest calibrated release",
+    )
+
+
+def _nearest_release(version: str, calibrated: tuple[str, ...]) -> str:
+    """The newest calibrated release not newer than `version`, else the oldest one."""
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return calibrated[0]
+    older = [c for c in calibrated if Version(c) <= wanted]
+    return max(older, key=Version) if older else min(calibrated, key=Version)
 
 
 def wbdemo_model() -> MemoryModel:

@@ -14,7 +14,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ..bundled import bundled_dir
-from ..errors import BadArgument, UnknownPackage
+from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..plan.memory_model import wbdemo_model
 from .base import (
     IndexLookup,
@@ -38,6 +38,8 @@ __all__ = [
     "Recipe",
     "RemoteSdist",
     "Source",
+    "at_newest_pinned",
+    "at_release",
     "chosen_package",
     "default_package",
     "known_recipes",
@@ -64,6 +66,32 @@ def _wbdemo(version: str | None) -> Recipe:
 
 
 _KNOWN = {"flash-attn": flash_attn_recipe, EXAMPLE: _wbdemo}
+
+
+def at_release(recipe: Recipe, version: str, listed: RemoteSdist) -> Recipe:
+    """The recipe once the index named its release: a known recipe at that release (its own pin
+    where its table has one, which must be the file the index lists, and its model for that
+    release), any other package pinned by the sha256 the index lists."""
+    if recipe.name not in _KNOWN:
+        return replace(recipe, version=version, source=listed)
+    known = _KNOWN[recipe.name](version)
+    if isinstance(known.source, RemoteSdist) and known.source.sha256 != listed.sha256:
+        raise SourceUnavailable(
+            f"the index lists {listed.url} with sha256 {listed.sha256}, but wheelbuild pins "
+            f"{recipe.name} {version} at {known.source.sha256}",
+            "the file changed or the index is not the one wheelbuild pinned from: check it before "
+            f"trusting it, or build another release ({recipe.name}==VERSION)",
+        )
+    return replace(known, source=known.source if isinstance(known.source, RemoteSdist) else listed)
+
+
+def at_newest_pinned(recipe: Recipe) -> Recipe | None:
+    """A known recipe asked for its newest release, at the newest one it pins (its version until
+    the index says otherwise); None for any other package."""
+    if recipe.name not in _KNOWN or recipe.version is None:
+        return None
+    known = _KNOWN[recipe.name](recipe.version)
+    return known if isinstance(known.source, RemoteSdist) else None
 
 
 def known_recipes() -> list[str]:

@@ -10,7 +10,9 @@ from ..errors import BadArgument
 from ..plan.memory_model import flash_attn_model
 from .base import IndexLookup, Recipe, RemoteSdist, Source, UnitRecipe
 
-DEFAULT_VERSION = "2.8.3"  # the release the memory profile was measured on
+# Said for the newest release: a bare `flash-attn` (or --version latest) is looked up on the index
+# when the build starts; NEWEST_PINNED is what it builds when the index cannot be read.
+LATEST = ("latest", "newest")
 # Known releases on PyPI, each pinned by its sdist's sha256 (read from the simple index). The
 # 2.8.3 post releases have the same 73 units (post2: index-type fixes in the bwd kernels, CUDA 13
 # handling in setup.py), so they plan with 2.8.3's profile.
@@ -36,6 +38,7 @@ SDISTS: dict[str, RemoteSdist] = {
         sha256="740a5370f406cbe16155cc6d078ec543a97a137501f32cba89198295e6b80e54",
     ),
 }
+NEWEST_PINNED = max(SDISTS, key=Version)
 
 
 # What flash-attn's setup.py (2.8.x) passes nvcc for its kernels, with what torch's
@@ -56,7 +59,10 @@ UNITS = UnitRecipe(
 
 
 def flash_attn_recipe(version: str | None) -> Recipe:
-    version = version or DEFAULT_VERSION
+    """The recipe at `version`; None (or `latest`) for the newest release on the index, pinned and
+    modelled when the build starts (recipes.at_release)."""
+    if version is None or version.strip().lower() in LATEST:
+        return _recipe(NEWEST_PINNED, IndexLookup("flash-attn", ""))
     try:
         parsed = Version(version)
     except ValueError:  # InvalidVersion, or a number past Python's 4,300-digit limit
@@ -68,7 +74,10 @@ def flash_attn_recipe(version: str | None) -> Recipe:
     version = next((known for known in SDISTS if Version(known) == parsed), str(parsed))
     # A release not in the table is looked up on the index when the build starts, and pinned
     # by the sha256 the index lists (the build report records it).
-    source: Source = SDISTS.get(version) or IndexLookup("flash-attn", version)
+    return _recipe(version, SDISTS.get(version) or IndexLookup("flash-attn", version))
+
+
+def _recipe(version: str, source: Source) -> Recipe:
     return Recipe(
         name="flash-attn",
         version=version,

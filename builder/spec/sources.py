@@ -13,7 +13,7 @@ import tempfile
 import zlib
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import assert_never
 from urllib.parse import urljoin
@@ -30,7 +30,16 @@ from ..bounded import ArchiveRefused, tar_gz_members
 from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
-from ..recipes import IndexLookup, LocalProject, LocalSdist, Recipe, RemoteSdist, Source
+from ..recipes import (
+    IndexLookup,
+    LocalProject,
+    LocalSdist,
+    Recipe,
+    RemoteSdist,
+    Source,
+    at_newest_pinned,
+    at_release,
+)
 from ..secrets import redact_url
 
 SIMPLE_INDEX = "https://pypi.org/simple"  # WHEELBUILD_SIMPLE_INDEX: another PEP 691 index
@@ -164,15 +173,26 @@ def newest_release(project: str) -> str:
 
 
 def resolve_lookup(recipe: Recipe, on_line: Callable[[str], None]) -> Recipe:
-    """The recipe with an IndexLookup source replaced by the sdist the index lists (pinned)."""
+    """The recipe with an IndexLookup source replaced by the sdist the index lists (pinned). A
+    known recipe asked for its newest release builds its newest pinned one when the index cannot
+    be read, and says so."""
     match recipe.source:
         case IndexLookup(project, version):
-            found, source = lookup_sdist(project, version)
+            try:
+                found, source = lookup_sdist(project, version)
+            except SourceUnavailable as unreadable:
+                pinned = None if version else at_newest_pinned(recipe)
+                if pinned is None:
+                    raise
+                on_line(
+                    f"warning: {unreadable.cause}; building {project} {pinned.version}, the newest "
+                    "release wheelbuild pins"
+                )
+                return pinned
             on_line(
-                f"{project} {found} ({version or 'the newest'}) is not in wheelbuild's table: the index "
-                f"lists {source.url} sha256 {source.sha256}"
+                f"{project} {found} ({version or 'the newest'} on the index): {source.url} sha256 {source.sha256}"
             )
-            return replace(recipe, version=found, source=source)
+            return at_release(recipe, found, source)
         case LocalProject() | LocalSdist() | RemoteSdist():
             return recipe
         case _:

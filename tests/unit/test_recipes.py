@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from wheelbuild.errors import BadArgument, UnknownPackage
-from wheelbuild.plan.memory_model import GIB
+from wheelbuild.errors import BadArgument, SourceUnavailable, UnknownPackage
+from wheelbuild.plan.memory_model import GIB, flash_attn_model
 from wheelbuild.recipes import (
     EXAMPLE_DIR,
     IndexLookup,
@@ -15,13 +15,15 @@ from wheelbuild.recipes import (
     LocalSdist,
     Recipe,
     RemoteSdist,
+    at_newest_pinned,
+    at_release,
     chosen_package,
     known_recipes,
     resolve_recipe,
     source_location,
     source_pin,
 )
-from wheelbuild.recipes.flash_attn import DEFAULT_VERSION, SDISTS
+from wheelbuild.recipes.flash_attn import NEWEST_PINNED, SDISTS
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 PIN = "a" * 64
@@ -78,16 +80,50 @@ def test_wbdemo_source_dir_is_tests_fixtures_wbdemo() -> None:
 
 
 @pytest.mark.parametrize("name", ["flash-attn", "flash_attn", "FLASH-ATTN", "Flash_Attn"])
-def test_flash_attn_spellings_resolve_to_the_pinned_sdist(name: str) -> None:
+def test_flash_attn_spellings_resolve_to_the_recipe_of_the_newest_release(name: str) -> None:
     recipe = resolve_recipe(name)
     assert recipe.name == "flash-attn"
-    assert recipe.version == DEFAULT_VERSION == "2.8.3"
-    assert isinstance(recipe.source, RemoteSdist)  # a URL, and an sdist
-    assert recipe.source.url.startswith("https://files.pythonhosted.org/packages/")
-    assert recipe.source.url.endswith("/flash_attn-2.8.3.tar.gz")
-    assert recipe.source.sha256 == "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+    # The newest release is looked up on the index when the build starts (at_release).
+    assert recipe.source == IndexLookup("flash-attn", "")
     assert recipe.arch_env == "FLASH_ATTN_CUDA_ARCHS"
     assert dict(recipe.extra_env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
+
+
+@pytest.mark.parametrize("latest", ["latest", "newest", "Latest"])
+def test_flash_attn_version_latest_is_the_newest_release(latest: str) -> None:
+    assert resolve_recipe("flash-attn", version=latest).source == IndexLookup("flash-attn", "")
+
+
+def test_flash_attn_at_a_pinned_release_keeps_its_pin_and_takes_its_model() -> None:
+    asked = resolve_recipe("flash-attn")
+    listed = SDISTS["2.8.3.post2"]
+    recipe = at_release(asked, "2.8.3.post2", RemoteSdist(listed.url, listed.sha256))
+    assert (recipe.version, recipe.source) == ("2.8.3.post2", listed)
+    assert recipe.memory_model.complete and recipe.memory_model.unit_count == 73
+    assert "2.8.3.post2 has the same units as 2.8.3" in recipe.memory_model.source
+
+
+def test_flash_attn_at_a_release_whose_index_hash_differs_from_the_pin_is_refused() -> None:
+    listed = SDISTS["2.8.3.post2"]
+    with pytest.raises(SourceUnavailable) as caught:
+        at_release(resolve_recipe("flash-attn"), "2.8.3.post2", RemoteSdist(listed.url, "0" * 64))
+    assert listed.sha256 in caught.value.cause and "0" * 64 in caught.value.cause
+
+
+def test_flash_attn_at_an_unpinned_release_takes_the_index_pin_and_its_nearest_calibrated_model() -> None:
+    listed = RemoteSdist("https://files.example/flash_attn-2.9.0.tar.gz", "a" * 64)
+    recipe = at_release(resolve_recipe("flash-attn"), "2.9.0", listed)
+    assert (recipe.version, recipe.source) == ("2.9.0", listed)
+    model = recipe.memory_model
+    assert not model.complete and not model.blind  # 2.8.3's heaviest unit, for every unit
+    assert "2.8.3 being the nearest calibrated release" in model.source
+    assert model.peak_per_job(1, 1) == flash_attn_model("2.8.3").peak_per_job(1, 1)
+
+
+def test_a_known_recipe_offline_falls_back_to_its_newest_pin() -> None:
+    pinned = at_newest_pinned(resolve_recipe("flash-attn"))
+    assert pinned is not None and pinned.version == NEWEST_PINNED and pinned.source == SDISTS[NEWEST_PINNED]
+    assert at_newest_pinned(resolve_recipe("causal-conv1d")) is None
 
 
 @pytest.mark.parametrize("version", sorted(SDISTS))
