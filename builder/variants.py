@@ -2,8 +2,9 @@
 which CUDA compiler must build against it. Pure: no Docker, no network.
 
 torch refuses an nvcc whose CUDA *major* differs from torch.version.cuda (a minor difference
-only warns), so cu13x variants compile with the image's CUDA 13.1 and cu12x variants need the
-image's optional CUDA 12.x compiler layer (see images/Dockerfile.cuda131).
+only warns), so cu13x variants compile with a CUDA 13 toolkit no older than torch's minor (13.1
+for cu130 and cu131, 13.2 for cu132: one image per toolkit, from images/Dockerfile.cuda131) and
+cu12x variants need the image's optional CUDA 12.x compiler layer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
@@ -27,6 +28,7 @@ DEFAULT_ARCHS = (100, 120)
 # the newest release for each tag that we knew of on DEFAULT_TORCH_AS_OF (PyTorch's index and
 # PyPI; PyPI's 2.15.0 is a CUDA 13.2 build, so cu132's).
 DEFAULT_TORCH_AS_OF = "2026-12-02"
+NEWEST = "newest"  # --torch newest
 DEFAULT_TORCH: dict[str, str] = {
     "cu126": "2.10.0",
     "cu128": "2.10.0",
@@ -35,9 +37,11 @@ DEFAULT_TORCH: dict[str, str] = {
     "cu132": "2.15.0",
 }
 
-# Where the image keeps each compiler. CUDA 13.1 is always there; a 12.x layer is optional.
-CUDA13_HOME = "/usr/local/cuda-13.1/nvidia/cu13"
-CUDA13_VERSION = "13.1"
+# The CUDA 13 toolkits an image can carry (images/requirements-cuda<digits>.txt, NVIDIA's PyPI
+# wheels pinned by hash), oldest first: a build takes the oldest that compiles its torch, so every
+# torch of CUDA 13.0 and 13.1 shares the default image.
+CUDA13_TOOLKITS = ("13.1", "13.2")
+DEFAULT_TOOLKIT = CUDA13_TOOLKITS[0]
 
 # ASCII digits, a few per part: no torch version part has more, and Python refuses to read
 # an int of over 4,300 digits (packaging's Version raises ValueError, not InvalidVersion).
@@ -62,6 +66,15 @@ class CudaCompiler:
         while a CUDA 12 layer or image carries its own."""
         return self.major >= 13
 
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    @classmethod
+    def cuda13(cls, version: str = DEFAULT_TOOLKIT) -> CudaCompiler:
+        """A CUDA 13 toolkit's nvcc in its image: NVIDIA's wheels under /usr/local/cuda-<version>."""
+        return cls(version=version, home=f"/usr/local/cuda-{version}/nvidia/cu13")
+
     @classmethod
     def cuda12(cls, version: str) -> CudaCompiler:
         """The image's optional CUDA 12.x compiler (its layer or --cuda12-image): /usr/local/cuda-<version>."""
@@ -76,6 +89,9 @@ class TorchVariant:
     # Only the tag was given: the index's newest release for it replaces torch_version before
     # the build (the table's fallback until then).
     newest: bool = False
+    # `--torch newest`: the newest release of any CUDA 13 minor a toolkit compiles; the tag is
+    # the newest such minor's until resolve compares them (torch_choice.newest_of_any_minor).
+    any_minor: bool = False
 
     @property
     def cuda_version(self) -> str:
@@ -183,14 +199,26 @@ def parse_torch_rule(text: str) -> TorchRule | None:
     return TorchRule(match["tag"], oldest, newest)
 
 
+def any_minor_tags() -> tuple[str, ...]:
+    """The CUDA 13 tags a toolkit compiles, newest CUDA first: what `--torch newest` compares."""
+    tags = [t for t in DEFAULT_TORCH if t.startswith("cu13")]
+    fitting = [t for t in tags if compiler_for(parse_variant(t), (), None) is not None]
+    return tuple(sorted(fitting, reverse=True))
+
+
 def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
-    """`cu130` -> default torch for cu130; `2.11.0+cu130` -> that torch. Raises BadVariant."""
+    """`cu130` -> default torch for cu130; `2.11.0+cu130` -> that torch; `newest` -> the newest
+    torch of any CUDA 13 minor (compared on the index later). Raises BadVariant."""
+    if text.strip().lower() == NEWEST:
+        tag = any_minor_tags()[0]
+        return replace(parse_variant(tag, index_url), any_minor=True)
     match = _VARIANT_RE.match(text.strip())
     known = ", ".join(sorted(DEFAULT_TORCH))
     if match is None:
         raise BadVariant(
             f"torch variant {text!r} is not understood",
-            f"use a CUDA tag ({known}) or a full version such as 2.11.0+cu130",
+            f"use a CUDA tag ({known}), {NEWEST} (the newest torch of any CUDA 13 minor), or a full "
+            "version such as 2.11.0+cu130",
         )
     tag = match["tag"]
     if tag not in DEFAULT_TORCH:
@@ -272,12 +300,26 @@ def builds_for(compiler: CudaCompiler, variant: TorchVariant) -> bool:
     )
 
 
+def toolkit_for(variant: TorchVariant) -> str:
+    """The CUDA 13 toolkit whose image builds for `variant`: the oldest that builds_for it (the
+    default for a CUDA 12 torch, whose layer goes beside it; the newest when none does, for
+    compiler_for to refuse)."""
+    fits = [
+        v for v in CUDA13_TOOLKITS if variant.cuda_major != 13 or builds_for(CudaCompiler.cuda13(v), variant)
+    ]
+    return fits[0] if fits else CUDA13_TOOLKITS[-1]
+
+
 def compiler_for(
-    variant: TorchVariant, archs: Sequence[int], cuda12: CudaCompiler | None
+    variant: TorchVariant,
+    archs: Sequence[int],
+    cuda12: CudaCompiler | None,
+    toolkits: Sequence[str] = CUDA13_TOOLKITS,
 ) -> CudaCompiler | None:
-    """The image compiler that can build against `variant` for every arch asked, or None.
-    builds_for says which compilers can build for a torch; the arch table decides the rest."""
-    candidates = [CudaCompiler(version=CUDA13_VERSION, home=CUDA13_HOME)]
+    """The compiler, of the CUDA 13 `toolkits` and the CUDA 12 one, that can build against
+    `variant` for every arch asked, or None. builds_for says which compilers can build for a
+    torch; the arch table decides the rest."""
+    candidates = [CudaCompiler.cuda13(version) for version in toolkits]
     if cuda12 is not None:
         candidates.append(cuda12)
     for compiler in candidates:

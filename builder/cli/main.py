@@ -121,6 +121,7 @@ def plan(
     if resolved.std_note:
         click.echo(f"C++ standard: {resolved.std_note}")
     click.echo(f"torch: {resolved.torch_why}")
+    click.echo(f"toolkit: {resolved.toolkit_note}")
     for line in provenance():
         click.echo(line)
     if over := over_budget(planned):

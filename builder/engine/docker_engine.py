@@ -54,7 +54,7 @@ from ..gc import decisions
 from ..host.gpu import GpuMode
 from ..image.cuda_redist import CudaLayer
 from ..image.inputs import DOCKERFILE, LABEL, Image, ImageInputs, production_base
-from ..image.names import IMAGE_REPOSITORY
+from ..image.names import IMAGE_REPOSITORIES
 from ..image.ports import OnLine
 from . import attempt_run, gate_container, unit_compile
 from .containers import remove_all, script_volume, set_network, transient_retry
@@ -199,7 +199,7 @@ class DockerEngine:
     def list_images(self) -> list[Image]:
         found = []
         for image in self._docker.images.list(filters={"label": LABEL}):
-            tags = [t for t in image.tags if t.startswith(f"{IMAGE_REPOSITORY}:")] or image.tags or ["<none>"]
+            tags = [t for t in image.tags if _is_build_image(t)] or image.tags or ["<none>"]
             found.append(_image(image, tags[0], reused=True))
         return sorted(found, key=lambda i: i.tag)
 
@@ -237,11 +237,11 @@ class DockerEngine:
         if base_image and self.local_image_id(base_image):
             return base_image
         ours = sorted(
-            self._docker.images.list(name=IMAGE_REPOSITORY),
+            (image for name in IMAGE_REPOSITORIES for image in self._docker.images.list(name=name)),
             key=lambda i: str(i.attrs.get("Created", "")),
             reverse=True,
         )
-        return next((t for i in ours for t in i.tags if t.startswith(f"{IMAGE_REPOSITORY}:")), "")
+        return next((t for i in ours for t in i.tags if _is_build_image(t)), "")
 
     def _probe_memory(self, image: str) -> tuple[str | None, str]:
         """(what the container reads as its memory limit, error) for a --memory 64m container."""
@@ -544,3 +544,8 @@ def build_image(
             f"image build failed: {exc.explanation or exc}",
             "check that the base image exists locally (scripts/make-base-image) or can be pulled",
         ) from exc
+
+
+def _is_build_image(tag: str) -> bool:
+    """A build image's tag, of any toolkit: wheelbuild-cuda131:<hash>, wheelbuild-cuda132:<hash>."""
+    return tag.partition(":")[0] in IMAGE_REPOSITORIES

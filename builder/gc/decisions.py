@@ -33,6 +33,7 @@ from ..errors import GcIncomplete
 from ..image.names import (
     CACHE_VOLUMES,
     DIST_REPOSITORY,
+    IMAGE_REPOSITORIES,
     IMAGE_REPOSITORY,
     LAYER_REPOSITORY,
     PREFIX,
@@ -67,7 +68,13 @@ class Scope:
 
     @property
     def image_repository(self) -> str:
+        """The default toolkit's build images."""
         return self.retag(IMAGE_REPOSITORY)
+
+    @property
+    def image_repositories(self) -> tuple[str, ...]:
+        """The build images of every toolkit (wheelbuild-cuda131, wheelbuild-cuda132)."""
+        return tuple(self.retag(repository) for repository in IMAGE_REPOSITORIES)
 
     @property
     def layer_repository(self) -> str:
@@ -85,7 +92,7 @@ class Scope:
 
     def owns_image(self, tag: str) -> bool:
         repository, sep, version = tag.rpartition(":")
-        ours = (self.image_repository, self.layer_repository, self.dist_repository)
+        ours = (*self.image_repositories, self.layer_repository, self.dist_repository)
         return bool(sep and version) and repository in ours
 
     def volume_kind(self, name: str) -> str | None:

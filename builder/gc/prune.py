@@ -27,6 +27,7 @@ from ..image.options import ImageOptions, cuda12_layer, image_inputs
 from ..image.ports import ImageIds
 from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
+from ..variants import CUDA13_TOOLKITS
 from . import decisions, wheel_cache_use
 from .ports import GcEngine
 
@@ -237,12 +238,14 @@ def published_in(output_dir: Path, on_skip: Skipped = _ignore) -> decisions.Publ
 
 
 def current_images(images: ImageIds, options: ImageOptions, scope: decisions.Scope) -> frozenset[str]:
-    """The tags a build with these options would use now: the plain image, and for cu12x the
-    image with the CUDA 12 layer and the layer itself (or --cuda12-image's image instead); and
-    the sccache-dist fleet's image FROM the plain one, when that is here (its tag hashes the
-    plain image's ID, as `wheelbuild dist` names it)."""
+    """The tags a build with these options would use now: the plain image of each CUDA 13
+    toolkit, and for cu12x the image with the CUDA 12 layer and the layer itself (or
+    --cuda12-image's image instead); and the sccache-dist fleet's image FROM the plain default
+    one, when that is here (its tag hashes the plain image's ID, as `wheelbuild dist` names it)."""
     plain = image_inputs(images, replace(options, cuda12_redist=False))
     tags = {plain.tag}
+    for toolkit in CUDA13_TOOLKITS:
+        tags.add(image_inputs(images, replace(options, cuda12_redist=False, toolkit=toolkit)).tag)
     if options.cuda12_image is None:
         cu12 = image_inputs(images, replace(options, cuda12_redist=True))
         tags |= {cu12.tag, cuda12_layer().tag}

@@ -1,4 +1,5 @@
-"""The build image: images/Dockerfile.cuda131 plus its inputs, tagged by their content hash.
+"""The build image: images/Dockerfile.cuda131 plus its inputs, tagged by their content hash, one
+image per CUDA 13 toolkit (wheelbuild-cuda131:<hash>, wheelbuild-cuda132:<hash>).
 
 An unchanged Dockerfile with unchanged build args gives the same tag, so the image is reused,
 never rebuilt. No Docker here: building and listing through the docker SDK live in engine/.
@@ -19,12 +20,22 @@ from ..bundled import bundled_dir
 from ..errors import ImageInputsMissing
 from ..provenance.statement import Material
 from ..units import format_bytes
+from ..variants import DEFAULT_TOOLKIT
 from .cuda_redist import DEFAULT_REDIST_URL, CudaLayer
-from .names import IMAGE_REPOSITORY
+from .names import image_repository
 
 IMAGES_DIR = bundled_dir("images")
 DOCKERFILE = "Dockerfile.cuda131"
-REQUIREMENTS = ("requirements-tools.txt", "requirements-cuda131.txt")
+TOOL_REQUIREMENTS = "requirements-tools.txt"
+# The toolkit's pinned wheels go into the build context under one name, whichever toolkit it is.
+CUDA_REQUIREMENTS_IN_CONTEXT = "requirements-cuda.txt"
+
+
+def cuda_requirements(toolkit: str) -> str:
+    """images/ file pinning a CUDA 13 toolkit's wheels: requirements-cuda132.txt for 13.2."""
+    return f"requirements-cuda{toolkit.replace('.', '')}.txt"
+
+
 ADMIT_SCRIPT = "wheelbuild-admit"
 NO_CUDA12 = "wheelbuild-no-cuda12"  # the Dockerfile's empty stand-in stage
 LABEL = "org.wheelbuild.inputs.sha256"
@@ -84,6 +95,7 @@ class ImageInputs:
     cuda12_version: str = "12.8"
     # The CUDA 12 layer made from NVIDIA's redist archives (cuda12_image is then its local tag).
     cuda12_layer: CudaLayer | None = None
+    toolkit: str = DEFAULT_TOOLKIT  # the CUDA 13 toolkit cuda_requirements pins
 
     @classmethod
     def load(
@@ -95,9 +107,11 @@ class ImageInputs:
         cuda12_image: str | None = None,
         cuda12_version: str = "12.8",
         cuda12_layer: CudaLayer | None = None,
+        toolkit: str = DEFAULT_TOOLKIT,
         images_dir: Path = IMAGES_DIR,
     ) -> ImageInputs:
-        missing = [n for n in (DOCKERFILE, *REQUIREMENTS, ADMIT_SCRIPT) if not (images_dir / n).is_file()]
+        names = (DOCKERFILE, TOOL_REQUIREMENTS, cuda_requirements(toolkit), ADMIT_SCRIPT)
+        missing = [n for n in names if not (images_dir / n).is_file()]
         if missing:
             raise ImageInputsMissing(
                 f"{images_dir / missing[0]} is missing: this wheelbuild has no complete images/ folder",
@@ -106,8 +120,8 @@ class ImageInputs:
             )
         return cls(
             dockerfile=(images_dir / DOCKERFILE).read_bytes(),
-            tool_requirements=(images_dir / REQUIREMENTS[0]).read_bytes(),
-            cuda_requirements=(images_dir / REQUIREMENTS[1]).read_bytes(),
+            tool_requirements=(images_dir / TOOL_REQUIREMENTS).read_bytes(),
+            cuda_requirements=(images_dir / cuda_requirements(toolkit)).read_bytes(),
             ca_bundle=ca_bundle.read_bytes() if ca_bundle else b"",
             admit_script=(images_dir / ADMIT_SCRIPT).read_bytes(),
             base_image=base_image,
@@ -115,6 +129,7 @@ class ImageInputs:
             cuda12_image=cuda12_layer.tag if cuda12_layer else cuda12_image or NO_CUDA12,
             cuda12_version=cuda12_layer.version if cuda12_layer else cuda12_version,
             cuda12_layer=cuda12_layer,
+            toolkit=toolkit,
         )
 
     def _hashed_args(self) -> dict[str, str]:
@@ -124,6 +139,7 @@ class ImageInputs:
             "CUDA12_VERSION": self.cuda12_version,
             # The layer's tag already names its pins' hash; the pins themselves go on a label.
             "CUDA12_PINS": self.cuda12_layer.pins if self.cuda12_layer else "none",
+            "CUDA_VERSION": self.toolkit,
         }
 
     @property
@@ -142,7 +158,7 @@ class ImageInputs:
 
     @property
     def tag(self) -> str:
-        return f"{IMAGE_REPOSITORY}:{self.sha256[:16]}"
+        return f"{image_repository(self.toolkit)}:{self.sha256[:16]}"
 
     def materials(self, redist_url: str = DEFAULT_REDIST_URL) -> tuple[Material, ...]:
         """The image's inputs as a provenance statement names them: the base image by digest,
@@ -159,8 +175,8 @@ class ImageInputs:
         ]
         files = {
             DOCKERFILE: self.dockerfile,
-            REQUIREMENTS[0]: self.tool_requirements,
-            REQUIREMENTS[1]: self.cuda_requirements,
+            TOOL_REQUIREMENTS: self.tool_requirements,
+            cuda_requirements(self.toolkit): self.cuda_requirements,
             ADMIT_SCRIPT: self.admit_script,
         }
         for name, data in files.items():
@@ -198,8 +214,8 @@ class ImageInputs:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             files = {
                 DOCKERFILE: self.dockerfile,
-                REQUIREMENTS[0]: self.tool_requirements,
-                REQUIREMENTS[1]: self.cuda_requirements,
+                TOOL_REQUIREMENTS: self.tool_requirements,
+                CUDA_REQUIREMENTS_IN_CONTEXT: self.cuda_requirements,
                 "ca-bundle.crt": self.ca_bundle,
                 ADMIT_SCRIPT: self.admit_script,
             }

@@ -13,12 +13,14 @@ import os
 import re
 
 from ..errors import BadArgument
+from ..variants import CUDA13_TOOLKITS, DEFAULT_TOOLKIT
 
 __all__ = [
     "CACHE_VOLUMES",
     "DEFAULT_PREFIX",
     "DIST_DOCKERFILE",
     "DIST_REPOSITORY",
+    "IMAGE_REPOSITORIES",
     "IMAGE_REPOSITORY",
     "LAYER_REPOSITORY",
     "PIP_CACHE_VOLUME",
@@ -29,13 +31,22 @@ __all__ = [
     "TORCH_WHEELS_VOLUME",
     "checked_prefix",
     "dist_image_tag",
+    "image_repository",
 ]
 
 PREFIX_ENV = "WHEELBUILD_DOCKER_PREFIX"
 DEFAULT_PREFIX = "wheelbuild"
 PREFIX = os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX  # checked by the CLI before any command
 _VALID_PREFIX = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
-IMAGE_REPOSITORY = f"{PREFIX}-cuda131"  # the build image, tagged by its inputs' hash
+
+
+def image_repository(toolkit: str) -> str:
+    """The build image of a CUDA 13 toolkit, tagged by its inputs' hash: wheelbuild-cuda132 for 13.2."""
+    return f"{PREFIX}-cuda{toolkit.replace('.', '')}"
+
+
+IMAGE_REPOSITORY = image_repository(DEFAULT_TOOLKIT)  # the default toolkit's
+IMAGE_REPOSITORIES = tuple(image_repository(toolkit) for toolkit in CUDA13_TOOLKITS)
 LAYER_REPOSITORY = f"{PREFIX}-cuda12-redist"  # the CUDA 12 compiler layer, tagged by its pins' hash
 # The sccache-dist fleet's image (wheelbuild dist), FROM the build image: under the default prefix
 # outside it, as scripts/dist-smoke tags the same inputs the same way and both reuse one image.

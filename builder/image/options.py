@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..variants import TorchVariant
+from ..variants import DEFAULT_TOOLKIT, TorchVariant, toolkit_for
 from . import cuda_redist
 from .cuda_redist import CudaLayer
 from .inputs import IMAGES_DIR, ImageInputs, production_base
@@ -24,11 +24,14 @@ class ImageOptions:
     # Add the CUDA 12 layer made from NVIDIA's pinned redist archives (what a cu12x build needs,
     # unless cuda12_image names an NVIDIA devel image instead).
     cuda12_redist: bool = False
+    # The CUDA 13 toolkit the image carries (variants.CUDA13_TOOLKITS): one image per toolkit.
+    toolkit: str = DEFAULT_TOOLKIT
 
     def for_variant(self, variant: TorchVariant) -> ImageOptions:
-        """The options a build of `variant` needs: cu12x gets the CUDA 12 layer without a flag."""
+        """The options a build of `variant` needs: the toolkit that compiles its torch, and for
+        cu12x the CUDA 12 layer, without a flag."""
         wants = variant.cuda_major == 12 and self.cuda12_image is None
-        return replace(self, cuda12_redist=self.cuda12_redist or wants)
+        return replace(self, cuda12_redist=self.cuda12_redist or wants, toolkit=toolkit_for(variant))
 
 
 def image_inputs(images: ImageIds, options: ImageOptions) -> ImageInputs:
@@ -43,6 +46,7 @@ def image_inputs(images: ImageIds, options: ImageOptions) -> ImageInputs:
         cuda12_image=options.cuda12_image,
         cuda12_version=options.cuda12_version,
         cuda12_layer=layer,
+        toolkit=options.toolkit,
     )
 
 

@@ -186,7 +186,7 @@ def _plan(resolved: Resolution, console: Console) -> Plan:
     """The plan (resolve.plan_of, which `plan` prints), said; a peak over the limit a warning."""
     plan = plan_of(resolved)
     console.step(f"plan: {format_bytes(plan.memory)} memory, {plan.cpus:g} CPUs")
-    for reason in (*plan.reasons, resolved.arch_note, resolved.std_note):
+    for reason in (*plan.reasons, resolved.arch_note, resolved.std_note, f"toolkit: {resolved.toolkit_note}"):
         if reason:
             console.info(reason)
     if over := over_budget(plan):

@@ -23,6 +23,7 @@ from ..errors import (
 from ..host import cgroup
 from ..image import cuda_redist
 from ..image.inputs import NO_CUDA12, Image, ImageInputs
+from ..image.names import image_repository
 from ..image.options import ImageOptions, cuda12_layer
 from ..image.ports import ImageIds, Images
 from ..plan.admission import with_admission
@@ -37,18 +38,21 @@ from ..recipes import Recipe
 from ..recipes.survey import Survey, survey_source
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
-from ..spec.torch_choice import asked_release, newest_release
+from ..spec.torch_choice import asked_release, newest_of_any_minor, newest_release
 from ..spec.torch_releases import TorchIndex, read_torch_index
 from ..units import format_bytes
 from ..variants import (
-    CUDA13_HOME,
-    CUDA13_VERSION,
+    CUDA13_TOOLKITS,
+    DEFAULT_TOOLKIT,
     DEFAULT_TORCH_AS_OF,
+    PYTORCH_INDEX,
     CudaCompiler,
     TorchVariant,
+    any_minor_tags,
     arch_range,
     builds_for,
     compiler_for,
+    parse_variant,
     supports_arch,
 )
 
@@ -100,7 +104,7 @@ def compiler_in_image(variant: TorchVariant, archs: tuple[int, ...], inputs: Ima
     cuda12 = None
     if inputs.cuda12_image != NO_CUDA12:
         cuda12 = CudaCompiler.cuda12(inputs.cuda12_version)
-    return _compiler(variant, archs, cuda12)
+    return _compiler(variant, archs, cuda12, inputs.toolkit)
 
 
 def compiler_for_options(
@@ -114,7 +118,7 @@ def compiler_for_options(
         cuda12 = CudaCompiler.cuda12(wanted.cuda12_version)
     elif wanted.cuda12_redist:
         cuda12 = CudaCompiler.cuda12(cuda12_layer().version)
-    return _compiler(variant, archs, cuda12)
+    return _compiler(variant, archs, cuda12, wanted.toolkit)
 
 
 def cuda12_obtainable(options: ImageOptions, variant: TorchVariant, images: ImageIds) -> None:
@@ -141,28 +145,35 @@ def cuda12_obtainable(options: ImageOptions, variant: TorchVariant, images: Imag
     )
 
 
-def _compiler(variant: TorchVariant, archs: tuple[int, ...], cuda12: CudaCompiler | None) -> CudaCompiler:
-    compiler = compiler_for(variant, archs, cuda12)
+def _compiler(
+    variant: TorchVariant, archs: tuple[int, ...], cuda12: CudaCompiler | None, toolkit: str
+) -> CudaCompiler:
+    """The image's compiler for `variant`: its CUDA 13 `toolkit` or its CUDA 12 one; else
+    CompilerUnavailable, saying which rule refused it."""
+    compiler = compiler_for(variant, archs, cuda12, (toolkit,))
     if compiler is not None:
         return compiler
-    in_image = [CudaCompiler(CUDA13_VERSION, CUDA13_HOME), *([cuda12] if cuda12 else [])]
+    in_image = [CudaCompiler.cuda13(toolkit), *([cuda12] if cuda12 else [])]
     same_major = [c for c in in_image if c.major == variant.cuda_major]
     if not same_major:
         raise CompilerUnavailable(
-            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; the image has only CUDA 13.1, "
-            "and torch refuses an nvcc of another major",
+            f"torch {variant} needs a CUDA {variant.cuda_major}.x compiler; wheelbuild's images have CUDA "
+            f"{', '.join(CUDA13_TOOLKITS)}, and torch refuses an nvcc of another major",
             "let wheelbuild add the CUDA 12 layer from NVIDIA's archives (the default for cu12x), "
             "or pass --cuda12-image nvidia/cuda:12.8.1-devel-rockylinux8@sha256:<digest>",
         )
-    compiler = same_major[0]
+    compiler = same_major[-1]
     if not builds_for(compiler, variant):
+        newest = ", the newest wheelbuild carries" if compiler.version == CUDA13_TOOLKITS[-1] else ""
         raise CompilerUnavailable(
             f"torch {variant} is built with CUDA {variant.cuda_version}, newer than the image's nvcc "
-            f"{compiler.version}: torch's CUDA library headers are {variant.cuda_version}'s, which an "
-            "older nvcc's own headers may not compile with",
-            f"build for a torch of CUDA {compiler.version} or older, or give the image a CUDA "
-            f"{variant.cuda_version} compiler",
+            f"({compiler.version}{newest}): torch's CUDA library headers are {variant.cuda_version}'s, "
+            "which an older nvcc's own headers may not compile with",
+            f"build for a torch of CUDA {compiler.version} or older (--torch newest picks the newest "
+            "torch wheelbuild can compile), or with a wheelbuild that carries that toolkit",
         )
+    same_major = [c for c in same_major if builds_for(c, variant)]
+    compiler = same_major[-1]
     missing = [a for a in archs if not supports_arch(compiler, a)]
     raise CompilerUnavailable(
         f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "
@@ -176,7 +187,7 @@ def plan_for(
     archs: tuple[int, ...],
     resources: Resources,
     root: Path = Path("/"),
-    toolkit: str = CUDA13_VERSION,
+    toolkit: str = DEFAULT_TOOLKIT,
 ) -> Plan:
     """The plan for these resources, given or read from this machine (its available memory and
     our own cgroup's limits): what `wheelbuild build` runs with and `wheelbuild plan` prints.
@@ -310,6 +321,23 @@ def std_note(spec: BuildSpec, survey: Survey) -> str | None:
     )
 
 
+def toolkit_note(variant: TorchVariant, compiler: CudaCompiler) -> str:
+    """What the plan says of the toolkit that compiles this torch: its image, and why that one
+    (torch's CUDA minor, or a newer minor of its major, which torch only warns of)."""
+    where = (
+        f"the {image_repository(compiler.version)} image (NVIDIA's PyPI wheels)"
+        if compiler.major == 13
+        else "the CUDA 12 layer beside the image's CUDA 13"
+    )
+    made = f"torch {variant.torch_version} is a CUDA {variant.cuda_version} build"
+    if compiler.version == variant.cuda_version:
+        return f"CUDA {compiler.version}, in {where}: {made}"
+    return (
+        f"CUDA {compiler.version}, in {where}: {made}, and a newer CUDA {variant.cuda_major} minor "
+        "compiles for it (torch warns of the minor only; the wheel runs on torch's own CUDA runtime)"
+    )
+
+
 def torch_index(variant: TorchVariant, pythons_named: bool, console: Console) -> TorchIndex | None:
     """torch's page on the variant's index (kept a day). When it cannot be read: an error, unless
     the Pythons were named (the install will tell), then None with a warning."""
@@ -320,6 +348,30 @@ def torch_index(variant: TorchVariant, pythons_named: bool, console: Console) ->
             raise
         console.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
         return None
+
+
+def resolve_any_minor(
+    variant: TorchVariant, pythons: Sequence[str] | None, console: Console, recipe: Recipe
+) -> TorchVariant:
+    """`--torch newest` made a CUDA tag: the one whose newest release is newest, each tag read on
+    its own index (PyTorch's per tag, or the one --torch-index-url names for all). Without an
+    index, the newest tag's release in wheelbuild's table, with a warning."""
+    if not variant.any_minor:
+        return variant
+    given = variant.index_url != PYTORCH_INDEX.format(tag=variant.tag)
+    candidates = []
+    try:
+        for tag in any_minor_tags():
+            candidate = parse_variant(tag, variant.index_url if given else None)
+            candidates.append((candidate, read_torch_index(candidate.index_url)))
+    except TorchIndexUnreachable as unreachable:
+        console.warn(
+            f"{unreachable.cause}; --torch newest takes {variant.tag}, the newest CUDA wheelbuild compiles"
+        )
+        return replace(variant, any_minor=False)
+    chosen, why = newest_of_any_minor(candidates, pythons, ceiling=recipe.torch_ceiling)
+    console.info(why)
+    return chosen
 
 
 def resolve_torch(

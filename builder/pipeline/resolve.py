@@ -45,9 +45,11 @@ from .preflight import (
     ensure_image,
     governed,
     plan_for,
+    resolve_any_minor,
     resolve_torch,
     std_note,
     surveyed,
+    toolkit_note,
     torch_index,
 )
 from .results import inputs_key
@@ -82,6 +84,7 @@ class Resolution:
     archs: tuple[int, ...]  # the archs each CUDA unit compiles (the asked ones, or the package's)
     arch_note: str | None  # what the plan says of the package's own arch list, if it names another
     std_note: str | None  # what it says of the C++ standard the package's build files give
+    toolkit_note: str  # which CUDA toolkit compiles this torch, in which image, and why
     network: str  # the container's network while the package builds: "off", or "on: <why>"
     date: SourceDate  # SOURCE_DATE_EPOCH, from the source: every zip entry's date
     stage: ImageStage | None  # None in a dry run
@@ -126,6 +129,7 @@ def resolve(
     an impossible --gpus fails before any container."""
     # A release the recipe does not pin is found on the index and pinned now, before any work.
     spec = replace(request, recipe=resolve_lookup(request.recipe, console.info))
+    spec = replace(spec, variant=resolve_any_minor(spec.variant, spec.pythons or None, console, spec.recipe))
     # No download and no image build for an impossible variant or arch.
     compiler = compiler_for_options(spec.variant, spec.archs, options)
     if not elsewhere:
@@ -153,6 +157,7 @@ def resolve(
     return Resolution(
         spec, compiler, source, survey, switches, requires_python, index, torch_why,
         compiled_archs(spec, survey), arch_note(spec, survey), std_note(spec, survey),
+        toolkit_note(spec.variant, compiler),
         network_while_building(spec.build_network, spec.dist, os.environ), source_date(source), stage,
     )  # fmt: skip
 

@@ -7,7 +7,7 @@ is read in torch_releases.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -17,7 +17,7 @@ from ..variants import TorchCeiling, TorchRule, TorchVariant, parse_variant
 from .pythons import has_wheel
 from .torch_releases import CPYTHON, TorchIndex, TorchRelease, listed, python_order
 
-__all__ = ["TorchChoice", "asked_release", "newest_release", "releases_by_rule"]
+__all__ = ["TorchChoice", "asked_release", "newest_of_any_minor", "newest_release", "releases_by_rule"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,37 @@ def newest_release(
         f"with a wheel for {listed(pythons) if pythons is not None else 'any CPython'}",
         "pick another variant (--torch), another index (--torch-index-url), or other Pythons (--python)",
     )
+
+
+def newest_of_any_minor(
+    candidates: Sequence[tuple[TorchVariant, TorchIndex]],
+    pythons: Sequence[str] | None,
+    *,
+    cache: Path | None = None,
+    ceiling: TorchCeiling | None = None,
+) -> tuple[TorchVariant, str]:
+    """`--torch newest`: of each CUDA tag's newest release (newest_release, on its own index),
+    the newest; the variant of that tag, still to be chosen for the build's Pythons, and why.
+    BadVariant when no tag has one."""
+    found: list[tuple[Version, TorchVariant, TorchChoice]] = []
+    for variant, index in candidates:
+        try:
+            choice = newest_release(index, variant, pythons, cache=cache, ceiling=ceiling)
+        except BadVariant:
+            continue
+        found.append((Version(choice.version), variant, choice))
+    if not found:
+        raise BadVariant(
+            "no index has a torch release of any CUDA 13 minor wheelbuild compiles "
+            f"({', '.join(v.tag for v, _i in candidates)}) with a wheel for "
+            f"{listed(pythons) if pythons is not None else 'any CPython'}",
+            "name a variant (--torch cu130), another index (--torch-index-url), or other Pythons (--python)",
+        )
+    _version, variant, choice = max(found, key=lambda item: item[0])
+    compared = ", ".join(f"{v.tag} {c.version}" for _r, v, c in found)
+    return replace(
+        variant, any_minor=False, newest=True
+    ), f"--torch newest: {variant.tag} ({compared}); {choice.why}"
 
 
 def asked_release(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -247,7 +248,12 @@ def test_a_torch_of_a_newer_cuda_minor_than_the_images_nvcc_fails_before_any_dow
     with pytest.raises(CompilerUnavailable) as caught:
         compiler_in_image(parse_variant("2.15.0+cu132"), (120,), inputs)
     assert caught.value.cause.startswith(
-        "torch 2.15.0+cu132 is built with CUDA 13.2, newer than the image's nvcc 13.1"
+        "torch 2.15.0+cu132 is built with CUDA 13.2, newer than the image's nvcc (13.1)"
     )
     assert "build for a torch of CUDA 13.1 or older" in caught.value.remedy
+    # The 13.2 toolkit's image compiles it.
+    assert (
+        compiler_in_image(parse_variant("2.15.0+cu132"), (120,), replace(inputs, toolkit="13.2")).version
+        == "13.2"
+    )
     assert caught.value.exit_code == CompilerUnavailable.exit_code

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from wheelbuild.errors import ImageInputsMissing
 from wheelbuild.image.inputs import IMAGES_DIR, NO_CUDA12, ImageInputs, production_base
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +89,7 @@ def test_buildargs_carry_hashed_inputs_and_the_inputs_sha256() -> None:
         "CUDA12_IMAGE": NO_CUDA12,
         "CUDA12_VERSION": "12.8",
         "CUDA12_PINS": "none",
+        "CUDA_VERSION": "13.1",
         "BASE_DIGEST": "sha256:" + "b" * 64,
         "DOCKERFILE_SHA256": hashlib.sha256(b"FROM scratch\n").hexdigest(),
         "INPUTS_SHA256": inputs.sha256,
@@ -116,7 +118,7 @@ def test_context_tar_holds_exactly_the_files_the_dockerfile_copies() -> None:
     assert members == {
         "Dockerfile.cuda131": inputs.dockerfile,
         "requirements-tools.txt": inputs.tool_requirements,
-        "requirements-cuda131.txt": inputs.cuda_requirements,
+        "requirements-cuda.txt": inputs.cuda_requirements,  # whichever toolkit
         "ca-bundle.crt": inputs.ca_bundle,
         "wheelbuild-admit": inputs.admit_script,
     }
@@ -190,3 +192,32 @@ def test_a_cuda12_layer_names_the_image_stage_and_puts_its_pins_on_a_label(tmp_p
     other = dataclasses.replace(layer, archives=(dataclasses.replace(archive, sha256="d" * 64),))
     assert other.tag != layer.tag  # new pins, new layer image, new build image
     assert dataclasses.replace(inputs, cuda12_image=other.tag, cuda12_layer=other).tag != inputs.tag
+
+
+def test_a_toolkit_is_an_input_of_the_image_and_its_tag_carries_it() -> None:
+    """13.2's pinned wheels (images/requirements-cuda132.txt) make another image, named for its
+    toolkit; the Dockerfile learns the toolkit from CUDA_VERSION and reads its pins under one name."""
+    default = ImageInputs.load(base_image=DIGEST_BASE, ca_bundle=None)
+    cu132 = ImageInputs.load(base_image=DIGEST_BASE, ca_bundle=None, toolkit="13.2")
+    assert default.tag.startswith("wheelbuild-cuda131:") and cu132.tag.startswith("wheelbuild-cuda132:")
+    assert b"nvidia-cuda-nvcc==13.2.86 --hash=sha256:" in cu132.cuda_requirements
+    assert b"nvidia-cuda-nvcc==13.1." in default.cuda_requirements
+    assert cu132.buildargs()["CUDA_VERSION"] == "13.2" and default.buildargs()["CUDA_VERSION"] == "13.1"
+    assert "nvidia-nvvm==13.2.86" in cu132.buildargs()["CUDA_PACKAGES"]
+    materials = {m.name for m in cu132.materials()}
+    assert {"images/requirements-cuda132.txt", "pypi:nvidia-cuda-nvcc==13.2.86"} <= materials
+    dockerfile = default.dockerfile.decode()
+    assert "ARG CUDA_VERSION=13.1" in dockerfile and "requirements-cuda.txt" in dockerfile
+
+
+def test_a_toolkit_without_pins_is_an_incomplete_images_folder(tmp_path: Path) -> None:
+    for name in (
+        "Dockerfile.cuda131",
+        "requirements-tools.txt",
+        "requirements-cuda131.txt",
+        "wheelbuild-admit",
+    ):
+        (tmp_path / name).write_text("x")
+    with pytest.raises(ImageInputsMissing) as caught:
+        ImageInputs.load(base_image=DIGEST_BASE, ca_bundle=None, toolkit="13.2", images_dir=tmp_path)
+    assert "requirements-cuda132.txt is missing" in caught.value.cause

@@ -21,7 +21,7 @@ from wheelbuild.progress.console import Console
 from wheelbuild.recipes import resolve_recipe
 from wheelbuild.secrets import redact_url
 from wheelbuild.spec import torch_releases
-from wheelbuild.spec.torch_choice import asked_release, newest_release
+from wheelbuild.spec.torch_choice import asked_release, newest_of_any_minor, newest_release
 from wheelbuild.spec.torch_releases import (
     TorchIndex,
     cuda_of_metadata,
@@ -29,7 +29,7 @@ from wheelbuild.spec.torch_releases import (
     releases_of,
     torch_python_tags,
 )
-from wheelbuild.variants import TorchCeiling, parse_variant
+from wheelbuild.variants import CudaCompiler, TorchCeiling, any_minor_tags, parse_variant
 
 SECRET = "s3cr3t-t0ken"
 
@@ -295,6 +295,43 @@ def test_the_newest_release_of_the_variants_cuda_is_chosen_and_said_why(tmp_path
         newest_release(index, parse_variant("cu130"), ("cp314",), cache=tmp_path)
     assert "has no torch release built with CUDA 13.0 (cu130) with a wheel for cp314" in caught.value.cause
     assert SECRET not in str(caught.value)
+
+
+def test_torch_newest_is_the_newest_release_of_any_cuda_13_minor_a_toolkit_compiles(tmp_path: Path) -> None:
+    """--torch newest compares each tag's newest release: PyPI's 2.15.0 (CUDA 13.2) beats 2.14.1
+    (13.0), and the variant is cu132's, still to be chosen for the build's Pythons."""
+    _with_known_cuda(tmp_path, PYPI_LIKE, PYPI_CUDA)
+    index = TorchIndex(UNREACHABLE, tuple(PYPI_LIKE))
+    asked = parse_variant("newest", UNREACHABLE)
+    assert asked.any_minor and asked.tag == "cu132"
+    candidates = [(parse_variant(tag, UNREACHABLE), index) for tag in any_minor_tags()]
+    assert [v.tag for v, _i in candidates] == ["cu132", "cu130"]
+    variant, why = newest_of_any_minor(candidates, ("cp311",), cache=tmp_path)
+    assert (variant.tag, variant.newest, variant.any_minor) == ("cu132", True, False)
+    assert why.startswith("--torch newest: cu132 (cu132 2.15.0, cu130 2.14.1); torch 2.15.0: newest on ")
+    # For a Python 2.15.0 has no wheel for, CUDA 13.0's newest is the newest there is.
+    variant, why = newest_of_any_minor(candidates, ("cp310",), cache=tmp_path)
+    assert variant.tag == "cu130" and "(cu130 2.14.1)" in why
+    with pytest.raises(BadVariant) as caught:
+        newest_of_any_minor(candidates, ("cp39",), cache=tmp_path)
+    assert (
+        "no index has a torch release of any CUDA 13 minor wheelbuild compiles (cu132, cu130)"
+        in caught.value.cause
+    )
+
+
+def test_the_plan_says_which_toolkit_compiles_the_torch_and_why() -> None:
+    cu132 = parse_variant("2.15.0+cu132")
+    assert preflight.toolkit_note(cu132, CudaCompiler.cuda13("13.2")) == (
+        "CUDA 13.2, in the wheelbuild-cuda132 image (NVIDIA's PyPI wheels): torch 2.15.0 is a CUDA 13.2 build"
+    )
+    note = preflight.toolkit_note(parse_variant("2.14.1+cu130"), CudaCompiler.cuda13("13.1"))
+    assert note.startswith(
+        "CUDA 13.1, in the wheelbuild-cuda131 image (NVIDIA's PyPI wheels): torch 2.14.1 is a CUDA 13.0 build"
+    )
+    assert "a newer CUDA 13 minor compiles for it (torch warns of the minor only" in note
+    cuda12 = preflight.toolkit_note(parse_variant("2.10.0+cu128"), CudaCompiler.cuda12("12.8"))
+    assert cuda12.startswith("CUDA 12.8, in the CUDA 12 layer beside the image's CUDA 13: ")
 
 
 def test_a_labelled_release_needs_no_metadata(tmp_path: Path) -> None:

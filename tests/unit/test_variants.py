@@ -7,6 +7,8 @@ from dataclasses import replace
 import pytest
 from wheelbuild.errors import BadVariant
 from wheelbuild.variants import (
+    CUDA13_TOOLKITS,
+    DEFAULT_TOOLKIT,
     DEFAULT_TORCH,
     CudaCompiler,
     TorchVariant,
@@ -14,6 +16,7 @@ from wheelbuild.variants import (
     builds_for,
     compiler_for,
     parse_variant,
+    toolkit_for,
 )
 
 
@@ -149,7 +152,23 @@ def test_a_torch_of_a_newer_cuda_minor_than_the_image_nvcc_has_no_compiler_here(
     assert cuda13 is not None and cuda13.version == "13.1" and cuda13.headers_from_torch
     assert builds_for(cuda13, parse_variant("2.14.1+cu130"))
     assert not builds_for(cuda13, parse_variant("2.15.0+cu132"))
-    assert compiler_for(parse_variant("2.15.0+cu132"), (120,), None) is None
+    assert compiler_for(parse_variant("2.15.0+cu132"), (120,), None, toolkits=("13.1",)) is None
     cuda12 = CudaCompiler(version="12.8", home="/usr/local/cuda-12.8")
     assert not cuda12.headers_from_torch
     assert builds_for(cuda12, parse_variant("2.8.0+cu129"))
+
+
+def test_the_toolkit_follows_torch_cuda_minor_the_oldest_that_compiles_it() -> None:
+    """Every CUDA 13.0 torch shares the default 13.1 image; torch 2.15.0 (CUDA 13.2) takes the 13.2
+    toolkit; a newer toolkit within the major is fine (torch only warns). A CUDA 12 torch keeps
+    the default toolkit, beside which its layer goes."""
+    assert toolkit_for(parse_variant("2.14.1+cu130")) == "13.1" == DEFAULT_TOOLKIT
+    assert toolkit_for(parse_variant("2.15.0+cu132")) == "13.2"
+    assert toolkit_for(parse_variant("cu128")) == DEFAULT_TOOLKIT
+    cu132 = compiler_for(parse_variant("2.15.0+cu132"), (120,), None)
+    assert cu132 == CudaCompiler("13.2", "/usr/local/cuda-13.2/nvidia/cu13")
+    assert builds_for(cu132, parse_variant("2.14.1+cu130"))  # newer minor, same major
+    # A CUDA minor no toolkit reaches: the newest toolkit, which compiler_for then refuses.
+    unknown = TorchVariant("cu139", "2.99.0", "https://example.invalid/cu139")
+    assert toolkit_for(unknown) == CUDA13_TOOLKITS[-1]
+    assert compiler_for(unknown, (120,), None) is None
