@@ -31,7 +31,7 @@ from ..spec import config
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR, parse_archs
 from ..spec.sources import cache_dir
 from ..units import format_bytes, parse_memory
-from ..variants import DEFAULT_ARCHS, parse_variant
+from ..variants import CUDA13_TOOLKITS, DEFAULT_ARCHS, DEFAULT_TOOLKIT, parse_variant
 from . import dist as cli_dist
 from . import index as cli_index
 from . import nightly as cli_nightly
@@ -323,10 +323,18 @@ def image() -> None:
     help="Add the CUDA 12.8 compiler from NVIDIA's pinned redist archives (what cu12x builds use; "
     "WHEELBUILD_CUDA_REDIST_URL names a mirror).",
 )
-def image_build(image_flags: ImageFlags, with_cuda12: bool) -> None:
+@click.option(
+    "--toolkit",
+    type=click.Choice(CUDA13_TOOLKITS),
+    default=DEFAULT_TOOLKIT,
+    show_default=True,
+    help="The CUDA 13 toolkit the image carries (a build picks the one its torch needs: 13.2 for "
+    "torch built with CUDA 13.2).",
+)
+def image_build(image_flags: ImageFlags, with_cuda12: bool, toolkit: str) -> None:
     """Build the image for these inputs, or reuse it if its content-hash tag exists."""
     console = Console()
-    options = replace(image_flags.options(), cuda12_redist=with_cuda12)
+    options = replace(image_flags.options(), cuda12_redist=with_cuda12, toolkit=toolkit)
     with seams().engine().connect() as engine:
         inputs = image_options.image_inputs(engine, options)
         built = preflight.ensure_image(engine, inputs, console)

@@ -2,8 +2,10 @@
 build` each. Pure: a config in, cells out (tomllib to read, no Docker, no network).
 
     [[build]]
-    package = "flash-attn"          # a recipe name, a project path, or an sdist URL#sha256=
-    versions = ["2.8.3"]            # releases of a known recipe; omit for a path or an sdist
+    package = "flash-attn"          # a recipe, a name on the index (causal-conv1d), a project
+                                    # path, or an sdist URL#sha256=
+    versions = ["2.8.3"]            # releases of a recipe or a name ("latest": the newest);
+                                    # omit for a path or an sdist
     torch = ["cu130:newest-3..newest", "cu128"]   # torch variants: a CUDA tag or a rule means
                                     # the newest release(s) on the index tonight
     python = ["3.11", "3.12"]       # one cell per Python; leave it out for the default Pythons

@@ -6,6 +6,7 @@ a local project directory, or an sdist (local path or URL pinned with #sha256=).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from .base import (
     source_location,
     source_pin,
 )
-from .flash_attn import flash_attn_recipe
+from .flash_attn import LATEST, flash_attn_recipe
 from .torch_extension import torch_extension_recipe
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "chosen_package",
     "default_package",
     "known_recipes",
+    "nearest_names",
     "resolve_recipe",
     "source_location",
     "source_pin",
@@ -92,6 +94,17 @@ def at_newest_pinned(recipe: Recipe) -> Recipe | None:
         return None
     known = _KNOWN[recipe.name](recipe.version)
     return known if isinstance(known.source, RemoteSdist) else None
+
+
+# Packages on PyPI that wheelbuild was tried on (docs/guides/build.md's table): with the recipes,
+# the names a typo is compared with.
+TRIED_ON_PYPI = ("causal-conv1d", "grouped-gemm", "mamba-ssm", "torch-cluster", "torchsort", "natten")
+
+
+def nearest_names(name: str) -> list[str]:
+    """The known names closest to a mistyped one (flash-atn -> flash-attn), closest first."""
+    known = {*known_recipes(), *TRIED_ON_PYPI} - {EXAMPLE}
+    return difflib.get_close_matches(canonicalize_name(name), sorted(known), n=3, cutoff=0.75)
 
 
 def known_recipes() -> list[str]:
@@ -163,13 +176,30 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     if (named := _index_name(package)) and named[0] in _KNOWN and not Path(package).exists():
         return _KNOWN[named[0]](_pinned(package, *named, version))
     if version is not None:
-        raise BadArgument(
-            f"--version applies to known recipes only, not to {package!r}",
-            "drop --version; a local path or sdist builds the version it contains",
-        )
+        return _named_with_version(package, version, arch_env)
     if "://" in package:
         return _remote_sdist_recipe(package, arch_env)
     return _local_recipe(package, arch_env)
+
+
+def _named_with_version(package: str, version: str, arch_env: str | None) -> Recipe:
+    """A package named on the index with --version (as a nightly matrix's versions say it):
+    NAME --version V is NAME==V, and --version latest the newest. A path or a URL builds the
+    version it holds."""
+    named = _index_name(package)
+    if named is None or Path(package).exists():
+        raise BadArgument(
+            f"--version applies to a recipe or a name on the index, not to {package!r}",
+            "drop --version; a local path or sdist builds the version it contains",
+        )
+    name, wanted = named
+    if wanted:
+        raise BadArgument(
+            f"{package!r} names its versions and --version names {version!r}: two answers",
+            f"give one: {name}=={version}, or {package} without --version",
+        )
+    wanted = "" if version.strip().lower() in LATEST else version.strip()
+    return torch_extension_recipe(name=name, source=IndexLookup(name, wanted), arch_env=arch_env)
 
 
 def _pinned(package: str, name: str, wanted: str, version: str | None) -> str:

@@ -39,6 +39,7 @@ from ..recipes import (
     Source,
     at_newest_pinned,
     at_release,
+    nearest_names,
 )
 from ..secrets import redact_url
 
@@ -99,9 +100,11 @@ def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
         return page, files_on_page(answer.body, MEDIA_JSON)
     except reader.HttpRefused as refused:
         if refused.status == 404:
+            near = nearest_names(project)
+            meant = f"did you mean {' or '.join(near)}? " if near else ""
             raise UnknownPackage(
                 f"{project} is not on the index ({redact_url(base)})",
-                "check the name (as pip spells it), or point WHEELBUILD_SIMPLE_INDEX at the index that has it",
+                f"{meant}check the name (as pip spells it), or point WHEELBUILD_SIMPLE_INDEX at the index that has it",
             ) from None
         raise SourceUnavailable(
             f"could not look up {project} at {shown}: {refused.why}",

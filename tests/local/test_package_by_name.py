@@ -107,6 +107,9 @@ def test_what_the_index_cannot_serve_is_refused_in_one_line_each(index: dict[str
     with pytest.raises(UnknownPackage) as unknown:
         _looked_up("wbpgk")  # a typo
     assert unknown.value.exit_code == 10 and "wbpgk is not on the index" in unknown.value.cause
+    with pytest.raises(UnknownPackage) as near:
+        _looked_up("causal-conv1")  # a typo of a name wheelbuild knows: the nearest is said
+    assert near.value.remedy.startswith("did you mean causal-conv1d? ")
     with pytest.raises(BadArgument) as missing:
         _looked_up("wbpkg==3.0")
     assert "has no sdist" in missing.value.cause and "1.0" in missing.value.remedy  # the releases it has

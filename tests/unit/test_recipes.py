@@ -181,7 +181,15 @@ def test_version_with_a_local_path_is_a_bad_argument(tmp_path: Path) -> None:
     with pytest.raises(BadArgument) as caught:
         resolve_recipe(str(tmp_path), version="1.0")
     assert caught.value.exit_code == 13
-    assert caught.value.cause.startswith("--version applies to known recipes only")
+    assert caught.value.cause.startswith("--version applies to a recipe or a name on the index")
+
+
+def test_version_with_a_name_on_the_index_is_that_release_and_latest_the_newest() -> None:
+    assert resolve_recipe("causal-conv1d", version="1.7.0").source == IndexLookup("causal-conv1d", "1.7.0")
+    assert resolve_recipe("Causal_Conv1d", version="latest").source == IndexLookup("causal-conv1d", "")
+    with pytest.raises(BadArgument) as both:
+        resolve_recipe("causal-conv1d>=1.6", version="1.7.0")
+    assert "two answers" in both.value.cause and "causal-conv1d==1.7.0" in both.value.remedy
 
 
 def test_url_without_sha256_pin_is_a_bad_argument() -> None:
