@@ -81,11 +81,14 @@ def _torch_not_installed(requirement: str, error: docker.errors.ContainerError) 
 def compile_unit_alone(start: StartContainer, job: UnitCompile) -> UnitResult:
     """Run one unit's compile in a container of its own and read back what it cost."""
     script, mount = script_volume("wheelbuild-calibrate-unit")
+    # It raises the unit's -std to what torch's headers require, as a build's compilers do.
+    cxx, cxx_mount = script_volume("wheelbuild-cxx")
     container = start(
         job.image,
         ["sh", script, *unit_compile_command(job)],
         run_id=job.run_id,
         detach=True,
+        environment={"WHEELBUILD_TORCH_HEADERS": TORCH_HEADERS_DIR, "WHEELBUILD_CXX_SCRIPT": cxx},
         mem_limit=job.memory,
         memswap_limit=job.memory,
         nano_cpus=int(job.cpus * 1e9),
@@ -94,6 +97,7 @@ def compile_unit_alone(start: StartContainer, job: UnitCompile) -> UnitResult:
             str(job.source_dir): {"bind": "/src", "mode": "ro"},
             job.torch_volume: {"bind": TORCH_HEADERS_DIR, "mode": "ro"},
             **mount,
+            **cxx_mount,
         },
     )
     try:

@@ -95,7 +95,7 @@ def run_calibration(
     run_id = preflight.new_run_id()
     engine.connect()
     inputs = image_options.image_inputs(engine, options.for_variant(variant))
-    compiler = preflight.compiler_in_image(variant, archs, inputs)
+    compiler = resolved.compiler  # its toolkit is the one options.for_variant gave the image
     source_dir = _unpacked(source.project_dir / source.package)
 
     most_archs = max(len(a) for a in archs_options)

@@ -25,7 +25,7 @@ def _calibrate(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert compiler_processes() == [], "another build is running on this machine"
     compare = ["--compare", str(SHARED)] if SHARED.is_file() else []
     return subprocess.run(
-        [WHEELBUILD, "calibrate", "flash-attn", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, *compare, *args],
+        [WHEELBUILD, "calibrate", "flash-attn==2.8.3", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, *compare, *args],
         cwd=REPO, env={**os.environ, "WHEELBUILD_CACHE_DIR": str(cache)},
         capture_output=True, text=True, timeout=3600, check=False,
     )  # fmt: skip
@@ -48,7 +48,7 @@ def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     assert f"profile: {profile}" in done.stdout
 
     plan = subprocess.run(
-        [WHEELBUILD, "plan", "flash-attn", "--torch-index-url", TORCH_INDEX, "--memory", "64g", "--cpus", "128"],
+        [WHEELBUILD, "plan", "flash-attn==2.8.3", "--torch-index-url", TORCH_INDEX, "--memory", "64g", "--cpus", "128"],
         env={**os.environ, "WHEELBUILD_CACHE_DIR": str(tmp_path)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert plan.returncode == 0, plan.stderr

@@ -8,9 +8,10 @@ an sdist that cannot be built from PyPI must be refused saying why.
 - grouped-gemm 0.3.0: includes ATen/cuda/CUDAContext.h (cuBLAS, cuSPARSE, cuSOLVER headers);
 - torch-cluster 1.6.3: CUDA only with FORCE_CUDA=1 or a GPU, and torch's non-ninja compile path;
 - fast-hadamard-transform 1.1.0: its sdist lacks its csrc/, so it cannot be built from PyPI;
-- flash-attn 2.8.3 (the recipe) and mamba-ssm 2.3.2.post1: the heavy ones, for the newest cu130
-  torch (2.14.1), whose ATen.h needs C++20: their -std=c++17 is raised to it; mamba-ssm with
-  --keep-package-std is refused, saying so.
+- flash-attn (the recipe: its newest release, 2.8.3.post2 today) and mamba-ssm 2.3.2.post1: the
+  heavy ones, for the newest cu130 torch (2.14.1), whose ATen.h needs C++20: their -std=c++17 is
+  raised to it; mamba-ssm with --keep-package-std is refused, saying so;
+- causal-conv1d 1.7.0 for cu132: torch 2.15.0, a CUDA 13.2 build, compiled by the 13.2 toolkit.
 
 Hours on 2 cores, so only with `pytest -m hours`. Each build's run folder goes under
 $WHEELBUILD_ZOO_OUT (default: the test's own folder); `bench/zoo --reports DIR` prints the table
@@ -37,11 +38,14 @@ class Member:
     package: str  # an SDISTS key, or a recipe name
     extra: tuple[str, ...] = ()
     refused: tuple[int, str] | None = None  # (exit code, text in the error) for a refused sdist
+    torch: str = "cu130"
+    named: bool = False  # built as `wheelbuild build NAME==VERSION`: looked up on PyPI, not a fetched path
 
 
 ZOO = (
     Member("causal-conv1d", "causal-conv1d==1.7.0"),
     Member("causal-conv1d-nine-archs", "causal-conv1d==1.7.0", ("--keep-package-archs",)),
+    Member("causal-conv1d-cu132", "causal-conv1d==1.7.0", torch="cu132", named=True),
     Member("grouped-gemm", "grouped-gemm==0.3.0"),
     Member("torch-cluster", "torch-cluster==1.6.3"),
     Member(
@@ -49,7 +53,7 @@ ZOO = (
         "fast-hadamard-transform==1.1.0",
         refused=(SourceUnavailable.exit_code, "csrc/fast_hadamard_transform"),
     ),
-    Member("flash-attn", "flash-attn", ("--version", "2.8.3")),
+    Member("flash-attn", "flash-attn"),
     # Its setup.py passes -std=c++17, and torch 2.14's ATen.h needs C++20: raised, it builds;
     # kept (--keep-package-std), it is refused saying so.
     Member("mamba-ssm", "mamba-ssm==2.3.2.post1"),
@@ -67,13 +71,13 @@ def zoo_out(tmp_path: Path) -> Path:
 
 
 def build(member: Member, out: Path) -> Completed:
-    if member.package in SDISTS:
+    if member.package in SDISTS and not member.named:
         path = fetch(member.package)
         source = f"{path}#sha256={SDISTS[member.package].sha256}"
     else:
         source = member.package
     return wheelbuild(
-        "build", source, "--torch", "cu130", "--torch-index-url", TORCH_INDEX,
+        "build", source, "--torch", member.torch, "--torch-index-url", TORCH_INDEX,
         "--archs", "120", "--python", "3.11", "--output-dir", str(out / member.name), "--rebuild",
         *member.extra,
         timeout=6 * 3600,

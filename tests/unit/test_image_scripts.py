@@ -89,6 +89,30 @@ def test_calibrate_unit_runs_the_compiler_with_pythons_include_and_reports_its_c
     assert 0 <= result.wall_s <= ran_s  # the compiler's time, measured within the script's run
 
 
+def test_calibrate_unit_raises_the_units_standard_to_what_the_torch_headers_require(tmp_path: Path) -> None:
+    """A torch whose ATen.h demands C++20 (2.14's guard): the unit's -std=c++17 reaches nvcc as
+    -std=c++20, through wheelbuild-cxx, as in a build."""
+    _cgroup_v1(tmp_path / "cg", peak=1, ooms=0)
+    aten = tmp_path / "torch-here" / "torch" / "include" / "ATen"
+    aten.mkdir(parents=True)
+    (aten.parents[2] / "__init__.py").write_text("raise SystemExit('torch is never imported')\n")
+    (aten / "ATen.h").write_text(
+        "#if !defined(__cplusplus) || __cplusplus < 202002L\n#error C++20 or later compatible compiler is required\n#endif\n"
+    )
+    argv = tmp_path / "argv"
+    nvcc = _stub(tmp_path / "nvcc", f'printf "%s\\n" "$@" > {argv}\n')
+    done = _sh(
+        "wheelbuild-calibrate-unit", str(nvcc), "-std=c++17", "-Xcompiler", "-std=c++17", "-c", "u.cu",
+        env={
+            "WHEELBUILD_CGROUP_ROOT": str(tmp_path / "cg"), "PYTHON": sys.executable,
+            "WHEELBUILD_TORCH_HEADERS": str(tmp_path / "torch-here"),
+            "WHEELBUILD_CXX_SCRIPT": str(IMAGES_DIR / "wheelbuild-cxx"), "TMPDIR": str(tmp_path),
+        },
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert argv.read_text().splitlines()[:4] == ["-std=c++20", "-Xcompiler", "-std=c++20", "-c"]
+
+
 def test_calibrate_unit_reports_a_compiler_killed_at_the_limit_as_an_oom(tmp_path: Path) -> None:
     _cgroup_v1(tmp_path / "cg", peak=4_000_000_000, ooms=1)
     nvcc = _stub(tmp_path / "nvcc", "exit 137\n")
