@@ -185,6 +185,20 @@ class InvalidWheel(WheelbuildError):
     exit_code = 52
 
 
+class WheelArchiveAmbiguous(WheelbuildError):
+    """The wheel is not one well-formed zip: data before, between or after its entries, or entries
+    its two directories disagree on, so that installers and the check could read different files."""
+
+    exit_code = 65
+
+
+class WheelTagsDisagree(WheelbuildError):
+    """The wheel's tags disagree with its binaries (Python, platform, machine), so an installer
+    would put it where it cannot load."""
+
+    exit_code = 66
+
+
 class NotPublished(WheelbuildError):
     """A yank or unyank names a wheel or release the wheelhouse does not have."""
 

@@ -53,8 +53,10 @@ from packaging.version import InvalidVersion, Version
 
 from ..bounded import FileRefused, open_regular, read_bounded
 from ..errors import InvalidWheel
+from ..wheel.archive import AmbiguousArchive, NotAZip, check_one_archive
 from ..wheel.contents import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
 from ..wheel.layout import check_layout
+from ..wheel.tags import TagsDisagree, check_tags, one_reading_refusal
 from . import index_page
 from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
 from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIGSTORE_SUFFIX, SIMPLE, Distribution, render
@@ -180,11 +182,18 @@ def read_wheel(path: Path, *, publishable: bool = True) -> IndexEntry:
             f"{NAME_MAX - len(METADATA_SUFFIX)} characters, so that its .metadata fits too)",
         )
     try:
-        with open_regular(path) as file, zipfile.ZipFile(file) as archive:
-            _member, metadata = metadata_of(archive)
-            headers = _agreeing_metadata(path, metadata, project, version)
+        with open_regular(path) as file:
             if publishable:
-                check_layout(archive, path.name)
+                with contextlib.suppress(NotAZip):  # zipfile says what it is not, below
+                    check_one_archive(file)
+            with zipfile.ZipFile(file) as archive:
+                _member, metadata = metadata_of(archive)
+                headers = _agreeing_metadata(path, metadata, project, version)
+                if publishable:
+                    check_layout(archive, path.name)
+                    check_tags(archive, path.name)
+    except (AmbiguousArchive, TagsDisagree) as error:
+        raise one_reading_refusal(path.name, error) or _bad(path, str(error)) from None
     except FileRefused:
         raise _bad(path, "it is not a regular file (a FIFO, a device or a directory is never read)") from None
     except (OSError, zipfile.BadZipFile) as error:

@@ -40,6 +40,7 @@ from ..variants import DEFAULT_ARCHS, TorchVariant, parse_variant
 from ..wheel.abi import check_wheel_abi
 from ..wheel.contents import WheelInfo, inspect_wheel
 from ..wheel.stamp import stamp_wheel, torch_pin
+from ..wheel.tags import one_reading_refusal
 from ..wheel.torch_range import written_pin
 
 __all__ = [
@@ -178,7 +179,8 @@ def inspect_or_refuse(path: Path) -> WheelInfo:
     try:
         return inspect_wheel(path)
     except (OSError, ValueError) as error:
-        raise _unreadable(path, error) from error
+        refusal = one_reading_refusal(path.name, error) if isinstance(error, ValueError) else None
+        raise refusal or _unreadable(path, error) from error
 
 
 def inputs_key_beside(wheel: Path) -> str | None:

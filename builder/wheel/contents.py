@@ -55,6 +55,7 @@ from elftools.elf.dynamic import DynamicSection
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from .archive import NotAZip, check_one_archive
 from .elf_sections import (
     CORRUPT_ELF,
     MAX_INFLATED_SIZE,
@@ -64,6 +65,7 @@ from .elf_sections import (
     open_elf,
     section_bytes,
 )
+from .tags import check_tags
 
 __all__ = [
     "CudaArchs",
@@ -375,8 +377,11 @@ def inspect_wheel(path: Path) -> WheelInfo:
         raise ValueError(f"{path} is not a file")
     data = path.read_bytes()
     modules = []
+    with contextlib.suppress(NotAZip):  # zipfile says what it is not, below
+        check_one_archive(io.BytesIO(data))
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as wheel:
+            check_tags(wheel, path.name)
             _, metadata = metadata_of(wheel)
             for info in wheel.infolist():
                 if info.is_dir() or not info.filename.endswith(".so"):

@@ -46,6 +46,8 @@ KNOWN_CODES = {
     "PublishLocked": 50,
     "WheelConflict": 51,
     "InvalidWheel": 52,
+    "WheelArchiveAmbiguous": 65,
+    "WheelTagsDisagree": 66,
     "NotPublished": 53,
     "IndexWriteFailed": 54,
     "BadHtpasswd": 55,

@@ -27,6 +27,7 @@ from wheelbuild.errors import (
     IndexWriteFailed,
     InvalidWheel,
     NotPublished,
+    WheelArchiveAmbiguous,
 )
 from wheelbuild.index import remote
 from wheelbuild.index import serve as serving
@@ -52,9 +53,18 @@ NAME = "wbtiny-0.1.0+cu130torch2.11-py3-none-any.whl"
 METADATA = "wbtiny-0.1.0+cu130torch2.11.dist-info/METADATA"
 
 
-def _deflated(directory: Path, members: dict[str, bytes], version: str = "0.1.0+cu130torch2.11") -> Path:
+# A tag an extension module may carry (a py3-none-any wheel holding one is refused for its tag).
+LINUX = "cp311-cp311-linux_x86_64"
+
+
+def _deflated(
+    directory: Path,
+    members: dict[str, bytes],
+    version: str = "0.1.0+cu130torch2.11",
+    tag: str = "py3-none-any",
+) -> Path:
     """A wheel like make_wheel's, every member deflated, with *members* replaced or added."""
-    source = make_wheel(directory / "src", version=version)
+    source = make_wheel(directory / "src", version=version, tag=tag)
     path = directory / source.name
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
         for info in old.infolist():
@@ -70,14 +80,18 @@ def _metadata_bomb(directory: Path, size: int) -> Path:
     return _deflated(directory, {METADATA: head + b" " * (size - len(head)) + b"\n\n"})
 
 
-def _declare_size(path: Path, member: str, size: int) -> None:
-    """Rewrite the uncompressed size the central directory declares for *member*."""
+def _declare_size(path: Path, member: str, size: int, *, local_too: bool = False) -> None:
+    """Rewrite the uncompressed size the central directory declares for *member* (and its local
+    header, with *local_too*: the two then agree, and only the size lies)."""
     data = bytearray(path.read_bytes())
     at = data.find(b"PK\x01\x02")
     while at != -1:
         length = struct.unpack_from("<H", data, at + 28)[0]
         if data[at + 46 : at + 46 + length] == member.encode():
             struct.pack_into("<I", data, at + 24, size)
+            if local_too:
+                local = struct.unpack_from("<I", data, at + 42)[0]
+                struct.pack_into("<I", data, local + 22, size)
         at = data.find(b"PK\x01\x02", at + 4)
     path.write_bytes(bytes(data))
 
@@ -111,22 +125,29 @@ def test_metadata_a_little_over_the_cap_is_refused_by_inspect_and_read_wheel(tmp
 
 def test_metadata_whose_size_header_lies_is_refused(tmp_path: Path) -> None:
     wheel = _metadata_bomb(tmp_path, 4 * 1024**2)
-    _declare_size(wheel, METADATA, 100)  # says 100 bytes, holds 4 MiB
+    _declare_size(wheel, METADATA, 100, local_too=True)  # says 100 bytes, holds 4 MiB
     with pytest.raises(InvalidWheel):
         index_tree.read_wheel(wheel)
     with pytest.raises(InvalidWheel):
         inspect_or_refuse(wheel)
+    _declare_size(wheel, METADATA, 99)  # and the central directory says another size than the local header
+    with pytest.raises(
+        WheelArchiveAmbiguous, match=r"the local header of '[^']*/METADATA' gives another CRC or size"
+    ):
+        index_tree.read_wheel(wheel)
 
 
 def test_an_extension_module_over_the_ratio_cap_is_refused(tmp_path: Path) -> None:
-    wheel = _deflated(tmp_path, {"wbtiny/_C.so": bytes(8 * 1024**2)})  # 8 MiB of zeros: about 8 KiB
+    wheel = _deflated(
+        tmp_path, {"wbtiny/_C.so": bytes(8 * 1024**2)}, tag=LINUX
+    )  # 8 MiB of zeros: about 8 KiB
     with pytest.raises(InvalidWheel, match=r"wbtiny/_C.so.*compression ratio over the cap"):
         inspect_or_refuse(wheel)
 
 
 def test_an_extension_module_declaring_over_2_gib_is_refused_unread(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": b"\x7fELF"})
-    _declare_size(wheel, "wbtiny/_C.so", 3 * 1024**3)
+    wheel = make_wheel(tmp_path, tag=LINUX, extra_files={"wbtiny/_C.so": b"\x7fELF"})
+    _declare_size(wheel, "wbtiny/_C.so", 3 * 1024**3, local_too=True)
     with pytest.raises(InvalidWheel, match=r"wbtiny/_C.so: 3221225472 bytes uncompressed, over the cap"):
         inspect_or_refuse(wheel)
 
@@ -140,7 +161,9 @@ def _elf_with_a_section_past_any_offset() -> bytes:
 
 
 def test_an_extension_module_that_breaks_the_elf_reader_is_an_invalid_wheel(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": _elf_with_a_section_past_any_offset()})
+    wheel = make_wheel(
+        tmp_path, tag=LINUX, extra_files={"wbtiny/_C.so": _elf_with_a_section_past_any_offset()}
+    )
     with pytest.raises(InvalidWheel, match=r"not a readable ELF file"):
         inspect_or_refuse(wheel)
 
@@ -155,7 +178,7 @@ def test_metadata_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_pa
 
 
 def test_an_extension_module_under_an_unknown_compression_method_is_an_invalid_wheel(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": b"\x7fELF not really"})
+    wheel = make_wheel(tmp_path, tag=LINUX, extra_files={"wbtiny/_C.so": b"\x7fELF not really"})
     set_compression_method(wheel, "wbtiny/_C.so", 99)
     with pytest.raises(InvalidWheel, match="compression method 99"):
         inspect_or_refuse(wheel)
@@ -280,7 +303,7 @@ def test_a_wheel_an_installer_would_refuse_is_not_published(tmp_path: Path, case
 
 def test_a_wheel_whose_members_unpack_to_far_more_than_it_holds_is_refused_unread(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path)
-    _declare_size(wheel, "wbtiny/__init__.py", 1024**3)  # says 1 GiB, from a wheel of 1 KiB
+    _declare_size(wheel, "wbtiny/__init__.py", 1024**3, local_too=True)  # says 1 GiB, from a wheel of 1 KiB
     with pytest.raises(InvalidWheel, match=r"a ratio over the cap of 100 \(a zip bomb\)"):
         publish([wheel], tmp_path / "cu130")
     assert not (tmp_path / "cu130").exists()
