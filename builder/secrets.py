@@ -86,6 +86,23 @@ def without_credentials(url: str) -> tuple[str, str | None]:
     return f"{scheme}{location}{query}", f"Basic {token}"
 
 
+def redact_values(text: str, secrets: Iterable[str]) -> str:
+    """*text* with every secret value in it, and its Basic-auth forms, replaced by ***: for a
+    server's answer that echoes what it was sent."""
+    found = [value for value in secrets if value]
+    for value in sorted(found, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
+def basic_auth_forms(user: str | None, password: str | None) -> tuple[str, ...]:
+    """The forms a user and password travel in: the password, user:password, and its base64."""
+    if not password:
+        return ()
+    pair = f"{user or ''}:{password}"
+    return (password, pair, base64.b64encode(pair.encode()).decode())
+
+
 def sccache_env_file(values: Mapping[str, str]) -> str:
     """`export NAME='value'` lines for a POSIX shell to source."""
     return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in values.items())

@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import BadArgument, UploadFailed
+from ..secrets import basic_auth_forms, redact_values
 from . import index_page, tree
 from . import publish as publishing
 
@@ -172,7 +173,9 @@ def _twine_upload(wheels: Sequence[Path], endpoint: UploadEndpoint, progress: bo
     except requests.HTTPError as error:
         response = error.response
         status = response.status_code if response is not None else 0
-        said = _plain_text(response.text if response is not None else "")[:200]
+        # A server may echo what it was sent: the credentials never reach the output.
+        sent = basic_auth_forms(os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD"))
+        said = redact_values(_plain_text(response.text if response is not None else ""), sent)[:200]
         exists = status == 409 or "exist" in said.lower()
         remedy = (
             "that file is already on the index, and a published file is never replaced: give the "
@@ -187,8 +190,9 @@ def _twine_upload(wheels: Sequence[Path], endpoint: UploadEndpoint, progress: bo
             f"upload to {endpoint.url} failed: HTTP {status}" + (f": {said}" if said else ""), remedy
         ) from None
     except (TwineException, requests.RequestException) as error:
+        sent = basic_auth_forms(os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD"))
         raise UploadFailed(
-            f"upload to {endpoint.url} failed: {type(error).__name__}: {error}",
+            f"upload to {endpoint.url} failed: {type(error).__name__}: {redact_values(str(error), sent)}",
             "check the URL and that the server is up (e.g. curl it)",
         ) from None
 

@@ -145,7 +145,12 @@ class Connection(RequestHandler):
             super().log_exception(*args, **kw)  # the server's own fault: its traceback helps
             return
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
-        said = " ".join(str(error).split())[:300]
+        # The kind of malformation only: aiohttp's message goes on to echo the offending bytes,
+        # which may be an Authorization or Cookie value (a credential with one bad byte).
+        kind = (
+            str(getattr(error, "message", "") or error).strip().splitlines()[0] if str(error).strip() else ""
+        )
+        said = f"{getattr(error, 'code', 400)}: {' '.join(kind.split())[:200]}"
         log.warning(
             "malformed request from %s: %s",
             escape(str(peer[0]) if peer else "-"),

@@ -674,6 +674,26 @@ def test_a_malformed_request_is_answered_400_and_logged_in_one_line(tree: Path) 
     assert "Traceback" not in served.stderr, served.stderr
 
 
+def test_a_malformed_request_carrying_a_credential_is_logged_without_it(tree: Path) -> None:
+    """A valid Basic credential followed by one invalid byte: aiohttp's message echoes the value;
+    the log line says what was wrong, never the credential (nor its base64)."""
+    credential = base64.b64encode(b"alice:" + SECRET.encode()).decode()
+    with serve_process(tree) as served:
+        sock = socket.create_connection(("127.0.0.1", _port(served.url)))
+        with sock:
+            sock.sendall(
+                b"GET /simple/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic "
+                + credential.encode() + b"\x01\r\nCookie: session=" + SECRET.encode() + b"\x01\r\n\r\n"
+            )  # fmt: skip
+            sock.settimeout(60)
+            assert sock.recv(12).split(b" ")[1] == b"400"
+    logged = [line for line in served.stderr.splitlines() if "malformed request" in line]
+    assert len(logged) == 1, served.stderr
+    assert logged[0].startswith("malformed request from 127.0.0.1: 400: ")
+    for leaked in (credential, credential[:12], SECRET):
+        assert leaked not in served.stderr
+
+
 # --- links ----------------------------------------------------------------------------------
 
 
