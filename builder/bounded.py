@@ -1,5 +1,7 @@
 """Reading a file that came from somewhere we do not trust (a config, a build report, a mark
-another process wrote, an sdist): never block on a FIFO or a device, never read past a cap. Files only: no Docker, no subprocess."""
+another process wrote, an sdist): never block on a FIFO or a device, never read past a cap; and
+taking a URL from the same places: http(s) with a host, and for a file, a name in its last
+segment. Files only: no Docker, no subprocess."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import tarfile
 from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import unquote, urlsplit
 
 from .units import format_bytes
 
@@ -95,3 +98,29 @@ def tar_gz_members(
             if count >= members:
                 raise ArchiveRefused(f"more than {members} members", members=True)
             yield member, archive
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why *url* is not an http(s) URL with a host a request can go to; None when it is one."""
+    try:
+        parts = urlsplit(url)
+        _port = parts.port  # a port that is no number raises here
+    except ValueError as error:  # "Invalid IPv6 URL", a port out of range
+        return str(error)
+    if parts.scheme not in ("http", "https"):
+        return f"its scheme is {parts.scheme + ':' if parts.scheme else 'missing'}, not http: or https:"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
+def file_url_problem(url: str, suffixes: tuple[str, ...]) -> str | None:
+    """Why *url* is not an http(s) URL of a file named with one of *suffixes*; None when it is."""
+    if (problem := http_url_problem(url)) is not None:
+        return problem
+    name = unquote(urlsplit(url).path).rsplit("/", 1)[-1]
+    if name in ("", ".", "..") or "\\" in name or "\x00" in name:
+        return "its last segment names no file"
+    if not name.endswith(suffixes):
+        return f"its file {name!r} is none of {', '.join(suffixes)}"
+    return None

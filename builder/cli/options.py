@@ -67,7 +67,10 @@ class OptionSettings(TypedDict, total=False):
     is_flag: bool
     multiple: bool
     type: click.ParamType[object] | type[object]
-    callback: Callable[[click.Context, click.Parameter, tuple[str, ...]], object]
+    callback: (
+        Callable[[click.Context, click.Parameter, tuple[str, ...]], object]
+        | Callable[[click.Context, click.Parameter, str | None], object]
+    )
 
 
 def _options(*options: Decorator) -> Decorator:
@@ -117,6 +120,13 @@ class _RowSettings(OptionSettings, total=False):
     old_names: tuple[str, ...]  # RenamedOption's
 
 
+def _index_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """--torch-index-url checked before anything reads it: a URL a request can go to."""
+    if value is not None:
+        option_table.checked_index_url(value)
+    return value
+
+
 def table_option(option: option_table.Option) -> Decorator:
     """One row of the options table (spec/option_table.py) as a click option: its names, help,
     type, default and WHEELBUILD_* variable, repeatable when it takes a list."""
@@ -128,6 +138,8 @@ def table_option(option: option_table.Option) -> Decorator:
         settings["multiple"] = True
     if option.kind is config.Kind.ARCHS:
         settings["callback"] = joined_list
+    if option.key == "torch-index-url":
+        settings["callback"] = _index_url
     if option.kind is config.Kind.BOOL and not option.off:
         settings["is_flag"] = True
     if option.default is not None:
@@ -152,7 +164,7 @@ def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[
     command's help."""
     option = option_table.BY_KEY["torch-index-url"]
     kwargs.setdefault("show_envvar", True)
-    return click.option(*_decls(option), envvar=option.env, help=help, **kwargs)
+    return click.option(*_decls(option), envvar=option.env, help=help, callback=_index_url, **kwargs)
 
 
 def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:

@@ -96,7 +96,19 @@ def parse_target(text: str) -> Path | UploadEndpoint | RsyncTarget:
             f"--to {text!r} is empty, which would publish into the current directory",
             "name the tree: --to 'wheelhouse/{variant}' (a directory), [user@]host:path, or an upload URL",
         )
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        _port = parts.port  # a port that is no number raises here
+    except ValueError as error:  # "Invalid IPv6 URL"
+        raise BadArgument(
+            f"--to {text!r} is not a URL wheelbuild can read ({error})",
+            "write an IPv6 host in brackets: https://[::1]:8080/ or ssh://user@[::1]/srv/wheels",
+        ) from None
+    if "://" not in text and "[" in text.split("/", 1)[0]:
+        raise BadArgument(
+            f"--to {text!r} looks like a remote tree with an IPv6 host, which the host:path form cannot say",
+            "write it as ssh://user@[::1]/srv/wheels (or name a local directory without brackets)",
+        )
     if parts.scheme == "ssh":
         if not parts.hostname or not parts.path:
             raise BadArgument(f"--to {text} names no host or path", "write ssh://[user@]host[:port]/path")

@@ -14,9 +14,11 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from ..bounded import file_url_problem
 from ..bundled import bundled_dir
 from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..plan.memory_model import wbdemo_model
+from ..secrets import redact_url
 from .base import (
     IndexLookup,
     LocalProject,
@@ -33,6 +35,7 @@ from .torch_extension import torch_extension_recipe
 __all__ = [
     "EXAMPLE",
     "EXAMPLE_DIR",
+    "SDIST_SUFFIXES",
     "IndexLookup",
     "LocalProject",
     "LocalSdist",
@@ -55,6 +58,7 @@ EXAMPLE = "wbdemo"
 EXAMPLE_DIR = bundled_dir("example")
 # What makes a folder a project build and plan take by default, as cibuildwheel and uv build.
 PROJECT_FILES = ("pyproject.toml", "setup.py")
+SDIST_SUFFIXES = (".tar.gz", ".zip")
 
 
 def _wbdemo(version: str | None) -> Recipe:
@@ -216,6 +220,11 @@ def _pinned(package: str, name: str, wanted: str, version: str | None) -> str:
 def _remote_sdist_recipe(package: str, arch_env: str | None) -> Recipe:
     """An sdist URL, which must carry its #sha256= pin."""
     location, _, fragment = package.partition("#")
+    if (problem := file_url_problem(location, SDIST_SUFFIXES)) is not None:
+        raise BadArgument(
+            f"sdist URL {redact_url(location)!r} is not one wheelbuild downloads: {problem}",
+            "give the http(s) URL of the .tar.gz or .zip itself, with #sha256=<its hash>",
+        )
     digest = fragment.removeprefix("sha256=")
     if not fragment.startswith("sha256=") or not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise BadArgument(

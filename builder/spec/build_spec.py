@@ -46,7 +46,7 @@ def _arch_parts(text: str) -> list[tuple[int, bool]]:
     """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too.
     Separated by one comma or semicolon (spaces around it allowed) or by spaces alone."""
     entries = re.split(r"\s*[,;]\s*|\s+", text.strip())
-    if "" in entries[1:-1]:  # 100,,120; one separator at either end is tolerated, as it always was
+    if "" in entries and text.strip():  # 100,,120, ,100 or 100,: a value cut or a variable unset
         raise BadArgument(
             f"CUDA arch list {text!r} has an empty entry",
             "separate SM numbers by single commas, e.g. --archs 100,120",

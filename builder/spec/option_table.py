@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..bounded import http_url_problem
 from ..errors import BadArgument, ConfigValueInvalid
 from ..host.gpu import GpuMode
 from ..secrets import BY_NAME_ONLY, redact_url, url_secrets
@@ -104,7 +105,18 @@ def _jobs(value: int) -> None:
         raise BadArgument(f"{value} is not from 1 to {MAX_CPUS}", "give a count of jobs, e.g. 8")
 
 
+def checked_index_url(url: str) -> str:
+    """The torch index URL, if a request can go to it; BadArgument (one line) if not."""
+    if (problem := http_url_problem(url)) is not None:
+        raise BadArgument(
+            f"the torch index URL {redact_url(url)!r} is not one a request can go to: {problem}",
+            "give the index's whole URL, e.g. https://pypi.org/simple or https://download.pytorch.org/whl/cu130",
+        )
+    return url
+
+
 def _no_url_secrets(url: str) -> None:
+    checked_index_url(url)
     if url_secrets(url):
         raise ConfigValueInvalid(f"the URL {redact_url(url)} carries credentials", NO_SECRETS)
 

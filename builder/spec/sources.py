@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -16,7 +17,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import assert_never
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import (
@@ -26,11 +27,12 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from ..bounded import ArchiveRefused, tar_gz_members
+from ..bounded import ArchiveRefused, file_url_problem, tar_gz_members
 from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
 from ..recipes import (
+    SDIST_SUFFIXES,
     IndexLookup,
     LocalProject,
     LocalSdist,
@@ -225,8 +227,19 @@ def prepare_source(source: Source, on_line: Callable[[str], None]) -> PreparedSo
 
 
 def _downloaded(url: str, sha256: str, on_line: Callable[[str], None]) -> PreparedSource:
-    """The sdist at *url*, downloaded once into the cache keyed by its pin and verified."""
-    name = url.rsplit("/", 1)[-1]
+    """The sdist at *url*, downloaded once into the cache keyed by its pin and verified. The pin
+    and the URL's file name become a path: both are checked first (a statement or a recipe may
+    be hostile: a sha256 of '../..', a URL of file:///dev/zero or one ending in '..')."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise SourceUnavailable(
+            f"the sdist pin {sha256[:80]!r} is not a sha256 (64 hex digits)", "pin the sdist by its sha256"
+        )
+    if (problem := file_url_problem(url, SDIST_SUFFIXES)) is not None:
+        raise SourceUnavailable(
+            f"the sdist URL {redact_url(url)!r} is not one wheelbuild downloads: {problem}",
+            "give the http(s) URL of the .tar.gz or .zip itself",
+        )
+    name = unquote(urlsplit(url).path).rsplit("/", 1)[-1]
     dest = cache_dir() / "sdists" / sha256 / name
     if not dest.is_file():
         _download(url, dest, on_line)

@@ -41,6 +41,23 @@ def _one_line_refusal(done: subprocess.CompletedProcess[str], code: int, says: s
         (("wbdemo", "--torch", f"2.{DIGITS}+cu130"), 11, "torch variant"),
         (("wbdemo", "--dist", "http://[::1"), 13, "is not a scheduler URL"),
         (("wbdemo", "--dist", "http://[::1]:10600x"), 13, "is not a scheduler URL"),
+        (
+            ("wbdemo", "--torch-index-url", "http://[::1"),
+            13,
+            "is not one a request can go to: Invalid IPv6 URL",
+        ),
+        (("wbdemo", "--torch-index-url", "pypi.org/simple"), 13, "its scheme is missing"),
+        (
+            (f"http://[::1/x.tar.gz#sha256={'a' * 64}",),
+            13,
+            "is not one wheelbuild downloads: Invalid IPv6 URL",
+        ),
+        ((f"https://example.com/..#sha256={'a' * 64}",), 13, "its last segment names no file"),
+        ((f"https://example.com/x/#sha256={'a' * 64}",), 13, "its last segment names no file"),
+        ((f"file:///dev/zero#sha256={'a' * 64}",), 13, "its scheme is file:"),
+        ((f"ftp://example.com/x.tar.gz#sha256={'a' * 64}",), 13, "its scheme is ftp:"),
+        (("wbdemo", "--archs", ",100"), 13, "has an empty entry"),
+        (("wbdemo", "--archs", "100,"), 13, "has an empty entry"),
     ],
     ids=[
         "version-digits",
@@ -51,6 +68,15 @@ def _one_line_refusal(done: subprocess.CompletedProcess[str], code: int, says: s
         "torch-minor-digits",
         "dist-open-bracket",
         "dist-bad-port",
+        "torch-index-open-bracket",
+        "torch-index-no-scheme",
+        "sdist-open-bracket",
+        "sdist-dot-dot",
+        "sdist-folder",
+        "sdist-file-scheme",
+        "sdist-ftp",
+        "archs-leading-comma",
+        "archs-trailing-comma",
     ],
 )
 def test_a_value_past_what_python_reads_is_a_one_line_refusal(
@@ -163,3 +189,19 @@ def test_a_setting_given_with_env_still_reaches_the_build(run_cli: Run) -> None:
     """Names and values that are not credentials pass parsing: the build gets as far as Docker."""
     done = run_cli("build", "wbdemo", "--env", "FLASH_ATTENTION_FORCE_BUILD=TRUE", "--env", "A=B=x")
     assert done.returncode == 20, done.stderr  # no Docker here: every option was taken
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("http://[::1", "is not a URL wheelbuild can read"),
+        ("user@[::1:/x", "looks like a remote tree with an IPv6 host"),
+    ],
+)
+def test_a_publish_target_with_an_open_bracket_is_one_line_and_nothing_is_written(
+    run_cli: Run, tmp_path: Path, target: str, says: str
+) -> None:
+    wheel = make_wheel(tmp_path / "in")
+    done = run_cli("publish", str(wheel), "--to", target)
+    _one_line_refusal(done, 13, says)
+    assert not any(p.name.startswith("user@") for p in tmp_path.iterdir())  # run_cli runs in tmp_path

@@ -92,7 +92,6 @@ def test_format_bytes_picks_the_largest_binary_unit(size: int, expected: str) ->
         ("120 100", (100, 120)),
         ("120,100,120,100", (100, 120)),
         ("90", (90,)),
-        ("100,", (100,)),
     ],
 )
 def test_parse_archs_accepts_separators_prefixes_and_duplicates_and_sorts(
@@ -101,9 +100,15 @@ def test_parse_archs_accepts_separators_prefixes_and_duplicates_and_sorts(
     assert parse_archs(text) == expected
 
 
-@pytest.mark.parametrize(
-    "text", ["", ",", "abc", "100,abc", "sm_", "30", "1000", "compute_100", "sm_90a", "-100"]
-)
+@pytest.mark.parametrize("text", [",100", "100,", "100,,120", ",", "100;"])
+def test_parse_archs_refuses_an_empty_entry(text: str) -> None:
+    """A list cut short or an unset variable (--archs "$A,100") is a mistake, never a smaller list."""
+    with pytest.raises(BadArgument) as caught:
+        parse_archs(text)
+    assert caught.value.cause == f"CUDA arch list {text!r} has an empty entry"
+
+
+@pytest.mark.parametrize("text", ["", "abc", "100,abc", "sm_", "30", "1000", "compute_100", "sm_90a", "-100"])
 def test_parse_archs_rejects_anything_but_sm_numbers(text: str) -> None:
     with pytest.raises(BadArgument) as caught:
         parse_archs(text)
