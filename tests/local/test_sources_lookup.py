@@ -34,7 +34,9 @@ def test_an_unpinned_release_is_looked_up_and_pinned_by_pypis_sha256() -> None:
     assert isinstance(recipe.source, RemoteSdist)
     assert recipe.source.url.endswith("/flash_attn-2.8.1.tar.gz")
     assert recipe.source.sha256 is not None and re.fullmatch(r"[0-9a-f]{64}", recipe.source.sha256)
-    assert "not in wheelbuild's table" in said[0] and recipe.source.sha256 in said[0]
+    assert "flash-attn 2.8.1 (2.8.1 on the index): " in said[0] and recipe.source.sha256 in said[0]
+    # Not calibrated: planned with 2.8.3's, its nearest calibrated release, and the model says so.
+    assert "2.8.3 being the nearest calibrated release" in recipe.memory_model.source
     with urllib.request.urlopen(recipe.source.url, timeout=120) as response:
         assert hashlib.sha256(response.read()).hexdigest() == recipe.source.sha256
 
@@ -114,7 +116,47 @@ def test_plan_of_a_package_named_with_its_release_pins_pypis_sdist_and_plans_for
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     pin = "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b"
-    assert "causal-conv1d 1.7.0 (==1.7.0) is not in wheelbuild's table: the index lists " in done.stderr
+    assert "causal-conv1d 1.7.0 (==1.7.0 on the index): https://files.pythonhosted.org/" in done.stderr
     assert f"causal_conv1d-1.7.0.tar.gz sha256 {pin}" in done.stderr
     assert "source causal_conv1d-1.7.0.tar.gz, sha256 3202758494eaa7b5... verified" in done.stderr
     assert "C++ standard: the package's build files give -std=c++17: raised where torch 2." in done.stdout
+
+
+def _plan(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [Path(sys.executable).parent / "wheelbuild", "plan", *args, "--torch-index-url", "https://pypi.org/simple"],
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "XDG_CACHE_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_plan_of_flash_attn_names_its_newest_release_the_newest_cu130_torch_and_the_raised_standard(
+    tmp_path: Path,
+) -> None:
+    """`wheelbuild plan flash-attn --torch cu130`: the recipe's newest release on PyPI, pinned by
+    wheelbuild's table, with 2.8.3's calibrated model (the same units); torch's newest CUDA 13.0
+    release; its -std=c++17 said to be raised; the 13.1 toolkit, a newer minor, said to be fine."""
+    done = _plan(tmp_path, "flash-attn", "--torch", "cu130")
+    assert done.returncode == 0, done.stdout + done.stderr
+    newest = newest_sdist("flash-attn")
+    assert f"flash-attn {newest} (the newest on the index): " in done.stderr
+    assert f"plan for flash-attn-{newest} (73 units;" in done.stdout or Version(newest) > Version(
+        "2.8.3.post2"
+    )
+    torch = newest_release(read_torch_index("https://pypi.org/simple"), parse_variant("cu130"), None).version
+    assert f"torch: torch {torch}: newest on https://pypi.org/simple built with CUDA 13.0" in done.stdout
+    assert "C++ standard: the package's build files give -std=c++17: raised where torch" in done.stdout
+    assert (
+        "toolkit: CUDA 13.1, in the " in done.stdout
+        and "a newer CUDA 13 minor compiles for it" in done.stdout
+    )
+
+
+def test_plan_of_the_example_for_cu132_names_torch_2_15_and_the_13_2_toolkit(tmp_path: Path) -> None:
+    done = _plan(tmp_path, "--example", "--torch", "cu132")
+    assert done.returncode == 0, done.stdout + done.stderr
+    torch = newest_release(read_torch_index("https://pypi.org/simple"), parse_variant("cu132"), None).version
+    assert f"torch: torch {torch}: newest on https://pypi.org/simple built with CUDA 13.2" in done.stdout
+    assert (
+        "toolkit: CUDA 13.2, in the " in done.stdout and f"torch {torch} is a CUDA 13.2 build" in done.stdout
+    )
