@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -347,8 +348,37 @@ def _put_in_place(
 def _add_statement(wheel: Path, statement: bytes | None) -> None:
     """*wheel*'s provenance statement (one DSSE envelope line) beside it as ``<wheel>.intoto.jsonl``,
     unless it has one already: files in a tree are never replaced (rsync pushes only new ones),
-    so a caller's check of the copies is where a statement is judged."""
+    so a caller's check of the copies is where a statement is judged. One exception: the same
+    statement with more signatures (a wheel published unsigned, then with --sign-key) replaces
+    it, whole or not at all, as nothing it said is lost."""
+    sidecar = wheel.with_name(wheel.name + tree.ENVELOPE_SUFFIX)
+    if statement is not None and os.path.lexists(sidecar) and _adds_signatures(sidecar, statement):
+        tree.atomic_write(sidecar, statement)
+        return
     _add_beside(wheel, tree.ENVELOPE_SUFFIX, statement)
+
+
+_MAX_ENVELOPE = 4 << 20  # bytes: provenance.statement's cap on a statement
+
+
+def _adds_signatures(sidecar: Path, statement: bytes) -> bool:
+    """Whether *statement* is the envelope at *sidecar* (the same payload, every signature it has)
+    with more signatures: a regular file only, read under the cap of a statement."""
+    try:
+        with open_regular(sidecar) as file:
+            old = json.loads(file.read(_MAX_ENVELOPE + 1) or b"null")
+        new = json.loads(statement)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return False
+    same = all(old.get(key) == new.get(key) for key in ("payload", "payloadType"))
+
+    def signatures(envelope: dict[str, object]) -> set[str]:
+        listed = envelope.get("signatures")
+        return {json.dumps(s, sort_keys=True) for s in listed} if isinstance(listed, list) else set()
+
+    return same and signatures(old) < signatures(new)
 
 
 def _add_beside(wheel: Path, suffix: str, content: bytes | None) -> None:

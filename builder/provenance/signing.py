@@ -15,6 +15,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shlex
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -126,7 +128,8 @@ def _private(data: bytes, passphrase: bytes | None) -> object:
 
 
 def load_signing_key(path: Path, environ: Mapping[str, str]) -> SigningKey:
-    """The Ed25519 private key at *path*; SigningKeyUnusable with a remedy for anything else."""
+    """The Ed25519 private key at *path*; SigningKeyUnusable with a remedy for anything else,
+    and for a key others may read (as ssh refuses one)."""
     data = _read(path, "the signing key")
     raw = _raw(data)
     if raw is not None:
@@ -153,7 +156,22 @@ def load_signing_key(path: Path, environ: Mapping[str, str]) -> SigningKey:
             ) from None
     if not isinstance(private, Ed25519PrivateKey):
         raise _not_ed25519(f"the signing key {path}", private)
+    _only_owner_reads(path)
     return SigningKey(private, key_id(private.public_key()))
+
+
+def _only_owner_reads(path: Path) -> None:
+    """A private key its group or others can read is refused, as ssh refuses it: whoever else
+    reads it signs as you."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # _read said what was wrong with it already
+    if stat.S_ISREG(mode) and mode & 0o077:
+        raise SigningKeyUnusable(
+            f"the signing key {path} is readable by its group or others (mode {stat.S_IMODE(mode):04o})",
+            f"chmod 600 {shlex.quote(str(path))}, as ssh requires of a private key",
+        )
 
 
 def _not_ed25519(what: str, found: object) -> SigningKeyUnusable:

@@ -26,7 +26,7 @@ import aiohttp
 import bcrypt
 import pytest
 from wheelbuild.errors import BadHtpasswd, NoIndex, ServeFailed
-from wheelbuild.index.publish import publish
+from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.serve import (
     MEDIA_HTML,
     MEDIA_HTML_V1,
@@ -869,3 +869,23 @@ def test_uv_installs_through_basic_auth(tree: Path, htpasswd: Path, tmp_path: Pa
         run_ok([uv_binary(), "pip", "install", "--python", python, "--index-url", right, PIN], env, tmp_path)
     done = run_ok([python, "-c", "import wbtiny; print(wbtiny.VERSION)"], env, tmp_path)
     assert done.stdout.strip() == "0.1.0+cu130torch2.11"
+
+
+def test_serve_answers_every_file_the_pages_link_to_the_sigstore_bundle_too(tmp_path: Path) -> None:
+    """A wheel published with its statement and that statement's Sigstore bundle: every href on
+    its project page, followed from the page, is answered 200 (the bundle used to be a 404)."""
+    wheel = make_wheel(tmp_path / "in")
+    sidecars = Sidecars(
+        statements={
+            wheel.name: b'{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[]}'
+        },
+        sigstore_bundles={wheel.name: b'{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json"}'},
+    )
+    publish([wheel], tmp_path / "cu130", sidecars=sidecars)
+    with running_server(tmp_path / "cu130") as url:
+        pages = [request(url, path, {"Accept": "text/html"}).body.decode() for path in ("/", "/simple/wbtiny/")]
+        links = re.findall(r'(?:href|data-[a-z-]+)="([^"#]+)', "".join(pages))
+        files = sorted({"files/" + link.split("files/", 1)[1] for link in links if "files/" in link})
+        assert any(link.endswith(".sigstore.json") for link in files), pages
+        for link in files:
+            assert request(url, "/" + link).status == 200, link

@@ -151,3 +151,38 @@ def test_without_a_key_verify_checks_the_subject_and_says_the_signature_was_not(
     key = ssh_key(tmp_path / "keys", "id_ed25519")
     unsigned = _verify(run_cli, str(wheel), "--key", f"{key}.pub")
     assert unsigned.returncode == 72 and "it is not signed" in unsigned.stderr
+
+
+def test_a_wheel_published_unsigned_then_with_a_key_gains_its_signature(tmp_path: Path, run_cli: Run) -> None:
+    """Published without a key, then again with --sign-key: the same bytes, so the wheel stays;
+    its statement in the tree is replaced by the same statement signed, and verify --key passes.
+    (It used to say "already there", keep the unsigned statement, and verify then failed: 72.)"""
+    wheel = run_folder(tmp_path)
+    key = ssh_key(tmp_path / "keys", "id_ed25519")
+    tree = tmp_path / "tree"
+    first = run_cli("publish", str(wheel), *PUBLISH_CHECKS, "--to", str(tree))
+    assert first.returncode == 0, first.stderr
+    sidecar = tree / "files" / f"{wheel.name}.intoto.jsonl"
+    unsigned = json.loads(sidecar.read_bytes())
+    assert unsigned["signatures"] == []
+    again = run_cli("publish", str(wheel), *PUBLISH_CHECKS, "--to", str(tree), "--sign-key", str(key))
+    assert again.returncode == 0, again.stderr
+    signed = json.loads(sidecar.read_bytes())
+    assert signed["payload"] == unsigned["payload"] and [s["keyid"][:7] for s in signed["signatures"]] == [
+        "SHA256:"
+    ]
+    done = _verify(run_cli, str(tree / "files" / wheel.name), "--key", str(key.with_suffix(".pub")))
+    assert done.returncode == 0, done.stderr
+    # --require-signed with a key that did not sign it: the tree's entry is not taken as signed.
+    other = ssh_key(tmp_path / "keys", "other")
+    refused = run_cli(
+        "publish",
+        str(wheel),
+        *PUBLISH_CHECKS,
+        "--to",
+        str(tree),
+        "--require-signed",
+        "--key",
+        str(other.with_suffix(".pub")),
+    )
+    assert refused.returncode == 72, refused.stderr

@@ -182,8 +182,24 @@ def test_a_signature_holds_only_for_its_key_its_payload_and_its_type(tmp_path: P
 
 
 def _write(path: Path, data: bytes) -> Path:
+    """A key file as a careful user keeps one: only its owner reads it."""
     path.write_bytes(data)
+    path.chmod(0o600)
     return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_private_key_its_group_or_others_can_read_is_refused_as_ssh_refuses_it(
+    tmp_path: Path, mode: int
+) -> None:
+    key = _write(tmp_path / "seed", bytes(range(32)))
+    key.chmod(mode)
+    with pytest.raises(SigningKeyUnusable) as refused:
+        load_signing_key(key, {})
+    assert f"readable by its group or others (mode {mode:04o})" in refused.value.cause
+    assert refused.value.remedy.startswith(f"chmod 600 {key}")
+    key.chmod(0o600)
+    assert load_signing_key(key, {}).verifying  # the same key, kept as ssh wants it, signs
 
 
 def test_a_key_with_a_passphrase_is_opened_only_by_the_passphrase_named_in_the_environment(
