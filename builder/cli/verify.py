@@ -5,6 +5,7 @@ or rebuilt from it). They parse, call one function, and print."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import click
@@ -36,9 +37,10 @@ def diff_command(first: Path, second: Path) -> None:
     if found is None:
         click.echo(f"{first.name} and {second.name} are the same bytes")
         return
+    deep = f"diffoscope {first} {second} shows every difference"
     raise WheelsDiffer(
         f"{first.name} and {second.name} differ: {found}",
-        f"diffoscope {first} {second} shows every difference",
+        deep if shutil.which("diffoscope") else f"{deep} (not installed here: pip install diffoscope)",
     )
 
 

@@ -283,7 +283,14 @@ def _new_and_present(checked: Sequence[_Checked], files: Path) -> tuple[list[_Ch
             wheel_names.refuse_another_spelling(info.filename, published)
             added.append((path, info, sha256))
             continue
-        published_sha256 = tree.file_sha256(existing)
+        try:
+            published_sha256 = tree.file_sha256(existing)
+        except FileRefused:
+            raise WheelConflict(
+                f"{info.filename} is already in {files} as something other than a file (a FIFO, a "
+                "device, a folder, or a link to one); nothing was copied",
+                f"remove {existing} by hand (a published wheel is a regular file), then publish again",
+            ) from None
         if published_sha256 != sha256:
             raise WheelConflict(
                 f"{info.filename} is already published with different contents (sha256 "

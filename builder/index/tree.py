@@ -325,6 +325,8 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
             sidecars[f"{FILES}/{name}{SHA256_SUFFIX}"] = sha256_record(sha256, stat)
         metadata_path = files_dir / (name + METADATA_SUFFIX)
         try:
+            if metadata_path.is_symlink():  # its hash would be another file's: written anew
+                raise FileNotFoundError(metadata_path)
             metadata = read_capped_metadata(metadata_path)
         except FileNotFoundError:
             metadata = read_wheel(wheel, publishable=False).metadata  # published: checked then

@@ -29,7 +29,9 @@ __all__ = [
 # The file names `wheelbuild serve` answers under files/ (a wheel, its .metadata and .inputs, its
 # provenance statement and that statement's Sigstore bundle: every file the pages link to); publish
 # takes no wheel whose name, or whose .metadata's, is not one: it would be listed and then 404.
-_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs|\.intoto\.jsonl|\.sigstore\.json)?")
+_SERVED_NAME = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl(\.metadata|\.inputs|\.intoto\.jsonl|\.sigstore\.json)?"
+)
 NAME_MAX = 255  # no file name, so no project folder, is longer (ENAMETOOLONG past it)
 
 

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import assert_never
 
 from ..attempt.config import ATTEMPT_SCRIPTS
+from ..bounded import FileRefused, open_regular
+from ..errors import SourceUnavailable
 from ..image.inputs import IMAGES_DIR, ImageInputs
 from ..provenance.statement import STATEMENT_SUFFIX
 from ..recipes import IndexLookup, LocalProject, LocalSdist, RemoteSdist, Source
@@ -40,16 +43,33 @@ _SKIP_DIRS = {".git", "build", "dist", "__pycache__", ".eggs", ".tox", ".venv"}
 def source_digest(path: Path) -> str:
     """sha256 of an sdist file, or of a project tree (relative paths, modes and contents),
     leaving out build output and VCS metadata."""
-    if path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if not path.is_dir():
+        return _file_digest(path)
     digest = hashlib.sha256()
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
         for name in sorted(files):
             file = Path(root) / name
             relative = file.relative_to(path).as_posix()
-            digest.update(f"{relative}\0{file.stat().st_mode & 0o111:o}\0".encode())
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
+            # A link is keyed by where it points, and anything but a regular file by its kind:
+            # neither is followed or read (a link to /dev/zero, a FIFO, would never end).
+            mode = file.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                digest.update(f"{relative}\0link\0{os.readlink(file)}\0".encode())
+            elif not stat.S_ISREG(mode):
+                digest.update(f"{relative}\0special {stat.S_IFMT(mode):o}\0".encode())
+            else:
+                digest.update(f"{relative}\0{mode & 0o111:o}\0".encode())
+                digest.update(bytes.fromhex(_file_digest(file)))
+    return digest.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of a regular file, read in blocks; FileRefused (a ValueError) for anything else."""
+    digest = hashlib.sha256()
+    with open_regular(path) as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
     return digest.hexdigest()
 
 
@@ -57,7 +77,13 @@ def source_key(source: Source) -> str:
     """What a source contributes to the key: a local tree's or file's content, a download's pin."""
     match source:
         case LocalProject(path) | LocalSdist(path):
-            return source_digest(path)
+            try:
+                return source_digest(path)
+            except FileRefused:
+                raise SourceUnavailable(
+                    f"{path} is not a regular file (a FIFO, a device, or a link to one)",
+                    "give the sdist file itself, or the project's folder",
+                ) from None
         case RemoteSdist(_, sha256):
             return sha256
         case IndexLookup(project, version):

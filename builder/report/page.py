@@ -17,10 +17,12 @@ before the memory series) is drawn with what it has.
 from __future__ import annotations
 
 import html
+import os
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..errors import ReportUnreadable
 from .build_report import read_report_json
 from .chart import ChartedAttempt, chart, charted_attempt
 from .values import (
@@ -395,7 +397,24 @@ def write_beside(report_json: Path) -> Path:
     """Write build-report.html beside *report_json*, linking the logs beside it; its path."""
     page = report_json.with_name(HTML_NAME)
     logs = [log for log in LOGS if _regular_file(report_json.with_name(log))]
-    page.write_text(render(load_report(report_json), logs), encoding="utf-8")
+    text = render(load_report(report_json), logs)
+    # Written beside it and renamed over it: a link there (an unpacked artifact can hold one) is
+    # replaced, never written through to the file it points at.
+    if page.is_dir() and not page.is_symlink():
+        raise ReportUnreadable(
+            f"{page} is a directory, so the page cannot be written there",
+            f"move it away, or run wheelbuild report on a copy of {report_json.parent}",
+        )
+    scratch = page.with_name(f".{HTML_NAME}.{os.getpid()}")
+    try:
+        scratch.write_text(text, encoding="utf-8")
+        os.replace(scratch, page)
+    except OSError as error:
+        scratch.unlink(missing_ok=True)
+        raise ReportUnreadable(
+            f"{page} cannot be written: {error.strerror or error}",
+            f"run wheelbuild report where it can write, on a copy of {report_json.parent}",
+        ) from None
     return page
 
 

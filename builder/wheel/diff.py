@@ -14,6 +14,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bounded import open_regular
 from .contents import read_member
 from .elf_sections import CORRUPT_ELF, SectionRefused, open_elf, section_bytes
 from .gate import MAX_MEMBERS
@@ -34,8 +35,10 @@ class Difference:
 
 
 def _sha256(path: Path) -> str:
+    """A regular file's sha256; a FIFO, a device or a link to one (named like a wheel) is refused
+    (FileRefused, a ValueError) rather than read forever."""
     digest = hashlib.sha256()
-    with path.open("rb") as file:
+    with open_regular(path) as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -883,7 +883,9 @@ def test_serve_answers_every_file_the_pages_link_to_the_sigstore_bundle_too(tmp_
     )
     publish([wheel], tmp_path / "cu130", sidecars=sidecars)
     with running_server(tmp_path / "cu130") as url:
-        pages = [request(url, path, {"Accept": "text/html"}).body.decode() for path in ("/", "/simple/wbtiny/")]
+        pages = [
+            request(url, path, {"Accept": "text/html"}).body.decode() for path in ("/", "/simple/wbtiny/")
+        ]
         links = re.findall(r'(?:href|data-[a-z-]+)="([^"#]+)', "".join(pages))
         files = sorted({"files/" + link.split("files/", 1)[1] for link in links if "files/" in link})
         assert any(link.endswith(".sigstore.json") for link in files), pages

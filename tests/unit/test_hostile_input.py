@@ -28,6 +28,7 @@ from wheelbuild.errors import (
     InvalidWheel,
     NotPublished,
     WheelArchiveAmbiguous,
+    WheelConflict,
 )
 from wheelbuild.index import remote
 from wheelbuild.index import serve as serving
@@ -594,3 +595,30 @@ def test_a_unicode_project_name_reads_as_text_in_the_cli(cli: Callable[..., Resu
     result = cli("inspect", "--json", str(wheel))
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["metadata"]["name"] == "wbtïny"
+
+
+def test_a_metadata_sidecar_that_is_a_link_is_rewritten_from_the_wheel_not_advertised(tmp_path: Path) -> None:
+    """files/<wheel>.metadata linked to a file outside the tree: its hash would be advertised on
+    the pages. The next publish writes the wheel's own METADATA there instead, as a file."""
+    first = make_wheel(tmp_path / "a")
+    publish([first], tmp_path / "cu130")
+    sidecar = tmp_path / "cu130" / "files" / f"{first.name}.metadata"
+    own = sidecar.read_bytes()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("Metadata-Version: 2.1\nName: evil\n")
+    sidecar.unlink()
+    sidecar.symlink_to(outside)
+    publish([make_wheel(tmp_path / "b", version="0.2.0+cu130torch2.11")], tmp_path / "cu130")
+    assert not sidecar.is_symlink() and sidecar.read_bytes() == own
+    page = (tmp_path / "cu130" / "simple" / "wbtiny" / "index.html").read_text()
+    assert hashlib.sha256(own).hexdigest() in page
+    assert hashlib.sha256(outside.read_bytes()).hexdigest() not in page
+
+
+def test_a_fifo_planted_under_a_wheels_name_is_a_conflict_not_a_traceback(tmp_path: Path) -> None:
+    publish([make_wheel(tmp_path / "a")], tmp_path / "cu130")
+    second = make_wheel(tmp_path / "b", version="0.2.0+cu130torch2.11")
+    os.mkfifo(tmp_path / "cu130" / "files" / second.name)
+    with pytest.raises(WheelConflict) as refused:
+        publish([second], tmp_path / "cu130")
+    assert "as something other than a file" in refused.value.cause and refused.value.exit_code == 51

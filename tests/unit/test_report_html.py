@@ -17,6 +17,7 @@ from wheelbuild.attempt.buildlog import BuildLog, MemorySeries
 from wheelbuild.attempt.config import AttemptConfig
 from wheelbuild.engine import attempt_run
 from wheelbuild.engine.watcher import AttemptWatcher
+from wheelbuild.errors import ReportUnreadable
 from wheelbuild.plan.memory_model import MIB
 from wheelbuild.report import page as report_html
 from wheelbuild.report.chart import MAX_PHASES
@@ -581,3 +582,25 @@ def test_hostile_values_in_the_torch_gate_range_and_phases_are_escaped_and_bound
     assert "under cp311: imports with torch 2" not in page and ">=2.0,<2.1" in html.unescape(page)
     longest = max(len(t) for t in dom(page.split("<body>", 1)[1]).text)
     assert longest < 2 * MAX_TEXT + 200  # a 57 KB install error is one short line
+
+
+def test_a_page_that_is_a_link_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """An unpacked CI artifact whose build-report.html links to a file of the user's: the page
+    replaces the link, and the file it pointed at is untouched; a directory there is one line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "build-report.json").write_text(json.dumps(range_report()))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's own file\n")
+    (run / "build-report.html").symlink_to(precious)
+    page = report_html.write_beside(run / "build-report.json")
+    assert not page.is_symlink() and page.read_text().startswith("<!DOCTYPE html>")
+    assert precious.read_text() == "the user's own file\n"
+    page.unlink()
+    page.mkdir()
+    with pytest.raises(ReportUnreadable, match="is a directory, so the page cannot be written there"):
+        report_html.write_beside(run / "build-report.json")
+    assert sorted(p.name for p in run.iterdir()) == [
+        "build-report.html",
+        "build-report.json",
+    ]  # no scratch left

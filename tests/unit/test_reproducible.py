@@ -7,6 +7,7 @@ here with gcc, the ELF section. tests/integration/test_reproducible.py builds th
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import zipfile
 from pathlib import Path
@@ -81,3 +82,16 @@ def _broken(tmp_path: Path) -> Path:
     path = tmp_path / "broken.whl"
     path.write_bytes(b"PK not a zip")
     return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_diff_of_a_fifo_or_a_device_named_like_a_wheel_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """They used to block forever (a FIFO) or spin at 100% CPU (/dev/zero)."""
+    wheel = make_wheel(tmp_path / "made", "wbtiny", "0.1.0", tag="cp311-cp311-linux_x86_64")
+    hostile = tmp_path / "wbtiny-0.1.0-cp311-cp311-linux_x86_64.whl"
+    if kind == "fifo":
+        os.mkfifo(hostile)
+    else:
+        hostile.symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"not a regular file"):
+        first_difference(wheel, hostile)

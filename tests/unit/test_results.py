@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelbuild.pipeline.results import code_digest, lookup, result_key, save, source_digest
+from wheelbuild.errors import SourceUnavailable
+from wheelbuild.pipeline.results import code_digest, lookup, result_key, save, source_digest, source_key
+from wheelbuild.recipes import LocalSdist
 
 # result_key's keyword arguments, each test varying one of them
 BASE: dict[str, Any] = {
@@ -137,3 +140,19 @@ def test_a_rebuild_replaces_the_entry(tmp_path: Path) -> None:
     (found,) = lookup(tmp_path / "store", "k" * 64) or []
     assert found.read_bytes() == b"new"
     assert [p.name for p in (tmp_path / "store").iterdir()] == ["k" * 64]
+
+
+def test_a_project_holding_a_link_to_a_device_or_a_fifo_is_keyed_without_reading_them(tmp_path: Path) -> None:
+    """A source folder with a link to /dev/zero and a FIFO (a hostile project, or an unpacked CI
+    artifact): the key is computed at once, by where the link points and what the FIFO is, and
+    moves when the link does. A FIFO given as the sdist itself is refused, not waited on."""
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe")
+    first = source_digest(tmp_path)
+    assert first == source_digest(tmp_path)
+    (tmp_path / "zero").unlink()
+    (tmp_path / "zero").symlink_to("/dev/null")
+    assert source_digest(tmp_path) != first
+    with pytest.raises(SourceUnavailable, match="is not a regular file"):
+        source_key(LocalSdist(tmp_path / "pipe", None))
