@@ -210,6 +210,7 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
 @click.option("--access-log", type=GIVEN_PATH, help="Also append the access log here.")
 @_timeout("--header-timeout", serving.DEFAULT_HEADER_TIMEOUT, "a request's head may take to arrive")
 @_timeout("--idle-timeout", serving.DEFAULT_IDLE_TIMEOUT, "a connection may wait for its next request")
+@_timeout("--send-timeout", serving.DEFAULT_SEND_TIMEOUT, "a client may take to read each chunk of a file")
 @click.option(
     "--max-connections",
     type=click.IntRange(min=1),
@@ -224,12 +225,17 @@ def serve(
     access_log: Path | None,
     header_timeout: float,
     idle_timeout: float,
+    send_timeout: float,
     max_connections: int | None,
 ) -> None:
     """Serve a wheelhouse tree over HTTP for pip and uv (PEP 691 by Accept, Range requests,
     404 for unknown projects). TREE, the published tree as publish --to and yank --tree name it,
     defaults to the one tree under ./wheelhouse."""
-    for option, seconds in (("--header-timeout", header_timeout), ("--idle-timeout", idle_timeout)):
+    for option, seconds in (
+        ("--header-timeout", header_timeout),
+        ("--idle-timeout", idle_timeout),
+        ("--send-timeout", send_timeout),
+    ):
         if not 0 < seconds <= _MAX_TIMEOUT:  # nan and inf too
             raise BadArgument(
                 f"{option} {seconds:g} is not a number of seconds between 0 and {_MAX_TIMEOUT:g}",
@@ -257,7 +263,7 @@ def serve(
             f"{root} cannot be served: {error.strerror or error}",
             "name a tree, e.g. wheelbuild serve wheelhouse/cu130",
         ) from None
-    limits = serving.ServeLimits(header_timeout, idle_timeout, max_connections)
+    limits = serving.ServeLimits(header_timeout, idle_timeout, max_connections, send_timeout=send_timeout)
     serving.serve(
         root, host=host, port=port, htpasswd=htpasswd, access_log=access_log, echo_log=True, limits=limits
     )

@@ -47,9 +47,11 @@ from .serve_connections import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SEND_TIMEOUT,
     MAX_BACKLOG,
     Connection,
     Connections,
+    PacedFile,
     ServeLimits,
     loop_error,
     request_started,
@@ -62,6 +64,7 @@ __all__ = [
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_SEND_TIMEOUT",
     "MEDIA_HTML",
     "MEDIA_HTML_V1",
     "MEDIA_JSON",
@@ -242,11 +245,12 @@ class _Tree:
     root: Path
     simple: Path
     files: Path
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
 
     @classmethod
-    def at(cls, root: Path) -> _Tree:
+    def at(cls, root: Path, send_timeout: float = DEFAULT_SEND_TIMEOUT) -> _Tree:
         root = root.resolve()
-        return cls(root, (root / tree.SIMPLE).resolve(), (root / tree.FILES).resolve())
+        return cls(root, (root / tree.SIMPLE).resolve(), (root / tree.FILES).resolve(), send_timeout)
 
     async def home(self, request: web.Request) -> StreamResponse:
         vary = {"Vary": "Accept"}  # the answer depends on it: a cache must not mix them up
@@ -309,7 +313,10 @@ class _Tree:
             if name.endswith((tree.ENVELOPE_SUFFIX, tree.SIGSTORE_SUFFIX))
             else "application/octet-stream"
         )
-        return web.FileResponse(path, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind})
+        # Sent paced: a client that stops reading loses the connection, not the other clients.
+        return PacedFile(
+            path, send_timeout=self.send_timeout, headers={"Cache-Control": FILE_CACHE, "Content-Type": kind}
+        )
 
     async def coverage(self, request: web.Request) -> StreamResponse:
         page = self.root / COVERAGE_PAGE
@@ -325,10 +332,14 @@ def _redirect(request: web.Request, path: str) -> web.HTTPMovedPermanently:
 
 
 def make_app(
-    root: Path, *, htpasswd: Htpasswd | None = None, login_limit: LoginLimit | None = None
+    root: Path,
+    *,
+    htpasswd: Htpasswd | None = None,
+    login_limit: LoginLimit | None = None,
+    send_timeout: float = DEFAULT_SEND_TIMEOUT,
 ) -> web.Application:
     """The aiohttp application serving the tree at *root*."""
-    tree = _Tree.at(root)
+    tree = _Tree.at(root, send_timeout)
     middlewares: list[Middleware] = [request_started, _no_500_tracebacks]
     auth = None
     if htpasswd is not None:
@@ -447,7 +458,7 @@ def serve(
     limits = (limits or ServeLimits()).fitted()
     users = Htpasswd.load(htpasswd) if htpasswd is not None else None
     logger, handlers = access_logger(access_log, echo_log)
-    app = make_app(root, htpasswd=users, login_limit=login_limit)
+    app = make_app(root, htpasswd=users, login_limit=login_limit, send_timeout=limits.send_timeout)
     try:
         asyncio.run(_run(app, (host, port), limits, logger, ready or _print_ready(root), stop))
     except KeyboardInterrupt:

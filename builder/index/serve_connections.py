@@ -1,6 +1,8 @@
-"""The connections of `wheelbuild serve`: a header and an idle timeout, a cap below what the
-open-file limit holds, and one log line (not a traceback) for a malformed request or for the
-event loop's own errors. aiohttp's connection (RequestHandler) is kept; :class:`Connection` only
+"""The connections of `wheelbuild serve`: a header, an idle and a send timeout, a cap below what
+the open-file limit holds and a share of it per client address, and one log line (not a
+traceback) for a malformed request or for the event loop's own errors. A slow reader is not an
+idle connection: a file goes out in chunks (:class:`PacedFile`), each of which the client must
+take within the send timeout, or its connection is closed and its slot freed. aiohttp's connection (RequestHandler) is kept; :class:`Connection` only
 tells :class:`Connections` when it opens, when a request's head begins, and when its answer went
 out, through aiohttp's public hooks."""
 
@@ -10,11 +12,13 @@ import asyncio
 import logging
 import os
 import resource
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
 
 from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
+from aiohttp.abc import AbstractAccessLogger, AbstractStreamWriter
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
@@ -27,9 +31,11 @@ __all__ = [
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_SEND_TIMEOUT",
     "MAX_BACKLOG",
     "Connection",
     "Connections",
+    "PacedFile",
     "ServeLimits",
     "loop_error",
     "request_started",
@@ -40,6 +46,8 @@ _Handler = Callable[[web.Request], Awaitable[StreamResponse]]
 
 DEFAULT_HEADER_TIMEOUT = 15.0
 DEFAULT_IDLE_TIMEOUT = 30.0
+DEFAULT_SEND_TIMEOUT = 30.0
+_SEND_CHUNK = 256 * 1024
 DEFAULT_MAX_CONNECTIONS = 256
 # Descriptors kept free of connections: the logs, the event loop's, a page or file being opened.
 _RESERVED_FDS = 32
@@ -62,12 +70,18 @@ class ServeLimits:
     open-file limit holds fewer). When a new one would pass it, the one that has waited longest
     for a request is closed; when every one is answering a request, the new one gets a 503.
     *backlog*: connections the event loop accepts in one go, before the cap above sees them
-    (None: from the open-file limit); the kernel queues up to MAX_BACKLOG."""
+    (None: from the open-file limit); the kernel queues up to MAX_BACKLOG.
+    *send_timeout*: each chunk of a file must be taken by the client within it, or the
+    connection is closed (a stalled reader frees its slot).
+    *per_client*: open connections one client address may hold (None: a quarter of the cap, at
+    least two), so that one client's stalled downloads cannot take every slot."""
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_connections: int | None = None
     backlog: int | None = None
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
+    per_client: int | None = None
 
     def fitted(self) -> ServeLimits:
         """These limits with the cap and the backlog decided, against this process's open-file
@@ -93,8 +107,9 @@ class ServeLimits:
                 f"(ulimit -n {soft}: at most {room})",
                 f"give --max-connections {room} or fewer, or raise the limit (ulimit -n)",
             )
+        cap = self.max_connections or min(DEFAULT_MAX_CONNECTIONS, room)
         return replace(
-            self, max_connections=self.max_connections or min(DEFAULT_MAX_CONNECTIONS, room), backlog=backlog
+            self, max_connections=cap, backlog=backlog, per_client=self.per_client or max(2, cap // 4)
         )
 
 
@@ -119,6 +134,7 @@ class Connection(RequestHandler):
             access_log=access_log,
         )
         self.connections = connections
+        self.client = "-"  # its peer's address, once open
         self.waiting_since: float | None = None  # None: answering a request
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -170,8 +186,12 @@ class Connections:
         self.open: set[Connection] = set()
 
     def opened(self, connection: Connection, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        connection.client = str(peer[0]) if peer else "-"
         self.open.add(connection)
         self.waiting(connection, self.limits.header_timeout)
+        if not self._within_share(connection, transport):
+            return
         if len(self.open) <= self.cap:
             return
         waiting = [c for c in self.open if c is not connection and c.waiting_since is not None]
@@ -180,12 +200,35 @@ class Connections:
             self.closed(longest)  # now, not when its close is done: the next one counts without it
             longest.force_close()
             return
-        peer = transport.get_extra_info("peername")
         log.warning(
             "refused a connection from %s: all %d are answering requests (--max-connections)",
-            escape(str(peer[0]) if peer else "-"),
+            escape(connection.client),
             self.cap,
         )
+        self._refuse(connection, transport)
+
+    def _within_share(self, connection: Connection, transport: asyncio.BaseTransport) -> bool:
+        """A client over its share: its own longest-waiting connection makes room, else the new
+        one is refused (503), whatever the others do. Whether *connection* is still open."""
+        share = self.limits.per_client or self.cap
+        its = [c for c in self.open if c.client == connection.client]
+        if len(its) <= share:
+            return True
+        waiting = [c for c in its if c is not connection and c.waiting_since is not None]
+        if waiting:
+            longest = min(waiting, key=lambda c: c.waiting_since or 0.0)
+            self.closed(longest)
+            longest.force_close()
+            return True
+        log.warning(
+            "refused a connection from %s: it holds its share of %d, each answering a request",
+            escape(connection.client),
+            share,
+        )
+        self._refuse(connection, transport)
+        return False
+
+    def _refuse(self, connection: Connection, transport: asyncio.BaseTransport) -> None:
         if isinstance(transport, asyncio.WriteTransport):
             transport.write(_BUSY)
         self.closed(connection)
@@ -224,6 +267,54 @@ class Connections:
         connection.timer = None
         if connection.waiting_since is not None:
             connection.force_close()
+
+
+class PacedFile(web.FileResponse):
+    """aiohttp's FileResponse (its ranges, conditional requests and headers), but the body sent in
+    chunks, each of which the client must take within *send_timeout*: a reader that stops
+    reading loses its connection, and with it its slot. `sent` counts the body bytes the client
+    took (what the access log says), not those announced."""
+
+    def __init__(self, path: Path, *, send_timeout: float, headers: Mapping[str, str]) -> None:
+        super().__init__(path, chunk_size=_SEND_CHUNK, headers=headers)
+        self.send_timeout = send_timeout
+        self.sent = 0
+
+    async def _sendfile(
+        self, request: BaseRequest, fobj: IO[bytes], offset: int, count: int
+    ) -> AbstractStreamWriter:
+        writer = await web.StreamResponse.prepare(self, request)
+        assert writer is not None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, fobj.seek, offset)
+        left = count
+        while left > 0:
+            chunk = await loop.run_in_executor(None, fobj.read, min(_SEND_CHUNK, left))
+            if not chunk:
+                break
+            await self._bounded(request, writer.write(chunk))
+            left -= len(chunk)
+            self.sent += len(chunk)
+        await self._bounded(request, writer.drain())
+        return writer
+
+    async def _bounded(self, request: BaseRequest, step: Awaitable[None]) -> None:
+        try:
+            await asyncio.wait_for(step, self.send_timeout)
+        except TimeoutError:
+            transport = request.transport
+            unsent = transport.get_write_buffer_size() if isinstance(transport, asyncio.WriteTransport) else 0
+            self.sent = max(self.sent - unsent, 0)
+            log.warning(
+                "closed a connection from %s: it took no data for %gs (a stalled download), %d of %d bytes sent",
+                escape(request.remote or "-"),
+                self.send_timeout,
+                self.sent,
+                self.content_length or 0,
+            )
+            if transport is not None:
+                transport.abort()
+            raise ConnectionResetError("the client stopped reading") from None
 
 
 @web.middleware

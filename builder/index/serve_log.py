@@ -7,6 +7,7 @@ import itertools
 import logging
 import sys
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -20,11 +21,20 @@ __all__ = ["ACCESS_LOGGER", "AccessLog", "access_logger", "escape"]
 ACCESS_LOGGER = "wheelbuild.serve.access"
 
 
+@runtime_checkable
+class CountsSent(Protocol):
+    """A response that counts the body bytes its client took (serve_connections.PacedFile)."""
+
+    sent: int
+
+
 def _body_bytes(request: BaseRequest, response: StreamResponse) -> int:
     """Body bytes sent. A file goes out by sendfile(), which aiohttp does not count: its body is
     the Content-Length it announced (sendfile raises if it cannot send it all). Other responses
     are counted with their status line and headers, so take off those, serialized as aiohttp does
     (status line, "k: v" lines, blank line)."""
+    if isinstance(response, CountsSent):  # what the client took, not what was announced
+        return 0 if request.method == "HEAD" or response.status not in (200, 206) else response.sent
     if isinstance(response, web.FileResponse):
         if request.method == "HEAD" or response.status not in (200, 206):
             return 0

@@ -891,3 +891,37 @@ def test_serve_answers_every_file_the_pages_link_to_the_sigstore_bundle_too(tmp_
         assert any(link.endswith(".sigstore.json") for link in files), pages
         for link in files:
             assert request(url, "/" + link).status == 200, link
+
+
+def test_stalled_downloads_lose_their_slots_not_the_other_clients(tmp_path: Path) -> None:
+    """Downloads of a 24 MB wheel that are never read (a receive window of 4 KiB, then nothing):
+    one client holds no more than its share (2 of 4 here), so another client is answered at
+    once; and each stalled download is closed after the send timeout, its slot freed, the access
+    log saying the bytes really sent, not the file's size."""
+    wheel = make_wheel(tmp_path / "in", extra_files={"wbtiny/blob.bin": os.urandom(24 << 20)})
+    publish([wheel], tmp_path / "tree")
+    size = wheel.stat().st_size
+    log = tmp_path / "access.log"
+    path = "/files/" + wheel.name.replace("+", "%2B")
+    limits = ("--max-connections", "4", "--send-timeout", "2", "--access-log", str(log))
+    with serve_process(tmp_path / "tree", *limits) as served:
+        stalled = []
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", _port(served.url)))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            sock.settimeout(30)
+            assert sock.recv(12) == b"HTTP/1.1 200"  # answering; then never read again
+            stalled.append(sock)
+        third = socket.create_connection(("127.0.0.1", _port(served.url)))
+        third.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        third.settimeout(30)
+        assert third.recv(12) == b"HTTP/1.1 503"  # over its share: refused, not queued
+        assert request(served.url, "/simple/", source="127.0.0.2").status == 200  # another client
+        hits = [hit for hit in read_log(log, at_least=3, timeout=60) if hit.path == path]
+        assert [hit.status for hit in hits] == [200, 200], hits  # both closed (the 503 is not logged)
+        assert all(0 < hit.bytes < size for hit in hits), (hits, size)
+        for sock in [*stalled, third]:
+            sock.close()
+    assert served.stderr.count("(a stalled download)") == 2, served.stderr
+    assert "refused a connection from 127.0.0.1: it holds its share of 2" in served.stderr
