@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from ..errors import BadArgument, NotPublished
 from . import publish as publishing
@@ -41,11 +41,11 @@ def _targets(root: Path, target: str) -> list[str]:
     project, sep, version_text = target.partition("==")
     try:
         version = Version(version_text.strip())
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past Python's 4,300-digit limit
         sep = ""
     if not sep or not project.strip():
         raise BadArgument(
-            f"{target!r} names no wheel",
+            f"{target[:80]!r}{'...' if len(target) > 80 else ''} names no wheel",
             "give a wheel file name (flash_attn-2.8.3+cu130torch2.11-cp312-cp312-linux_x86_64.whl) "
             "or PROJECT==VERSION (flash-attn==2.8.3+cu130torch2.11)",
         )
@@ -110,7 +110,10 @@ def yank(
     """Mark the wheels *target* names (a file name or PROJECT==VERSION) as yanked (PEP 592), with
     *reason* (one line; may be empty), and regenerate the index. Installers skip yanked files
     unless pinned exactly."""
-    return _set_yank(root, target, " ".join(reason.split()), lock_timeout)
+    # Bytes that are not UTF-8 (argv decoded with surrogateescape) become U+FFFD: the reason is
+    # served as text on the pages.
+    readable = reason.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return _set_yank(root, target, " ".join(readable.split()), lock_timeout)
 
 
 def unyank(

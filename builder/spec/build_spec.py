@@ -42,20 +42,25 @@ def check_cpus(cpus: float | None) -> float | None:
     return cpus
 
 
+def _short(text: str, keep: int = 40) -> str:
+    """*text* quoted for a message, cut to *keep* characters (a value may be thousands long)."""
+    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+
+
 def _arch_parts(text: str) -> list[tuple[int, bool]]:
     """'100,120+PTX' -> [(100, False), (120, True)]: each SM number, and whether its PTX is asked too.
     Separated by one comma or semicolon (spaces around it allowed) or by spaces alone."""
     entries = re.split(r"\s*[,;]\s*|\s+", text.strip())
     if "" in entries and text.strip():  # 100,,120, ,100 or 100,: a value cut or a variable unset
         raise BadArgument(
-            f"CUDA arch list {text!r} has an empty entry",
+            f"CUDA arch list {_short(text)} has an empty entry",
             "separate SM numbers by single commas, e.g. --archs 100,120",
         )
     parts = [p.lower().removeprefix("sm_").removeprefix("sm") for p in entries]
     found = [(p.removesuffix("+ptx"), p.endswith("+ptx")) for p in parts if p]
     # ASCII digits, three at most: str.isdigit() takes '²', and int() refuses over 4,300 digits.
     if not found or not all(re.fullmatch(r"[0-9]{2,3}", n) and 50 <= int(n) <= 200 for n, _ in found):
-        raise BadArgument(f"CUDA arch list {text!r} is not understood", _arch_remedy(found))
+        raise BadArgument(f"CUDA arch list {_short(text)} is not understood", _arch_remedy(found))
     return [(int(n), ptx) for n, ptx in found]
 
 

@@ -205,3 +205,41 @@ def test_a_publish_target_with_an_open_bracket_is_one_line_and_nothing_is_writte
     done = run_cli("publish", str(wheel), "--to", target)
     _one_line_refusal(done, 13, says)
     assert not any(p.name.startswith("user@") for p in tmp_path.iterdir())  # run_cli runs in tmp_path
+
+
+@pytest.mark.parametrize(
+    ("toml", "code", "says"),
+    [
+        (f"[tool.wheelbuild]\nmax-jobs = {DIGITS}\n", 13, "holds a value no setting takes"),
+        (f'[tool.wheelbuild]\narchs = "{DIGITS}"\n', 18, "characters) is not understood"),
+    ],
+    ids=["max-jobs-digits", "archs-digits"],
+)
+def test_a_number_past_what_python_reads_in_wheelbuild_toml_is_one_short_line(
+    run_cli: Run, tmp_path: Path, toml: str, code: int, says: str
+) -> None:
+    (tmp_path / "wheelbuild.toml").write_text(toml)
+    done = run_cli("plan", "wbdemo")
+    _one_line_refusal(done, code, says)
+    assert len(done.stderr) < 1000  # the 5,000 digits are not echoed back
+
+
+def test_yank_of_a_version_past_what_python_reads_and_a_reason_that_is_not_utf8(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    from wheelbuild.index.publish import publish
+
+    wheel = make_wheel(tmp_path / "in")
+    publish([wheel], tmp_path / "tree")
+    _one_line_refusal(
+        run_cli("yank", f"wbtiny=={DIGITS}", "--tree", str(tmp_path / "tree")), 13, "names no wheel"
+    )
+    reason = os.fsdecode(b"broken \xff build")  # as the shell hands such bytes over
+    done = run_cli(
+        "yank", "wbtiny==0.1.0+cu130torch2.11", "--tree", str(tmp_path / "tree"), "--reason", reason
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        'data-yanked="broken \ufffd build"'
+        in (tmp_path / "tree" / "simple" / "wbtiny" / "index.html").read_text()
+    )
