@@ -105,7 +105,9 @@ def read_toml(path: Path, *, remedy: str, missing: str) -> dict[str, object]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise BadArgument(f"{path} is not valid TOML: {error}", "fix the file") from None
     except ValueError as error:  # an integer past Python's 4,300 digits, which tomllib converts
-        raise BadArgument(f"{path} holds a value no setting takes: {str(error)[:120]}", "fix the file") from None
+        raise BadArgument(
+            f"{path} holds a value no setting takes: {str(error)[:120]}", "fix the file"
+        ) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise BadArgument(f"{path} nests deeper than any config needs", "fix the file") from None
     except OSError as error:
