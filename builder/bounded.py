@@ -6,6 +6,7 @@ segment. Files only: no Docker, no subprocess."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import stat
@@ -98,6 +99,16 @@ def tar_gz_members(
             if count >= members:
                 raise ArchiveRefused(f"more than {members} members", members=True)
             yield member, archive
+
+
+def regular_file_sha256(path: Path) -> str:
+    """sha256 of the regular file at *path*, read in blocks; FileRefused for a FIFO, a device or a
+    link to one (which would block, or never end), the OSError of opening for the rest."""
+    digest = hashlib.sha256()
+    with open_regular(path) as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def http_url_problem(url: str) -> str | None:

@@ -51,7 +51,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from ..bounded import FileRefused, open_regular, read_bounded
+from ..bounded import FileRefused, open_regular, read_bounded, regular_file_sha256
 from ..errors import InvalidWheel
 from ..wheel.archive import AmbiguousArchive, NotAZip, check_one_archive
 from ..wheel.contents import MAX_METADATA_SIZE, archs_in_wheel, metadata_fields, metadata_of
@@ -228,11 +228,7 @@ def _agreeing_metadata(path: Path, metadata: bytes, project: NormalizedName, ver
 def hash_file(path: Path) -> str:
     """sha256 of the regular file at *path*. Raises FileRefused (a ValueError) for anything else
     (a FIFO or a device named like a wheel would block or never end), or the OSError of opening."""
-    digest = hashlib.sha256()
-    with open_regular(path) as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return regular_file_sha256(path)
 
 
 def sha256_record(sha256: str, stat: os.stat_result) -> bytes:

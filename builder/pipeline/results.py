@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import assert_never
 
 from ..attempt.config import ATTEMPT_SCRIPTS
-from ..bounded import FileRefused, open_regular
+from ..bounded import FileRefused, regular_file_sha256
 from ..errors import SourceUnavailable
 from ..image.inputs import IMAGES_DIR, ImageInputs
 from ..provenance.statement import STATEMENT_SUFFIX
@@ -44,7 +44,7 @@ def source_digest(path: Path) -> str:
     """sha256 of an sdist file, or of a project tree (relative paths, modes and contents),
     leaving out build output and VCS metadata."""
     if not path.is_dir():
-        return _file_digest(path)
+        return regular_file_sha256(path)
     digest = hashlib.sha256()
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
@@ -60,16 +60,7 @@ def source_digest(path: Path) -> str:
                 digest.update(f"{relative}\0special {stat.S_IFMT(mode):o}\0".encode())
             else:
                 digest.update(f"{relative}\0{mode & 0o111:o}\0".encode())
-                digest.update(bytes.fromhex(_file_digest(file)))
-    return digest.hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    """sha256 of a regular file, read in blocks; FileRefused (a ValueError) for anything else."""
-    digest = hashlib.sha256()
-    with open_regular(path) as file:
-        while block := file.read(1 << 20):
-            digest.update(block)
+                digest.update(bytes.fromhex(regular_file_sha256(file)))
     return digest.hexdigest()
 
 

@@ -15,13 +15,13 @@ that differ are named.
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..bounded import FileRefused
+from ..bounded import FileRefused, regular_file_sha256
 from ..engine.ports import Engine
 from ..errors import (
     BadArgument,
@@ -132,7 +132,14 @@ def _builder(found: Statement) -> str:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """A source file's sha256: a regular file only (a statement may name /dev/zero or a FIFO)."""
+    try:
+        return regular_file_sha256(path)
+    except FileRefused:
+        raise StatementUnusable(
+            f"the statement's source {path} is not a regular file (a FIFO, a device, or a link to one)",
+            "give the source to compare with --source",
+        ) from None
 
 
 def local_materials(found: Statement, source: Path | None) -> dict[str, dict[str, str]]:
@@ -157,7 +164,10 @@ def _source_here(claimed: Material, given: Path | None) -> Path | None:
         path = Path(claimed.uri.removeprefix("file://"))
         return path if path.exists() else None
     sha256 = claimed.digest.get("sha256", "")
-    cached = sorted((cache_dir() / "sdists" / sha256).glob("*")) if len(sha256) == 64 else []
+    # Only a sha256 becomes a path: a hostile statement's '../../..' would walk out of the cache.
+    cached = (
+        sorted((cache_dir() / "sdists" / sha256).glob("*")) if re.fullmatch(r"[0-9a-f]{64}", sha256) else []
+    )
     return cached[0] if cached else None
 
 

@@ -8,6 +8,7 @@ inputs other than this checkout's (75), no statement (71) and a key it cannot us
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -15,6 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from wheelbuild.errors import StatementUnusable
+from wheelbuild.pipeline.verify import local_materials
+from wheelbuild.provenance.statement import Material, Statement
 
 from tests.provenancekit import PUBLISH_CHECKS, cuda_wheel, run_folder, ssh_key
 
@@ -103,3 +107,31 @@ def test_a_rebuild_refuses_parameters_no_build_would_be_given(
     with pytest.raises(WheelbuildError) as refused:
         rebuild_spec(replace(found, external=external), tmp_path / "out", None, {})
     assert refused.value.exit_code == code
+
+
+def _hostile(source: Material) -> Statement:
+    return Statement(subjects=(), external={}, internal={}, materials=(source,), builder_version={}, raw=b"")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_statement_naming_a_device_or_a_fifo_as_its_source_is_refused_not_read(
+    tmp_path: Path, target: str
+) -> None:
+    """An unsigned statement from anywhere: its source URI file:///dev/zero used to be read until
+    MemoryError, a FIFO to hang."""
+    if target == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        target = str(tmp_path / "fifo")
+    statement = _hostile(Material("source", {"sha256": "0" * 64}, f"file://{target}"))
+    with pytest.raises(StatementUnusable, match="is not a regular file"):
+        local_materials(statement, None)
+
+
+def test_a_statements_source_hash_that_is_a_path_never_leaves_the_sdist_cache(
+    tmp_path: Path, own_cache_dir: Path
+) -> None:
+    outside = own_cache_dir / ("a" * 61)  # beside sdists/, out of it
+    outside.mkdir(parents=True)
+    (outside / "evil.tar.gz").write_bytes(b"not the sdist")
+    statement = _hostile(Material("source", {"sha256": "../" + "a" * 61}))  # 64 characters, not hex
+    assert "source" not in local_materials(statement, None)
