@@ -34,9 +34,16 @@ def parse_memory(text: str) -> int:
         )
     size = int(number) // PAGE * PAGE  # the kernel rounds limits down to pages
     if size < MIN_MEMORY:
+        # A bare number is bytes, as docker reads it: --memory 64 is 64 bytes, which is surely 64g.
+        meant = (
+            f"did you mean {text.strip()}g? "
+            if not match[2] and not match[3] and float(match[1]) <= 4096
+            else ""
+        )
         raise BadMemory(
-            f"memory size {text!r} is below the {MIN_MEMORY // 1024**2} MiB a build container needs",
-            "give at least 256m; a CUDA extension build wants several GiB",
+            f"memory size {text!r} is below the {MIN_MEMORY // 1024**2} MiB a build container needs"
+            + (" (a number without a unit is bytes)" if not match[2] and not match[3] else ""),
+            f"{meant}give at least 256m; a CUDA extension build wants several GiB",
         )
     return size
 

@@ -176,7 +176,7 @@ def request(
 # client, user, method, path, status, bytes, time, then range="..." and agent="..." if sent
 LINE = re.compile(
     r"(?P<client>\S+) (?P<user>\S+) (?P<method>[A-Z]+) (?P<path>\S+) (?P<status>\d{3}) (?P<bytes>\d+)"
-    r' [\d.]+ms(?: range="(?P<range>[^"]*)")?(?: agent="(?P<agent>[^"]*)")?$'
+    r' [\d.]+ms(?: range="(?P<range>(?:[^"\\]|\\.)*)")?(?: agent="(?P<agent>(?:[^"\\]|\\.)*)")?$'
 )
 
 

@@ -17,7 +17,7 @@ from ..spec.build_spec import (
     parse_archs,
     parse_env,
     parse_ptx,
-    parse_python,
+    parse_pythons,
 )
 from ..units import parse_memory
 from ..variants import parse_variant
@@ -67,7 +67,7 @@ def build_spec(given: BuildOptions) -> BuildSpec:
         variant=parse_variant(given["torch_variant"], given["torch_index_url"]),
         archs=parse_archs(given["archs"]),
         ptx=parse_ptx(given["archs"]),
-        pythons=tuple(parse_python(p) for p in given["pythons"]),
+        pythons=parse_pythons(given["pythons"]),
         gpus=GpuMode(given["gpus"]),
         resources=_resources(given["memory"], given["cpus"], given["max_jobs"], given["nvcc_threads"]),
         output_dir=Path(given["output_dir"]).resolve(),

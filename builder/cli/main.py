@@ -406,6 +406,11 @@ def run() -> None:
     except KeyboardInterrupt:
         click.echo("error: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as error:  # click's own (an unknown option, a value out of range): one style
+        command = error.ctx.command_path if error.ctx is not None else "wheelbuild"
+        click.echo(f"error: {error.format_message()}", err=True)
+        click.echo(f"remedy: see `{command} --help` for what it takes", err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

@@ -203,9 +203,13 @@ def _twine_upload(wheels: Sequence[Path], endpoint: UploadEndpoint, progress: bo
         ) from None
     except (TwineException, requests.RequestException) as error:
         sent = basic_auth_forms(os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD"))
+        unset = [name for name in ("TWINE_USERNAME", "TWINE_PASSWORD") if not os.environ.get(name)]
         raise UploadFailed(
             f"upload to {endpoint.url} failed: {type(error).__name__}: {redact_values(str(error), sent)}",
-            "check the URL and that the server is up (e.g. curl it)",
+            f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set: set them (read by name, "
+            "never a command line) or store the password with `keyring set <url> <user>`; then check the URL"
+            if unset and isinstance(error, TwineException)
+            else "check the URL and that the server is up (e.g. curl it)",
         ) from None
 
 

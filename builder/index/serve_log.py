@@ -54,16 +54,19 @@ _KEPT_QUOTED = _KEPT | {ord(" ")}
 
 
 def escape(value: str, *, quoted: bool = False) -> str:
-    """*value* fit for one field of one log line: printable ASCII stays; anything else (quote,
-    backslash, control characters, newlines, non-ASCII, and a space outside quotes) becomes
-    ``\\xHH`` of its UTF-8 bytes, as nginx escapes, so a client can neither end a field nor
-    start a line."""
+    """*value* fit for one field of one log line: printable ASCII stays; inside quotes a quote
+    and a backslash are backslashed; anything else (a quote or backslash outside quotes, control
+    characters, newlines, non-ASCII, and a space outside quotes) becomes ``\\xHH`` of its UTF-8
+    bytes, as nginx escapes, so a client can neither end a field nor start a line."""
     try:
         data = value.encode("utf-8", "surrogateescape")  # bytes aiohttp could not decode, as sent
     except UnicodeEncodeError:
         data = value.encode("utf-8", "surrogatepass")
     kept = _KEPT_QUOTED if quoted else _KEPT
-    return "".join(chr(byte) if byte in kept else f"\\x{byte:02x}" for byte in data)
+    # Inside quotes, a quote and a backslash are backslashed (a JSON user agent, as uv sends,
+    # stays readable); the field still cannot end early.
+    backslashed = {ord('"'): '\\"', ord("\\"): "\\\\"} if quoted else {}
+    return "".join(chr(byte) if byte in kept else backslashed.get(byte) or f"\\x{byte:02x}" for byte in data)
 
 
 class AccessLog(AbstractAccessLogger):

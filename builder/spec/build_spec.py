@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -97,6 +98,21 @@ def parse_python(text: str) -> str:
     if match is None:
         raise BadArgument(f"Python version {text!r} is not understood", "write it as 3.11 or cp311")
     return f"cp3{match[1]}"
+
+
+def parse_pythons(values: Iterable[str]) -> tuple[str, ...]:
+    """--python given once or more, each '3.11' or a list ('3.11,3.12', '3.11 3.12'), as --archs
+    takes lists: the cibuildwheel tags, in order, each once. An empty entry is refused."""
+    tags: list[str] = []
+    for value in values:
+        entries = re.split(r"\s*[,;]\s*|\s+", value.strip())
+        if "" in entries:
+            raise BadArgument(
+                f"--python {_short(value)} has an empty entry",
+                "separate versions by single commas, e.g. --python 3.11,3.12",
+            )
+        tags += [parse_python(entry) for entry in entries]
+    return tuple(dict.fromkeys(tags))
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:

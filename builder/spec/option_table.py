@@ -27,7 +27,7 @@ from .build_spec import (
     check_cpus,
     parse_archs,
     parse_env,
-    parse_python,
+    parse_pythons,
 )
 
 __all__ = ["BY_KEY", "NO_SECRETS", "OPTIONS", "REPEATABLE", "Kind", "Option", "ReferenceRow", "reference"]
@@ -122,7 +122,7 @@ def _no_url_secrets(url: str) -> None:
 
 
 def _pythons(values: Iterable[str]) -> list[str]:
-    return [parse_python(v) for v in values]
+    return list(parse_pythons(values))
 
 
 # In help order: the image's options (base-image, ca-bundle, cuda12-image) last, as other commands
@@ -164,7 +164,8 @@ OPTIONS: tuple[Option, ...] = (
         example='["3.11", "3.12"]',
         unset="every one in the image",
         check=_pythons,
-        help=f"3.11 or cp311; {REPEATABLE} (the variable: space-separated) [default: every one in the image].",
+        help=f"3.11 or cp311, or a list (3.11,3.12); {REPEATABLE} (the variable: space-separated) "
+        "[default: every one in the image].",
     ),
     Option(
         key="version",

@@ -537,7 +537,10 @@ def test_escape_leaves_no_quote_newline_or_control_character() -> None:
     hostile = 'a"b\\c d\r\n127.0.0.1 - GET /forged 200 0 0.1ms\x1b[2J\x00\x7f\u2028é\udcff'
     quoted = _escape(hostile, quoted=True)
     assert re.fullmatch(r"[\x20-\x7e]*", quoted)
-    assert '"' not in quoted and "\\" not in quoted.replace("\\x", "")
+    # Inside quotes, a quote and a backslash are backslashed, so no quote ends the field early.
+    assert re.fullmatch(r'(?:[^"\\]|\\.)*', quoted), quoted
+    assert quoted.startswith('a\\"b\\\\c d\\x0d\\x0a')
+    assert _escape('{"installer":"uv"}', quoted=True) == '{\\"installer\\":\\"uv\\"}'  # readable
     assert " " not in _escape(hostile)  # outside quotes a space would split the field
     assert _escape("/simple/wbtiny/") == "/simple/wbtiny/"
     assert _escape("bytes=0-99", quoted=True) == "bytes=0-99"
@@ -562,9 +565,9 @@ def test_client_values_in_the_access_log_are_escaped(tree: Path, tmp_path: Path)
     parsed = [LINE.search(line) for line in lines]
     assert all(parsed), text
     ranged, agent, quote, forged = (m for m in parsed if m)
-    assert ranged["range"] == "bytes=0-1\\x22 status=\\x22200"
+    assert ranged["range"] == 'bytes=0-1\\" status=\\"200'
     assert ranged["user"] == "alice"
-    assert agent["agent"] == "pip \\x22x\\x22\\x09\\x5c \\xe9"  # the byte as sent (latin-1)
+    assert agent["agent"] == 'pip \\"x\\"\\x09\\\\ \\xe9'  # the byte as sent (latin-1)
     assert quote["path"] == "/simple/x\\x22y/"
     assert forged["user"] == "eve\\x0a127.0.0.1\\x20alice\\x20GET\\x20/files/x.whl\\x20200\\x201\\x201.0ms"
     assert 'status="200' not in text and '"x"' not in text

@@ -58,3 +58,15 @@ def test_an_upload_error_never_prints_the_credentials_the_server_echoes(
     assert "HTTP 400: rejected credentials ***" in refused.value.cause, said
     for leaked in (PASSWORD, f"{USER}:{PASSWORD}", base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()):
         assert leaked not in said
+
+
+def test_an_upload_without_credentials_names_the_variables_to_set(
+    echoing_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to say "check that the server is up" while the server was up and asked for a user."""
+    for name in ("TWINE_USERNAME", "TWINE_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TWINE_CONFIG_FILE", str(tmp_path / "no-pypirc"))
+    with pytest.raises(UploadFailed) as refused:
+        upload([make_wheel(tmp_path / "in")], UploadEndpoint(echoing_server))
+    assert refused.value.remedy.startswith("TWINE_USERNAME and TWINE_PASSWORD are not set: set them")

@@ -102,11 +102,23 @@ def test_top_level_help_lists_build_and_image(run_cli: RunCli) -> None:
     assert result.stdout.startswith("Usage: wheelbuild [OPTIONS] COMMAND [ARGS]...")
 
 
-def test_unknown_option_is_a_click_usage_error_with_code_2(run_cli: RunCli) -> None:
-    result = run_cli("build", "--no-such-option")
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("build", "--no-such-option"), "No such option '--no-such-option'"),
+        (("plan", "wbdemo", "--max-jobs", "0"), "Invalid value for '--max-jobs'"),
+    ],
+)
+def test_a_usage_error_is_said_as_every_error_is_with_code_2(
+    run_cli: RunCli, argv: tuple[str, ...], says: str
+) -> None:
+    """click's usage errors in wheelbuild's one style: a cause, a remedy, exit 2 (a command line
+    it cannot parse), no Usage block."""
+    result = run_cli(*argv)
     assert result.returncode == 2
-    assert result.stderr.startswith("Usage: wheelbuild build [OPTIONS] [PACKAGE]\n")
-    assert "No such option '--no-such-option'" in result.stderr
+    cause, remedy = result.stderr.splitlines()
+    assert cause.startswith("error: ") and says in cause, cause
+    assert remedy == f"remedy: see `wheelbuild {argv[0]} --help` for what it takes"
 
 
 # --- wheelbuild plan: the planner's properties, seen through the real command ----------------
