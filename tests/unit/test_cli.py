@@ -198,3 +198,18 @@ def test_the_rule_for_list_options_is_in_help(run_cli: RunCli) -> None:
     for option in ("--archs", "--python", "--env"):
         described = build.split(f"{option} ", 1)[1].split("[env var", 1)[0]
         assert "repeatable, the lists add up" in described, option
+
+
+def test_python_takes_a_comma_list_as_archs_does(run_cli: RunCli) -> None:
+    result = run_cli("plan", "wbdemo", "--python", "3.11,3.13", "--python", "3.11")
+    assert result.returncode == 0, result.stderr
+    assert "with cp311, cp313 wheels" in result.stderr  # the torch chosen for both, 3.11 once
+    refused = run_cli("plan", "wbdemo", "--python", "3.11,")
+    assert refused.returncode == 13 and "--python '3.11,' has an empty entry" in refused.stderr
+
+
+def test_a_memory_size_without_a_unit_asks_whether_gibibytes_were_meant(run_cli: RunCli) -> None:
+    result = run_cli("plan", "wbdemo", "--memory", "64")
+    assert result.returncode == 12, result.stderr
+    assert "(a number without a unit is bytes)" in result.stderr
+    assert "remedy: did you mean 64g? " in result.stderr
