@@ -22,6 +22,7 @@ from ..image.inputs import image_table
 from ..image.names import PREFIX, checked_prefix
 from ..pipeline import calibrate as calibrating
 from ..pipeline import check, preflight
+from ..pipeline.dry_run import plan_document, wheel_lines
 from ..pipeline.resolve import plan_of, resolve
 from ..plan.planner import format_plan, over_budget
 from ..progress.console import Console
@@ -45,6 +46,7 @@ from .options import (
     build_flags,
     fail_with,
     provenance,
+    provenance_records,
     reads_build_config,
     torch_index_option,
     torch_option,
@@ -95,9 +97,16 @@ def _say_option_files(console: Console) -> Console:
     is_flag=True,
     help="A predicted peak over the memory limit is an error (exit 28), not a warning.",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the whole dry run as one JSON object (docs/guides/plan-and-memory.md lists its fields).",
+)
 @build_flags
 def plan(
     strict: bool,
+    as_json: bool,
     verbose: bool,
     image_flags: ImageFlags,
     config_file: Path | None,
@@ -115,7 +124,12 @@ def plan(
     with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
         resolved = resolve(spec, image_flags.options(), console, engine, dry_run=True)
     planned = plan_of(resolved)
+    if as_json:
+        click.echo(json.dumps(plan_document(resolved, planned, provenance_records()), indent=2))
+        return
     click.echo(format_plan(planned))
+    for line in wheel_lines(resolved):
+        click.echo(line)
     if resolved.arch_note:
         click.echo(f"archs: {resolved.arch_note}")
     if resolved.std_note:

@@ -369,6 +369,17 @@ def provenance() -> list[str]:
     ]
 
 
+def provenance_records() -> list[dict[str, object]]:
+    """provenance() for `plan --json`: each build option's key, value as shown, and source
+    (a flag, a variable, a file's key; "" for the default)."""
+    ctx = click.get_current_context()
+    files = _files(ctx)
+    return [
+        {"key": item.option.key, "value": config.shown_value(item), "from": config.source_name(item, files)}
+        for item in (_resolved(ctx, option) for option in _table(ctx))
+    ]
+
+
 def sigstore_option(f: _F) -> _F:
     """--sigstore: publish's and the nightly's keyless signing (provenance/keyless.py)."""
     return click.option(

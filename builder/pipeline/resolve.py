@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from packaging.utils import canonicalize_name
+
 from ..attempt.config import network_while_building
 from ..errors import BadArgument
 from ..image.inputs import Image, ImageInputs
@@ -29,10 +31,11 @@ from ..image.options import ImageOptions, image_inputs
 from ..image.ports import Images
 from ..plan.planner import Plan
 from ..progress.console import Console
+from ..recipes import LocalProject, LocalSdist
 from ..recipes.survey import Survey
 from ..spec.build_spec import BuildSpec
 from ..spec.pythons import PythonConstraints, admitted_by
-from ..spec.requires_python import requires_python_of
+from ..spec.requires_python import SourceMetadata, source_metadata
 from ..spec.sources import PreparedSource, SourceDate, prepare_source, resolve_lookup, source_date
 from ..spec.torch_releases import TorchIndex
 from ..variants import CudaCompiler
@@ -79,6 +82,7 @@ class Resolution:
     survey: Survey  # what the package's build files ask for, read as text
     switches: tuple[str, ...]  # "NAME=VALUE: why", one per switch the build files call for
     requires_python: str | None
+    metadata: SourceMetadata  # the source's own name, version and Requires-Python, read as text
     torch_index: TorchIndex | None  # None: unreadable, and the Pythons were named (a warning said so)
     torch_why: str  # which torch release, and why ("torch 2.14.1: newest on ... with cp311 wheels")
     archs: tuple[int, ...]  # the archs each CUDA unit compiles (the asked ones, or the package's)
@@ -88,6 +92,12 @@ class Resolution:
     network: str  # the container's network while the package builds: "off", or "on: <why>"
     date: SourceDate  # SOURCE_DATE_EPOCH, from the source: every zip entry's date
     stage: ImageStage | None  # None in a dry run
+
+    @property
+    def project(self) -> str:
+        """The package's name as its metadata gives it, normalized as pip compares names (a
+        folder or an sdist file is named for what it holds, not for its path)."""
+        return canonicalize_name(self.metadata.name) if self.metadata.name else self.spec.recipe.name
 
     @property
     def imaged(self) -> ImageStage:
@@ -136,7 +146,14 @@ def resolve(
         cuda12_obtainable(options, spec.variant, images)
     source = prepare_source(spec.recipe.source, console.info)
     spec, survey, switches = surveyed(spec, source, console)
-    requires_python = requires_python_of(source.project_dir / source.package)
+    metadata = source_metadata(source.project_dir / source.package)
+    requires_python = metadata.requires_python
+    if metadata.name and isinstance(spec.recipe.source, LocalProject | LocalSdist):
+        # A folder or a file is named for its path; the package by what it says it is.
+        name = canonicalize_name(metadata.name)
+        model = spec.recipe.memory_model
+        model = replace(model, name=name) if model.name == spec.recipe.name else model
+        spec = replace(spec, recipe=replace(spec.recipe, name=name, memory_model=model))
     index = torch_index(spec.variant, bool(spec.pythons), console)
     torch_why: str | None = None  # chosen for the Pythons named, else for the image's
     stage = None
@@ -155,7 +172,7 @@ def resolve(
             spec, options, console, images, index, requires_python, torch_why
         )
     return Resolution(
-        spec, compiler, source, survey, switches, requires_python, index, torch_why,
+        spec, compiler, source, survey, switches, requires_python, metadata, index, torch_why,
         compiled_archs(spec, survey), arch_note(spec, survey), std_note(spec, survey),
         toolkit_note(spec.variant, compiler),
         network_while_building(spec.build_network, spec.dist, os.environ), source_date(source), stage,

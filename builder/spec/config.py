@@ -323,6 +323,11 @@ def source_name(item: Resolved, files: FileConfig) -> str:
     }[item.origin]
 
 
+def shown_value(item: Resolved) -> str:
+    """An option's value as `plan` shows it (a credential never: see _shown)."""
+    return _shown(item.option, item.value)
+
+
 def provenance(resolved: Iterable[Resolved], files: FileConfig) -> list[str]:
     """One line per option: its value and where it came from, e.g.
     `memory     64g      from WHEELBUILD_MEMORY` or `python  every one in the image  (default)`."""

@@ -1,7 +1,7 @@
-"""A source's Requires-Python, read without running it: an sdist's top-level PKG-INFO (the archive
-read as a hostile stream, capped in what it decompresses, in members and in PKG-INFO's bytes) or
-a project directory's pyproject.toml ``[project] requires-python``, else its PKG-INFO. Which
-Pythons that admits is pythons.py's to decide."""
+"""A source's metadata, read without running it: its name, version and Requires-Python, from an
+sdist's top-level PKG-INFO (the archive read as a hostile stream, capped in what it decompresses,
+in members and in PKG-INFO's bytes) or a project directory's pyproject.toml ``[project]``, else
+its PKG-INFO. Which Pythons Requires-Python admits is pythons.py's to decide."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tarfile
 import tomllib
 import zlib
 from contextlib import closing
+from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -20,17 +21,29 @@ SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist before giving up on fi
 SDIST_MEMBERS = 100_000
 
 
-def _from_pkg_info(data: bytes) -> str | None:
+@dataclass(frozen=True)
+class SourceMetadata:
+    """What a source says of itself without being run; None where it does not say."""
+
+    name: str | None = None
+    version: str | None = None
+    requires_python: str | None = None
+
+
+def _from_pkg_info(data: bytes) -> SourceMetadata:
     headers, blank, _body = data.partition(b"\n\n")
     if not blank and len(data) >= PKG_INFO_LIMIT:
-        return None  # headers cut off by the cap: do not trust a half-read value
-    value = HeaderParser().parsestr(headers.decode("utf-8", errors="replace")).get("Requires-Python")
-    if value is None:
-        return None
-    return str(value).strip() or None
+        return SourceMetadata()  # headers cut off by the cap: do not trust a half-read value
+    parsed = HeaderParser().parsestr(headers.decode("utf-8", errors="replace"))
+
+    def field(key: str) -> str | None:
+        value = parsed.get(key)
+        return (str(value).strip() or None) if value is not None else None
+
+    return SourceMetadata(field("Name"), field("Version"), field("Requires-Python"))
 
 
-def _from_sdist(path: Path) -> str | None:
+def _from_sdist(path: Path) -> SourceMetadata:
     """Requires-Python from the PKG-INFO at the top of an sdist (``<name>-<version>/PKG-INFO``).
     The archive may be hostile: read as a stream, capped in what it decompresses, in members
     looked at and in the bytes of PKG-INFO read; nothing is extracted to disk."""
@@ -40,10 +53,10 @@ def _from_sdist(path: Path) -> str | None:
                 parts = member.name.removeprefix("./").split("/")
                 if len(parts) == 2 and parts[1] == "PKG-INFO" and member.isfile():
                     stream = archive.extractfile(member)
-                    return _from_pkg_info(stream.read(PKG_INFO_LIMIT)) if stream else None
+                    return _from_pkg_info(stream.read(PKG_INFO_LIMIT)) if stream else SourceMetadata()
     except ArchiveRefused as exc:
         if exc.members:
-            return None  # so many members and no PKG-INFO among them: it says none
+            return SourceMetadata()  # so many members and no PKG-INFO among them: it says none
         raise SourceUnavailable(
             f"cannot read the sdist {path}: {exc}", "check the file: it is not a readable .tar.gz"
         ) from None
@@ -51,42 +64,58 @@ def _from_sdist(path: Path) -> str | None:
         raise SourceUnavailable(
             f"cannot read the sdist {path}: {exc}", "check the file: it is not a readable .tar.gz"
         ) from None
-    return None
+    return SourceMetadata()
 
 
-def _from_pyproject(path: Path) -> str | None:
+def _from_pyproject(path: Path) -> SourceMetadata:
     try:
         with path.open("rb") as f:
             document = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SourceUnavailable(f"cannot read {path}: {exc}", "fix the file's TOML") from None
     project = document.get("project")
-    value = project.get("requires-python") if isinstance(project, dict) else None
-    if value is None:
-        return None
-    if not isinstance(value, str):
+    if not isinstance(project, dict):
+        return SourceMetadata()
+    value = project.get("requires-python")
+    if value is not None and not isinstance(value, str):
         raise SourceUnavailable(
             f"{path}: [project] requires-python is not a string", 'write it as requires-python = ">=3.10"'
         )
-    return value.strip() or None
+    name, version = project.get("name"), project.get("version")  # a dynamic version is not here
+    return SourceMetadata(
+        name.strip() or None if isinstance(name, str) else None,
+        version.strip() or None if isinstance(version, str) else None,
+        (value or "").strip() or None,
+    )
+
+
+def source_metadata(project: Path) -> SourceMetadata:
+    """The metadata of a source: an sdist (``.tar.gz``: its top-level PKG-INFO) or a project
+    directory (``pyproject.toml``'s ``[project]``, each field it lacks from its PKG-INFO). Empty
+    where it says nothing (a setup.py-only project cannot be read without running it). Raises
+    SourceUnavailable for an sdist or pyproject.toml that cannot be read."""
+    if project.is_dir():
+        found = SourceMetadata()
+        if (pyproject := project / "pyproject.toml").is_file():
+            found = _from_pyproject(pyproject)
+        pkg_info = project / "PKG-INFO"
+        if pkg_info.is_file() and None in (found.name, found.version, found.requires_python):
+            try:
+                with pkg_info.open("rb") as f:
+                    more = _from_pkg_info(f.read(PKG_INFO_LIMIT))
+            except OSError as exc:
+                raise SourceUnavailable(f"cannot read {pkg_info}: {exc}", "check the file") from None
+            found = SourceMetadata(
+                found.name or more.name,
+                found.version or more.version,
+                found.requires_python or more.requires_python,
+            )
+        return found
+    if project.is_file() and project.name.endswith(".tar.gz"):
+        return _from_sdist(project)
+    return SourceMetadata()
 
 
 def requires_python_of(project: Path) -> str | None:
-    """The Requires-Python of a source: an sdist (``.tar.gz``: its top-level PKG-INFO) or a project
-    directory (``pyproject.toml``'s ``[project] requires-python``, else its PKG-INFO). None when it
-    says none (a setup.py-only project cannot be read without running it). Raises
-    SourceUnavailable for an sdist or pyproject.toml that cannot be read."""
-    if project.is_dir():
-        if (pyproject := project / "pyproject.toml").is_file() and (found := _from_pyproject(pyproject)):
-            return found
-        pkg_info = project / "PKG-INFO"
-        if pkg_info.is_file():
-            try:
-                with pkg_info.open("rb") as f:
-                    return _from_pkg_info(f.read(PKG_INFO_LIMIT))
-            except OSError as exc:
-                raise SourceUnavailable(f"cannot read {pkg_info}: {exc}", "check the file") from None
-        return None
-    if project.is_file() and project.name.endswith(".tar.gz"):
-        return _from_sdist(project)
-    return None
+    """The Requires-Python of a source (source_metadata), None when it says none."""
+    return source_metadata(project).requires_python

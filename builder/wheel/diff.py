@@ -8,12 +8,14 @@ sections through the bounded reader (elf_sections). Files in, a Difference or No
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bounded import regular_file_sha256
 from .contents import read_member
 from .elf_sections import CORRUPT_ELF, SectionRefused, open_elf, section_bytes
 from .gate import MAX_MEMBERS
@@ -33,10 +35,22 @@ class Difference:
         return f"{self.member}: {self.what}" if self.member else self.what
 
 
+def _sha256(path: Path) -> str:
+    """A regular file's sha256; a FIFO, a device or a link to one (named like a wheel) is refused
+    (ValueError) rather than read forever."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path} is not a regular file (a FIFO, a device, or a link to one)")
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def first_difference(a: Path, b: Path) -> Difference | None:
     """None when the two files are the same bytes; else the first place they differ. Raises
     ValueError for a file that is not a readable wheel."""
-    if regular_file_sha256(a) == regular_file_sha256(b):
+    if _sha256(a) == _sha256(b):
         return None
     try:
         return _compared(a, b)
