@@ -111,7 +111,12 @@ def verify_command(
             build = verifying.builder(console, engine)
             rebuilt = verifying.rebuild(verdict, image_flags.options(), output_dir, source, build)
         click.echo(f"    rebuilt: the same sha256 ({rebuilt})")
-    click.echo("verified")
+    # Without --key, what was checked is that the statement describes these bytes, not who made it.
+    click.echo(
+        "verified"
+        if verdict.signed_by
+        else "verified: the statement describes this wheel; who made it was not checked (give --key)"
+    )
 
 
 COMMANDS = (diff_command, verify_command)

@@ -148,6 +148,9 @@ def test_without_a_key_verify_checks_the_subject_and_says_the_signature_was_not(
     done = _verify(run_cli, str(wheel))
     assert done.returncode == 0, done.stderr
     assert "signature not checked (no --key)" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1] == (
+        "verified: the statement describes this wheel; who made it was not checked (give --key)"
+    )
     key = ssh_key(tmp_path / "keys", "id_ed25519")
     unsigned = _verify(run_cli, str(wheel), "--key", f"{key}.pub")
     assert unsigned.returncode == 72 and "it is not signed" in unsigned.stderr
