@@ -38,6 +38,8 @@ ELFCOMPRESS_ZLIB = 1
 SHDR_TYPE, SHDR_FLAGS, SHDR_SIZE = 4, 8, 32  # field offsets in an ELF64 section header
 # A memory ceiling for one inspection, far below any bomb here (the smallest asks for 64 MiB).
 INSPECT_PEAK = 8 * 1024**2
+# The tag an x86-64 extension module may carry (a py3-none-any wheel holding one is refused for it).
+LINUX = "cp311-cp311-linux_x86_64"
 
 
 def _fatbin(arch: int) -> bytes:
@@ -113,7 +115,7 @@ def test_a_nobits_fatbin_of_a_tebibyte_is_refused_unread(
     assert len(bomb) < 32 * 1024  # a 16 KiB file that asked pyelftools for 1 TiB of zeros
     with pytest.raises(FatbinFormatError, match=r"\.nv_fatbin holds no bytes in the file \(SHT_NOBITS\)"):
         archs_in_elf(bomb)
-    wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": bomb})
+    wheel = make_wheel(tmp_path, tag=LINUX, extra_files={"wbtiny/_C.so": bomb})
     with pytest.raises(InvalidWheel, match="SHT_NOBITS") as refused:
         inspect_or_refuse(wheel)
     assert refused.value.exit_code == 52
@@ -130,6 +132,7 @@ def test_a_nobits_helper_library_is_refused_by_inspect_and_publish_in_one_line(
     helper = _rewrite_fatbin_header(compile_so(_fatbin(90)), sh_type=SHT_NOBITS, size=600 * 1024**2)
     wheel = make_wheel(
         tmp_path / "in",
+        tag=LINUX,
         extra_files={"wbtiny/_C.so": compile_so(_fatbin(100)), "wbtiny/_helper.so": helper},
     )
     for args in (
@@ -167,7 +170,7 @@ def test_a_compressed_fatbin_past_the_caps_is_refused_without_inflating_it(
     so = _rewrite_fatbin_header(compile_so(_compressed(payload, declared)), flags=SHF_COMPRESSED)
     with pytest.raises(FatbinFormatError, match=says):
         archs_in_elf(so)
-    wheel = make_wheel(tmp_path, extra_files={"wbtiny/_C.so": so})
+    wheel = make_wheel(tmp_path, tag=LINUX, extra_files={"wbtiny/_C.so": so})
     with pytest.raises(InvalidWheel, match=says):
         inspect_or_refuse(wheel)
     assert _peak_of(lambda: inspect_wheel(wheel)) < INSPECT_PEAK  # never inflated to 64 MiB
