@@ -126,6 +126,7 @@ class Run:
     published_to: tuple[str, ...]  # targets its published.json names
     last_write: float  # newest mtime of the folder and its files
     holds_index: bool = False  # a published tree (files/ or simple/) inside: never touched
+    image_tag: str | None = None  # the build image its report names: kept while the run is
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,11 @@ def decide_images(
     current: frozenset[str],
     containers: Sequence[ContainerFact],
     base_ids: frozenset[str],
+    kept_runs: Mapping[str, str] | None = None,
 ) -> tuple[Decision, ...]:
+    """Each image kept or removed, and why. *kept_runs*: image tag -> a kept run that used it
+    (a build made in another environment than gc's names an image gc would not call current)."""
+    kept_runs = kept_runs or {}
     users: dict[str, ContainerFact] = {}
     for container in containers:  # a running user names the image before a stopped one
         if container.running or container.image_id not in users:
@@ -317,6 +322,8 @@ def decide_images(
             why = f"used by {_container_word(users[image.id])}"
         elif image.id in base_ids:
             why = "the base image"
+        elif image.tag in kept_runs:
+            why = f"the image of kept run {kept_runs[image.tag]}"
         else:
             why = "not the current inputs' image, used by no container" + (
                 " (it has other tags: only this one goes)" if image.untag_only else ""
@@ -420,12 +427,19 @@ def decide(
     needed = {
         key: d.name for d in run_decisions if not d.remove and (key := by_id[d.name].inputs_key) is not None
     }
+    kept_images = {
+        tag: d.name for d in run_decisions if not d.remove and (tag := by_id[d.name].image_tag) is not None
+    }
     return GcDecisions(
         (
             *run_decisions,
             *decide_results(results, keep_results=keep_runs, needed=needed, published=published),
             *decide_images(
-                docker.images, current=current_images, containers=docker.containers, base_ids=base_ids
+                docker.images,
+                current=current_images,
+                containers=docker.containers,
+                base_ids=base_ids,
+                kept_runs=kept_images,
             ),
             *decide_volumes(
                 docker.volumes,

@@ -183,6 +183,7 @@ def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[decisions.Run
                 last_write=newest,
                 holds_index=any(folder.rglob(f"{index_tree.SIMPLE}/index.html"))
                 or (folder / index_tree.FILES).is_dir(),
+                image_tag=report.image.tag if report and report.image else None,
             )
         )
     return tuple(found)

@@ -618,3 +618,30 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
     assert done[wheel_cache_use.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
     busy = prune.execute(_PruningEngine({"busy": True}), decided, options, lambda _: None)  # type: ignore[arg-type]
     assert {r.status for r in busy} == {gc.Status.KEPT}
+
+
+def test_the_image_a_kept_run_used_is_kept_though_not_current_here() -> None:
+    """A build made in another environment (scripts/setup's base image) named its image; gc run
+    from a shell without that environment computes other current inputs. The kept run's image
+    stays while the run does; the removed run's image goes."""
+    decided = gc.decide(
+        runs=[run(1, image_tag="wheelbuild-cuda131:older"), run(2, image_tag="wheelbuild-cuda131:newer")],
+        results=[],
+        docker=gc.DockerState(
+            (image("wheelbuild-cuda131:older", "sha256:o"), image("wheelbuild-cuda131:newer", "sha256:n")),
+            (),
+            (),
+        ),
+        published=gc.Published(),
+        current_images=frozenset({"wheelbuild-cuda131:elsewhere"}),
+        base_ids=frozenset(),
+        keep_runs=1,
+        caches=False,
+        scope=gc.Scope(),
+        now=NOW,
+    )
+    removals = {(d.kind, d.name) for d in decided.removals}
+    assert (gc.Kind.IMAGE, "wheelbuild-cuda131:older") in removals
+    assert (gc.Kind.IMAGE, "wheelbuild-cuda131:newer") not in removals
+    kept = next(d for d in decided.decisions if d.name == "wheelbuild-cuda131:newer")
+    assert kept.why == f"the image of kept run {run(2).id}"
