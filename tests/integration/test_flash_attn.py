@@ -98,6 +98,19 @@ class _Build:
     def text(self) -> str:
         return "".join(self.output)
 
+    def __enter__(self) -> _Build:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Whatever failed, the build is stopped as a user would stop it (never left compiling
+        for the tests after this one: they start by asking that no build runs here)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
     def interrupt(self, docker_client: docker.DockerClient) -> None:
         """Ctrl-C: exit 130, no container of the run and no compiler left."""
         text = self.text()
@@ -127,23 +140,23 @@ def test_flash_attn_cu130_starts_a_real_build_that_stops_cleanly(
 ) -> None:
     """Interrupted as soon as flash-attn's own compiles run, not when the first (minutes long)
     finishes: that one is the slow test below."""
-    build = _Build(tmp_path)
-    ordered = build.until(ORDERED, timeout_s=1800)
-    assert ordered is not None, build.text()[-4000:]
-    assert int(ordered[1]) >= 70, ordered[0]  # flash-attn 2.8.3's 72 kernels and its binding
-    # ninja starts them at once: a compiler of flash-attn's units is running
-    assert poll_until(
-        lambda: any(p.split()[-1] in DEVICE_COMPILERS for p in compiler_processes()), timeout_s=120
-    ), build.text()[-4000:]
-    build.interrupt(docker_client)
+    with _Build(tmp_path) as build:
+        ordered = build.until(ORDERED, timeout_s=1800)
+        assert ordered is not None, build.text()[-4000:]
+        assert int(ordered[1]) >= 70, ordered[0]  # flash-attn 2.8.3's 72 kernels and its binding
+        # ninja starts them at once: a compiler of flash-attn's units is running
+        assert poll_until(
+            lambda: any(p.split()[-1] in DEVICE_COMPILERS for p in compiler_processes()), timeout_s=120
+        ), build.text()[-4000:]
+        build.interrupt(docker_client)
 
 
 @pytest.mark.slow  # the test above, waiting until ninja has finished one unit (5-10 minutes here)
 def test_flash_attn_cu130_builds_a_first_unit_and_stops_cleanly(
     cuda_image: str, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    build = _Build(tmp_path)
-    finished = build.until(NINJA, timeout_s=1800)
-    assert finished is not None, build.text()[-4000:]
-    assert int(finished[2]) >= 70, finished[0]  # flash-attn 2.8.3's 73 units (fewer once some are cached)
-    build.interrupt(docker_client)
+    with _Build(tmp_path) as build:
+        finished = build.until(NINJA, timeout_s=1800)
+        assert finished is not None, build.text()[-4000:]
+        assert int(finished[2]) >= 70, finished[0]  # flash-attn 2.8.3's 73 units (fewer once some are cached)
+        build.interrupt(docker_client)
