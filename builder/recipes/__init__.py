@@ -177,7 +177,7 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     normalized = package.lower().replace("_", "-")
     if normalized in _KNOWN:
         return _KNOWN[normalized](version)
-    if (named := _index_name(package)) and named[0] in _KNOWN and not Path(package).exists():
+    if (named := _index_name(package)) and named[0] in _KNOWN and not _names_a_path(package):
         return _KNOWN[named[0]](_pinned(package, *named, version))
     if version is not None:
         return _named_with_version(package, version, arch_env)
@@ -186,12 +186,20 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     return _local_recipe(package, arch_env)
 
 
+def _names_a_path(package: str) -> bool:
+    """Whether *package* is a path that exists here (a name too long for the file system is not)."""
+    try:
+        return Path(package).exists()
+    except OSError:
+        return False
+
+
 def _named_with_version(package: str, version: str, arch_env: str | None) -> Recipe:
     """A package named on the index with --version (as a nightly matrix's versions say it):
     NAME --version V is NAME==V, and --version latest the newest. A path or a URL builds the
     version it holds."""
     named = _index_name(package)
-    if named is None or Path(package).exists():
+    if named is None or _names_a_path(package):
         raise BadArgument(
             f"--version applies to a recipe or a name on the index, not to {package!r}",
             "drop --version; a local path or sdist builds the version it contains",

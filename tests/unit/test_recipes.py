@@ -340,3 +340,9 @@ def test_what_is_no_name_as_pip_takes_one_is_an_unknown_package(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UnknownPackage, match="no package name as pip takes one"):
         resolve_recipe(package)
+
+
+def test_a_name_too_long_for_the_file_system_is_a_name_not_an_error() -> None:
+    """Path.exists() raises ENAMETOOLONG for it; found by the CLI fuzz test (calibrate --version)."""
+    long_name = "x" * 300
+    assert resolve_recipe(long_name, version="1.0").source == IndexLookup(long_name, "1.0")
