@@ -125,11 +125,16 @@ def http_url_problem(url: str) -> str | None:
     return None
 
 
+def url_file_name(url: str) -> str:
+    """The last segment of *url*'s path, unquoted: the file it names, if it names one."""
+    return unquote(urlsplit(url).path).rsplit("/", 1)[-1]
+
+
 def file_url_problem(url: str, suffixes: tuple[str, ...]) -> str | None:
     """Why *url* is not an http(s) URL of a file named with one of *suffixes*; None when it is."""
     if (problem := http_url_problem(url)) is not None:
         return problem
-    name = unquote(urlsplit(url).path).rsplit("/", 1)[-1]
+    name = url_file_name(url)
     if name in ("", ".", "..") or "\\" in name or "\x00" in name:
         return "its last segment names no file"
     if not name.endswith(suffixes):

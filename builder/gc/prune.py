@@ -243,10 +243,12 @@ def current_images(images: ImageIds, options: ImageOptions, scope: decisions.Sco
     toolkit, and for cu12x the image with the CUDA 12 layer and the layer itself (or
     --cuda12-image's image instead); and the sccache-dist fleet's image FROM the plain default
     one, when that is here (its tag hashes the plain image's ID, as `wheelbuild dist` names it)."""
-    plain = image_inputs(images, replace(options, cuda12_redist=False))
-    tags = {plain.tag}
-    for toolkit in CUDA13_TOOLKITS:
-        tags.add(image_inputs(images, replace(options, cuda12_redist=False, toolkit=toolkit)).tag)
+    plain_by_toolkit = {
+        toolkit: image_inputs(images, replace(options, cuda12_redist=False, toolkit=toolkit))
+        for toolkit in CUDA13_TOOLKITS
+    }
+    plain = plain_by_toolkit[options.toolkit]
+    tags = {inputs.tag for inputs in plain_by_toolkit.values()}
     if options.cuda12_image is None:
         cu12 = image_inputs(images, replace(options, cuda12_redist=True))
         tags |= {cu12.tag, cuda12_layer().tag}

@@ -9,14 +9,12 @@ in a dry run). Free-threaded builds (cp313t) are left out, as the build leaves t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..plan.planner import Plan
 from ..recipes import source_location, source_pin
 from ..spec.build_spec import format_archs
 from ..spec.pythons import admitted_by
-from ..spec.torch_releases import python_order
 from .resolve import Resolution
 
 __all__ = ["JSON_SCHEMA", "PlannedWheel", "plan_document", "planned_pythons", "planned_wheels", "wheel_lines"]
@@ -46,15 +44,9 @@ def planned_pythons(resolved: Resolution) -> tuple[tuple[str, ...], str]:
         return spec.pythons, "as named"
     if resolved.torch_index is None:
         return (), "the image's (torch's index could not be read)"
-    tags = sorted(
-        (
-            t
-            for t in resolved.torch_index.python_tags(spec.variant.torch_version)
-            if re.fullmatch(r"cp3\d+", t)
-        ),
-        key=python_order,
+    admitted = admitted_by(
+        resolved.requires_python, resolved.torch_index.cpythons(spec.variant.torch_version)
     )
-    admitted = admitted_by(resolved.requires_python, tags)
     return admitted, "torch's wheels the package admits, of which the build makes those its image holds"
 
 

@@ -172,8 +172,6 @@ def _compiler(
             f"build for a torch of CUDA {compiler.version} or older (--torch newest picks the newest "
             "torch wheelbuild can compile), or with a wheelbuild that carries that toolkit",
         )
-    same_major = [c for c in same_major if builds_for(c, variant)]
-    compiler = same_major[-1]
     missing = [a for a in archs if not supports_arch(compiler, a)]
     raise CompilerUnavailable(
         f"torch {variant} builds with CUDA {compiler.version}, which cannot compile "

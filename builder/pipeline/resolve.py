@@ -17,7 +17,6 @@ inputs key.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -239,9 +238,7 @@ def _some_python(spec: BuildSpec, index: TorchIndex | None, requires_python: str
     if index is None or spec.variant.newest:
         return
     version = spec.variant.torch_version
-    tags = sorted(
-        (t for t in index.python_tags(version) if re.fullmatch(r"cp3\d+", t)), key=lambda t: int(t[3:])
-    )
+    tags = index.cpythons(version)
     if admitted_by(requires_python, tags):
         return
     found = f"CPython wheels for {', '.join(tags)}" if tags else "no CPython wheel"

@@ -5,7 +5,6 @@ the index lists, which the build report records."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -17,7 +16,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import assert_never
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import (
@@ -27,7 +26,14 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from ..bounded import ArchiveRefused, file_url_problem, tar_gz_members
+from ..bounded import (
+    ArchiveRefused,
+    FileRefused,
+    file_url_problem,
+    regular_file_sha256,
+    tar_gz_members,
+    url_file_name,
+)
 from ..errors import BadArgument, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
@@ -59,16 +65,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("WHEELBUILD_CACHE_DIR", Path(base) / "wheelbuild"))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verify(path: Path, expected: str | None) -> None:
-    if expected is not None and (actual := _sha256(path)) != expected:
+    if expected is None:
+        return
+    try:
+        actual = regular_file_sha256(path)
+    except FileRefused:
+        raise SourceUnavailable(
+            f"{path} is not a regular file (a FIFO, a device, or a link to one)", "give the sdist file itself"
+        ) from None
+    if actual != expected:
         raise SourceUnavailable(
             f"{path.name} has sha256 {actual}, but the pin says {expected}",
             "the file changed or the pin is wrong: check where it came from before updating the pin",
@@ -239,7 +245,7 @@ def _downloaded(url: str, sha256: str, on_line: Callable[[str], None]) -> Prepar
             f"the sdist URL {redact_url(url)!r} is not one wheelbuild downloads: {problem}",
             "give the http(s) URL of the .tar.gz or .zip itself",
         )
-    name = unquote(urlsplit(url).path).rsplit("/", 1)[-1]
+    name = url_file_name(url)
     dest = cache_dir() / "sdists" / sha256 / name
     if not dest.is_file():
         _download(url, dest, on_line)

@@ -211,6 +211,12 @@ class TorchIndex:
     def python_tags(self, torch_version: str) -> frozenset[str]:
         return python_tags(self.files, torch_version)
 
+    def cpythons(self, torch_version: str) -> tuple[str, ...]:
+        """The CPython tags (free-threaded builds left out) that have a wheel of *torch_version*,
+        oldest first."""
+        tags = (t for t in self.python_tags(torch_version) if re.fullmatch(r"cp3\d+", t))
+        return tuple(sorted(tags, key=python_order))
+
     def release(self, torch_version: str) -> TorchRelease | None:
         """The release *torch_version* names (2.14.1 matches 2.14.1+cu130 too, when alone)."""
         wanted = _specifier(torch_version)
