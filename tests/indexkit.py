@@ -131,13 +131,13 @@ def _check_file(root: Path, page: str, href: str, sha256: str, metadata_sha256: 
     return wheel
 
 
-def _check_html(root: Path) -> dict[str, list[str]]:
-    listing = parse_page((root / "simple/index.html").read_bytes())
+def _check_html(root: Path, route: str) -> dict[str, list[str]]:
+    listing = parse_page((root / f"{route}simple/index.html").read_bytes())
     assert listing.meta == {"pypi:repository-version": "1.1"}
     found: dict[str, list[str]] = {}
     for anchor in listing.anchors:
         assert anchor.href == f"{anchor.text}/", anchor.href
-        page = f"simple/{anchor.href}index.html"
+        page = f"{route}simple/{anchor.href}index.html"
         names = []
         for link in parse_page((root / page).read_bytes()).anchors:
             href, _, fragment = link.href.partition("#sha256=")
@@ -150,12 +150,12 @@ def _check_html(root: Path) -> dict[str, list[str]]:
     return found
 
 
-def _check_json(root: Path) -> dict[str, list[str]]:
-    listing = json.loads((root / "simple/index.json").read_bytes())
+def _check_json(root: Path, route: str) -> dict[str, list[str]]:
+    listing = json.loads((root / f"{route}simple/index.json").read_bytes())
     assert listing["meta"] == {"api-version": "1.1"}
     found: dict[str, list[str]] = {}
     for project in listing["projects"]:
-        page = f"simple/{project['name']}/index.json"
+        page = f"{route}simple/{project['name']}/index.json"
         detail = json.loads((root / page).read_bytes())
         assert detail["meta"] == {"api-version": "1.1"}
         assert detail["name"] == project["name"]
@@ -171,16 +171,17 @@ def _check_json(root: Path) -> dict[str, list[str]]:
     return found
 
 
-def check_tree(root: Path, *, settled: bool = True) -> dict[str, list[str]]:
-    """Check every page under root/simple as a client would; return project -> wheel file names
-    (from the HTML pages).
+def check_tree(root: Path, *, settled: bool = True, route: str = "") -> dict[str, list[str]]:
+    """Check every page under root/simple (or root/<route>/simple, a per-torch route) as a client
+    would; return project -> wheel file names (from the HTML pages).
 
     Each form (HTML, JSON) is followed on its own: the root list parses, every project it lists has
     a page that parses, and every file a page links exists with the sha256 the link names (wheel
     and .metadata alike). When *settled* (no writer was stopped midway), the two forms must also
     list the same; a stopped writer may have replaced one form's page and not yet the other's."""
-    from_html = _check_html(root)
-    from_json = _check_json(root)
+    prefix = f"{route}/" if route else ""
+    from_html = _check_html(root, prefix)
+    from_json = _check_json(root, prefix)
     if settled:
         assert from_html == from_json
     return from_html

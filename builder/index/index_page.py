@@ -21,22 +21,25 @@ from urllib.parse import quote
 
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from ..units import format_bytes
-from ..variants import PYTORCH_INDEX
-from .pages import ENVELOPE_SUFFIX, SIGSTORE_SUFFIX, Distribution
+from .pages import ENVELOPE_SUFFIX, SIGSTORE_SUFFIX, Distribution, routes_in
+from .routes import route_install_lines, route_name, variant_of
 
-__all__ = ["PAGE", "install_lines", "python_of", "render", "variant_of"]
+__all__ = ["PAGE", "install_lines", "python_of", "render"]
 
 PAGE = "index.html"
 PLACEHOLDER = "<index-url>"
-_LABEL = re.compile(r"^(?P<tag>cu(?P<major>\d+)(?P<minor>\d))torch(?P<torch>\d+\.\d+)$")
+TREE_PLACEHOLDER = "<tree-url>/"
 
-# Fills every install line with this page's own address (…/simple/), and copies a line on click.
+# Fills every install line with this page's own address (…/simple/, or the tree's root before a
+# route), and copies a line on click.
 _SCRIPT = """
 const base = new URL("simple/", document.baseURI).href;
+const tree = new URL(".", document.baseURI).href;
 for (const span of document.querySelectorAll(".index-url")) span.textContent = base;
+for (const span of document.querySelectorAll(".tree-url")) span.textContent = tree;
 for (const button of document.querySelectorAll("button.copy")) {
   button.addEventListener("click", async () => {
     const text = button.parentElement.querySelector("code").textContent;
@@ -47,15 +50,6 @@ for (const button of document.querySelectorAll("button.copy")) {
 """.strip()
 _SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
 CSP = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{_SCRIPT_HASH}'"
-
-
-def variant_of(local: str | None) -> tuple[str, str, str] | None:
-    """(CUDA tag, CUDA version, torch minor) of a wheelbuild local label: cu130torch2.11 ->
-    ("cu130", "13.0", "2.11"); None for any other label."""
-    found = _LABEL.match(local or "")
-    if found is None:
-        return None
-    return found["tag"], f"{int(found['major'])}.{found['minor']}", found["torch"]
 
 
 def _python(tag: Tag) -> str:
@@ -79,23 +73,23 @@ def python_of(filename: str) -> tuple[str, str]:
     return ", ".join(pythons), ", ".join(sorted({t.platform for t in tags}))
 
 
-def install_lines(project: str, version: str, index_url: str = PLACEHOLDER) -> tuple[str, str]:
-    """(uv, pip) command lines installing exactly this version from the index at *index_url*
-    (…/simple/), with torch from PyTorch's index of the wheel's CUDA. The exact pin, local label
-    included, is what keeps a same-named project elsewhere from being picked (PEP 440: no other
-    index can offer a version with our label unless it is ours)."""
-    local = version.partition("+")[2]
-    variant = variant_of(local)
-    requirement = f"'{project}=={version}'"
-    torch = PYTORCH_INDEX.format(tag=variant[0]) if variant else None
-    # uv: the first index that has a name wins (ours for ours); torch is not ours.
-    uv = f"uv pip install --index {index_url}" + (f" --index {torch}" if torch else "") + f" {requirement}"
-    pip = (
-        f"pip install --index-url {index_url}"
-        + (f" --extra-index-url {torch}" if torch else "")
-        + f" {requirement}"
-    )
-    return uv, pip
+def install_lines(
+    project: str, version: str, route: str | None, tree_url: str = TREE_PLACEHOLDER
+) -> tuple[str, str]:
+    """(uv, pip) lines installing this wheel. Through its route (…/cu130-torch2.14/simple/) with
+    its release pinned and no label: the route lists only wheels that load with that torch, so
+    an installed torch is kept. A wheel in no route (no wheelbuild label) is pinned exactly,
+    label and all, from the whole index."""
+    if route:
+        return route_install_lines(f"{tree_url}{route}/simple/", f"'{project}=={Version(version).public}'")
+    return route_install_lines(f"{tree_url}simple/", f"'{project}=={version}'")
+
+
+def own_route(dist: Distribution) -> str | None:
+    """The route of the torch the wheel was built for, when it is listed there."""
+    variant = variant_of(dist.version.local)
+    route = route_name(variant[0], variant[2]) if variant else None
+    return route if route in dist.routes else None
 
 
 def _archs(dist: Distribution) -> str:
@@ -105,9 +99,9 @@ def _archs(dist: Distribution) -> str:
 
 
 def _command(line: str, cls: str) -> str:
-    """One install line, escaped, with the index URL in a span the script fills."""
+    """One install line, escaped, with the tree's URL in a span the script fills."""
     escaped = html.escape(line).replace(
-        html.escape(PLACEHOLDER), f'<span class="index-url">{html.escape(PLACEHOLDER)}</span>'
+        html.escape(TREE_PLACEHOLDER), f'<span class="tree-url">{html.escape(TREE_PLACEHOLDER)}</span>'
     )
     return (
         f'<div class="cmd {cls}"><code>{escaped}</code><button class="copy" type="button">copy</button></div>'
@@ -119,7 +113,7 @@ def _row(dist: Distribution) -> str:
     variant = variant_of(dist.version.local)
     cuda, torch = (f"CUDA {variant[1]}", f"torch {variant[2]}") if variant else ("—", "—")
     pythons, platforms = python_of(dist.filename)
-    uv, pip = install_lines(dist.project, version)
+    uv, pip = install_lines(dist.project, version, own_route(dist))
     yanked = "—" if dist.yanked is None else ("yanked: " + dist.yanked if dist.yanked else "yanked")
     cells = [
         f'<td class="project">{html.escape(dist.project)}</td>',
@@ -149,6 +143,17 @@ def _row(dist: Distribution) -> str:
     ]
     cls = "wheel yanked" if dist.yanked is not None else "wheel"
     return f'<tr class="{cls}" data-project="{html.escape(dist.project)}">' + "".join(cells) + "</tr>"
+
+
+def _route_item(route: str, listed: tuple[Distribution, ...]) -> str:
+    cuda_tag, _, torch = route.partition("-torch")
+    uv, pip = route_install_lines(f"{TREE_PLACEHOLDER}{route}/simple/", "NAME")
+    names = ", ".join(sorted({d.project for d in listed}))
+    return (
+        f'<li class="route" data-route="{html.escape(route)}"><b>torch {html.escape(torch)}</b> '
+        f"(wheels built with {html.escape(cuda_tag)}): {html.escape(names)}"
+        f"{_command(uv, 'uv')}{_command(pip, 'pip')}</li>"
+    )
 
 
 def _quote(filename: str) -> str:
@@ -183,6 +188,7 @@ def render(distributions: Iterable[Distribution]) -> str:
     # order within a release, by their text, which is stable and good enough for a person.
     projects = sorted({d.project for d in dists})
     rows = "\n".join(map(_row, dists))
+    routes = "\n".join(_route_item(route, listed) for route, listed in routes_in(dists).items())
     empty = '<tr class="empty"><td colspan="9">No wheels are published here yet.</td></tr>'
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -193,7 +199,14 @@ def render(distributions: Iterable[Distribution]) -> str:
         f'<p class="meta">{len(dists)} wheel(s) of {len(projects)} project(s). Pick the row of your '
         "CUDA and torch and copy its line; pip and uv read the index at "
         f'<a href="simple/"><span class="index-url">{html.escape(PLACEHOLDER)}</span></a>.</p>\n'
-        '<table class="wheels"><thead><tr><th>project</th><th>version</th><th>variant</th>'
+        + (
+            '<h2>One index per torch</h2>\n<p class="meta">Each lists only the wheels that load with '
+            "that torch, so an installed torch is kept and no version label is needed.</p>\n"
+            f'<ul class="routes">\n{routes}\n</ul>\n'
+            if routes
+            else ""
+        )
+        + '<table class="wheels"><thead><tr><th>project</th><th>version</th><th>variant</th>'
         "<th>Python</th><th>platform</th><th>CUDA archs</th><th>size</th><th>date</th><th>yanked</th>"
         "<th>install</th></tr></thead>\n<tbody>\n"
         f"{rows or empty}\n</tbody></table>\n<script>{_SCRIPT}</script>\n</body>\n</html>\n"

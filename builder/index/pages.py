@@ -17,6 +17,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from .routes import routes_of
+
 API_VERSION = "1.1"
 FILES = "files"
 SIMPLE = "simple"
@@ -43,6 +45,13 @@ class Distribution:
     statement: bool = False  # its provenance statement is beside it (<wheel>.intoto.jsonl)
     sigstore_bundle: bool = False  # that statement signed keyless is beside it (<wheel>.sigstore.json)
     torch_range: str | None = None  # "cp311: imports with torch 2.12.1-2.15.0; fails on ..."
+    # Its unconditional torch requirements' specifiers ("==2.14.*"): which routes list it.
+    torch_requirements: tuple[str, ...] = ()
+
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """The per-torch routes (routes.py) that list it: cu130-torch2.14, ..."""
+        return routes_of(self.version.local, self.torch_requirements)
 
 
 def _upload_time(moment: datetime) -> str:
@@ -50,9 +59,10 @@ def _upload_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _file_url(filename: str) -> str:
-    # Relative to simple/<project>/; quoted, so a local version's "+" reaches the server as "%2B".
-    return f"../../{FILES}/{quote(filename)}"
+def _file_url(filename: str, depth: int = 2) -> str:
+    # Relative to simple/<project>/ (depth 2) or <route>/simple/<project>/ (3); quoted, so a local
+    # version's "+" reaches the server as "%2B".
+    return "../" * depth + f"{FILES}/{quote(filename)}"
 
 
 # Where the project page names it: a private key in PEP 691's JSON (a leading underscore is the
@@ -82,8 +92,8 @@ def _html(title: str, body: Iterable[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _anchor(dist: Distribution) -> str:
-    attrs = [f'href="{html.escape(_file_url(dist.filename))}#sha256={dist.sha256}"']
+def _anchor(dist: Distribution, depth: int = 2) -> str:
+    attrs = [f'href="{html.escape(_file_url(dist.filename, depth))}#sha256={dist.sha256}"']
     if dist.requires_python:
         attrs.append(f'data-requires-python="{html.escape(dist.requires_python)}"')
     if dist.metadata_sha256:
@@ -92,15 +102,17 @@ def _anchor(dist: Distribution) -> str:
     if dist.yanked is not None:
         attrs.append(f'data-yanked="{html.escape(dist.yanked)}"')
     if dist.statement:
-        attrs.append(f'{STATEMENT_ATTRIBUTE}="{html.escape(_file_url(dist.filename + ENVELOPE_SUFFIX))}"')
+        attrs.append(
+            f'{STATEMENT_ATTRIBUTE}="{html.escape(_file_url(dist.filename + ENVELOPE_SUFFIX, depth))}"'
+        )
     return f"<a {' '.join(attrs)}>{html.escape(dist.filename)}</a><br>"
 
 
-def _file_json(dist: Distribution) -> dict[str, object]:
+def _file_json(dist: Distribution, depth: int = 2) -> dict[str, object]:
     metadata: dict[str, str] | bool = {"sha256": dist.metadata_sha256} if dist.metadata_sha256 else False
     entry: dict[str, object] = {
         "filename": dist.filename,
-        "url": _file_url(dist.filename),
+        "url": _file_url(dist.filename, depth),
         "hashes": {"sha256": dist.sha256},
     }
     if dist.requires_python:
@@ -112,13 +124,12 @@ def _file_json(dist: Distribution) -> dict[str, object]:
     # PEP 691: false, or the reason; a yank without a reason is plain true.
     entry["yanked"] = False if dist.yanked is None else (dist.yanked or True)
     if dist.statement:
-        entry[STATEMENT_KEY] = _file_url(dist.filename + ENVELOPE_SUFFIX)
+        entry[STATEMENT_KEY] = _file_url(dist.filename + ENVELOPE_SUFFIX, depth)
     return entry
 
 
-def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
-    """Every page of the index for these wheels: relative path -> bytes, project pages first and
-    the root list last (so a reader of the root never finds a project without its page)."""
+def _simple_pages(distributions: Iterable[Distribution], prefix: str, depth: int) -> dict[str, bytes]:
+    """One simple index (``<prefix>simple/``): each project's page, then the list of projects."""
     projects: dict[NormalizedName, list[Distribution]] = {}
     for dist in distributions:
         projects.setdefault(dist.project, []).append(dist)
@@ -127,18 +138,41 @@ def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
     for project in sorted(projects):
         dists = sorted(projects[project], key=lambda d: (d.version, d.filename))
         versions = sorted({d.version for d in dists})
-        pages[f"{SIMPLE}/{project}/index.html"] = _html(f"Links for {project}", map(_anchor, dists))
-        pages[f"{SIMPLE}/{project}/index.json"] = _json(
+        pages[f"{prefix}{SIMPLE}/{project}/index.html"] = _html(
+            f"Links for {project}", (_anchor(d, depth) for d in dists)
+        )
+        pages[f"{prefix}{SIMPLE}/{project}/index.json"] = _json(
             {
                 "meta": meta,
                 "name": project,
                 "versions": [str(v) for v in versions],
-                "files": [_file_json(d) for d in dists],
+                "files": [_file_json(d, depth) for d in dists],
             }
         )
     names = sorted(projects)
-    pages[f"{SIMPLE}/index.html"] = _html(
+    pages[f"{prefix}{SIMPLE}/index.html"] = _html(
         "Simple index", (f'<a href="{quote(p)}/">{html.escape(p)}</a><br>' for p in names)
     )
-    pages[f"{SIMPLE}/index.json"] = _json({"meta": meta, "projects": [{"name": p} for p in names]})
+    pages[f"{prefix}{SIMPLE}/index.json"] = _json({"meta": meta, "projects": [{"name": p} for p in names]})
+    return pages
+
+
+def routes_in(distributions: Iterable[Distribution]) -> dict[str, tuple[Distribution, ...]]:
+    """Each per-torch route (routes.py) and the wheels it lists, by route name."""
+    listed: dict[str, list[Distribution]] = {}
+    for dist in distributions:
+        for route in dist.routes:
+            listed.setdefault(route, []).append(dist)
+    return {route: tuple(listed[route]) for route in sorted(listed)}
+
+
+def render(distributions: Iterable[Distribution]) -> dict[str, bytes]:
+    """Every page of the index for these wheels: relative path -> bytes. Each route's pages come
+    first, then the whole index's; within each, project pages before the list of projects (so a
+    reader of a list never finds a project without its page)."""
+    dists = tuple(distributions)
+    pages: dict[str, bytes] = {}
+    for route, listed in routes_in(dists).items():
+        pages.update(_simple_pages(listed, f"{route}/", depth=3))
+    pages.update(_simple_pages(dists, "", depth=2))
     return pages

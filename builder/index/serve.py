@@ -42,6 +42,7 @@ from aiohttp.web_response import StreamResponse
 from ..errors import NoIndex, ServeFailed
 from . import index_page, tree
 from .project_pages import MEDIA_HTML_V1, MEDIA_JSON
+from .routes import ROUTE, route_install_lines
 from .serve_auth import Htpasswd, LoginLimit, auth_middleware
 from .serve_connections import (
     DEFAULT_HEADER_TIMEOUT,
@@ -294,6 +295,29 @@ class _Tree:
             raise _redirect(request, f"/simple/{normalized}/")
         return _page(request, self.simple, normalized)
 
+    async def route_bare(self, request: web.Request) -> StreamResponse:
+        raise _redirect(request, f"/{request.match_info['route']}/simple/")
+
+    async def route_root_page(self, request: web.Request) -> StreamResponse:
+        # Read below the tree's root, one name at a time: a route folder that is a link is a 404.
+        return _page(request, self.root, request.match_info["route"], tree.SIMPLE)
+
+    async def route_project_bare(self, request: web.Request) -> StreamResponse:
+        route, project = request.match_info["route"], request.match_info["project"]
+        normalized = _project(project)
+        if normalized is None:
+            raise _not_found()
+        raise _redirect(request, f"/{route}/simple/{normalized}/")
+
+    async def route_project_page(self, request: web.Request) -> StreamResponse:
+        route, project = request.match_info["route"], request.match_info["project"]
+        normalized = _project(project)
+        if normalized is None:
+            raise _not_found()
+        if project != normalized:
+            raise _redirect(request, f"/{route}/simple/{normalized}/")
+        return _page(request, self.root, route, tree.SIMPLE, normalized)
+
     async def file(self, request: web.Request) -> StreamResponse:
         name = request.match_info["name"]
         if not is_served_name(name):
@@ -353,6 +377,12 @@ def make_app(
     app.router.add_get("/simple/", tree.root_page)
     app.router.add_get("/simple/{project}", tree.project_bare)
     app.router.add_get("/simple/{project}/", tree.project_page)
+    route = "/{route:" + ROUTE.pattern.strip("^$") + "}"
+    app.router.add_get(route, tree.route_bare)
+    app.router.add_get(route + "/simple", tree.route_bare)
+    app.router.add_get(route + "/simple/", tree.route_root_page)
+    app.router.add_get(route + "/simple/{project}", tree.route_project_bare)
+    app.router.add_get(route + "/simple/{project}/", tree.route_project_page)
     app.router.add_get("/files/{name}", tree.file)
     app.router.add_get(f"/{COVERAGE_PAGE}", tree.coverage)
     return app
@@ -421,9 +451,28 @@ async def _run(
         await runner.cleanup()  # closes every connection still open
 
 
+def served_routes(root: Path) -> tuple[str, ...]:
+    """The per-torch routes the tree at *root* has (cu130-torch2.14, ...), by name."""
+    try:
+        with os.scandir(root) as entries:
+            return tuple(
+                sorted(
+                    e.name
+                    for e in entries
+                    if ROUTE.match(e.name) and (Path(e.path) / tree.SIMPLE / "index.html").is_file()
+                )
+            )
+    except OSError:
+        return ()
+
+
 def _print_ready(root: Path) -> Callable[[str], None]:
     def ready(url: str) -> None:
         print(f"serving {root} at {url}  (pip install --index-url {url} ...)", flush=True)
+        base = url.removesuffix(f"{tree.SIMPLE}/")
+        for route in served_routes(root):
+            # A route lists only what loads with that torch: no label needed, torch never changed.
+            print(f"  {route}: {route_install_lines(f'{base}{route}/simple/', 'NAME')[1]}", flush=True)
 
     return ready
 

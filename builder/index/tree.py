@@ -15,6 +15,8 @@ Files in, files out. A tree looks like this (``root`` is e.g. ``wheelhouse/cu130
     index.html                   the page for people (builder/index/index_page.py)
     simple/index.html|json       every project
     simple/<project>/index.html|json
+    cu130-torch2.14/simple/...   a route: the same pages listing only the wheels that load with
+                                 that torch (routes.py)
 
 Every page is rendered from the full listing of ``files/`` (never appended to), so two publishers
 that each regenerate under the lock cannot lose each other's wheels. :func:`render` (pages.py) is
@@ -60,6 +62,7 @@ from ..wheel.tags import TagsDisagree, check_tags, one_reading_refusal
 from . import index_page
 from .inputs import INPUTS_SUFFIX, inputs_keys, is_inputs_key, read_inputs
 from .pages import API_VERSION, ENVELOPE_SUFFIX, FILES, SIGSTORE_SUFFIX, SIMPLE, Distribution, render
+from .routes import ROUTE, torch_requirements
 from .wheel_names import NAME_MAX, is_served_name
 
 __all__ = [
@@ -350,32 +353,51 @@ def scan(root: Path) -> tuple[tuple[Distribution, ...], dict[str, bytes]]:
                 statement=statement.is_file() and not statement.is_symlink(),
                 sigstore_bundle=bundle.is_file() and not bundle.is_symlink(),
                 torch_range=torch_range,
+                torch_requirements=torch_requirements(metadata),
             )
         )
     return tuple(found), sidecars
 
 
-def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
-    """Pages of projects that are no longer in the listing, and links under ``simple/`` that are
-    not in it (named by the link itself: :func:`write_plan` removes a link, never what it points
-    at)."""
-    simple = root / SIMPLE
-    if not simple.is_dir():
-        return ()
+def _stale_in(root: Path, top: str, pages: Mapping[str, bytes]) -> list[str]:
+    """Under ``root/top/`` (a ``simple/``): project pages no longer in *pages*, and links that
+    are not in it (named by the link itself: :func:`write_plan` removes a link, never what it
+    points at)."""
+    simple = root / top
+    if (simple.is_symlink() and top != SIMPLE) or not simple.is_dir():
+        return []
     stale: list[str] = []
     for entry in sorted(simple.iterdir()):
         if entry.name.startswith("."):
             continue
         if entry.is_symlink():
-            rel = f"{SIMPLE}/{entry.name}"
+            rel = f"{top}/{entry.name}"
             if rel not in pages and f"{rel}/index.html" not in pages:
                 stale.append(rel)
             continue
         if not entry.is_dir():
             continue
         for page in ("index.html", "index.json"):
-            rel = f"{SIMPLE}/{entry.name}/{page}"
+            rel = f"{top}/{entry.name}/{page}"
             if rel not in pages and (entry / page).exists():
+                stale.append(rel)
+    return stale
+
+
+def _stale_pages(root: Path, pages: Mapping[str, bytes]) -> tuple[str, ...]:
+    """Pages of projects that are no longer in the listing, in the whole index and in every
+    route folder (``cu130-torch2.14/simple/``), a route's own list of projects included once no
+    wheel is listed under it."""
+    stale = _stale_in(root, SIMPLE, pages)
+    with os.scandir(root) as entries:
+        route_folders = sorted(
+            e.name for e in entries if ROUTE.match(e.name) and e.is_dir(follow_symlinks=False)
+        )
+    for route in route_folders:
+        stale += _stale_in(root, f"{route}/{SIMPLE}", pages)
+        for page in ("index.html", "index.json"):
+            rel = f"{route}/{SIMPLE}/{page}"
+            if rel not in pages and (root / rel).exists():
                 stale.append(rel)
     return tuple(stale)
 
@@ -434,6 +456,8 @@ def _link_below(root: Path, rel: str) -> Path | None:
     is never written or deleted through."""
     top, *below = rel.split("/")
     path = root / top
+    if ROUTE.match(top) and path.is_symlink():
+        return path  # a route folder is always ours, never a link
     for part in below:
         path = path / part
         if path.is_symlink():
@@ -471,7 +495,13 @@ def write_plan(root: Path, plan: IndexChanges) -> tuple[str, ...]:
         with contextlib.suppress(FileNotFoundError):
             target.unlink()  # a link itself, if *target* is one
             changed.append(rel)
-        if target.parent != root / rel.split("/")[0]:
+        top = root / rel.split("/")[0]
+        # A project's folder goes once both its pages are gone and nothing else is there; so do
+        # a route's simple/ and the route itself once they are empty. Never simple/ or files/.
+        folders = [target.parent] if target.parent != top else []
+        if ROUTE.match(top.name):
+            folders += [target.parent.parent, top]
+        for folder in folders:
             with contextlib.suppress(OSError):
-                target.parent.rmdir()  # only once both pages are gone and nothing else is there
+                folder.rmdir()
     return tuple(changed)

@@ -110,12 +110,11 @@ def test_serve_answers_a_browser_with_the_table_of_what_the_index_holds(tmp_path
     cu130 = by_version["0.1.0+cu130torch2.11"]
     assert cu130["cells"][2:6] == ["CUDA 13.0 torch 2.11", "3.11", "manylinux_2_34_x86_64", "sm_100, sm_120"]
     assert cu130["cells"][8] == "—" and "yanked" not in cu130["cls"]
-    assert cu130["uv"] == (
-        f"uv pip install --index {url} --index https://download.pytorch.org/whl/cu130 'wbcuda==0.1.0+cu130torch2.11'"
-    )
+    # Through the route of the torch it was built for: its release, no label, the rest from PyPI.
+    assert cu130["uv"] == f"uv pip install --index {base}cu130-torch2.11/simple/ 'wbcuda==0.1.0'"
     assert cu130["pip"] == (
-        f"pip install --index-url {url} --extra-index-url https://download.pytorch.org/whl/cu130 "
-        "'wbcuda==0.1.0+cu130torch2.11'"
+        f"pip install --index-url {base}cu130-torch2.11/simple/ --extra-index-url https://pypi.org/simple "
+        "'wbcuda==0.1.0'"
     )
     cu128 = by_version["0.1.0+cu128torch2.10"]
     assert cu128["cells"][2:6] == ["CUDA 12.8 torch 2.10", "3.12", "manylinux_2_34_x86_64", "sm_100, sm_120"]
@@ -126,7 +125,12 @@ def test_serve_answers_a_browser_with_the_table_of_what_the_index_holds(tmp_path
 
     # The static tree's page (nginx) holds the same rows; its lines name the tree's own address.
     assert [r["cells"] for r in static_rows] == [r["cells"] for r in rows]
-    assert static_rows[0]["uv"].startswith(f"uv pip install --index {(root / 'simple').as_uri()}/ ")
+    static = {row["cells"][1]: row for row in static_rows}
+    assert static["0.1.0+cu130torch2.11"]["uv"] == (
+        f"uv pip install --index {root.as_uri()}/cu130-torch2.11/simple/ 'wbcuda==0.1.0'"
+    )
+    # Without wheelbuild's label a wheel is in no route: pinned exactly, from the whole index.
+    assert static["0.2.0"]["uv"] == f"uv pip install --index {(root / 'simple').as_uri()}/ 'wbtiny==0.2.0'"
 
     width, height, _rows = read_png(shot)
     assert width >= 1400 and height > 200

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from wheelbuild.index import index_page
+from wheelbuild.index import index_page, routes
 from wheelbuild.index import tree as index_tree
 from wheelbuild.index.publish import Sidecars, publish
 from wheelbuild.index.serve import _wants_page
@@ -57,7 +57,7 @@ FA = "flash_attn-2.8.3+cu128torch2.10-cp312-cp312-manylinux_2_28_x86_64.whl"
     ],
 )
 def test_the_variant_is_read_from_the_local_label(label: str | None, expected: object) -> None:
-    assert index_page.variant_of(label) == expected
+    assert routes.variant_of(label) == expected
 
 
 @pytest.mark.parametrize(
@@ -74,18 +74,21 @@ def test_the_pythons_come_from_the_wheel_tags(filename: str, pythons: str) -> No
     assert index_page.python_of(filename)[0] == pythons
 
 
-def test_install_lines_pin_the_exact_version_and_take_torch_from_its_cuda_index() -> None:
-    uv, pip = index_page.install_lines("flash-attn", "2.8.3+cu128torch2.10", "http://wheels:8080/simple/")
-    assert uv == (
-        "uv pip install --index http://wheels:8080/simple/ --index https://download.pytorch.org/whl/cu128 "
-        "'flash-attn==2.8.3+cu128torch2.10'"
+def test_install_lines_go_through_the_wheels_route_pinned_to_its_release_without_a_label() -> None:
+    uv, pip = index_page.install_lines(
+        "flash-attn", "2.8.3+cu128torch2.10", "cu128-torch2.10", "http://wheels:8080/"
     )
+    assert uv == "uv pip install --index http://wheels:8080/cu128-torch2.10/simple/ 'flash-attn==2.8.3'"
     assert pip == (
-        "pip install --index-url http://wheels:8080/simple/ --extra-index-url "
-        "https://download.pytorch.org/whl/cu128 'flash-attn==2.8.3+cu128torch2.10'"
+        "pip install --index-url http://wheels:8080/cu128-torch2.10/simple/ "
+        "--extra-index-url https://pypi.org/simple 'flash-attn==2.8.3'"
     )
+    # No PyTorch index: the torch the user has is kept, whichever index the build used.
+    assert "pytorch" not in uv + pip
+    # A wheel in no route (no wheelbuild label) is pinned exactly, from the whole index.
     assert (
-        index_page.install_lines("wbtiny", "0.1.0")[0] == "uv pip install --index <index-url> 'wbtiny==0.1.0'"
+        index_page.install_lines("wbtiny", "0.1.0", None)[0]
+        == "uv pip install --index <tree-url>/simple/ 'wbtiny==0.1.0'"
     )
 
 
@@ -117,7 +120,9 @@ def test_a_row_per_wheel_with_variant_python_archs_size_date_and_install_lines()
     # The platform has a column of its own, after the Python.
     assert "<th>Python</th><th>platform</th>" in page
     assert re.search(r'<td class="python">3\.12</td><td class="platform">manylinux_2_28_x86_64</td>', page)
-    assert "'flash-attn==2.8.3+cu128torch2.10'" in text  # in the page as &#x27;...&#x27;
+    assert "cu128-torch2.10/simple/ &#x27;flash-attn==2.8.3&#x27;</code>" in page
+    # The routes are listed once each, above the table, with the projects they hold.
+    assert [a["data-route"] for tag, a in parsed.elements if tag == "li"] == ["cu128-torch2.10"]
     assert page == index_page.render(
         reversed(
             [

@@ -242,10 +242,13 @@ def test_yank_and_unyank_by_file_name_and_by_project_version(tmp_path: Path, tre
     assert set(result.written) == {
         "simple/flash-attn/index.html",
         "simple/flash-attn/index.json",
+        "cu130-torch2.11/simple/flash-attn/index.html",
+        "cu130-torch2.11/simple/flash-attn/index.json",
         "index.html",
     }
-    anchors = parse_page((tree / "simple/flash-attn/index.html").read_bytes()).anchors
-    assert [a.attrs["data-yanked"] for a in anchors] == ["miscompiled for sm_120"] * 2
+    for page in ("simple/flash-attn/index.html", "cu130-torch2.11/simple/flash-attn/index.html"):
+        anchors = parse_page((tree / page).read_bytes()).anchors
+        assert [a.attrs["data-yanked"] for a in anchors] == ["miscompiled for sm_120"] * 2
     assert yank(tree, wheels[0].name, "miscompiled for sm_120").unchanged == (wheels[0].name,)
 
     assert unyank(tree, wheels[0].name).changed == (wheels[0].name,)
