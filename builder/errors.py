@@ -399,6 +399,31 @@ class SigningKeyUnusable(WheelbuildError):
     exit_code = 76
 
 
+class EnvironmentUnreadable(WheelbuildError):
+    """`--like PATH` names no Python interpreter or venv, or its interpreter did not answer the probe."""
+
+    exit_code = 80
+
+
+class EnvironmentWithoutTorch(WheelbuildError):
+    """`--like PATH`'s environment has no torch installed, so there is no torch to build for."""
+
+    exit_code = 81
+
+
+class EnvironmentUnbuildable(WheelbuildError):
+    """`--like PATH`'s environment is one wheelbuild cannot build for: a CPU or ROCm torch, another
+    platform than linux x86_64, another Python than CPython with the GIL."""
+
+    exit_code = 82
+
+
+class InstallFailed(WheelbuildError):
+    """`build --install`: the built wheel could not be installed into the --like environment."""
+
+    exit_code = 83
+
+
 class KeylessSigningFailed(WheelbuildError):
     """`--sigstore` cannot sign: the sigstore package is missing, no OIDC identity is ambient, or
     Sigstore's servers refused or could not be reached. Nothing was published."""

@@ -30,6 +30,7 @@ class BuildOptions(TypedDict):
 
     package: str  # PACKAGE, the example (--example) or `.`: build_flags chose it
     torch_variant: str
+    like: Path | None  # read by cli/like.py before build_spec: it fills torch, python and archs
     torch_index_url: str | None
     archs: str
     pythons: tuple[str, ...]

@@ -38,6 +38,7 @@ from . import index as cli_index
 from . import nightly as cli_nightly
 from . import verify as cli_verify
 from .build_spec import BuildOptions, build_spec
+from .like import finish_like, take_like
 from .options import (
     CONFIG_FILES_KEY,
     ConfiguredCommand,
@@ -68,19 +69,35 @@ def main() -> None:
 
 
 @main.command(cls=ConfiguredCommand)
+@click.option(
+    "--install",
+    is_flag=True,
+    help="With --like: install the gated wheel into that environment, its torch held where it is.",
+)
 @build_flags
 def build(
-    verbose: bool, image_flags: ImageFlags, config_file: Path | None, **given: Unpack[BuildOptions]
+    install: bool,
+    verbose: bool,
+    image_flags: ImageFlags,
+    config_file: Path | None,
+    **given: Unpack[BuildOptions],
 ) -> None:
     """Build PACKAGE's wheel: a project path, an sdist (path, or URL#sha256=), a recipe (flash-attn,
     flash-attn==2.8.3.post2) or a name on the index as pip takes one (causal-conv1d==1.7.0,
     mamba-ssm: its newest release), pinned by the sha256 the index lists; without it, the project
     in this folder. Options also come from WHEELBUILD_*, [tool.wheelbuild]."""
-    spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     console = _say_option_files(Console(show_log=verbose))
+    if install and given["like"] is None:
+        raise BadArgument(
+            "--install installs into the environment --like names, and none was named", "add --like PATH"
+        )
+    like = take_like(given, console)
+    spec = build_spec(given)  # config_file: read before parsing, by ConfiguredCommand
     with seams().engine(sweep=False) as engine:  # run_build sweeps, and says what it removed
         result = seams().run_build(spec, image_flags.options(), console, engine)
     echo_built(result, console)
+    if like is not None:
+        finish_like(like, result, console, install=install)
 
 
 def _say_option_files(console: Console) -> Console:
@@ -118,9 +135,10 @@ def plan(
     then every build option and where its value came from (command line, WHEELBUILD_*,
     [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`. PACKAGE as
     for build: without it, the project in this folder; --example, the bundled one."""
-    spec = build_spec(given)
     # What was looked up goes to stderr; the plan on stdout says the choice once.
     console = Console(sys.stderr)
+    take_like(given, console)
+    spec = build_spec(given)
     with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
         resolved = resolve(spec, image_flags.options(), console, engine, dry_run=True)
     planned = plan_of(resolved)

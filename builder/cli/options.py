@@ -340,12 +340,15 @@ def _table(ctx: click.Context) -> tuple[option_table.Option, ...]:
     return command.option_table if isinstance(command, ConfiguredCommand) else option_table.OPTIONS
 
 
+LIKE_KEY = "wheelbuild.like"  # ctx.meta key: the parameters --like set (cli/like.py)
+
+
 def _resolved(ctx: click.Context, option: option_table.Option) -> config.Resolved:
-    return config.Resolved(
-        option,
-        ctx.params[option.param],
-        _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT),
-    )
+    if option.param in ctx.meta.get(LIKE_KEY, ()):
+        origin = config.Origin.LIKE
+    else:
+        origin = _ORIGINS.get(ctx.get_parameter_source(option.param), config.Origin.DEFAULT)
+    return config.Resolved(option, ctx.params[option.param], origin)
 
 
 def option_source(key: str) -> str:

@@ -82,6 +82,7 @@ class Origin(StrEnum):
     COMMAND_LINE = "command line"
     ENVIRONMENT = "environment"
     FILE = "file"
+    LIKE = "like"  # read from the environment --like names
     DEFAULT = "default"
 
 
@@ -319,6 +320,7 @@ def source_name(item: Resolved, files: FileConfig) -> str:
         Origin.COMMAND_LINE: item.option.flag,
         Origin.ENVIRONMENT: item.option.env,
         Origin.FILE: files.source(item.option.key),
+        Origin.LIKE: "--like",
         Origin.DEFAULT: "",
     }[item.origin]
 

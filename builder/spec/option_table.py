@@ -138,6 +138,16 @@ OPTIONS: tuple[Option, ...] = (
         help="cu130, cu128, ... or 2.11.0+cu130.",
     ),
     Option(
+        key="like",
+        param="like",
+        kind=Kind.PATH,
+        example='".venv"',
+        unset="-",
+        help="A venv or Python interpreter to build for: the torch installed there, its CPython and "
+        "the archs of the GPUs it sees (each unless given on the command line); build ends with the "
+        "lines that install the wheel there, and --install installs it.",
+    ),
+    Option(
         key="torch-index-url",
         param="torch_index_url",
         kind=Kind.TEXT,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -25,6 +26,7 @@ from wheelbuild.spec.torch_releases import read_torch_index
 from wheelbuild.variants import parse_variant
 
 from tests.runkit import REPO, TORCH_INDEX, WHEELBUILD, Completed, default_sigint, poll_until, wheelbuild
+from tests.serving import clean_env, run_ok, uv_binary
 
 __all__ = ["REPO", "TORCH_INDEX", "WHEELBUILD", "Completed", "default_sigint", "poll_until", "wheelbuild"]
 
@@ -35,8 +37,9 @@ os.environ.setdefault("WHEELBUILD_TORCH_RANGE", "false")
 
 
 @dataclass(frozen=True)
-class NewestTorch:
-    """The release `--torch cu130` means on TORCH_INDEX today, read as a build reads it."""
+class TorchRelease:
+    """A torch release with CUDA 13.0 wheels on TORCH_INDEX: the newest (what `--torch cu130`
+    means today, read as a build reads it), or the fixture build's."""
 
     version: str  # 2.14.1
 
@@ -50,9 +53,9 @@ class NewestTorch:
 
 
 @functools.cache
-def newest_cu130() -> NewestTorch:
+def newest_cu130() -> TorchRelease:
     index = read_torch_index(TORCH_INDEX)
-    return NewestTorch(newest_release(index, parse_variant("cu130", TORCH_INDEX), ("cp311",)).version)
+    return TorchRelease(newest_release(index, parse_variant("cu130", TORCH_INDEX), ("cp311",)).version)
 
 
 HERE = Path(__file__).resolve().parent
@@ -93,6 +96,30 @@ def cuda_image(base_image: str) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+# The torch of the environment the fixture build is made --like: a CUDA 13.0 release older than
+# the newest, so that building for it shows --like followed the venv, not the default.
+FIXTURE_TORCH = TorchRelease("2.13.0")
+# uv's cache for the tests that install real torch on this machine (~3 GB with its CUDA wheels,
+# downloaded once, then linked from the cache).
+UV_CACHE = Path.home() / ".cache" / "wheelbuild-tests" / "uv"
+
+
+@pytest.fixture(scope="session")
+def like_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's venv: CPython 3.11 with the real torch FIXTURE_TORCH from PyPI (and pip)."""
+    venv = tmp_path_factory.mktemp("like") / "venv"
+    env = clean_env(venv.parent, uv_cache=UV_CACHE)
+    run_ok([shutil.which("python3.11") or "python3", "-m", "venv", str(venv)], env, venv.parent)
+    python = str(venv / "bin" / "python")
+    run_ok(
+        [uv_binary(), "pip", "install", "--python", python, f"torch=={FIXTURE_TORCH.version}"],
+        env,
+        venv.parent,
+        timeout=1200,
+    )
+    return venv
+
+
 @dataclass(frozen=True)
 class FixtureBuild:
     result: Completed
@@ -102,17 +129,16 @@ class FixtureBuild:
 
 
 @pytest.fixture(scope="session")
-def fixture_build(cuda_image: str, tmp_path_factory: pytest.TempPathFactory) -> FixtureBuild:
-    """One real build of the bundled example for cu130, sm_100 + sm_120, in a 4 GiB container,
+def fixture_build(cuda_image: str, like_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> FixtureBuild:
+    """One real build of the bundled example made --like a user's venv (CPython 3.11, torch
+    FIXTURE_TORCH, no GPU visible: the default archs, sm_100 + sm_120), in a 4 GiB container,
     shared by every test that needs "a built wheel of the example". Without its torch range: the
     range's own tests build with it (test_torch_range.py)."""
     out = tmp_path_factory.mktemp("wheelhouse")
     result = wheelbuild(
         "build", "wbdemo",
-        "--torch", "cu130",
+        "--like", str(like_venv),
         "--torch-index-url", TORCH_INDEX,
-        "--archs", "100,120",
-        "--python", "3.11",
         "--memory", "4g",
         "--output-dir", str(out),
         "--no-torch-range",

@@ -18,28 +18,67 @@ from wheelbuild.attempt.ownership import process_namespace
 from wheelbuild.wheel.contents import archs_in_wheel
 
 from tests.integration.conftest import (
+    FIXTURE_TORCH,
     REPO,
     TORCH_INDEX,
+    UV_CACHE,
     WHEELBUILD,
     FixtureBuild,
     compiler_processes,
     containers_of_run,
     default_sigint,
-    newest_cu130,
     poll_until,
     wheelbuild,
     wheelbuild_watched,
 )
+from tests.serving import clean_env, run_ok, uv_binary
 
 
 def test_fixture_wheel_holds_sm100_and_sm120_code(fixture_build: FixtureBuild) -> None:
-    assert fixture_build.wheel.name.startswith(f"wbdemo-0.1.0+{newest_cu130().label}-cp311-cp311-manylinux_")
+    assert fixture_build.wheel.name.startswith(f"wbdemo-0.1.0+{FIXTURE_TORCH.label}-cp311-cp311-manylinux_")
     modules = archs_in_wheel(fixture_build.wheel)
     assert set(modules) == {"wbdemo/_C.cpython-311-x86_64-linux-gnu.so"}
     assert modules["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"].sass == {100, 120}
     # The CLI prints where the wheel is and what it holds.
     assert str(fixture_build.wheel) in fixture_build.result.stdout
     assert "SASS sm_100, sm_120" in fixture_build.result.stdout
+
+
+def test_built_like_a_venv_its_install_lines_install_there_and_keep_torch(
+    fixture_build: FixtureBuild, like_venv: Path, tmp_path: Path
+) -> None:
+    """The fixture build was made --like a venv with torch 2.13.0 and CPython 3.11: one wheel, for
+    cp311 and that torch, gated; its printed pip and uv lines, run as printed, install it there and
+    leave torch where it was; --install does the same itself."""
+    shown = fixture_build.result.stdout
+    python = like_venv / "bin" / "python"
+    assert f"install into --like {python} (its torch {FIXTURE_TORCH.version} stays):" in shown
+    lines = [line.strip() for line in shown.splitlines() if line.strip().endswith(str(fixture_build.wheel))]
+    pip_line = next(line for line in lines if line.startswith(f"{python} -m pip install "))
+    uv_line = next(line for line in lines if line.startswith("uv pip install --python "))
+    assert f"uv pip install --index <index>/cu130-torch{FIXTURE_TORCH.minor}/simple/ wbdemo" in shown
+    env = clean_env(tmp_path, uv_cache=UV_CACHE)
+    check = (
+        "import importlib.metadata as m, wbdemo, wbdemo._C; print(m.version('torch'), m.version('wbdemo'))"
+    )
+    uninstall = [str(python), "-m", "pip", "uninstall", "-y", "wbdemo"]
+    for line in (pip_line, uv_line):
+        args = line.split()
+        run_ok([uv_binary(), *args[1:]] if args[0] == "uv" else args, env, tmp_path, timeout=600)
+        torch, wbdemo = run_ok([str(python), "-c", check], env, tmp_path).stdout.split()
+        assert (torch, wbdemo) == (FIXTURE_TORCH.version, f"0.1.0+{FIXTURE_TORCH.label}")
+        run_ok(uninstall, env, tmp_path)
+    # --install: the same inputs reuse the fixture's gated wheel, then install it there.
+    done = wheelbuild(
+        "build", "wbdemo", "--like", str(like_venv), "--install",
+        "--torch-index-url", TORCH_INDEX, "--memory", "4g", "--no-torch-range",
+        "--output-dir", str(fixture_build.run_dir.parent.parent),
+        timeout=1800,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"installed {fixture_build.wheel.name} into --like {python} with pip" in done.stdout + done.stderr
+    torch, wbdemo = run_ok([str(python), "-c", check], env, tmp_path).stdout.split()
+    assert (torch, wbdemo) == (FIXTURE_TORCH.version, f"0.1.0+{FIXTURE_TORCH.label}")
 
 
 def test_fixture_wheel_archs_agree_with_cuobjdump(fixture_build: FixtureBuild, tmp_path: Path) -> None:
@@ -64,7 +103,7 @@ def test_container_enforced_the_memory_limit_it_was_given(fixture_build: Fixture
     assert fixture_build.report["plan"]["memory"] == 4 * 1024**3
     log = (fixture_build.run_dir / "build.log").read_text()
     assert "wheelbuild: container memory limit: 4294967296 (asked 4294967296)" in log
-    assert f"wheelbuild: torch {newest_cu130().version}" in log and "CUDA 13.0" in log
+    assert f"wheelbuild: torch {FIXTURE_TORCH.version}" in log and "CUDA 13.0" in log
     # Memory was watched: a working set during the compile step, under the limit.
     assert 0 < attempt["peak_memory_compile"] <= attempt["peak_memory"] <= 4 * 1024**3
 
@@ -83,10 +122,10 @@ def test_build_report_records_the_wheel(fixture_build: FixtureBuild) -> None:
     assert entry["sha256"] == hashlib.sha256(fixture_build.wheel.read_bytes()).hexdigest()
     module = entry["extension_modules"]["wbdemo/_C.cpython-311-x86_64-linux-gnu.so"]
     assert module["sass"] == [100, 120] and module["cudart"] == ["libcudart.so.13"]
-    assert fixture_build.report["torch"]["variant"] == f"{newest_cu130().version}+cu130"
+    assert fixture_build.report["torch"]["variant"] == f"{FIXTURE_TORCH.version}+cu130"
     # Stamped with the variant it was built against, inside METADATA and RECORD, and checked.
-    assert entry["version"] == entry["metadata"]["version"] == f"0.1.0+{newest_cu130().label}"
-    assert entry["torch_requirement"] == [f"torch=={newest_cu130().minor}.*"]
+    assert entry["version"] == entry["metadata"]["version"] == f"0.1.0+{FIXTURE_TORCH.label}"
+    assert entry["torch_requirement"] == [f"torch=={FIXTURE_TORCH.minor}.*"]
     assert fixture_build.report["checks"] == []
 
 

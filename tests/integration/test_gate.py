@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker
 
-from tests.integration.conftest import TORCH_INDEX, FixtureBuild, containers_of_run, newest_cu130, wheelbuild
+from tests.integration.conftest import FIXTURE_TORCH, TORCH_INDEX, FixtureBuild, containers_of_run, wheelbuild
 
 
 def test_a_good_wheel_passes_the_gate_and_inspect_shows_it(
@@ -26,7 +26,7 @@ def test_a_good_wheel_passes_the_gate_and_inspect_shows_it(
     gate = gates[0]
     assert gate["passed"] is True and gate["install_error"] is None
     assert [(i["module"], i["ok"]) for i in gate["imports"]] == [("wbdemo._C", True), ("wbdemo", True)]
-    assert gate["torch"].startswith(newest_cu130().version) and "CUDA 13" in gate["torch"]
+    assert gate["torch"].startswith(FIXTURE_TORCH.version) and "CUDA 13" in gate["torch"]
     smoke = gate["smoke"]
     if "nvidia" in (docker_client.info().get("Runtimes") or {}):
         # A GPU reached the gate: the kernels ran on it, or it is one the wheel holds no code for.
@@ -37,7 +37,7 @@ def test_a_good_wheel_passes_the_gate_and_inspect_shows_it(
     assert "import gate: passed (imported wbdemo._C, wbdemo" in fixture_build.result.stdout
     shown = wheelbuild("inspect", str(fixture_build.wheel))
     assert (
-        f"import gate passed: imported wbdemo._C, wbdemo with torch {newest_cu130().version}" in shown.stdout
+        f"import gate passed: imported wbdemo._C, wbdemo with torch {FIXTURE_TORCH.version}" in shown.stdout
     )
 
 

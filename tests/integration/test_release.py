@@ -23,7 +23,7 @@ from elftools.elf.elffile import ELFFile
 from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.stamp import stamp_wheel
 
-from tests.integration.conftest import FixtureBuild, newest_cu130, wheelbuild
+from tests.integration.conftest import FIXTURE_TORCH, UV_CACHE, FixtureBuild, wheelbuild
 from tests.serving import clean_env, read_log, run_ok, running_server, uv_binary
 
 SO = "wbdemo/_C.cpython-311-x86_64-linux-gnu.so"
@@ -31,11 +31,10 @@ SO = "wbdemo/_C.cpython-311-x86_64-linux-gnu.so"
 
 def _pin() -> str:
     """The fixture wheel by name, as pip and uv ask for it."""
-    return f"wbdemo==0.1.0+{newest_cu130().label}"
+    return f"wbdemo==0.1.0+{FIXTURE_TORCH.label}"
 
 
 # One uv cache for these tests, kept between runs: torch and its CUDA wheels are ~3 GB.
-UV_CACHE = Path.home() / ".cache" / "wheelbuild-tests" / "uv"
 
 
 def _relabel_sass(so: bytes, old: int, new: int) -> bytes:
@@ -75,8 +74,8 @@ def test_fixture_wheel_passes_inspect_and_its_checks(fixture_build: FixtureBuild
     done = wheelbuild("inspect", "--json", str(fixture_build.wheel))
     assert done.returncode == 0, done.stderr
     (info,) = json.loads(done.stdout)
-    assert info["version"] == info["metadata"]["version"] == f"0.1.0+{newest_cu130().label}"
-    assert info["torch_requirement"] == [f"torch=={newest_cu130().minor}.*"]
+    assert info["version"] == info["metadata"]["version"] == f"0.1.0+{FIXTURE_TORCH.label}"
+    assert info["torch_requirement"] == [f"torch=={FIXTURE_TORCH.minor}.*"]
     assert info["extension_modules"][SO] == {"sass": [100, 120], "ptx": [], "cudart": ["libcudart.so.13"]}
 
 
@@ -100,7 +99,7 @@ def test_publish_refuses_the_fixture_wheel_with_another_variants_label(
     done = wheelbuild("publish", str(relabelled), "--torch", "cu130", "--to", str(tmp_path / "tree"))
     assert done.returncode == 45, done.stdout + done.stderr
     assert (
-        f"local version label is cu128torch2.10, but the wheel was built for {newest_cu130().label}"
+        f"local version label is cu128torch2.10, but the wheel was built for {FIXTURE_TORCH.label}"
         in done.stderr
     )
     assert "also:" in done.stderr and "torch==2.10.*" in done.stderr  # the pin is wrong too
@@ -125,7 +124,7 @@ def test_pip_installs_the_fixture_by_name_from_the_served_index_and_imports_it(
     python = str(venv / "bin" / "python")
     # torch (~3 GB with its CUDA wheels) from PyPI through uv's cache; then pip, from our index
     # only, finds the fixture by name and sees its torch pin satisfied.
-    torch = newest_cu130()
+    torch = FIXTURE_TORCH
     run_ok(
         [uv_binary(), "pip", "install", "--python", python, f"torch=={torch.version}"],
         env,
@@ -189,7 +188,7 @@ wbdemo = {{ index = "wheelbuild" }}
         env,
         project,
     )
-    assert done.stdout.strip().startswith(f"{newest_cu130().minor}.")
+    assert done.stdout.strip().startswith(f"{FIXTURE_TORCH.minor}.")
     lock = (project / "uv.lock").read_text()
     assert 'name = "wbdemo"' in lock and url in lock  # from our index; torch from PyPI
 

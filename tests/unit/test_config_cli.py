@@ -185,8 +185,9 @@ def test_the_click_options_of_build_and_plan_are_exactly_the_option_tables_rows(
     params = {o.param for o in option_table.OPTIONS}
     # the table's rows in the table's order, and besides them only what picks the files and PACKAGE
     assert [p.name for p in options if p.name in params] == [o.param for o in option_table.OPTIONS]
-    plan_only = {"strict", "as_json"} if name == "plan" else set()  # an over-limit peak an error; JSON out
-    assert {p.name for p in options} - params == {"config_file", "example", *plan_only}
+    # plan's own: an over-limit peak an error, JSON out; build's: --install into --like's venv
+    own = {"strict", "as_json"} if name == "plan" else {"install"}
+    assert {p.name for p in options} - params == {"config_file", "example", *own}
     by_param = {p.name: p for p in options}
     for row in option_table.OPTIONS:
         option = by_param[row.param]

@@ -69,6 +69,10 @@ KNOWN_CODES = {
     "MaterialMismatch": 75,
     "SigningKeyUnusable": 76,
     "KeylessSigningFailed": 77,
+    "EnvironmentUnreadable": 80,
+    "EnvironmentWithoutTorch": 81,
+    "EnvironmentUnbuildable": 82,
+    "InstallFailed": 83,
     "Interrupted": 130,
 }
 
