@@ -138,7 +138,7 @@ def test_unchanged_inputs_reuse_the_finished_wheel_with_no_container_of_the_run_
         "build",
         "wbdemo",
         "--torch",
-        "cu130",
+        f"{FIXTURE_TORCH.version}+cu130",
         "--torch-index-url",
         TORCH_INDEX,
         "--archs",
@@ -151,7 +151,7 @@ def test_unchanged_inputs_reuse_the_finished_wheel_with_no_container_of_the_run_
         "1",
         "--output-dir",
         str(tmp_path),
-    )  # fmt: skip  (other MAX_JOBS and memory: they do not change what the wheel holds)
+    )  # fmt: skip  (the fixture's options, named, not --like; other MAX_JOBS and memory: they do not change what the wheel holds)
     again = watched.result
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     assert f"reusing the wheel(s) of run {fixture_build.result.run_id}" in again.stdout
