@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import InvalidWheel, WheelsDiffer
+from ..errors import InvalidWheel, OriginNotChecked, WheelsDiffer
 from ..pipeline import verify as verifying
 from ..progress.console import Console
 from ..provenance import signing
@@ -87,14 +87,19 @@ def verify_command(
 ) -> None:
     """Check WHEEL against its provenance statement with no network: the signature (--key), that
     the statement is this wheel's (its sha256), the inputs this machine has; with --rebuild,
-    build it again from the statement and compare the sha256 (exit codes 70-76)."""
+    build it again from the statement and compare the sha256 (exit codes 70-76). Without --key
+    or --rebuild only the hashes are checked, not who made the wheel: exit 78."""
     trusted = [signing.load_verifying_key(key, os.environ) for key in keys]
     verdict = verifying.verify_wheel(
         wheel, statement=statement, keys=trusted, source=source, materials=materials
     )
     click.echo(f"{wheel.name}: sha256 {verdict.sha256}")
-    signer = f"signed by {verdict.signed_by}" if verdict.signed_by else "signature not checked (no --key)"
-    click.echo(f"    statement {verdict.statement} ({signer}); its subject is this wheel")
+    click.echo(f"    statement {verdict.statement}: its subject is this wheel (file name and sha256 match)")
+    click.echo(
+        f"    signed by {verdict.signed_by}: its signature verifies"
+        if verdict.signed_by
+        else "    signer: not checked (no --key)"
+    )
     seen = f"{len(verdict.matched)} the same here" + (
         f" ({', '.join(verdict.matched)})" if verdict.matched else ""
     )
@@ -111,12 +116,19 @@ def verify_command(
             build = verifying.builder(console, engine)
             rebuilt = verifying.rebuild(verdict, image_flags.options(), output_dir, source, build)
         click.echo(f"    rebuilt: the same sha256 ({rebuilt})")
-    # Without --key, what was checked is that the statement describes these bytes, not who made it.
-    click.echo(
-        "verified"
-        if verdict.signed_by
-        else "verified: the statement describes this wheel; who made it was not checked (give --key)"
-    )
+    if verdict.signed_by:
+        click.echo("verified")
+    elif rebuild:
+        # The same bytes built again from the statement's inputs: what it claims holds, whoever wrote it.
+        click.echo(
+            "verified by rebuilding: the statement's inputs make these bytes; the signer was not checked"
+        )
+    else:
+        raise OriginNotChecked(
+            f"{wheel.name}: its sha256 matches its statement, but who made them was not checked (no --key)",
+            "give --key with the publisher's public key, or --rebuild; exit 78 means the hashes match "
+            "and nothing more",
+        )
 
 
 COMMANDS = (diff_command, verify_command)

@@ -141,16 +141,22 @@ def test_no_statement_exit_71_and_an_unusable_key_exit_76(
     assert done.returncode == 76 and "not a public key" in done.stderr
 
 
-def test_without_a_key_verify_checks_the_subject_and_says_the_signature_was_not(
+def test_without_a_key_verify_says_only_the_hashes_were_checked_and_exits_78(
     tmp_path: Path, run_cli: Run
 ) -> None:
+    """It used to end with "verified", exit 0: a script's `verify && install` passed a wheel whose
+    statement anyone who could swap the wheel could swap too."""
     wheel = run_folder(tmp_path)  # a run folder's bare statement, never signed
     done = _verify(run_cli, str(wheel))
-    assert done.returncode == 0, done.stderr
-    assert "signature not checked (no --key)" in done.stdout
-    assert done.stdout.rstrip().splitlines()[-1] == (
-        "verified: the statement describes this wheel; who made it was not checked (give --key)"
+    assert done.returncode == 78, done.stderr
+    assert "its subject is this wheel (file name and sha256 match)" in done.stdout
+    assert "    signer: not checked (no --key)" in done.stdout
+    assert "verified" not in done.stdout + done.stderr
+    cause, remedy = done.stderr.splitlines()
+    assert cause == (
+        f"error: {wheel.name}: its sha256 matches its statement, but who made them was not checked (no --key)"
     )
+    assert remedy.startswith("remedy: give --key with the publisher's public key, or --rebuild")
     key = ssh_key(tmp_path / "keys", "id_ed25519")
     unsigned = _verify(run_cli, str(wheel), "--key", f"{key}.pub")
     assert unsigned.returncode == 72 and "it is not signed" in unsigned.stderr
