@@ -15,7 +15,7 @@ from ..pipeline import verify as verifying
 from ..progress.console import Console
 from ..provenance import signing
 from ..spec.build_spec import DEFAULT_OUTPUT_DIR
-from ..wheel.diff import first_difference
+from ..wheel.diff import dist_info_pairing, first_difference
 from .options import ImageFlags, with_image_flags
 from .params import GIVEN_PATH, REPEATABLE
 from .seams import seams
@@ -26,10 +26,12 @@ from .seams import seams
 @click.argument("second", type=GIVEN_PATH)
 def diff_command(first: Path, second: Path) -> None:
     """Say whether two wheels are the same bytes and, if not, where they first differ: the
-    member and, for a shared object, the ELF section (exit 70). `diffoscope FIRST SECOND` shows
-    everything that differs."""
+    member and, for a shared object, the ELF section (exit 70). Two versions of one release (other
+    local labels) have their .dist-info folders paired, and what differs inside is listed.
+    `diffoscope FIRST SECOND` shows everything that differs."""
     try:
         found = first_difference(first, second)
+        paired = dist_info_pairing(first, second) if found is not None else None
     except (OSError, ValueError) as bad:
         raise InvalidWheel(
             f"cannot compare {first.name} and {second.name}: {bad}", "name two .whl files"
@@ -37,6 +39,10 @@ def diff_command(first: Path, second: Path) -> None:
     if found is None:
         click.echo(f"{first.name} and {second.name} are the same bytes")
         return
+    if paired is not None:
+        click.echo(f"{paired.first} and {paired.second} paired; inside them:")
+        for line in paired.differences or ("nothing differs but the folder's name",):
+            click.echo(f"    {line}")
     deep = f"diffoscope {first} {second} shows every difference"
     raise WheelsDiffer(
         f"{first.name} and {second.name} differ: {found}",
