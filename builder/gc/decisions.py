@@ -438,11 +438,14 @@ def decide(
     by_key = {r.key: r for r in results}
     built_in: dict[str, str] = {}
     # Stored results first, so a kept run's own name wins where both name one image.
-    for kept, name in (
-        *((by_key[d.name], f"kept stored result {d.name[:16]}") for d in result_decisions if not d.remove),
-        *((by_id[d.name], f"kept run {d.name}") for d in run_decisions if not d.remove),
-    ):
-        built_in |= {ref: name for ref in (kept.image_tag, kept.image_id) if ref}
+    built_from: list[tuple[str | None, str | None, str]] = [
+        *((by_key[d.name].image_tag, by_key[d.name].image_id, f"kept stored result {d.name[:16]}")
+          for d in result_decisions if not d.remove),
+        *((by_id[d.name].image_tag, by_id[d.name].image_id, f"kept run {d.name}")
+          for d in run_decisions if not d.remove),
+    ]  # fmt: skip
+    for tag, image_id, name in built_from:
+        built_in |= {ref: name for ref in (tag, image_id) if ref}
     return GcDecisions(
         (
             *run_decisions,
