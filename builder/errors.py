@@ -431,6 +431,14 @@ class KeylessSigningFailed(WheelbuildError):
     exit_code = 77
 
 
+class OriginNotChecked(WheelbuildError):
+    """`wheelbuild verify` without --key: the wheel's sha256 matches its statement, and nothing
+    more. The statement travels beside the wheel, so whoever could replace the one could replace
+    the other: who made them was not checked. Give --key (or --rebuild) for exit 0."""
+
+    exit_code = 78
+
+
 @dataclass(frozen=True)
 class ExitCode:
     code: int

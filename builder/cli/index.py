@@ -15,7 +15,7 @@ from ..index import remote
 from ..index import serve as serving
 from ..index import yank as yanking
 from ..pipeline import check
-from ..pipeline.statements import for_publish
+from ..pipeline.statements import for_publish, without_statement
 from ..pipeline.statements import subjects_check as statements_check
 from ..progress.console import Console
 from ..provenance import keyless, signing
@@ -161,6 +161,9 @@ def _publish_to(
     for name in result.present:
         click.echo(f"already there, same sha256: {name}")
     click.echo(f"index: {where}/simple ({len(result.pages)} page(s) written)")
+    for wheel in wheels:  # an upload server keeps no statements at all: only a tree is warned of
+        if wheel.name not in sidecars.statements:
+            click.echo(f"warning: {without_statement(wheel.name)}", err=True)
 
 
 @click.command()

@@ -11,6 +11,9 @@ What is kept, whatever else is said:
 - the build image of the current inputs (plain and cu12x), the current CUDA 12 layer, the
   sccache-dist fleet's image FROM the current build image, any image a container (running or
   stopped) uses, and the base image;
+- the image each kept run and each kept stored result was built in (its report's tag and ID):
+  a build made in another environment (another base image, another --output-dir) names an image
+  the current inputs here would not, and its result is no use without it;
 - every volume a container mounts; the compiler, pip and torch-download caches unless
   `--caches` is given. Only calibrate's torch-headers volumes go by default.
 - of the wheel cache (the torch-wheels volume), what its own rule keeps (wheel_cache_use.py:
@@ -127,6 +130,7 @@ class Run:
     last_write: float  # newest mtime of the folder and its files
     holds_index: bool = False  # a published tree (files/ or simple/) inside: never touched
     image_tag: str | None = None  # the build image its report names: kept while the run is
+    image_id: str | None = None  # that image's ID, as the report names it
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class StoredResult:
     size: int
     wheel_sha256: tuple[str, ...]
     saved: float  # its build-report.json's mtime
+    image_tag: str | None = None  # the build image its report names: kept while the result is
+    image_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -307,8 +313,9 @@ def decide_images(
     base_ids: frozenset[str],
     kept_runs: Mapping[str, str] | None = None,
 ) -> tuple[Decision, ...]:
-    """Each image kept or removed, and why. *kept_runs*: image tag -> a kept run that used it
-    (a build made in another environment than gc's names an image gc would not call current)."""
+    """Each image kept or removed, and why. *kept_runs*: image tag or ID -> the kept run or
+    stored result that was built in it ("kept run <id>"), since a build made in another
+    environment than gc's names an image gc would not call current."""
     kept_runs = kept_runs or {}
     users: dict[str, ContainerFact] = {}
     for container in containers:  # a running user names the image before a stopped one
@@ -322,8 +329,8 @@ def decide_images(
             why = f"used by {_container_word(users[image.id])}"
         elif image.id in base_ids:
             why = "the base image"
-        elif image.tag in kept_runs:
-            why = f"the image of kept run {kept_runs[image.tag]}"
+        elif (user := kept_runs.get(image.tag) or kept_runs.get(image.id)) is not None:
+            why = f"the image of {user}"
         else:
             why = "not the current inputs' image, used by no container" + (
                 " (it has other tags: only this one goes)" if image.untag_only else ""
@@ -427,19 +434,28 @@ def decide(
     needed = {
         key: d.name for d in run_decisions if not d.remove and (key := by_id[d.name].inputs_key) is not None
     }
-    kept_images = {
-        tag: d.name for d in run_decisions if not d.remove and (tag := by_id[d.name].image_tag) is not None
-    }
+    result_decisions = decide_results(results, keep_results=keep_runs, needed=needed, published=published)
+    by_key = {r.key: r for r in results}
+    built_in: dict[str, str] = {}
+    # Stored results first, so a kept run's own name wins where both name one image.
+    built_from: list[tuple[str | None, str | None, str]] = [
+        *((by_key[d.name].image_tag, by_key[d.name].image_id, f"kept stored result {d.name[:16]}")
+          for d in result_decisions if not d.remove),
+        *((by_id[d.name].image_tag, by_id[d.name].image_id, f"kept run {d.name}")
+          for d in run_decisions if not d.remove),
+    ]  # fmt: skip
+    for tag, image_id, name in built_from:
+        built_in |= {ref: name for ref in (tag, image_id) if ref}
     return GcDecisions(
         (
             *run_decisions,
-            *decide_results(results, keep_results=keep_runs, needed=needed, published=published),
+            *result_decisions,
             *decide_images(
                 docker.images,
                 current=current_images,
                 containers=docker.containers,
                 base_ids=base_ids,
-                kept_runs=kept_images,
+                kept_runs=built_in,
             ),
             *decide_volumes(
                 docker.volumes,

@@ -184,6 +184,7 @@ def scan_runs(runs_dir: Path, on_skip: Skipped = _ignore) -> tuple[decisions.Run
                 holds_index=any(folder.rglob(f"{index_tree.SIMPLE}/index.html"))
                 or (folder / index_tree.FILES).is_dir(),
                 image_tag=report.image.tag if report and report.image else None,
+                image_id=report.image.id if report and report.image else None,
             )
         )
     return tuple(found)
@@ -200,8 +201,20 @@ def scan_results(store: Path, on_skip: Skipped = _ignore) -> tuple[decisions.Sto
         size, newest = _usage(entry)
         report = entry / REPORT_NAME
         saved = report.stat().st_mtime if report.is_file() else newest
-        hashes = _wheel_hashes(entry, _report(entry), on_skip)
-        found.append(decisions.StoredResult(entry.name, entry, size, hashes, saved))
+        stored = _report(entry)
+        hashes = _wheel_hashes(entry, stored, on_skip)
+        image = stored.image if stored else None
+        found.append(
+            decisions.StoredResult(
+                entry.name,
+                entry,
+                size,
+                hashes,
+                saved,
+                image.tag if image else None,
+                image.id if image else None,
+            )
+        )
     return tuple(found)
 
 

@@ -189,28 +189,58 @@ def _twine_upload(wheels: Sequence[Path], endpoint: UploadEndpoint, progress: bo
         sent = basic_auth_forms(os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD"))
         said = redact_values(_plain_text(response.text if response is not None else ""), sent)[:200]
         exists = status == 409 or "exist" in said.lower()
-        remedy = (
-            "that file is already on the index, and a published file is never replaced: give the "
-            "build another version or local label"
+        cause, remedy = (
+            (
+                f"upload to {endpoint.url} failed: HTTP {status}",
+                "that file is already on the index, and a published file is never replaced: give the "
+                "build another version or local label",
+            )
             if exists
-            else {
-                401: "set TWINE_USERNAME and TWINE_PASSWORD (or the keyring) for this index",
-                403: "check the credentials (TWINE_USERNAME/TWINE_PASSWORD or keyring) and the user's rights",
-            }.get(status, "check the index URL and the server's log")
+            else _refusal(endpoint, status)
         )
-        raise UploadFailed(
-            f"upload to {endpoint.url} failed: HTTP {status}" + (f": {said}" if said else ""), remedy
-        ) from None
+        raise UploadFailed(cause + (f": {said}" if said else ""), remedy) from None
     except (TwineException, requests.RequestException) as error:
         sent = basic_auth_forms(os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD"))
-        unset = [name for name in ("TWINE_USERNAME", "TWINE_PASSWORD") if not os.environ.get(name)]
+        unset = [name for name in CREDENTIAL_VARIABLES if not os.environ.get(name)]
+        if unset and isinstance(error, TwineException):
+            # twine asks for what it lacks before it sends anything: the server was never asked.
+            raise UploadFailed(
+                f"upload to {endpoint.url} needs a user and password, and {' and '.join(unset)} "
+                f"{'is' if len(unset) == 1 else 'are'} not set (nor found in the keyring)",
+                f"{_SET_CREDENTIALS}, or store the password with `keyring set {endpoint.url} <user>`",
+            ) from None
         raise UploadFailed(
             f"upload to {endpoint.url} failed: {type(error).__name__}: {redact_values(str(error), sent)}",
-            f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set: set them (read by name, "
-            "never a command line) or store the password with `keyring set <url> <user>`; then check the URL"
-            if unset and isinstance(error, TwineException)
-            else "check the URL and that the server is up (e.g. curl it)",
+            "check the URL and that the server is up (e.g. curl it)",
         ) from None
+
+
+CREDENTIAL_VARIABLES = ("TWINE_USERNAME", "TWINE_PASSWORD")
+_SET_CREDENTIALS = (
+    "export TWINE_USERNAME and TWINE_PASSWORD (read by name, never from a command line or the URL)"
+)
+
+
+def _refusal(endpoint: UploadEndpoint, status: int) -> tuple[str, str]:
+    """What an upload refused with *status* means, and what to do: 401 and 403 are about the
+    credentials (named by their variables, never their values), the rest about the URL."""
+    given = [name for name in CREDENTIAL_VARIABLES if os.environ.get(name)]
+    if status == 401:
+        return (
+            f"upload to {endpoint.url} refused: the server answered HTTP 401 (not authenticated"
+            + (f"; it did not accept {' and '.join(given)})" if given else ")"),
+            f"check TWINE_USERNAME and TWINE_PASSWORD for this index; {_SET_CREDENTIALS}"
+            if given
+            else _SET_CREDENTIALS,
+        )
+    if status == 403:
+        return (
+            f"upload to {endpoint.url} refused: the server answered HTTP 403 (forbidden: the user "
+            "may not upload there, or the credentials are wrong)",
+            "check TWINE_USERNAME and TWINE_PASSWORD (or the keyring entry) and that user's rights "
+            "to upload to this index",
+        )
+    return f"upload to {endpoint.url} failed: HTTP {status}", "check the index URL and the server's log"
 
 
 def target_for(template: str, tag: str, *, several: bool) -> Path | UploadEndpoint | RsyncTarget:

@@ -73,6 +73,7 @@ __all__ = [
     "source_material",
     "subject_error",
     "subjects_check",
+    "without_statement",
     "write_statements",
 ]
 
@@ -284,6 +285,15 @@ def for_publish(
             )
         statements[wheel.name] = envelope_bytes(envelope)
     return statements
+
+
+def without_statement(wheel_name: str) -> str:
+    """Publish's one line for a wheel that has no statement beside it: what follows, and the remedy."""
+    return (
+        f"{wheel_name} has no provenance statement beside it ({wheel_name}{STATEMENT_SUFFIX}), so the "
+        "index will have none for `wheelbuild verify`; publish it from the run folder `wheelbuild build` "
+        "wrote, where its statement is"
+    )
 
 
 CopiesCheck = Callable[[Mapping[Path, Path]], None]  # index.publish's, on the copies it made

@@ -66,6 +66,24 @@ class Verdict:
     notes: tuple[str, ...] = ()
 
 
+def _no_statement(wheel: Path) -> StatementUnusable:
+    """A wheel with no statement beside it. In a published tree (its files/ beside simple/) the
+    index has none to give: it was published without one, and no download will find it."""
+    tree = wheel.parent.parent
+    if wheel.parent.name == "files" and (tree / "simple").is_dir():
+        return StatementUnusable(
+            f"{wheel.name} has no provenance statement: the index {tree} has none for it "
+            "(it was published without one)",
+            "publish it again from the run folder `wheelbuild build` wrote, where its statement is, "
+            "or name a statement you have with --statement",
+        )
+    return StatementUnusable(
+        f"{wheel.name} has no provenance statement beside it ({wheel.name}.intoto.jsonl or .intoto.json)",
+        f"download files/{wheel.name}.intoto.jsonl from beside the wheel on its index if its project "
+        "page links one ('provenance'; a wheel published without one has none), or name it with --statement",
+    )
+
+
 def verify_wheel(
     wheel: Path,
     *,
@@ -84,10 +102,7 @@ def verify_wheel(
         ) from None
     found = read_beside(wheel, statement)
     if found is None:
-        raise StatementUnusable(
-            f"{wheel.name} has no provenance statement beside it ({wheel.name}.intoto.jsonl or .intoto.json)",
-            f"download it from the index beside the wheel (files/{wheel.name}.intoto.jsonl), or name it with --statement",
-        )
+        raise _no_statement(wheel)
     parsed, envelope, path = found
     key = None
     if keys:

@@ -325,3 +325,69 @@ def test_gc_prunes_the_wheel_cache_past_its_bound_in_a_base_container_without_ca
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             docker_client.volumes.get(volume).remove(force=True)
+
+
+def _report_naming(folder: Path, image: docker.models.images.Image, tag: str, **fields: object) -> None:
+    """The build-report.json a build writes, naming the image it was built in (tag and ID)."""
+    report = {"run_id": "x", "wheels": [], **fields, "image": {"tag": tag, "id": image.id, "labels": {}}}
+    (folder / "build-report.json").write_text(json.dumps(report))
+
+
+def test_gc_outside_setups_environment_keeps_the_images_its_kept_builds_were_made_in(
+    docker_client: docker.DockerClient, base_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build made in scripts/setup's environment (WHEELBUILD_BASE_IMAGE set) into another
+    --output-dir left its stored result, and a run here names an image of another day; gc from a
+    shell without that environment computes other current inputs. It used to keep the stored
+    result and remove the image it was built in ("not the current inputs' image, used by no
+    container"). Each kept build's image stays, by its report's tag; an image no build names goes.
+    Tiny images FROM scratch under a prefix of the test's own, a store and output dir of its own."""
+    scope = decisions.Scope(f"wbgctest-{secrets.token_hex(4)}")
+    setups = image_inputs(
+        DockerEngine(docker_client), ImageOptions(base_image=base_image, ca_bundle=resolve_ca_bundle(None))
+    )
+    images = {
+        "setup": scope.retag(setups.tag),  # the tag a build under setup's base image uses
+        "run": f"{scope.image_repository}:{secrets.token_hex(8)}",
+        "unnamed": f"{scope.image_repository}:{secrets.token_hex(8)}",
+    }
+    out, store = tmp_path / "wheelhouse", tmp_path / "cache" / "results"
+    key, run_id = "d" * 64, "20261205-120000-0000aa"
+    try:
+        for tag in images.values():
+            _tiny_image(docker_client, tag, None, scope.prefix)
+        made = {role: docker_client.images.get(tag) for role, tag in images.items()}
+        (store / key).mkdir(parents=True)
+        _report_naming(store / key, made["setup"], images["setup"], inputs_key=key)
+        (out / "runs" / run_id).mkdir(parents=True)
+        _report_naming(out / "runs" / run_id, made["run"], images["run"], inputs_key="e" * 64)
+        monkeypatch.delenv("WHEELBUILD_BASE_IMAGE", raising=False)  # a shell without setup's environment
+        env = {names.PREFIX_ENV: scope.prefix, "WHEELBUILD_CACHE_DIR": str(store.parent), "NO_COLOR": "1"}
+
+        dry = wheelbuild("gc", "--output-dir", str(out), "--dry-run", env=env, timeout=300)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        said = {
+            role: [line for line in dry.stdout.splitlines() if f" {tag} " in line]
+            for role, tag in images.items()
+        }
+        assert said["setup"] == [
+            f"keep         image  {images['setup']}  1.0 MiB  (the image of kept stored result {key[:16]})"
+        ], dry.stdout
+        assert said["run"] == [
+            f"keep         image  {images['run']}  1.0 MiB  (the image of kept run {run_id})"
+        ]
+        (unnamed,) = said["unnamed"]
+        assert unnamed.startswith("would remove image ") and "not the current inputs' image" in unnamed
+        assert all(t in {t for i in docker_client.images.list() for t in i.tags} for t in images.values())
+
+        real = wheelbuild(
+            "gc", "--output-dir", str(out), env=env, timeout=300
+        )  # the test's own store and prefix
+        assert real.returncode == 0, real.stdout + real.stderr
+        left = {t for i in docker_client.images.list() for t in i.tags}
+        assert {role for role, tag in images.items() if tag in left} == {"setup", "run"}
+        assert (store / key).is_dir() and (out / "runs" / run_id).is_dir()
+    finally:
+        for tag in images.values():
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(tag, force=True)

@@ -840,6 +840,12 @@ def test_uv_resolves_from_the_metadata_file_then_fetches_the_wheel_once(
     fetched = [h for h in hits if h.path == WHEEL_URL]
     size = (tree / "files" / WHEEL).stat().st_size
     assert [(h.status, h.bytes) for h in fetched] == [(200, size)], fetched
+    # uv's user agent carries JSON (linehaul's): the log backslashes its quotes, never \x22, so
+    # the agent reads back as uv sent it.
+    agents = [m["agent"] for line in log.read_text().splitlines() if (m := LINE.search(line)) and m["agent"]]
+    assert agents and "\\x22" not in log.read_text()
+    product, _, linehaul = re.sub(r"\\(.)", r"\1", agents[0]).partition(" ")
+    assert product.startswith("uv/") and json.loads(linehaul)["installer"]["name"] == "uv", agents[0]
 
     run_ok(
         [uv_binary(), "pip", "install", "--python", python, "--upgrade", "--index-url", url, "wbtiny"],

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.indexkit import make_wheel
-from tests.provenancekit import PUBLISH_CHECKS, run_folder, ssh_key
+from tests.provenancekit import PUBLISH_CHECKS, cuda_wheel, run_folder, ssh_key
 from tests.serving import running_server
 from tests.unit.test_verify import Run
 
@@ -141,16 +141,51 @@ def test_no_statement_exit_71_and_an_unusable_key_exit_76(
     assert done.returncode == 76 and "not a public key" in done.stderr
 
 
-def test_without_a_key_verify_checks_the_subject_and_says_the_signature_was_not(
+def test_a_wheel_published_without_a_statement_is_warned_of_and_verify_says_the_index_has_none(
     tmp_path: Path, run_cli: Run
 ) -> None:
+    """It used to be published without a word, and verify then sent the user to download a
+    statement the index never had."""
+    bare = cuda_wheel(tmp_path / "copied", "wbbare")  # copied out of its run folder: no statement
+    with_one = run_folder(tmp_path)
+    tree = tmp_path / "tree"
+    done = run_cli("publish", str(bare), str(with_one), *PUBLISH_CHECKS, "--to", str(tree))
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {bare.name} has no provenance statement beside it ({bare.name}.intoto.json), so the "
+        "index will have none for `wheelbuild verify`; publish it from the run folder `wheelbuild build` "
+        "wrote, where its statement is"
+    ]
+    assert (tree / "files" / f"{with_one.name}.intoto.jsonl").is_file()
+    assert not (tree / "files" / f"{bare.name}.intoto.jsonl").exists()
+
+    refused = _verify(run_cli, str(tree / "files" / bare.name))
+    assert refused.returncode == 71, refused.stderr
+    cause, remedy = refused.stderr.splitlines()
+    assert cause == (
+        f"error: {bare.name} has no provenance statement: the index {tree} has none for it "
+        "(it was published without one)"
+    )
+    assert "download" not in remedy and remedy.startswith("remedy: publish it again from the run folder")
+
+
+def test_without_a_key_verify_says_only_the_hashes_were_checked_and_exits_78(
+    tmp_path: Path, run_cli: Run
+) -> None:
+    """It used to end with "verified", exit 0: a script's `verify && install` passed a wheel whose
+    statement anyone who could swap the wheel could swap too."""
     wheel = run_folder(tmp_path)  # a run folder's bare statement, never signed
     done = _verify(run_cli, str(wheel))
-    assert done.returncode == 0, done.stderr
-    assert "signature not checked (no --key)" in done.stdout
-    assert done.stdout.rstrip().splitlines()[-1] == (
-        "verified: the statement describes this wheel; who made it was not checked (give --key)"
+    assert done.returncode == 78, done.stderr
+    assert "its subject is this wheel (file name and sha256 match)" in done.stdout
+    assert "    signer: not checked (no --key)" in done.stdout
+    assert "verified" not in done.stdout + done.stderr
+    cause, remedy = done.stderr.splitlines()
+    assert cause == (
+        f"error: {wheel.name}: its sha256 matches its statement, but who made them was not checked (no --key)"
     )
+    assert remedy.startswith("remedy: give --key with the publisher's public key, or --rebuild")
     key = ssh_key(tmp_path / "keys", "id_ed25519")
     unsigned = _verify(run_cli, str(wheel), "--key", f"{key}.pub")
     assert unsigned.returncode == 72 and "it is not signed" in unsigned.stderr

@@ -69,6 +69,7 @@ KNOWN_CODES = {
     "MaterialMismatch": 75,
     "SigningKeyUnusable": 76,
     "KeylessSigningFailed": 77,
+    "OriginNotChecked": 78,
     "EnvironmentUnreadable": 80,
     "EnvironmentWithoutTorch": 81,
     "EnvironmentUnbuildable": 82,

@@ -645,3 +645,37 @@ def test_the_image_a_kept_run_used_is_kept_though_not_current_here() -> None:
     assert (gc.Kind.IMAGE, "wheelbuild-cuda131:newer") not in removals
     kept = next(d for d in decided.decisions if d.name == "wheelbuild-cuda131:newer")
     assert kept.why == f"the image of kept run {run(2).id}"
+
+
+def test_the_image_a_kept_stored_result_was_built_in_is_kept_by_tag_or_id() -> None:
+    """A build into another --output-dir leaves no run here, only its stored result: the image
+    its report names stays while the result does, found by tag or (retagged) by ID."""
+    decided = gc.decide(
+        runs=[],
+        results=[
+            result(1, image_tag="wheelbuild-cuda131:gone-result"),
+            result(2, image_tag="wheelbuild-cuda131:kept-result"),
+            result(3, image_tag="wheelbuild-cuda131:renamed", image_id="sha256:r"),
+        ],
+        docker=gc.DockerState(
+            (
+                image("wheelbuild-cuda131:gone-result", "sha256:g"),
+                image("wheelbuild-cuda131:kept-result", "sha256:k"),
+                image("wheelbuild-cuda131:retagged", "sha256:r"),
+            ),
+            (),
+            (),
+        ),
+        published=gc.Published(),
+        current_images=frozenset({"wheelbuild-cuda131:elsewhere"}),
+        base_ids=frozenset(),
+        keep_runs=2,
+        caches=False,
+        scope=gc.Scope(),
+        now=NOW,
+    )
+    why = {d.name: d for d in decided.decisions if d.kind is gc.Kind.IMAGE}
+    assert why["wheelbuild-cuda131:gone-result"].remove
+    assert why["wheelbuild-cuda131:kept-result"].why == "the image of kept stored result key2"
+    assert why["wheelbuild-cuda131:retagged"].why == "the image of kept stored result key3"
+    assert not why["wheelbuild-cuda131:retagged"].remove
