@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from wheelbuild.plan.admission import with_admission
-from wheelbuild.plan.memory_model import GIB, UnitCost, default_model
+from wheelbuild.plan.admission import admission_costs, with_admission
+from wheelbuild.plan.memory_model import GIB, UnitCost, default_model, flash_attn_model
 from wheelbuild.plan.online import COLD, MARGIN, Learner, family_of, kind_of
 from wheelbuild.plan.planner import plan_build
 from wheelbuild.plan.simulation import simulate
@@ -103,3 +103,31 @@ def test_admission_for_an_unknown_package_learning_launches_the_cpus_worth() -> 
     assert plain.max_jobs == static.max_jobs < 64
     assert learning.max_jobs == 2 * learning.admission_slots if learning.admission_slots else False
     assert learning.admission_slots == 64
+
+
+def test_a_blind_build_of_flash_attn_with_peaks_over_its_profile_is_not_oom_killed_when_learning() -> None:
+    """The default model's plan and costs file (a package nobody measured) run flash-attn's 73 units,
+    each costing its profile's peak +25% (a stand-in for a package heavier than the guess: the
+    bench's truths are the measured rows), on 64 cores in 62 GiB: admission on the guess is
+    OOM-killed; learning while it runs is not."""
+    limit, base = 62 * GIB, 768 * 1024**2
+    truth = [
+        UnitCost(u.name, round(u.fixed * 1.25), round(u.per_arch * 1.25), u.front_s, u.per_arch_s)
+        for u in flash_attn_model().units
+    ]
+    plan = with_admission(plan_build(budget=limit, cpus=64, archs=2, model=default_model()), learning=True)
+    assert plan.admission_budget is not None
+    cost = admission_costs(plan)["default"]
+    assert isinstance(cost, int)
+
+    def run(learn: float | None) -> int:
+        result = simulate(
+            truth, jobs=plan.max_jobs, threads=plan.nvcc_threads, archs=2, cpus=64, limit=limit, base=base,
+            admit_budget=plan.admission_budget, admit_costs=[cost] * len(truth), admit_slots=plan.admission_slots,
+            learn_cold=learn,
+        )  # fmt: skip
+        assert learn is None or result.ok
+        return result.killed
+
+    assert run(None) > 0
+    assert run(COLD) == 0
