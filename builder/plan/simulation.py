@@ -207,7 +207,7 @@ class _Ninja:
         for i in self.running:
             if i in self.hits or self._stopped(i):
                 continue
-            self.learner.observe(i, self._in_use(i), self._raw_charge(i))
+            self.learner.observe(i, self._in_use(i), self._charge(i, raw=True))
 
     def _unit_tables(
         self,
@@ -288,12 +288,13 @@ class _Ninja:
             k += 1
         self.at[i] = (k, inside[k], edges[min(k, len(edges) - 1)])
 
-    def _lane_cost(self, i: int, lanes: int) -> int:
+    def _lane_cost(self, i: int, lanes: int, raw: bool = False) -> int:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
         or beside one of its own its cost beside (its arch's part alone)."""
         assert self.cicc_cost is not None
         beside = self.beside[i] if lanes and self.beside is not None else None
-        return self._corrected(i, beside if beside is not None else self.cicc_cost[i] or 0, held=False)
+        cost = beside if beside is not None else self.cicc_cost[i] or 0
+        return cost if raw else self._corrected(i, cost, held=False)
 
     def _stopped(self, i: int) -> bool:
         """Held at cicc admission with no cicc admitted: its steps so far have exited, and nvcc waits."""
@@ -315,25 +316,18 @@ class _Ninja:
         lanes = self.lanes.get(i, 0)  # none: stopped, its steps so far have exited and nvcc waits
         return c.fixed + (peak - c.fixed) * lanes // self.in_flight if lanes else 0
 
-    def _charge(self, i: int) -> int:
+    def _charge(self, i: int, raw: bool = False) -> int:
         """What the wrapper's ledger holds for a running unit: its compile's cost, or while it is
-        at a window its admitted ciccs' (the compile's entry then counts 0); learning, corrected."""
-        if self.cicc_cost is None or i in self.unheld:
-            return self._corrected(i, self.predicted[i])
-        if self._window(i) is None:
-            return self._corrected(i, self.predicted[i], held=False)
+        at a window its admitted ciccs' (the compile's entry then counts 0); learning, as the
+        learner corrects them, unless `raw` (the costs file's: what a measurement is held against)."""
+        learning = self.learner is not None and not raw
+        if self.cicc_cost is None or i in self.unheld or self._window(i) is None:
+            held = self.cicc_cost is None or i in self.unheld  # else outside a window: its peak is ahead
+            return self._corrected(i, self.predicted[i], held=held) if learning else self.predicted[i]
         lanes = self.lanes.get(i, 0)  # none: stopped, nothing held
-        held = sum(self._lane_cost(i, k) for k in range(lanes))
-        # Learning: at least what its admitted ciccs were measured to hold.
-        return max(held, self._in_use(i)) if lanes and self.learner is not None else held
-
-    def _raw_charge(self, i: int) -> int:
-        """_charge as the costs file has it, uncorrected: what a measurement is held against."""
-        learner, self.learner = self.learner, None
-        try:
-            return self._charge(i)
-        finally:
-            self.learner = learner
+        ciccs = sum(self._lane_cost(i, k, raw) for k in range(lanes))
+        # Learning: at least what its admitted ciccs hold now.
+        return max(ciccs, self._in_use(i)) if lanes and learning else ciccs
 
     def _launch(self) -> None:
         """ninja starts the next units while a slot is free (none once the attempt has failed)."""
