@@ -81,14 +81,22 @@ SPREAD_DRAWS = 8
 LOOKAHEAD = 2
 
 
-def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None) -> Plan:
+def with_admission(
+    plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None, learning: bool = False
+) -> Plan:
     """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
     launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
     what the running ones leave of the container's limit less the model's reserve.
 
     Unless given (--nvcc-threads, --max-jobs) or `keep_jobs`, NVCC_THREADS is chosen again for
     admission, by the predicted build behind the wrapper with unit times spread by WALL_SPREAD,
-    and MAX_JOBS is then the most the CPUs allow at those threads (the 1.25 x CPUs rule)."""
+    and MAX_JOBS is then the most the CPUs allow at those threads (the 1.25 x CPUs rule).
+
+    With `learning` (admission that learns while the build runs, online.py), a model whose unit
+    count is unknown (the default model) no longer caps MAX_JOBS at the static plan's: the
+    wrapper, correcting its costs by what the running compiles measure, bounds the memory, so
+    MAX_JOBS is the CPUs' as for a known unit list (without it, the static plan's worst case
+    at the default guess is the only bound a wrong guess leaves)."""
     per_cicc = plan.cicc_admission if cicc_admission is None else cicc_admission
     plan = replace(plan, cicc_admission=per_cicc)
     model = plan.model
@@ -98,7 +106,9 @@ def with_admission(plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool 
     if not keep_jobs and not plan.given_threads and model.complete and plan.archs > 1:
         threads, lines = _admission_threads(plan, budget)
     # Kept jobs keep their slots too (an admitted plan predicted again, as learned.remember does).
-    jobs, slots = (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads)
+    jobs, slots = (
+        (plan.max_jobs, plan.admission_slots) if keep_jobs else _admission_shape(plan, threads, learning)
+    )
     why = _admission_line(model, jobs, threads, slots, budget, per_cicc)
     run = _admitted_run(plan, jobs, threads, budget, slots=slots)
     admitted = replace(
@@ -170,8 +180,11 @@ def admission_shape(cpus: float, units: int, threads: int, least: int = 1) -> tu
     return jobs, (slots if slots < jobs else None)
 
 
-def _admission_shape(plan: Plan, threads: int) -> tuple[int, int | None]:
-    return admission_shape(plan.cpus, plan.model.unit_count or plan.max_jobs, threads, plan.max_jobs)
+def _admission_shape(plan: Plan, threads: int, learning: bool = False) -> tuple[int, int | None]:
+    """admission_shape for the plan's units; unknown, the static plan's jobs, or with `learning`
+    as many as the lookahead fills."""
+    unknown = LOOKAHEAD * max(1, int(plan.cpus)) if learning else plan.max_jobs
+    return admission_shape(plan.cpus, plan.model.unit_count or unknown, threads, plan.max_jobs)
 
 
 def _shape_text(jobs: int, slots: int | None) -> str:

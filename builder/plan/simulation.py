@@ -28,6 +28,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from .memory_model import UnitCost, _in_flight
+from .online import Learner
 
 __all__ = ["PEAK_ONSET", "SimResult", "Window", "simulate"]
 
@@ -78,6 +79,7 @@ def simulate(
     cicc_beside: Sequence[int | None] | None = None,
     admit_fairness_s: float = 30.0,
     admit_slots: int | None = None,
+    learn_cold: float | None = None,
 ) -> SimResult:
     """Run `units` in order, `jobs` at a time, like ninja: a unit starts when a slot frees.
 
@@ -108,12 +110,18 @@ def simulate(
     With `cicc_costs` too, cicc admission (see the module doc): each of a unit's ciccs waits
     until its cost `cicc_costs[i]` fits (None: its ciccs run without waiting), or with `cicc_beside`,
     beside one of its unit's, `cicc_beside[i]`.
+
+    With `learn_cold`, admission learns while the build runs (online.Learner, that cold factor):
+    every event, each running unit's memory in use is measured against what the ledger holds for
+    it, and the costs of the units not yet past their peak are corrected by what their family
+    (else their kind) was measured to hold over its prediction; a unit's family settles when one
+    of its units finishes.
     """
     return _Ninja(
         units, jobs=jobs, threads=threads, archs=archs, cpus=cpus, limit=limit, base=base, cached=cached,
         hit=hit, onset=onset, peak_windows=peak_windows, admit_budget=admit_budget, admit_costs=admit_costs,
         cicc_costs=cicc_costs, cicc_beside=cicc_beside, admit_fairness_s=admit_fairness_s,
-        admit_slots=admit_slots,
+        admit_slots=admit_slots, learn_cold=learn_cold,
     ).run()  # fmt: skip
 
 
@@ -146,6 +154,7 @@ class _Ninja:
         cicc_beside: Sequence[int | None] | None,
         admit_fairness_s: float,
         admit_slots: int | None = None,
+        learn_cold: float | None = None,
     ) -> None:
         self.units, self.jobs, self.threads, self.archs, self.cpus = units, max(1, jobs), threads, archs, cpus
         self.limit, self.base, self.admit_slots = limit, base, admit_slots
@@ -162,6 +171,7 @@ class _Ninja:
             peak_windows=peak_windows,
         )  # fmt: skip
         hits = {i for i in cached if hit is not None}
+        self.hits = hits
         self._unit_tables(hits, hit, onset, peak_windows)
         self.predicted = [
             admit_costs[i] if admit_costs is not None else u.peak(threads, archs) for i, u in enumerate(units)
@@ -177,6 +187,27 @@ class _Ninja:
         self.now, self.killed, self.failed, self.peak_seen, self.admitted_peak = 0.0, 0, False, base, 0
         self.cicc_wait_s = self.memory_s = self.drain_from = self.memory_before_drain = self.in_use_now = 0.0
         self.finished: set[int] = set()
+        self.learner = (
+            None
+            if learn_cold is None or admit_budget is None
+            else Learner(tuple(u.name for u in units), cold=learn_cold)
+        )
+
+    def _corrected(self, i: int, cost: int, *, held: bool = True) -> int:
+        """A cost the ledger holds for unit i, as the learner corrects it (`held`: at least what
+        unit i holds now)."""
+        if self.learner is None:
+            return cost
+        return self.learner.cost(i, cost, self._in_use(i) if held and i in self.running else 0)
+
+    def _measure(self) -> None:
+        """The learner sees each running unit's memory in use against its uncorrected charge."""
+        if self.learner is None:
+            return
+        for i in self.running:
+            if i in self.hits or self._stopped(i):
+                continue
+            self.learner.observe(i, self._in_use(i), self._charge(i, raw=True))
 
     def _unit_tables(
         self,
@@ -257,12 +288,13 @@ class _Ninja:
             k += 1
         self.at[i] = (k, inside[k], edges[min(k, len(edges) - 1)])
 
-    def _lane_cost(self, i: int, lanes: int) -> int:
+    def _lane_cost(self, i: int, lanes: int, raw: bool = False) -> int:
         """What a unit's next cicc is admitted at, with `lanes` of its ciccs admitted: its cost,
         or beside one of its own its cost beside (its arch's part alone)."""
         assert self.cicc_cost is not None
         beside = self.beside[i] if lanes and self.beside is not None else None
-        return beside if beside is not None else self.cicc_cost[i] or 0
+        cost = beside if beside is not None else self.cicc_cost[i] or 0
+        return cost if raw else self._corrected(i, cost, held=False)
 
     def _stopped(self, i: int) -> bool:
         """Held at cicc admission with no cicc admitted: its steps so far have exited, and nvcc waits."""
@@ -284,12 +316,18 @@ class _Ninja:
         lanes = self.lanes.get(i, 0)  # none: stopped, its steps so far have exited and nvcc waits
         return c.fixed + (peak - c.fixed) * lanes // self.in_flight if lanes else 0
 
-    def _charge(self, i: int) -> int:
+    def _charge(self, i: int, raw: bool = False) -> int:
         """What the wrapper's ledger holds for a running unit: its compile's cost, or while it is
-        at a window its admitted ciccs' (the compile's entry then counts 0)."""
+        at a window its admitted ciccs' (the compile's entry then counts 0); learning, as the
+        learner corrects them, unless `raw` (the costs file's: what a measurement is held against)."""
+        learning = self.learner is not None and not raw
         if self.cicc_cost is None or i in self.unheld or self._window(i) is None:
-            return self.predicted[i]
-        return sum(self._lane_cost(i, k) for k in range(self.lanes.get(i, 0)))  # none: stopped, nothing held
+            held = self.cicc_cost is None or i in self.unheld  # else outside a window: its peak is ahead
+            return self._corrected(i, self.predicted[i], held=held) if learning else self.predicted[i]
+        lanes = self.lanes.get(i, 0)  # none: stopped, nothing held
+        ciccs = sum(self._lane_cost(i, k, raw) for k in range(lanes))
+        # Learning: at least what its admitted ciccs hold now.
+        return max(ciccs, self._in_use(i)) if lanes and learning else ciccs
 
     def _launch(self) -> None:
         """ninja starts the next units while a slot is free (none once the attempt has failed)."""
@@ -348,8 +386,9 @@ class _Ninja:
         for i, since in list(self.waiting.items()):
             if self.admit_slots is not None and compiles >= self.admit_slots:
                 break  # every slot taken: no compile gets in, older or newer
-            if total + self.predicted[i] <= budget or compiles == 0:
-                total += self.predicted[i]
+            cost = self._corrected(i, self.predicted[i], held=False)
+            if total + cost <= budget or compiles == 0:
+                total += cost
                 del self.waiting[i]
                 self._start(i)
                 compiles += 1
@@ -367,6 +406,7 @@ class _Ninja:
             self.killed += 1
             self.failed = True
         self.peak_seen = max(self.peak_seen, used)
+        self._measure()
         self.in_use_now = used - self.base  # the units' memory in use now, for _account
 
     def _drop(self, i: int) -> None:
@@ -392,6 +432,8 @@ class _Ninja:
             if p >= 1.0 - _EPS:
                 self._drop(i)
                 self.finished.add(i)
+                if self.learner is not None:
+                    self.learner.settle(i)
                 continue
             self.running[i] = p
             if edge <= p + _EPS:  # else it is still in the same stretch
