@@ -34,7 +34,7 @@ from ..bounded import (
     tar_gz_members,
     url_file_name,
 )
-from ..errors import BadArgument, SourceUnavailable, UnknownPackage
+from ..errors import BadVersion, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
 from ..recipes import (
@@ -156,7 +156,7 @@ def lookup_sdist(project: str, version: str) -> tuple[str, RemoteSdist]:
         found, url, sha256, _yanked = max(matching)
         return str(found), RemoteSdist(url=url, sha256=sha256)
     there = ", ".join(str(v) for v in sorted({v for v, _u, _s, y in sdists if not y})[-8:]) or "none"
-    raise BadArgument(
+    raise BadVersion(
         f"{project} {version or '(newest)'} has no sdist with a sha256 on the index ({redact_url(page)})",
         f"name a release it has (newest with an sdist: {there}), or build from an sdist URL with #sha256=",
     )
@@ -168,7 +168,7 @@ def _wanted(version: str) -> Version | SpecifierSet:
     try:
         return Version(text) if text and text[0] not in "<>=!~" else SpecifierSet(text)
     except (InvalidVersion, InvalidSpecifier):
-        raise BadArgument(
+        raise BadVersion(
             f"{version!r} is neither a version nor a PEP 440 specifier",
             "name a release (2.8.3.post2) or a range (>=2.8)",
         ) from None

@@ -69,6 +69,14 @@ KNOWN_CODES = {
     "MaterialMismatch": 75,
     "SigningKeyUnusable": 76,
     "KeylessSigningFailed": 77,
+    "BadUrl": 32,
+    "ConfigUnreadable": 33,
+    "BadEnv": 34,
+    "OutOfRange": 35,
+    "BadPython": 36,
+    "BadVersion": 37,
+    "BadArchs": 38,
+    "BadPackageArgument": 39,
     "Interrupted": 130,
 }
 
