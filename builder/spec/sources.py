@@ -107,16 +107,17 @@ def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
         answer = reader.fetch(page, reader.PROJECT_PAGE, headers={"Accept": MEDIA_JSON})
         return page, files_on_page(answer.body, MEDIA_JSON)
     except reader.HttpRefused as refused:
+        # A close known name helps whether or not the index answered: a typo is likelier offline too.
+        near = nearest_names(project)
+        meant = f"did you mean {' or '.join(near)}? " if near else ""
         if refused.status == 404:
-            near = nearest_names(project)
-            meant = f"did you mean {' or '.join(near)}? " if near else ""
             raise UnknownPackage(
                 f"{project} is not on the index ({redact_url(base)})",
                 f"{meant}check the name (as pip spells it), or point WHEELBUILD_SIMPLE_INDEX at the index that has it",
             ) from None
         raise SourceUnavailable(
             f"could not look up {project} at {shown}: {refused.why}",
-            "check the network" if refused.status else "check the network (proxy, CA bundle)",
+            meant + ("check the network" if refused.status else "check the network (proxy, CA bundle)"),
         ) from None
     except ValueError as exc:
         raise SourceUnavailable(

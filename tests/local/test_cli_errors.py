@@ -16,7 +16,7 @@ import click
 import pytest
 from click.testing import CliRunner
 from wheelbuild.cli.params import split_list
-from wheelbuild.errors import BadUrl, BadVariant, DockerUnavailable, TorchIndexUnreachable
+from wheelbuild.errors import BadUrl, BadVariant, DockerUnavailable, SourceUnavailable, TorchIndexUnreachable
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: nothing listens, the connection is refused
@@ -138,3 +138,13 @@ def test_a_list_option_takes_commas_and_repeats_alike() -> None:
 def test_calibrate_unit_takes_a_comma_list_in_its_help(run_cli: RunCli) -> None:
     shown = " ".join(run_cli("calibrate", "--help").stdout.split())
     assert "or several separated by commas" in shown
+
+
+def test_a_misspelled_recipe_is_named_even_when_the_package_index_cannot_be_reached(run_cli: RunCli) -> None:
+    """flash-atn is looked up on the package index as pip would; that index unreachable, the
+    remedy still names the recipe it is near."""
+    result = run_cli("plan", "flash-atn", prefix=("env", f"WHEELBUILD_SIMPLE_INDEX={UNREACHABLE}"))
+    assert result.returncode == SourceUnavailable.exit_code, result.stderr
+    error, remedy = _error_and_remedy(result)
+    assert error.startswith(f"error: could not look up flash-atn at {UNREACHABLE}/flash-atn/: ")
+    assert remedy.startswith("remedy: did you mean flash-attn? check the network")
