@@ -98,10 +98,15 @@ class BoundedInt(click.IntRange):
             converted: int = super().convert(number, param, ctx)
         except click.BadParameter:
             flag = param.opts[0] if param is not None and param.opts else "the value"
-            span = f"from {self.min} to {self.max}" if self.max is not None else f"of at least {self.min}"
+            if self.min is not None and self.max is not None:
+                cause, wanted = f"is not from {self.min} to {self.max}", f"from {self.min} to {self.max}"
+            elif self.min is not None:
+                cause, wanted = f"is less than {self.min}", f"of {self.min} or more"
+            else:
+                cause, wanted = f"is more than {self.max}", f"of {self.max} or less"
             raise OutOfRange(
-                f"{flag} {number} is not {span}",
-                f"give a whole number {span}, or leave {flag} out for its default",
+                f"{flag} {number} {cause}",
+                f"give a whole number {wanted}, or leave {flag} out for its default",
             ) from None
         return converted
 

@@ -131,6 +131,7 @@ def test_a_usage_error_is_said_as_every_error_is_with_code_2(
         (("plan", "wbdemo", "--nvcc-threads", "0"), "error: --nvcc-threads 0 is not from 1 to 8192"),
         (("plan", "wbdemo", "--cpus", "0"), "error: --cpus 0 is not a number of CPUs"),
         (("serve", ".", "--port", "70000"), "error: --port 70000 is not from 0 to 65535"),
+        (("gc", "--keep-runs", "-1"), "error: --keep-runs -1 is less than 0"),
     ],
 )
 def test_a_number_out_of_its_range_is_one_error_with_one_code_for_every_option(
