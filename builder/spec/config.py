@@ -172,9 +172,12 @@ def _typed(option: Option, value: object, label: str, base: Path) -> object:
             f"write e.g. {option.key} = {option.example}",
         )
     if option.choices and out not in option.choices:
+        near = difflib.get_close_matches(str(out), list(option.choices), n=1, cutoff=0.5)
         raise ConfigValueInvalid(
             f"{label}: {TABLE} {option.key} is {_short(value)}, not one of {', '.join(option.choices)}",
-            f"write e.g. {option.key} = {option.example}",
+            f'did you mean {option.key} = "{near[0]}"?'
+            if near
+            else f"write e.g. {option.key} = {option.example}",
         )
     _refuse_secrets(option, value, label)
     if option.check is not None:

@@ -148,3 +148,13 @@ def test_a_misspelled_recipe_is_named_even_when_the_package_index_cannot_be_reac
     error, remedy = _error_and_remedy(result)
     assert error.startswith(f"error: could not look up flash-atn at {UNREACHABLE}/flash-atn/: ")
     assert remedy.startswith("remedy: did you mean flash-attn? check the network")
+
+
+def test_a_misspelled_choice_in_a_config_file_names_the_nearest_one(run_cli: RunCli, tmp_path: Path) -> None:
+    config = tmp_path / "wb.toml"
+    config.write_text('[tool.wheelbuild]\ngpus = "nnone"\n')
+    result = run_cli("plan", "wbdemo", "--config-file", str(config))
+    assert result.returncode == 18, result.stderr
+    error, remedy = _error_and_remedy(result)
+    assert error.endswith("gpus is 'nnone', not one of auto, all, none")
+    assert remedy == 'remedy: did you mean gpus = "none"?'
