@@ -3,7 +3,8 @@
 Errors are raised where they are understood and rendered once, by the CLI. Exit codes are part
 of the interface (scripts and CI branch on them), so a code never changes meaning and is never
 reused. The table of codes is generated from the classes here (`exit_codes()`: the docs'
-reference prints it); besides these, 2 is click's usage error and 130 an interrupt (Ctrl-C or
+reference prints it); besides these, 2 is a usage error (an unknown option, a missing argument, a
+value of the wrong kind or not among an option's choices) and 130 an interrupt (Ctrl-C or
 SIGTERM).
 """
 
@@ -48,10 +49,64 @@ class BadMemory(WheelbuildError):
 
 
 class BadArgument(WheelbuildError):
-    """A bad argument: archs, Python, version, an sdist pin, a file refused before reading; or no
-    PACKAGE and no project in the current folder."""
+    """A bad argument that none of the more specific codes (32-39) covers: a matrix file's table, a
+    --dist option, a publish or serve option, a file refused before reading."""
 
     exit_code = 13
+
+
+class BadUrl(BadArgument):
+    """A URL wheelbuild was given is not one a request can go to (no http:// or https://, no host:
+    `--torch-index-url pypi.org/simple`), or an sdist URL lacks its #sha256= pin."""
+
+    exit_code = 32
+
+
+class ConfigUnreadable(BadArgument):
+    """A TOML file wheelbuild reads (--config-file, wheelbuild.toml, pyproject.toml, the nightly's
+    matrix file) is missing, unreadable, or not valid TOML."""
+
+    exit_code = 33
+
+
+class BadEnv(BadArgument):
+    """An `--env` pair is not KEY=VALUE, or passes what looks like a credential by value."""
+
+    exit_code = 34
+
+
+class OutOfRange(BadArgument):
+    """A number outside the range its option takes (`--cpus 0`, `--max-jobs 0`, `--nvcc-threads 0`)."""
+
+    exit_code = 35
+
+
+class BadPython(BadArgument):
+    """A Python version (`--python`) is not understood, has an empty entry, or names a Python the
+    build cannot make a wheel for (no torch wheel, outside the package's Requires-Python, not in the
+    image)."""
+
+    exit_code = 36
+
+
+class BadVersion(BadArgument):
+    """A package release (`--version`, PACKAGE==VERSION) is not a version, not one the index has an
+    sdist of, or given twice."""
+
+    exit_code = 37
+
+
+class BadArchs(BadArgument):
+    """A CUDA arch list (`--archs`) is not understood or has an empty entry."""
+
+    exit_code = 38
+
+
+class BadPackageArgument(BadArgument):
+    """PACKAGE is missing (and the current folder holds no project), empty, given with --example, or
+    a path that is neither a project folder nor an sdist."""
+
+    exit_code = 39
 
 
 class CaBundleMissing(WheelbuildError):

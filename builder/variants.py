@@ -9,6 +9,7 @@ cu12x variants need the image's optional CUDA 12.x compiler layer.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections.abc import Sequence
@@ -206,6 +207,19 @@ def any_minor_tags() -> tuple[str, ...]:
     return tuple(sorted(fitting, reverse=True))
 
 
+def _did_you_mean_tag(text: str) -> str:
+    """`did you mean cu130? ` for a mistyped CUDA tag (cu1300, cu13, 2.11.0+cu13): the tags it
+    begins, else the closest spellings; '' when none is near."""
+    typed = re.search(r"cu\d+", text.lower())
+    if typed is None:
+        return ""
+    tags = sorted(DEFAULT_TORCH)
+    near = [t for t in tags if t.startswith(typed[0])] or difflib.get_close_matches(
+        typed[0], tags, n=2, cutoff=0.7
+    )
+    return f"did you mean {' or '.join(near)}? " if near else ""
+
+
 def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
     """`cu130` -> default torch for cu130; `2.11.0+cu130` -> that torch; `newest` -> the newest
     torch of any CUDA 13 minor (compared on the index later). Raises BadVariant."""
@@ -217,14 +231,14 @@ def parse_variant(text: str, index_url: str | None = None) -> TorchVariant:
     if match is None:
         raise BadVariant(
             f"torch variant {text!r} is not understood",
-            f"use a CUDA tag ({known}), {NEWEST} (the newest torch of any CUDA 13 minor), or a full "
-            "version such as 2.11.0+cu130",
+            f"{_did_you_mean_tag(text)}use a CUDA tag ({known}), {NEWEST} (the newest torch of any "
+            "CUDA 13 minor), or a full version such as 2.11.0+cu130",
         )
     tag = match["tag"]
     if tag not in DEFAULT_TORCH:
         raise BadVariant(
             f"torch variant {text!r} names CUDA tag {tag!r}, which wheelbuild does not support",
-            f"use one of {known}",
+            f"{_did_you_mean_tag(text)}use one of {known}",
         )
     version = match["version"] or DEFAULT_TORCH[tag]
     if version.count(".") == 1:

@@ -179,7 +179,8 @@ def exit_codes_reference() -> str:
     lines = [
         "| code | error | what it means |",
         "|---|---|---|",
-        f"| {USAGE_ERROR} | (click) | usage error: the command line could not be parsed |",
+        f"| {USAGE_ERROR} | (usage) | usage error: the command line could not be parsed (an unknown "
+        "option, a missing argument, a value of the wrong kind or not among an option's choices) |",
     ]
     from wheelbuild.errors import exit_codes
 

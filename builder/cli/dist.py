@@ -15,18 +15,18 @@ import click
 
 from ..engine import dist_fleet
 from ..engine.docker_engine import DockerEngine
-from ..errors import BadArgument
+from ..errors import BadUrl
 from ..plan.dist import scheduler_address
 from ..progress.console import Console
 from ..spec.build_spec import check_cpus
 from ..units import format_bytes, parse_memory
-from .params import GIVEN_PATH, GIVEN_TEXT
+from .params import GIVEN_PATH, GIVEN_TEXT, BoundedInt
 from .seams import seams
 
 TOKEN_FILE_ENV = "WHEELBUILD_DIST_TOKEN_FILE"
 DEFAULT_NETWORK = "wbdist"
 DEFAULT_SCHEDULER = "wbdist-scheduler"
-PORT = click.IntRange(1, 65535)
+PORT = BoundedInt(1, 65535)
 F = TypeVar("F", bound=Callable[..., object])
 
 
@@ -126,7 +126,7 @@ def dist_scheduler(
 def _scheduler_url(text: str) -> str:
     found = scheduler_address(text)
     if found is None or found[0].username:
-        raise BadArgument(
+        raise BadUrl(
             f"--scheduler {text!r} is not a scheduler URL",
             f"give it as http://HOST:PORT, e.g. http://{DEFAULT_SCHEDULER}:{dist_fleet.SCHEDULER_PORT}",
         )

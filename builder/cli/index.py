@@ -24,7 +24,7 @@ from ..spec.build_spec import parse_archs
 from ..spec.sources import cache_dir
 from ..variants import parse_variant
 from .options import sigstore_option, torch_option
-from .params import GIVEN_PATH, REPEATABLE, RenamedOption, joined_list
+from .params import GIVEN_PATH, REPEATABLE, BoundedInt, RenamedOption, joined_list
 
 
 @click.command("publish")
@@ -207,7 +207,7 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
     help="Address to listen on (0.0.0.0: every interface, on purpose).",
 )
 @click.option(
-    "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free one."
+    "--port", default=8080, show_default=True, type=BoundedInt(0, 65535), help="0 picks a free one."
 )
 @click.option("--htpasswd", type=GIVEN_PATH, help="Require basic auth (bcrypt or {SHA} entries).")
 @click.option("--access-log", type=GIVEN_PATH, help="Also append the access log here.")
@@ -216,7 +216,7 @@ def _timeout(name: str, default: float, what: str) -> Callable[[Callable[..., No
 @_timeout("--send-timeout", serving.DEFAULT_SEND_TIMEOUT, "a client may take to read each chunk of a file")
 @click.option(
     "--max-connections",
-    type=click.IntRange(min=1),
+    type=BoundedInt(min=1),
     help=f"Open connections at most [default: {serving.DEFAULT_MAX_CONNECTIONS}, or fewer if the "
     "open-file limit holds fewer]; past it the longest idle one is closed, or a 503 answered.",
 )

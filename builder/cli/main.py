@@ -53,7 +53,16 @@ from .options import (
     torch_option,
     with_image_flags,
 )
-from .params import GIVEN_PATH, GIVEN_TEXT, LIST_RULE, REPEATABLE, joined_list
+from .params import (
+    GIVEN_PATH,
+    GIVEN_TEXT,
+    LIST_RULE,
+    REPEATABLE,
+    BoundedInt,
+    NearChoice,
+    joined_list,
+    split_list,
+)
 from .seams import seams
 from .wheel_lines import echo_built, echo_modules
 
@@ -223,7 +232,7 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
 )
 @click.option(
     "--sample",
-    type=click.IntRange(min=1),
+    type=BoundedInt(min=1),
     default=2,
     show_default=True,
     help="Units to sample across families.",
@@ -232,7 +241,8 @@ def doctor_command(as_json: bool, torch_index_url: str | None, image_flags: Imag
     "--unit",
     "unit_names",
     multiple=True,
-    help=f"Measure this unit (file name); {REPEATABLE}; overrides --sample.",
+    callback=split_list,
+    help=f"Measure this unit (file name), or several separated by commas; {REPEATABLE}; overrides --sample.",
 )
 @click.option("--memory", help="Each compile's container limit [default: this machine's, less a reserve].")
 @click.option(
@@ -289,7 +299,7 @@ def calibrate(
 )
 @click.option(
     "--keep-runs",
-    type=click.IntRange(min=0),
+    type=BoundedInt(min=0),
     default=decisions.DEFAULT_KEEP_RUNS,
     show_default=True,
     help="Keep the newest N runs (and stored results); a run whose wheels were published is always kept.",
@@ -357,7 +367,7 @@ def image() -> None:
 )
 @click.option(
     "--toolkit",
-    type=click.Choice(CUDA13_TOOLKITS),
+    type=NearChoice(CUDA13_TOOLKITS),
     default=DEFAULT_TOOLKIT,
     show_default=True,
     help="The CUDA 13 toolkit the image carries (a build picks the one its torch needs: 13.2 for "

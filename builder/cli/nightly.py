@@ -17,7 +17,7 @@ from ..nightly.night import declared_matrix
 from ..progress.console import Console
 from ..provenance import keyless
 from .options import ImageFlags, sigstore_option, torch_index_option, track_option, with_image_flags
-from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption
+from .params import GIVEN_PATH, GIVEN_TEXT, NearChoice, RenamedOption
 from .seams import seams
 
 MATRIX_FILE_HELP = (
@@ -44,7 +44,7 @@ _nightly_config = click.option(
 @click.option(
     "--format",
     "output",
-    type=click.Choice(["github", "lines", "publish-to"]),
+    type=NearChoice(["github", "lines", "publish-to"]),
     default="github",
     show_default=True,
     help="github: a strategy.matrix JSON value; lines: `ID ARGS...` per cell (scripts/nightly); "
@@ -136,7 +136,7 @@ def nightly() -> None:
 @click.option(
     "--format",
     "output",
-    type=click.Choice(["github", "lines", "json"]),
+    type=NearChoice(["github", "lines", "json"]),
     default="json",
     show_default=True,
     help="github: `cells=` and `count=` lines for $GITHUB_OUTPUT; lines: `ID [args]` per cell; json: the schedule.",

@@ -19,7 +19,7 @@ from ..image import options as image_options
 from ..recipes import chosen_package, default_package, known_recipes
 from ..spec import config, option_table
 from ..spec.option_table import LIST_KINDS
-from .params import GIVEN_PATH, GIVEN_TEXT, RenamedOption, joined_list
+from .params import GIVEN_PATH, GIVEN_TEXT, BoundedInt, NearChoice, RenamedOption, joined_list
 
 
 def fail_with(error: WheelbuildError) -> NoReturn:
@@ -99,9 +99,9 @@ def _decls(option: option_table.Option) -> list[str]:
 def _click_type(option: option_table.Option) -> click.ParamType[object] | None:
     """The click type for a row's kind; None where click's own (a flag, text that may be empty)."""
     if option.choices:
-        return click.Choice(list(option.choices))
+        return NearChoice(list(option.choices))
     if option.kind is config.Kind.INT:
-        return click.IntRange(*option.bounds) if option.bounds else click.INT
+        return BoundedInt(*option.bounds) if option.bounds else click.INT
     if option.kind is config.Kind.NUMBER:
         return click.FLOAT
     if option.kind is config.Kind.PATH:
@@ -170,7 +170,7 @@ def torch_index_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[
 def track_option(help: str, **kwargs: Unpack[OptionSettings]) -> Callable[[_F], _F]:
     """--track latest: the matrix with each package's newest release and each tag's newest torch."""
     kwargs.setdefault("show_envvar", True)
-    return click.option("--track", type=click.Choice(["latest"]), help=help, **kwargs)
+    return click.option("--track", type=NearChoice(["latest"]), help=help, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,26 @@ spelling still taken."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
+from typing import SupportsIndex, SupportsInt
 
 import click
 
+from ..errors import OutOfRange
 from ..spec import option_table
 
-__all__ = ["GIVEN_PATH", "GIVEN_TEXT", "LIST_RULE", "REPEATABLE", "RenamedOption", "joined_list"]
+__all__ = [
+    "GIVEN_PATH",
+    "GIVEN_TEXT",
+    "LIST_RULE",
+    "REPEATABLE",
+    "BoundedInt",
+    "NearChoice",
+    "RenamedOption",
+    "joined_list",
+]
 
 
 class _GivenPath(click.Path):
@@ -72,3 +84,50 @@ def joined_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str,
     """A repeatable comma-list option (--archs, --threads) as one list: ('100', '120') -> '100,120';
     None when not given."""
     return ",".join(values) if values else None
+
+
+class BoundedInt(click.IntRange):
+    """click.IntRange whose out-of-range value is an OutOfRange error (as `--cpus 0` is), not a
+    usage error: a number that is a number but not one the option takes has its own exit code."""
+
+    def convert(
+        self, value: SupportsInt | SupportsIndex, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        number: int = click.INT.convert(value, param, ctx)  # not a whole number: a usage error
+        try:
+            converted: int = super().convert(number, param, ctx)
+        except click.BadParameter:
+            flag = param.opts[0] if param is not None and param.opts else "the value"
+            if self.min is not None and self.max is not None:
+                cause, wanted = f"is not from {self.min} to {self.max}", f"from {self.min} to {self.max}"
+            elif self.min is not None:
+                cause, wanted = f"is less than {self.min}", f"of {self.min} or more"
+            else:
+                cause, wanted = f"is more than {self.max}", f"of {self.max} or less"
+            raise OutOfRange(
+                f"{flag} {number} {cause}",
+                f"give a whole number {wanted}, or leave {flag} out for its default",
+            ) from None
+        return converted
+
+
+class NearChoice(click.Choice[str]):
+    """click.Choice that names the nearest choice of a misspelled value (`--pin bilt`: did you mean
+    built?)."""
+
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as refused:
+            near = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1, cutoff=0.5)
+            if not near:
+                raise
+            raise click.BadParameter(
+                f"{refused.message.rstrip('.')} (did you mean {near[0]}?)", ctx, param
+            ) from None
+
+
+def split_list(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """A repeatable option whose values may also be comma-separated, as items: ('a,b', 'c') ->
+    ('a', 'b', 'c'); empty entries dropped."""
+    return tuple(item.strip() for value in values for item in value.split(",") if item.strip())

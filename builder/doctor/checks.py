@@ -276,13 +276,17 @@ def check_reach(name: str, reach: Reach, severity: Status, remedy: str) -> Check
 
 
 def check_torch_index(reach: Reach) -> Check:
-    return check_reach(
-        "torch-index",
-        reach,
-        "fail",
-        "check the network (proxy, CA bundle), or set WHEELBUILD_TORCH_INDEX_URL (--torch-index-url) "
-        "to an index that serves torch",
-    )
+    if reach.status == 404:  # the server answered: the network is fine, the URL is not
+        remedy = (
+            "the index has no torch page there: check WHEELBUILD_TORCH_INDEX_URL (--torch-index-url) "
+            "for a typo, e.g. https://download.pytorch.org/whl/cu130 or https://pypi.org/simple"
+        )
+    else:
+        remedy = (
+            "check the network (proxy, CA bundle), or set WHEELBUILD_TORCH_INDEX_URL (--torch-index-url) "
+            "to an index that serves torch"
+        )
+    return check_reach("torch-index", reach, "fail", remedy)
 
 
 def check_pypi(reach: Reach) -> Check:

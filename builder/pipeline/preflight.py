@@ -336,15 +336,21 @@ def toolkit_note(variant: TorchVariant, compiler: CudaCompiler) -> str:
     )
 
 
-def torch_index(variant: TorchVariant, pythons_named: bool, console: Console) -> TorchIndex | None:
+def torch_index(
+    variant: TorchVariant, pythons_named: bool, console: Console, *, dry_run: bool
+) -> TorchIndex | None:
     """torch's page on the variant's index (kept a day). When it cannot be read: an error, unless
-    the Pythons were named (the install will tell), then None with a warning."""
+    this is a dry run with the Pythons named, then None with a warning. A build refuses, before
+    any container: its image's pip would fail on the same index after the setup was spent."""
     try:
         return read_torch_index(variant.index_url)
     except TorchIndexUnreachable as unreachable:
-        if not pythons_named:
+        if not (pythons_named and dry_run):
             raise
-        console.warn(f"{unreachable.cause}; building for the Pythons named without checking torch's wheels")
+        console.warn(
+            f"{unreachable.cause}; planned for the Pythons named without checking torch's wheels "
+            "(build refuses until the index can be read)"
+        )
         return None
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from packaging.utils import canonicalize_name
 
 from ..attempt.config import network_while_building
-from ..errors import BadArgument
+from ..errors import BadPython
 from ..image.inputs import Image, ImageInputs
 from ..image.options import ImageOptions, image_inputs
 from ..image.ports import Images
@@ -153,7 +153,7 @@ def resolve(
         model = spec.recipe.memory_model
         model = replace(model, name=name) if model.name == spec.recipe.name else model
         spec = replace(spec, recipe=replace(spec.recipe, name=name, memory_model=model))
-    index = torch_index(spec.variant, bool(spec.pythons), console)
+    index = torch_index(spec.variant, bool(spec.pythons), console, dry_run=dry_run)
     torch_why: str | None = None  # chosen for the Pythons named, else for the image's
     stage = None
     if spec.pythons:
@@ -233,7 +233,7 @@ def _constraints(spec: BuildSpec, index: TorchIndex | None, requires_python: str
 
 def _some_python(spec: BuildSpec, index: TorchIndex | None, requires_python: str | None) -> None:
     """With no Python named and a release asked (2.14.1+cu130): some CPython must have its torch
-    wheel and be admitted by the package, or no image could build it (BadArgument, as the
+    wheel and be admitted by the package, or no image could build it (BadPython, as the
     Python choice after the image would say). A bare tag is resolved for the image's Pythons."""
     if index is None or spec.variant.newest:
         return
@@ -243,7 +243,7 @@ def _some_python(spec: BuildSpec, index: TorchIndex | None, requires_python: str
         return
     found = f"CPython wheels for {', '.join(tags)}" if tags else "no CPython wheel"
     admits = f", none of which {spec.recipe.name}'s Requires-Python {requires_python} admits" if tags else ""
-    raise BadArgument(
+    raise BadPython(
         f"no Python can build {spec.recipe.name} for torch {version}: {index.shown} has {found} of it{admits}",
         "pick a torch release the index has (--torch cu130 picks the newest), or another index "
         "(--torch-index-url)",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-from ..errors import BadArgument
+from ..errors import BadArgument, BadUrl
 from ..units import parse_memory
 
 TOKEN_ENV = "WHEELBUILD_DIST_TOKEN"
@@ -60,7 +60,7 @@ def parse_scheduler_url(text: str) -> str:
     """An sccache-dist scheduler's URL: http(s)://host:port, nothing after the port."""
     found = scheduler_address(text)
     if found is None:
-        raise BadArgument(
+        raise BadUrl(
             f"--dist {text!r} is not a scheduler URL",
             "give the sccache-dist scheduler as http://HOST:PORT, e.g. http://scheduler:10600",
         )

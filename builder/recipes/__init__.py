@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 from ..bounded import file_url_problem
 from ..bundled import bundled_dir
-from ..errors import BadArgument, SourceUnavailable, UnknownPackage
+from ..errors import BadArgument, BadPackageArgument, BadUrl, BadVersion, SourceUnavailable, UnknownPackage
 from ..plan.memory_model import wbdemo_model
 from ..secrets import redact_url
 from .base import (
@@ -144,13 +144,13 @@ def chosen_package(package: str | None, *, example: bool, cwd: Path = Path()) ->
     """default_package(), or BadArgument: PACKAGE and --example both, or neither and no project
     in *cwd*. The remedy names how to build a project and how to build the example."""
     if example and package is not None and package.lower().replace("_", "-") != EXAMPLE:
-        raise BadArgument(
+        raise BadPackageArgument(
             f"--example builds the bundled example, {EXAMPLE}, but PACKAGE {package!r} names one too",
             f"give PACKAGE or --example, not both (--example is the same as PACKAGE {EXAMPLE})",
         )
     chosen = default_package(package, example=example, cwd=cwd)
     if chosen is None:
-        raise BadArgument(
+        raise BadPackageArgument(
             f"no PACKAGE given, and {_shown(cwd)} holds no project (no {' or '.join(PROJECT_FILES)})",
             "run it in a project's folder, or name one (a path, an sdist, or a recipe: "
             f"{', '.join(known_recipes())}); add --example to build the bundled example, {EXAMPLE}",
@@ -163,13 +163,13 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
     # Given but empty is a mistake (an unset shell variable), never the default: '' is the
     # current directory as a path, and an empty --version would build the default release.
     if not package.strip():
-        raise BadArgument(
+        raise BadPackageArgument(
             "the package argument is empty",
             "name a recipe (flash-attn), a project path or an sdist; leave it out for the project "
             f"in this folder, or use --example for the bundled example, {EXAMPLE}",
         )
     if version is not None and not version.strip():
-        raise BadArgument("--version is empty", "give a release (e.g. --version 2.8.3), or leave it out")
+        raise BadVersion("--version is empty", "give a release (e.g. --version 2.8.3), or leave it out")
     if arch_env is not None and not arch_env.strip():
         raise BadArgument(
             "--arch-env is empty", "name the variable (e.g. --arch-env TORCH_CUDA_ARCH_LIST), or leave it out"
@@ -200,13 +200,13 @@ def _named_with_version(package: str, version: str, arch_env: str | None) -> Rec
     version it holds."""
     named = _index_name(package)
     if named is None or _names_a_path(package):
-        raise BadArgument(
+        raise BadVersion(
             f"--version applies to a recipe or a name on the index, not to {package!r}",
             "drop --version; a local path or sdist builds the version it contains",
         )
     name, wanted = named
     if wanted:
-        raise BadArgument(
+        raise BadVersion(
             f"{package!r} names its versions and --version names {version!r}: two answers",
             f"give one: {name}=={version}, or {package} without --version",
         )
@@ -218,7 +218,7 @@ def _pinned(package: str, name: str, wanted: str, version: str | None) -> str:
     """The release a recipe is named with (flash-attn==2.8.3.post2): == one version only."""
     exact = re.fullmatch(r"===?\s*([^,*]+)", wanted.strip())
     if exact is None or version is not None:
-        raise BadArgument(
+        raise BadVersion(
             f"{package!r}: a recipe builds one release, named with == or --version (not a range, not both)",
             f"name one release: {name}==VERSION",
         )
@@ -229,13 +229,13 @@ def _remote_sdist_recipe(package: str, arch_env: str | None) -> Recipe:
     """An sdist URL, which must carry its #sha256= pin."""
     location, _, fragment = package.partition("#")
     if (problem := file_url_problem(location, SDIST_SUFFIXES)) is not None:
-        raise BadArgument(
+        raise BadUrl(
             f"sdist URL {redact_url(location)!r} is not one wheelbuild downloads: {problem}",
             "give the http(s) URL of the .tar.gz or .zip itself, with #sha256=<its hash>",
         )
     digest = fragment.removeprefix("sha256=")
     if not fragment.startswith("sha256=") or not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise BadArgument(
+        raise BadUrl(
             f"sdist URL {location} carries no #sha256= pin",
             f"append the file's hash: {location}#sha256=<64 hex digits>",
         )
@@ -260,7 +260,7 @@ def _local_recipe(package: str, arch_env: str | None) -> Recipe:
     if found:
         sha256 = fragment[7:] if fragment.startswith("sha256=") else None
         if path.is_file() and not path.name.endswith((".tar.gz", ".zip")):
-            raise BadArgument(
+            raise BadPackageArgument(
                 f"{path} is neither a project directory nor an sdist (.tar.gz or .zip)",
                 "give a directory with setup.py/pyproject.toml or an sdist file",
             )

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from packaging.version import Version
 
-from ..errors import BadArgument
+from ..errors import BadVersion
 from ..plan.memory_model import flash_attn_model
 from .base import IndexLookup, Recipe, RemoteSdist, Source, UnitRecipe
 
@@ -66,7 +66,7 @@ def flash_attn_recipe(version: str | None) -> Recipe:
     try:
         parsed = Version(version)
     except ValueError:  # InvalidVersion, or a number past Python's 4,300-digit limit
-        raise BadArgument(
+        raise BadVersion(
             f"flash-attn version {version!r} is not a version",
             f"use one of {', '.join(sorted(SDISTS))}, or another release on PyPI (e.g. 2.8.1)",
         ) from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from ..errors import BadArgument
+from ..errors import BadArchs, BadArgument, BadEnv, BadPython, OutOfRange
 from ..host.gpu import GpuMode
 from ..plan.dist import DistTarget
 from ..recipes import Recipe
@@ -36,7 +36,7 @@ TORCH_RANGE_OLDER = 3
 def check_cpus(cpus: float | None) -> float | None:
     """--cpus as docker takes it: a finite count of CPUs, fractions allowed (7.5). None: not given."""
     if cpus is not None and not MIN_CPUS <= cpus <= MAX_CPUS:  # nan compares false: refused too
-        raise BadArgument(
+        raise OutOfRange(
             f"--cpus {cpus:g} is not a number of CPUs",
             f"give one from {MIN_CPUS:g} to {MAX_CPUS}, e.g. --cpus 16 or --cpus 7.5; leave it out for all of this machine's",
         )
@@ -53,7 +53,7 @@ def _arch_parts(text: str) -> list[tuple[int, bool]]:
     Separated by one comma or semicolon (spaces around it allowed) or by spaces alone."""
     entries = re.split(r"\s*[,;]\s*|\s+", text.strip())
     if "" in entries and text.strip():  # 100,,120, ,100 or 100,: a value cut or a variable unset
-        raise BadArgument(
+        raise BadArchs(
             f"CUDA arch list {_short(text)} has an empty entry",
             "separate SM numbers by single commas, e.g. --archs 100,120",
         )
@@ -61,7 +61,7 @@ def _arch_parts(text: str) -> list[tuple[int, bool]]:
     found = [(p.removesuffix("+ptx"), p.endswith("+ptx")) for p in parts if p]
     # ASCII digits, three at most: str.isdigit() takes '²', and int() refuses over 4,300 digits.
     if not found or not all(re.fullmatch(r"[0-9]{2,3}", n) and 50 <= int(n) <= 200 for n, _ in found):
-        raise BadArgument(f"CUDA arch list {_short(text)} is not understood", _arch_remedy(found))
+        raise BadArchs(f"CUDA arch list {_short(text)} is not understood", _arch_remedy(found))
     return [(int(n), ptx) for n, ptx in found]
 
 
@@ -96,7 +96,7 @@ def parse_python(text: str) -> str:
     """'3.11' or 'cp311' -> 'cp311'."""
     match = re.fullmatch(r"(?:cp)?3\.?(\d{1,2})", text.strip())
     if match is None:
-        raise BadArgument(f"Python version {text!r} is not understood", "write it as 3.11 or cp311")
+        raise BadPython(f"Python version {text!r} is not understood", "write it as 3.11 or cp311")
     return f"cp3{match[1]}"
 
 
@@ -107,7 +107,7 @@ def parse_pythons(values: Iterable[str]) -> tuple[str, ...]:
     for value in values:
         entries = re.split(r"\s*[,;]\s*|\s+", value.strip())
         if "" in entries:
-            raise BadArgument(
+            raise BadPython(
                 f"--python {_short(value)} has an empty entry",
                 "separate versions by single commas, e.g. --python 3.11,3.12",
             )
@@ -122,9 +122,9 @@ def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not ENV_NAME.fullmatch(key):
-            raise BadArgument(f"--env {pair!r} is not KEY=VALUE", "write it as --env NAME=value")
+            raise BadEnv(f"--env {pair!r} is not KEY=VALUE", "write it as --env NAME=value")
         if SECRET_NAME.search(key) or SECRET_VALUE.search(value):
-            raise BadArgument(
+            raise BadEnv(
                 f"--env {key}=... gives what looks like a credential by value, and --env values are "
                 "shown in build.log and the report",
                 f"never pass a secret with --env; credentials reach wheelbuild {BY_NAME_ONLY}, "

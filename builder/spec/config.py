@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..bounded import FileRefused, read_bounded
-from ..errors import BadArgument, ConfigKeyUnknown, ConfigValueInvalid, WheelbuildError
+from ..errors import ConfigKeyUnknown, ConfigUnreadable, ConfigValueInvalid, WheelbuildError
 from ..secrets import SECRET_NAME, SECRET_VALUE, redact_url
 from .option_table import BY_KEY, NO_SECRETS, OPTIONS, Kind, Option
 
@@ -94,25 +94,27 @@ class Resolved:
 
 
 def read_toml(path: Path, *, remedy: str, missing: str) -> dict[str, object]:
-    """A small TOML file, refused (BadArgument) when it is a directory, a device, huge, binary,
+    """A small TOML file, refused (ConfigUnreadable) when it is a directory, a device, huge, binary,
     nested past the parser's recursion or unreadable: config files are input like any other."""
     try:
         return tomllib.loads(read_bounded(path, MAX_CONFIG).decode())
     except FileRefused as refused:
         why = f"is over {MAX_CONFIG} bytes: not a config file" if refused.too_big else "is not a regular file"
-        raise BadArgument(f"{path} {why}", remedy) from None
+        raise ConfigUnreadable(f"{path} {why}", remedy) from None
     except FileNotFoundError:
-        raise BadArgument(f"{path} does not exist", missing) from None
+        raise ConfigUnreadable(f"{path} does not exist", missing) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise BadArgument(f"{path} is not valid TOML: {error}", "fix the file") from None
+        raise ConfigUnreadable(f"{path} is not valid TOML: {error}", "fix the file") from None
     except ValueError as error:  # an integer past Python's 4,300 digits, which tomllib converts
-        raise BadArgument(
+        raise ConfigUnreadable(
             f"{path} holds a value no setting takes: {str(error)[:120]}", "fix the file"
         ) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise BadArgument(f"{path} nests deeper than any config needs", "fix the file") from None
+        raise ConfigUnreadable(f"{path} nests deeper than any config needs", "fix the file") from None
     except OSError as error:
-        raise BadArgument(f"{path} cannot be read: {error.strerror or error}", "check the path") from None
+        raise ConfigUnreadable(
+            f"{path} cannot be read: {error.strerror or error}", "check the path"
+        ) from None
 
 
 def _nearest(key: str, known: Iterable[str]) -> str | None:
@@ -171,9 +173,12 @@ def _typed(option: Option, value: object, label: str, base: Path) -> object:
             f"write e.g. {option.key} = {option.example}",
         )
     if option.choices and out not in option.choices:
+        near = difflib.get_close_matches(str(out), list(option.choices), n=1, cutoff=0.5)
         raise ConfigValueInvalid(
             f"{label}: {TABLE} {option.key} is {_short(value)}, not one of {', '.join(option.choices)}",
-            f"write e.g. {option.key} = {option.example}",
+            f'did you mean {option.key} = "{near[0]}"?'
+            if near
+            else f"write e.g. {option.key} = {option.example}",
         )
     _refuse_secrets(option, value, label)
     if option.check is not None:

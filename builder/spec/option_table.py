@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..bounded import http_url_problem
-from ..errors import BadArgument, ConfigValueInvalid
+from ..errors import BadUrl, ConfigValueInvalid, OutOfRange
 from ..host.gpu import GpuMode
 from ..secrets import BY_NAME_ONLY, redact_url, url_secrets
 from ..units import parse_memory
@@ -102,15 +102,18 @@ class Option:
 
 def _jobs(value: int) -> None:
     if not 1 <= value <= MAX_CPUS:
-        raise BadArgument(f"{value} is not from 1 to {MAX_CPUS}", "give a count of jobs, e.g. 8")
+        raise OutOfRange(f"{value} is not from 1 to {MAX_CPUS}", "give a count of jobs, e.g. 8")
 
 
 def checked_index_url(url: str) -> str:
-    """The torch index URL, if a request can go to it; BadArgument (one line) if not."""
+    """The torch index URL, if a request can go to it; BadUrl (one line) if not."""
     if (problem := http_url_problem(url)) is not None:
-        raise BadArgument(
+        whole = "give the index's whole URL, e.g. https://pypi.org/simple or https://download.pytorch.org/whl/cu130"
+        raise BadUrl(
             f"the torch index URL {redact_url(url)!r} is not one a request can go to: {problem}",
-            "give the index's whole URL, e.g. https://pypi.org/simple or https://download.pytorch.org/whl/cu130",
+            f"add https:// (--torch-index-url https://{redact_url(url)}); {whole}"
+            if "://" not in url
+            else whole,
         )
     return url
 

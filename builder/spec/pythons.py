@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from ..errors import BadArgument
+from ..errors import BadPython
 from ..secrets import redact_url
 from .build_spec import BuildSpec
 
@@ -96,14 +96,14 @@ def choose_pythons(
     Requires-Python admits, the others listed in ``left_out`` with why. *package*, *torch_version*
     and *index_url* only word the reasons (the URL redacted).
 
-    Raises BadArgument when an asked Python cannot be built (the cause names each and why, the
+    Raises BadPython when an asked Python cannot be built (the cause names each and why, the
     remedy lists those that can), when none is left, and for a Requires-Python that is not a
     version specifier."""
     if requires_python is not None:
         try:
             SpecifierSet(requires_python)
         except InvalidSpecifier:
-            raise BadArgument(
+            raise BadPython(
                 f"{package}'s Requires-Python {requires_python!r} is not a version specifier",
                 "fix the package's requires-python, or name the Pythons with --python",
             ) from None
@@ -121,12 +121,12 @@ def choose_pythons(
     if asked:
         return _as_asked(asked, reasons, usable)
     if not in_image:
-        raise BadArgument(
+        raise BadPython(
             "the image has no CPython interpreter to build with",
             "build on a manylinux base image (its CPythons are under /opt/python)",
         )
     if not usable:
-        raise BadArgument(
+        raise BadPython(
             f"no Python in the image can build {package}: " + "; ".join(str(x) for x in left_out),
             _no_python_remedy(torch_tags is not None),
         )
@@ -167,7 +167,7 @@ def _as_asked(asked: Sequence[str], reasons: _Reasons, usable: tuple[str, ...]) 
     wanted = tuple(dict.fromkeys(asked))
     refused = [LeftOut(p, why) for p in wanted if (why := reasons.why_not(p))]
     if refused:
-        raise BadArgument(
+        raise BadPython(
             f"--python {', '.join(r.python for r in refused)} cannot be built: "
             + "; ".join(str(r) for r in refused),
             f"pick --python from {', '.join(usable)}"

@@ -34,7 +34,7 @@ from ..bounded import (
     tar_gz_members,
     url_file_name,
 )
-from ..errors import BadArgument, SourceUnavailable, UnknownPackage
+from ..errors import BadVersion, SourceUnavailable, UnknownPackage
 from ..index import reader
 from ..index.project_pages import MEDIA_JSON, IndexFile, files_on_page
 from ..recipes import (
@@ -107,16 +107,17 @@ def _files(base: str, project: str) -> tuple[str, tuple[IndexFile, ...]]:
         answer = reader.fetch(page, reader.PROJECT_PAGE, headers={"Accept": MEDIA_JSON})
         return page, files_on_page(answer.body, MEDIA_JSON)
     except reader.HttpRefused as refused:
+        # A close known name helps whether or not the index answered: a typo is likelier offline too.
+        near = nearest_names(project)
+        meant = f"did you mean {' or '.join(near)}? " if near else ""
         if refused.status == 404:
-            near = nearest_names(project)
-            meant = f"did you mean {' or '.join(near)}? " if near else ""
             raise UnknownPackage(
                 f"{project} is not on the index ({redact_url(base)})",
                 f"{meant}check the name (as pip spells it), or point WHEELBUILD_SIMPLE_INDEX at the index that has it",
             ) from None
         raise SourceUnavailable(
             f"could not look up {project} at {shown}: {refused.why}",
-            "check the network" if refused.status else "check the network (proxy, CA bundle)",
+            meant + ("check the network" if refused.status else "check the network (proxy, CA bundle)"),
         ) from None
     except ValueError as exc:
         raise SourceUnavailable(
@@ -156,7 +157,7 @@ def lookup_sdist(project: str, version: str) -> tuple[str, RemoteSdist]:
         found, url, sha256, _yanked = max(matching)
         return str(found), RemoteSdist(url=url, sha256=sha256)
     there = ", ".join(str(v) for v in sorted({v for v, _u, _s, y in sdists if not y})[-8:]) or "none"
-    raise BadArgument(
+    raise BadVersion(
         f"{project} {version or '(newest)'} has no sdist with a sha256 on the index ({redact_url(page)})",
         f"name a release it has (newest with an sdist: {there}), or build from an sdist URL with #sha256=",
     )
@@ -168,7 +169,7 @@ def _wanted(version: str) -> Version | SpecifierSet:
     try:
         return Version(text) if text and text[0] not in "<>=!~" else SpecifierSet(text)
     except (InvalidVersion, InvalidSpecifier):
-        raise BadArgument(
+        raise BadVersion(
             f"{version!r} is neither a version nor a PEP 440 specifier",
             "name a release (2.8.3.post2) or a range (>=2.8)",
         ) from None

@@ -63,8 +63,8 @@ __all__ = [
 def _unreachable(page: str, why: str) -> TorchIndexUnreachable:
     return TorchIndexUnreachable(
         f"could not read torch's page on the torch index, {page}: {why}",
-        "check the network (proxy, CA bundle) and the index's credentials, point --torch-index-url "
-        "at an index that has torch, or name the Pythons with --python to skip this check",
+        "check the network (proxy, CA bundle) and the index's credentials, or point --torch-index-url "
+        "at an index that has torch (plan with --python plans without it; build needs it)",
     )
 
 
@@ -300,7 +300,8 @@ def _read_page_cache(path: Path, index: str, max_age_s: float) -> tuple[IndexFil
 
 
 def _fetch_page(index_url: str, timeout: float) -> tuple[IndexFile, ...]:
-    """The torch page's files; none when the index has no torch (404)."""
+    """The torch page's files. Raises TorchIndexUnreachable when it cannot be read, a 404 (no torch
+    project: a wrong URL, most likely) included."""
     shown = f"{redact_url(index_url).rstrip('/')}/torch/"
     redact = Redactor(url_secrets(index_url))
     try:
@@ -311,8 +312,12 @@ def _fetch_page(index_url: str, timeout: float) -> tuple[IndexFile, ...]:
             timeout=timeout,
         )
     except reader.HttpRefused as refused:
-        if refused.status == 404:
-            return ()
+        if refused.status == 404:  # a wrong URL, most likely: never "no torch built with CUDA x"
+            raise TorchIndexUnreachable(
+                f"the torch index answered 404 (not found) for {shown}: no torch project there",
+                "check --torch-index-url (WHEELBUILD_TORCH_INDEX_URL) for a typo: it names a simple "
+                "index that has torch, e.g. https://download.pytorch.org/whl/cu130 or https://pypi.org/simple",
+            ) from None
         raise _unreachable(shown, redact(refused.why)) from None
     try:
         return files_on_page(answer.body, answer.content_type)

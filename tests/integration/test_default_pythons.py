@@ -41,7 +41,7 @@ def test_a_named_python_torch_has_no_wheel_for_fails_before_any_container(
             "build", "wbdemo", "--torch", "2.11.0+cu130", "--torch-index-url", url, "--python", "3.13",
             "--output-dir", str(tmp_path / "out"), env={"WHEELBUILD_CACHE_DIR": str(tmp_path / "c")},
         )  # fmt: skip
-    assert result.returncode == 13, result.stdout[-2000:] + result.stderr
+    assert result.returncode == 36, result.stdout[-2000:] + result.stderr
     assert "cp313: torch 2.11.0 has no cp313 wheel" in result.stderr
     assert "pick --python from cp311" in result.stderr
     assert "step image" not in result.stdout.lower() and "attempt 1" not in result.stdout

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from wheelbuild.errors import OutOfRange
 from wheelbuild.recipes import EXAMPLE_DIR
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
@@ -47,11 +48,11 @@ def test_control_a_valid_build_reaches_docker_and_fails_with_20(run_cli: RunCli)
         (("build", "wbdemo", "--torch", "rocm6.2"), 11, "error: torch variant 'rocm6.2' is not understood"),
         (("build", "wbdemo", "--memory", "6x"), 12, "error: memory size '6x' is not understood"),
         (("build", "wbdemo", "--memory", "100m"), 12, "error: memory size '100m' is below the 256 MiB"),
-        (("build", "wbdemo", "--archs", "abc"), 13, "error: CUDA arch list 'abc' is not understood"),
-        (("build", "wbdemo", "--python", "2.7"), 13, "error: Python version '2.7' is not understood"),
+        (("build", "wbdemo", "--archs", "abc"), 38, "error: CUDA arch list 'abc' is not understood"),
+        (("build", "wbdemo", "--python", "2.7"), 36, "error: Python version '2.7' is not understood"),
         (
             ("build", "flash-attn", "--version", "not-a-version"),
-            13,
+            37,
             "error: flash-attn version 'not-a-version' is not a version",
         ),
         (
@@ -106,7 +107,9 @@ def test_top_level_help_lists_build_and_image(run_cli: RunCli) -> None:
     ("argv", "says"),
     [
         (("build", "--no-such-option"), "No such option '--no-such-option'"),
-        (("plan", "wbdemo", "--max-jobs", "0"), "Invalid value for '--max-jobs'"),
+        (("plan", "wbdemo", "--max-jobs", "x"), "Invalid value for '--max-jobs'"),
+        (("plan", "wbdemo", "--pin", "bilt"), "'bilt' is not one of 'built', 'proven' (did you mean built?)"),
+        (("report",), "Missing argument 'RUN'"),
     ],
 )
 def test_a_usage_error_is_said_as_every_error_is_with_code_2(
@@ -119,6 +122,49 @@ def test_a_usage_error_is_said_as_every_error_is_with_code_2(
     cause, remedy = result.stderr.splitlines()
     assert cause.startswith("error: ") and says in cause, cause
     assert remedy == f"remedy: see `wheelbuild {argv[0]} --help` for what it takes"
+
+
+@pytest.mark.parametrize(
+    ("argv", "cause"),
+    [
+        (("plan", "wbdemo", "--max-jobs", "0"), "error: --max-jobs 0 is not from 1 to 8192"),
+        (("plan", "wbdemo", "--nvcc-threads", "0"), "error: --nvcc-threads 0 is not from 1 to 8192"),
+        (("plan", "wbdemo", "--cpus", "0"), "error: --cpus 0 is not a number of CPUs"),
+        (("serve", ".", "--port", "70000"), "error: --port 70000 is not from 0 to 65535"),
+        (("gc", "--keep-runs", "-1"), "error: --keep-runs -1 is less than 0"),
+    ],
+)
+def test_a_number_out_of_its_range_is_one_error_with_one_code_for_every_option(
+    run_cli: RunCli, argv: tuple[str, ...], cause: str
+) -> None:
+    """--max-jobs 0 (click's range) and --cpus 0 (wheelbuild's own check) answer alike: a cause,
+    a remedy, OutOfRange's code; never click's Usage block."""
+    result = run_cli(*argv)
+    assert result.returncode == OutOfRange.exit_code == 35, result.stderr
+    said, remedy = result.stderr.splitlines()
+    assert said == cause
+    assert remedy.startswith("remedy: give ")
+
+
+def test_no_argument_mistake_exits_with_the_catch_all_code_13(run_cli: RunCli, tmp_path: Path) -> None:
+    """The mistakes that shared exit 13 each have their own code now."""
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("[tool.wheelbuild\n")
+    cases = {
+        ("plan", "wbdemo", "--torch-index-url", "pypi.org/simple"): 32,
+        ("plan", "wbdemo", "--config-file", str(bad_toml)): 33,
+        ("plan", "wbdemo", "--env", "FOO"): 34,
+        ("plan", "wbdemo", "--cpus", "0"): 35,
+        ("plan", "wbdemo", "--python", "3.11,,3.12"): 36,
+        ("plan", "flash-attn", "--version", "not-a-version"): 37,
+        ("plan", "wbdemo", "--archs", "9x"): 38,
+        ("plan", "flash-attn", "--example"): 39,
+        ("build", "https://example.com/x.tar.gz"): 32,
+    }
+    for argv, code in cases.items():
+        result = run_cli(*argv)
+        assert result.returncode == code, (argv, result.stderr)
+        assert [line.split(":")[0] for line in result.stderr.splitlines()[-2:]] == ["error", "remedy"]
 
 
 # --- wheelbuild plan: the planner's properties, seen through the real command ----------------
@@ -146,7 +192,7 @@ def test_without_package_or_project_says_how_to_build_one_and_the_example(
 ) -> None:
     seeded = sorted(tmp_path.rglob("*"))  # run_cli's fake torch pages in its cache
     result = run_cli(command, "--memory", "6g")
-    assert result.returncode == 13, result.stderr
+    assert result.returncode == 39, result.stderr
     error, remedy = _error_and_remedy(result)
     assert (
         error == f"error: no PACKAGE given, and {tmp_path} holds no project (no pyproject.toml or setup.py)"
@@ -163,7 +209,7 @@ def test_example_builds_the_bundled_example(run_cli: RunCli) -> None:
     assert planned.stdout.startswith("plan for wbdemo ")
     assert run_cli("build", "--example", "--memory", "6g").returncode == 20  # as far as Docker
     both = run_cli("build", "flash-attn", "--example")
-    assert both.returncode == 13 and "give PACKAGE or --example, not both" in both.stderr
+    assert both.returncode == 39 and "give PACKAGE or --example, not both" in both.stderr
 
 
 # --- options that take a list: repeated, the values add up ----------------------------------
@@ -181,7 +227,7 @@ def test_archs_given_twice_add_up_in_plan_and_build(run_cli: RunCli) -> None:
     assert re.match(r"100,120\s+from --archs$", _archs_row(planned.stdout)), planned.stdout
     # build reads the same list: the second --archs is checked beside the first, not instead of it
     built = run_cli("build", "wbdemo", "--archs", "120", "--archs", "1x0")
-    assert built.returncode == 13, built.stderr
+    assert built.returncode == 38, built.stderr
     assert "error: CUDA arch list '120,1x0' is not understood" in built.stderr
 
 
@@ -205,7 +251,7 @@ def test_python_takes_a_comma_list_as_archs_does(run_cli: RunCli) -> None:
     assert result.returncode == 0, result.stderr
     assert "with cp311, cp313 wheels" in result.stderr  # the torch chosen for both, 3.11 once
     refused = run_cli("plan", "wbdemo", "--python", "3.11,")
-    assert refused.returncode == 13 and "--python '3.11,' has an empty entry" in refused.stderr
+    assert refused.returncode == 36 and "--python '3.11,' has an empty entry" in refused.stderr
 
 
 def test_a_memory_size_without_a_unit_asks_whether_gibibytes_were_meant(run_cli: RunCli) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import pytest
 from wheelbuild.cli.main import main
-from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT
+from wheelbuild.cli.params import GIVEN_PATH, GIVEN_TEXT, BoundedInt, NearChoice
 from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import LIST_KINDS
 
@@ -165,10 +165,10 @@ def test_help_works_beside_a_broken_file(here: Path, invoke: Invoke) -> None:
 def _expected_type(row: config.Option) -> tuple[type[click.ParamType], dict[str, object]]:
     """The click type a row's kind and settings ask for, and what that type must carry."""
     if row.choices:
-        return click.Choice, {"choices": row.choices}
+        return NearChoice, {"choices": row.choices}  # a click.Choice that names the nearest
     if row.kind is config.Kind.INT:
         assert row.bounds is not None, row.key  # every integer option here has a range
-        return click.IntRange, {"min": row.bounds[0], "max": row.bounds[1]}
+        return BoundedInt, {"min": row.bounds[0], "max": row.bounds[1]}  # an IntRange: OutOfRange
     if row.kind is config.Kind.NUMBER:
         return click.types.FloatParamType, {}
     if row.kind is config.Kind.PATH:

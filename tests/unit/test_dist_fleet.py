@@ -18,7 +18,7 @@ from wheelbuild.cli.seams import Seams
 from wheelbuild.engine import dist_fleet
 from wheelbuild.engine.dist_fleet import HEAVIEST_JOB, SERVER_RESERVE, scheduler_jobs, server_sizing
 from wheelbuild.engine.docker_engine import DockerEngine
-from wheelbuild.errors import BadArgument, BadMemory
+from wheelbuild.errors import BadArgument, BadMemory, BadUrl, OutOfRange
 from wheelbuild.image.names import dist_image_tag
 
 GIB = 1024**3
@@ -149,11 +149,11 @@ def test_dist_server_refuses_bad_input_before_docker(tmp_path: Path) -> None:
     code, out = cli(*base, "--memory", "lots")
     assert code == BadMemory.exit_code and "not understood" in out
     code, out = cli(*base, "--memory", "16g", "--scheduler", "wbdist-scheduler")
-    assert code == BadArgument.exit_code and "not a scheduler URL" in out
+    assert code == BadUrl.exit_code and "not a scheduler URL" in out
     code, out = cli(*base, "--memory", "16g", "--name", "bad name")
     assert code == BadArgument.exit_code and "not a Docker name" in out
     code, out = cli(*base, "--memory", "16g", "--cpus", "0")
-    assert code == BadArgument.exit_code
+    assert code == OutOfRange.exit_code
     code, out = cli(
         "dist-server", "--memory", "16g", env={"WHEELBUILD_DIST_TOKEN_FILE": str(tmp_path / "no")}
     )

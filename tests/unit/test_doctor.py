@@ -332,3 +332,10 @@ def test_line_and_json_forms() -> None:
         "remedy": "install it",
     }
     assert checks.failed([warn, Check("docker", "fail", "x", "y")]) == [Check("docker", "fail", "x", "y")]
+
+
+def test_a_torch_index_answering_404_is_said_to_be_a_wrong_url_not_the_network() -> None:
+    found = checks.check_torch_index(Reach("https://pypi.org/simpel/torch/", status=404))
+    assert (found.status, found.found) == ("fail", "HTTP 404 from https://pypi.org/simpel/torch/")
+    assert found.remedy.startswith("the index has no torch page there: check WHEELBUILD_TORCH_INDEX_URL")
+    assert "network" not in found.remedy

@@ -74,6 +74,14 @@ KNOWN_CODES = {
     "EnvironmentWithoutTorch": 81,
     "EnvironmentUnbuildable": 82,
     "InstallFailed": 83,
+    "BadUrl": 32,
+    "ConfigUnreadable": 33,
+    "BadEnv": 34,
+    "OutOfRange": 35,
+    "BadPython": 36,
+    "BadVersion": 37,
+    "BadArchs": 38,
+    "BadPackageArgument": 39,
     "Interrupted": 130,
 }
 

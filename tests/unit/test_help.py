@@ -105,7 +105,7 @@ def test_the_matrix_file_option_takes_its_old_name_too(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-dir").mkdir()
     result = CliRunner().invoke(main, [*command, spelling, "a-dir"])
-    assert result.exit_code == 13, result.output
+    assert result.exit_code == 33, result.output
     assert "a-dir" in result.stderr.splitlines()[-2]
 
 

@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from wheelbuild.cli.options import ConfiguredCommand, ImageFlags, WheelbuildGroup, provenance, table_flags
-from wheelbuild.errors import ConfigKeyUnknown, ConfigValueInvalid
+from wheelbuild.errors import ConfigKeyUnknown, ConfigValueInvalid, OutOfRange
 from wheelbuild.spec import config, option_table
 from wheelbuild.spec.option_table import Kind, Option, ReferenceRow, reference
 
@@ -111,8 +111,8 @@ def test_a_new_rows_bad_values_are_refused_by_the_file_and_the_command_line(invo
     assert "did you mean 'knob-count'? e.g. knob-count = 4" in typo.stderr
     Path("wheelbuild.toml").unlink()
     out_of_range = invoke("--knob-count", "10")
-    assert out_of_range.exit_code == 2  # click's usage error, as for --max-jobs 0
-    assert "1<=x<=9" in out_of_range.stderr
+    assert out_of_range.exit_code == OutOfRange.exit_code  # as for --max-jobs 0 and --cpus 0
+    assert "error: --knob-count 10 is not from 1 to 9" in out_of_range.stderr
 
 
 def test_build_itself_does_not_take_the_row_the_test_added(tmp_path: Path) -> None:

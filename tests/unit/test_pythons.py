@@ -190,7 +190,7 @@ def test_asked_pythons_that_cannot_work_are_a_bad_argument_naming_each() -> None
     with pytest.raises(BadArgument) as caught:
         _choose(asked=("cp39", "cp311", "cp314", "cp315"))
     error = caught.value
-    assert error.exit_code == 13
+    assert error.exit_code == 36
     assert error.cause == (
         "--python cp39, cp314, cp315 cannot be built: "
         "cp39: torch 2.11.0 has no cp39 wheel on https://***@example.invalid/whl/cu130, "

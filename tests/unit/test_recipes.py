@@ -58,7 +58,7 @@ def test_no_package_and_no_project_says_how_to_build_one_and_the_example(tmp_pat
     (tmp_path / "setup.cfg").write_text("")  # neither pyproject.toml nor setup.py
     with pytest.raises(BadArgument) as refused:
         chosen_package(None, example=False, cwd=tmp_path)
-    assert refused.value.exit_code == 13
+    assert refused.value.exit_code == 39
     assert (
         refused.value.cause
         == f"no PACKAGE given, and {tmp_path} holds no project (no pyproject.toml or setup.py)"
@@ -172,7 +172,7 @@ def test_a_flash_attn_release_not_in_the_table_is_looked_up_when_the_build_start
 def test_a_flash_attn_version_that_is_no_version_is_a_bad_argument() -> None:
     with pytest.raises(BadArgument) as caught:
         resolve_recipe("flash-attn", version="latest-please")
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 37
     assert "is not a version" in caught.value.cause and "2.8.3" in caught.value.remedy
 
 
@@ -180,7 +180,7 @@ def test_version_with_a_local_path_is_a_bad_argument(tmp_path: Path) -> None:
     (tmp_path / "setup.py").write_text("")
     with pytest.raises(BadArgument) as caught:
         resolve_recipe(str(tmp_path), version="1.0")
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 37
     assert caught.value.cause.startswith("--version applies to a recipe or a name on the index")
 
 
@@ -195,7 +195,7 @@ def test_version_with_a_name_on_the_index_is_that_release_and_latest_the_newest(
 def test_url_without_sha256_pin_is_a_bad_argument() -> None:
     with pytest.raises(BadArgument) as caught:
         resolve_recipe(URL)
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 32
     assert caught.value.cause == f"sdist URL {URL} carries no #sha256= pin"
     assert caught.value.remedy == f"append the file's hash: {URL}#sha256=<64 hex digits>"
 
@@ -260,7 +260,7 @@ def test_local_file_that_is_not_a_tar_gz_or_zip_is_a_bad_argument(tmp_path: Path
     path.write_text("x")
     with pytest.raises(BadArgument) as caught:
         resolve_recipe(str(path))
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 39
     assert caught.value.cause == f"{path} is neither a project directory nor an sdist (.tar.gz or .zip)"
 
 

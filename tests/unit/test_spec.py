@@ -113,7 +113,7 @@ def test_parse_archs_refuses_an_empty_entry(text: str) -> None:
 def test_parse_archs_rejects_anything_but_sm_numbers(text: str) -> None:
     with pytest.raises(BadArgument) as caught:
         parse_archs(text)
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 38
     assert caught.value.cause == f"CUDA arch list {text!r} is not understood"
 
 
@@ -136,7 +136,7 @@ def test_parse_python_gives_cibuildwheel_tags(text: str, expected: str) -> None:
 def test_parse_python_rejects_other_spellings(text: str) -> None:
     with pytest.raises(BadArgument) as caught:
         parse_python(text)
-    assert caught.value.exit_code == 13
+    assert caught.value.exit_code == 36
 
 
 def test_missing_ca_bundle_raises_ca_bundle_missing(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_a_plus_ptx_form_is_refused_where_it_names_no_sm_number(text: str) -> No
 def test_an_empty_entry_in_an_arch_list_is_refused(text: str) -> None:
     with pytest.raises(BadArgument, match="has an empty entry") as caught:
         parse_archs(text)
-    assert (caught.value.exit_code, caught.value.cause) == (13, f"CUDA arch list {text!r} has an empty entry")
+    assert (caught.value.exit_code, caught.value.cause) == (38, f"CUDA arch list {text!r} has an empty entry")
     assert "single commas" in caught.value.remedy
 
 
