@@ -1,6 +1,8 @@
-"""What `plan` says beyond the plan itself: the wheels a build would make, one line each (as
-cibuildwheel's --print-build-identifiers lists its builds), and the whole dry run as one JSON
-object for scripts (`plan --json`). Pure: a Resolution and its Plan in, lines and a dict out.
+"""What `plan` prints: the plan that runs, the wheels a build would make, one line each (as
+cibuildwheel's --print-build-identifiers lists its builds), and what was chosen (torch, toolkit,
+C++ standard), within a screen; with `-v` also why each number, and each option's source; and
+the whole dry run as one JSON object for scripts (`plan --json`). Pure: a Resolution and its
+Plan in, lines and a dict out; the CLI prints them.
 
 Which Pythons: the ones named; else those torch has wheels for on its index that the package's
 Requires-Python admits, of which a build makes the ones its image holds (the image is not asked
@@ -11,13 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.planner import Plan
+from ..plan.planner import Plan, runs, summary_lines, why_lines, why_parts
 from ..recipes import source_location, source_pin
 from ..spec.build_spec import format_archs
 from ..spec.pythons import admitted_by
 from .resolve import Resolution
 
-__all__ = ["JSON_SCHEMA", "PlannedWheel", "plan_document", "planned_pythons", "planned_wheels", "wheel_lines"]
+__all__ = [
+    "JSON_SCHEMA",
+    "PlannedWheel",
+    "plan_document",
+    "plan_lines",
+    "planned_pythons",
+    "planned_wheels",
+    "wheel_lines",
+]
 
 JSON_SCHEMA = 1  # plan --json's "schema": raised when a field changes meaning or goes
 
@@ -27,7 +37,7 @@ class PlannedWheel:
     """One wheel a build would make."""
 
     project: str
-    version: str  # "2.8.3.post2+cu130torch2.14"; "?+cu130torch2.14" when only the build can say
+    version: str  # "2.8.3.post2+cu130torch2.14"; "?+cu130torch2.14" when only its build can say
     python: str  # cp311
     torch: str  # 2.14.1+cu130
     archs: tuple[int, ...]
@@ -50,9 +60,15 @@ def planned_pythons(resolved: Resolution) -> tuple[tuple[str, ...], str]:
     return admitted, "torch's wheels the package admits, of which the build makes those its image holds"
 
 
+def planned_version(resolved: Resolution) -> str | None:
+    """The release the build makes: the recipe's, else the one the source states (its metadata
+    read as text); None where only running its setup.py could say."""
+    return resolved.spec.recipe.version or resolved.metadata.version
+
+
 def planned_wheels(resolved: Resolution) -> tuple[PlannedWheel, ...]:
     spec = resolved.spec
-    version = spec.recipe.version or resolved.metadata.version or "?"
+    version = planned_version(resolved) or "?"
     label = spec.variant.label
     pythons, _where = planned_pythons(resolved)
     return tuple(
@@ -69,15 +85,50 @@ def wheel_lines(resolved: Resolution) -> list[str]:
     return [head, *(f"  {wheel.line()}" for wheel in wheels)]
 
 
-def plan_document(resolved: Resolution, plan: Plan, options: list[dict[str, object]]) -> dict[str, object]:
-    """`plan --json`: everything `plan` prints, as one object (docs/guides/plan-and-memory.md)."""
+def plan_lines(resolved: Resolution, plan: Plan, *, verbose: bool, options: list[str]) -> list[str]:
+    """`plan`'s text: within a screen by default (what, the plan that runs, the wheels, what was
+    chosen); `verbose` adds each number's why lines and each option's source (*options*)."""
+    version = planned_version(resolved)
+    stated = version or "(its version: what its setup.py computes in the build)"
+    source = resolved.spec.recipe.source
+    pin = source_pin(source)
+    lines = [
+        f"plan for {resolved.project} {stated}",
+        f"source: {source_location(source)}" + (f", sha256 {pin}" if pin else ""),
+        *summary_lines(plan),
+    ]
+    lines.append(f"  {'model':<16}{plan.model.describe() if verbose else plan.model.brief()}")
+    if verbose:
+        lines += why_lines(plan)
+    lines += wheel_lines(resolved)
+    lines.append(f"torch: {resolved.torch_why}")
+    lines.append(f"toolkit: {resolved.toolkit_note}")
+    if resolved.arch_note:
+        lines.append(f"archs: {resolved.arch_note}")
+    if resolved.std_note:
+        lines.append(f"C++ standard: {resolved.std_note}")
+    lines += [f"sets {switch}" for switch in resolved.switches]
+    if verbose:
+        lines.append(f"network while building: {resolved.network}")
+        return [*lines, *options]
+    return [
+        *lines,
+        "(-v: why each number of the plan, and where each option's value came from; --json: all of it)",
+    ]
+
+
+def plan_document(
+    resolved: Resolution, plan: Plan, options: list[dict[str, object]], over_budget: str | None
+) -> dict[str, object]:
+    """`plan --json`: everything `plan -v` prints, as one object (docs/guides/plan-and-memory.md);
+    *over_budget*: the warning a predicted peak over the limit gives, if it is."""
     spec = resolved.spec
     pythons, where = planned_pythons(resolved)
     return {
         "schema": JSON_SCHEMA,
         "package": {
             "name": resolved.project,
-            "version": spec.recipe.version or resolved.metadata.version,
+            "version": planned_version(resolved),
             "source": {
                 "location": source_location(spec.recipe.source),
                 "sha256": source_pin(spec.recipe.source),
@@ -112,7 +163,18 @@ def plan_document(resolved: Resolution, plan: Plan, options: list[dict[str, obje
             }
             for w in planned_wheels(resolved)
         ],
-        "plan": plan.as_dict(),
+        "plan": {
+            **plan.as_dict(),
+            "runs": runs(plan),
+            "model": {
+                "name": plan.model.name,
+                "source": plan.model.source,
+                "units": plan.model.unit_count,
+                "described": plan.model.describe(),
+            },
+            "why": [{"label": label, "reasons": list(reasons)} for label, reasons in why_parts(plan)],
+            "over_budget": over_budget,
+        },
         "network": resolved.network,
         "options": options,
     }
