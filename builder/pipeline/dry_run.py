@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from ..plan.planner import Plan, runs, summary_lines, why_lines, why_parts
 from ..recipes import source_location, source_pin
+from ..recipes.build_vars import parse_arch_env
 from ..spec.build_spec import format_archs
 from ..spec.pythons import admitted_by
+from .preflight import arch_vars_to_set, unknown_arch_form
 from .resolve import Resolution
 
 __all__ = [
@@ -85,6 +87,37 @@ def wheel_lines(resolved: Resolution) -> list[str]:
     return [head, *(f"  {wheel.line()}" for wheel in wheels)]
 
 
+def shown_switches(resolved: Resolution, plan: Plan) -> list[str]:
+    """Each variable the build sets from what its files read ("NAME=VALUE: why"), a parallelism
+    variable at the plan's MAX_JOBS (a retry after an OOM kill halves it with MAX_JOBS)."""
+    jobs = set(resolved.spec.recipe.jobs_vars)
+    shown = []
+    for line in resolved.switches:
+        name, _, rest = line.partition("=")
+        if name in jobs and rest.startswith("MAX_JOBS:"):
+            line = f"{name}={plan.max_jobs}{rest.removeprefix('MAX_JOBS')}"
+        shown.append(line)
+    return shown
+
+
+def arch_env_lines(resolved: Resolution) -> list[str]:
+    """The recipe's own arch variable (--arch-env NAME:FORM, or a known recipe's), as it is set."""
+    spec = resolved.spec
+    if not spec.recipe.arch_env:
+        return []
+    var = parse_arch_env(spec.recipe.arch_env)
+    value = var.form.spell(spec.archs, spec.ptx)
+    return [
+        f"{var.name}={value}: the CUDA archs, {var.form.name} (the recipe's arch variable, or --arch-env)"
+    ]
+
+
+def unset_arch_vars(resolved: Resolution) -> list[str]:
+    """The arch variables the build reads in a form its files do not tell: left unset, each said."""
+    found = arch_vars_to_set(resolved.spec.recipe, resolved.survey, resolved.spec)
+    return [unknown_arch_form(var.name, var.why) for var in found if var.form is None]
+
+
 def plan_lines(resolved: Resolution, plan: Plan, *, verbose: bool, options: list[str]) -> list[str]:
     """`plan`'s text: within a screen by default (what, the plan that runs, the wheels, what was
     chosen); `verbose` adds each number's why lines and each option's source (*options*)."""
@@ -107,7 +140,9 @@ def plan_lines(resolved: Resolution, plan: Plan, *, verbose: bool, options: list
         lines.append(f"archs: {resolved.arch_note}")
     if resolved.std_note:
         lines.append(f"C++ standard: {resolved.std_note}")
-    lines += [f"sets {switch}" for switch in resolved.switches]
+    lines += [f"sets {line}" for line in arch_env_lines(resolved)]
+    lines += [f"sets {switch}" for switch in shown_switches(resolved, plan)]
+    lines += [f"not set: {unset}" for unset in unset_arch_vars(resolved)]
     if verbose:
         lines.append(f"network while building: {resolved.network}")
         return [*lines, *options]
@@ -150,7 +185,9 @@ def plan_document(
         "notes": {
             "archs": resolved.arch_note,
             "cxx_standard": resolved.std_note,
-            "switches": list(resolved.switches),
+            "arch_env": arch_env_lines(resolved),
+            "switches": shown_switches(resolved, plan),
+            "unset_arch_vars": unset_arch_vars(resolved),
         },
         "pythons": {"tags": list(pythons), "from": where},
         "wheels": [
