@@ -22,9 +22,9 @@ from ..image.inputs import image_table
 from ..image.names import PREFIX, checked_prefix
 from ..pipeline import calibrate as calibrating
 from ..pipeline import check, preflight
-from ..pipeline.dry_run import plan_document, wheel_lines
+from ..pipeline.dry_run import plan_document, plan_lines
 from ..pipeline.resolve import plan_of, resolve
-from ..plan.planner import format_plan, over_budget
+from ..plan.planner import over_budget
 from ..progress.console import Console
 from ..recipes import resolve_recipe
 from ..report import page as report_html
@@ -140,32 +140,26 @@ def plan(
 ) -> None:
     """The dry run of build: every check build makes before its first container (the same errors
     and exit codes; the source and torch's index are read as build reads them), then the plan
-    that will run (MAX_JOBS, NVCC_THREADS, container limit, predicted peak and time) and why,
-    then every build option and where its value came from (command line, WHEELBUILD_*,
-    [tool.wheelbuild], default): `wheelbuild plan flash-attn --memory 64g --cpus 128`. PACKAGE as
-    for build: without it, the project in this folder; --example, the bundled one."""
-    # What was looked up goes to stderr; the plan on stdout says the choice once.
-    console = Console(sys.stderr)
+    that will run (MAX_JOBS, NVCC_THREADS, container limit, predicted peak and time), the wheels
+    it would make, one line each, and the torch, toolkit and C++ standard chosen; with -v also
+    why each number, and where each option's value came from (command line, WHEELBUILD_*,
+    [tool.wheelbuild], default); --json, all of it as one object:
+    `wheelbuild plan flash-attn --memory 64g --cpus 128`. PACKAGE as for build: without it, the
+    project in this folder; --example, the bundled one."""
+    # What was looked up goes to stderr with -v; the plan on stdout says each choice once.
+    console = Console(sys.stderr, notes=verbose)
     take_like(given, console)
     spec = build_spec(given)
     with seams().engine(sweep=False) as engine:  # asked at most whether the CUDA 12 layer's image is here
         resolved = resolve(spec, image_flags.options(), console, engine, dry_run=True)
     planned = plan_of(resolved)
+    over = over_budget(planned)
     if as_json:
-        click.echo(json.dumps(plan_document(resolved, planned, provenance_records()), indent=2))
-        return
-    click.echo(format_plan(planned))
-    for line in wheel_lines(resolved):
-        click.echo(line)
-    if resolved.arch_note:
-        click.echo(f"archs: {resolved.arch_note}")
-    if resolved.std_note:
-        click.echo(f"C++ standard: {resolved.std_note}")
-    click.echo(f"torch: {resolved.torch_why}")
-    click.echo(f"toolkit: {resolved.toolkit_note}")
-    for line in provenance():
-        click.echo(line)
-    if over := over_budget(planned):
+        click.echo(json.dumps(plan_document(resolved, planned, provenance_records(), over), indent=2))
+    else:
+        for line in plan_lines(resolved, planned, verbose=verbose, options=provenance()):
+            click.echo(line)
+    if over:
         if strict:
             raise PlanOverBudget(
                 over, "give more --memory, or fewer --max-jobs; or drop --strict to plan anyway"

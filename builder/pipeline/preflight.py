@@ -35,7 +35,8 @@ from ..plan.memory_model import MemoryModel
 from ..plan.planner import Plan, container_limit, explain_container_limit, plan_build
 from ..progress.console import Console
 from ..recipes import Recipe
-from ..recipes.survey import Survey, survey_source
+from ..recipes.build_vars import ArchVar, parse_arch_env
+from ..recipes.survey import FoundArchVar, Survey, survey_source
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
 from ..spec.torch_choice import asked_release, newest_of_any_minor, newest_release
@@ -279,7 +280,49 @@ def surveyed(
             "an sdist published without its sources cannot be built: build from the project's repository "
             "(a git checkout or the release's source archive) instead",
         )
-    return replace(spec, recipe=spec.recipe.with_env(switches)), survey, tuple(lines)
+    recipe = _with_build_vars(spec.recipe.with_env(switches), survey, spec, lines, console)
+    return replace(spec, recipe=recipe), survey, tuple(lines)
+
+
+def _with_build_vars(
+    recipe: Recipe, survey: Survey, spec: BuildSpec, lines: list[str], console: Console
+) -> Recipe:
+    """The recipe with the arch and parallelism variables the survey found (each said, as a
+    line of *lines*): an arch variable in the form its files read, where they tell it (else a
+    warning naming --arch-env NAME:FORM); a parallelism variable at the plan's MAX_JOBS. What
+    --env or the recipe's own arch variable sets wins."""
+    given = recipe.extra_env
+    arch_vars = []
+    for found in arch_vars_to_set(recipe, survey, spec):
+        if found.form is None:
+            console.warn(unknown_arch_form(found.name, found.why))
+            continue
+        arch_vars.append(ArchVar(found.name, found.form))
+        value = found.form.spell(spec.archs, spec.ptx)
+        lines.append(f"{found.name}={value}: the CUDA archs, {found.form.name} ({found.why})")
+        console.info(f"setting {lines[-1]}")
+    jobs = [read for read in survey.jobs_vars if read.name not in given]
+    for read in jobs:
+        lines.append(f"{read.name}=MAX_JOBS: {read.why}, as the plan's MAX_JOBS")
+        console.info(f"setting {lines[-1]}")
+    return replace(recipe, arch_vars=tuple(arch_vars), jobs_vars=tuple(read.name for read in jobs))
+
+
+def arch_vars_to_set(recipe: Recipe, survey: Survey, spec: BuildSpec) -> list[FoundArchVar]:
+    """The arch variables the survey found that nothing else sets: not --env, not the recipe's
+    own (--arch-env), not with --keep-package-archs (the package's own list stays)."""
+    if spec.keep_package_archs:
+        return []
+    own = parse_arch_env(recipe.arch_env).name if recipe.arch_env else None
+    return [found for found in survey.arch_vars if found.name not in recipe.extra_env and found.name != own]
+
+
+def unknown_arch_form(name: str, why: str) -> str:
+    """The warning for an arch variable whose form the build files do not tell."""
+    return (
+        f"the package's build reads its CUDA archs from {name}, in a form wheelbuild cannot tell "
+        f"({why}): not set; give --arch-env {name}:FORM (dotted: 9.0;10.0, plain: 90;100, sm: sm_90;sm_100)"
+    )
 
 
 def compiled_archs(spec: BuildSpec, survey: Survey) -> tuple[int, ...]:

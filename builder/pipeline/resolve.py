@@ -145,7 +145,7 @@ def resolve(
         cuda12_obtainable(options, spec.variant, images)
     source = prepare_source(spec.recipe.source, console.info)
     spec, survey, switches = surveyed(spec, source, console)
-    metadata = source_metadata(source.project_dir / source.package)
+    metadata = source_metadata(source.project_dir / source.package, spec.recipe.extra_env)
     requires_python = metadata.requires_python
     if metadata.name and isinstance(spec.recipe.source, LocalProject | LocalSdist):
         # A folder or a file is named for its path; the package by what it says it is.

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -146,6 +147,12 @@ class MemoryModel:
     def describe(self) -> str:
         units = f"{len(self.units)} units" if self.complete else "unit count unknown"
         return f"{self.name} ({units}; {self.source})" if self.source else f"{self.name} ({units})"
+
+    def brief(self) -> str:
+        """describe() within a line: the source up to its first detail ("learned from build X")."""
+        units = f"{len(self.units)} units" if self.complete else "unit count unknown"
+        head = re.split(r": | \(|, scaling |; ", self.source, maxsplit=1)[0] if self.source else ""
+        return f"{units}; {head}" if head else units
 
 
 # --- launch order: the order wheelbuild makes ninja start units in ------------------------------

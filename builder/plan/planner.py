@@ -41,6 +41,10 @@ __all__ = [
     "over_budget",
     "plan_build",
     "predicted_build_seconds",
+    "runs",
+    "summary_lines",
+    "why_lines",
+    "why_parts",
 ]
 
 # Memory left to the host (sshd, dockerd, the page cache they need) when the limit is derived.
@@ -417,11 +421,22 @@ _STATIC = "the static plan: MAX_JOBS alone bounds memory"
 
 
 def format_plan(plan: Plan) -> str:
-    """The plan and its reasoning, for `wheelbuild plan` and the build log: the summary is the
+    """The plan and its reasoning, for `wheelbuild plan -v` and the build log: the summary is the
     plan that runs, and each of its numbers is said in a reason; a governed plan's reasons come
     in two labelled parts, the static plan's, then the governed plan's, which the summary is."""
+    return "\n".join([f"plan for {plan.model.describe()}", *summary_lines(plan), *why_lines(plan)])
+
+
+def runs(plan: Plan) -> str:
+    """Which plan runs: "the static plan", or the governed one ("the admission plan")."""
+    return f"the {plan.governor} plan" if plan.static_reasons is not None else "the static plan"
+
+
+def summary_lines(plan: Plan) -> list[str]:
+    """The plan that runs, one indented row per number (`  MAX_JOBS        4`)."""
     width = 16
     rows = [
+        ("runs", runs(plan)),
         ("memory limit", format_bytes(plan.memory)),
         ("CPUs", f"{plan.cpus:g}"),
         ("archs", str(plan.archs)),
@@ -431,20 +446,24 @@ def format_plan(plan: Plan) -> str:
     ]
     if plan.predicted_seconds is not None:
         rows.append(("predicted time", f"{plan.predicted_seconds:.0f} s (calibration machine)"))
-    runs = f"the {plan.governor} plan" if plan.static_reasons is not None else "the static plan"
-    rows.insert(0, ("runs", runs))
-    lines = [f"plan for {plan.model.describe()}"]
-    lines += [f"  {key:<{width}}{value}" for key, value in rows]
+    return [f"  {key:<{width}}{value}" for key, value in rows]
+
+
+def why_parts(plan: Plan) -> list[tuple[str, tuple[str, ...]]]:
+    """The reasons in their labelled parts: the static plan's, then (governed) the plan that runs."""
     if plan.static_reasons is None:
-        lines.append(f"why ({_STATIC}):")
-        lines += [f"  - {reason}" for reason in plan.reasons]
-        return "\n".join(lines)
+        return [(_STATIC, plan.reasons)]
     static, governed = plan.reasons[: plan.static_reasons], plan.reasons[plan.static_reasons :]
-    if static:
-        lines.append(f"why, 1 of 2 ({_STATIC}; without {plan.governor}, this would run):")
-        lines += [f"  - {reason}" for reason in static]
-    lines.append(
-        f"why{', 2 of 2' if static else ''} (the {plan.governor} plan: what runs, the summary above):"
-    )
-    lines += [f"  - {reason}" for reason in governed]
-    return "\n".join(lines)
+    parts = [(f"{_STATIC}; without {plan.governor}, this would run", static)] if static else []
+    return [*parts, (f"the {plan.governor} plan: what runs, the summary above", governed)]
+
+
+def why_lines(plan: Plan) -> list[str]:
+    """The reasons under their labels: `why (...)`, or `why, 1 of 2 (...)` and `why, 2 of 2 (...)`."""
+    parts = why_parts(plan)
+    lines: list[str] = []
+    for number, (label, reasons) in enumerate(parts, 1):
+        counted = f", {number} of {len(parts)}" if len(parts) > 1 else ""
+        lines.append(f"why{counted} ({label}):")
+        lines += [f"  - {reason}" for reason in reasons]
+    return lines

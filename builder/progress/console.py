@@ -101,6 +101,7 @@ class Console:
         stream: TextIO | None = None,
         *,
         show_log: bool = True,
+        notes: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         stream = stream or sys.stdout
@@ -108,6 +109,7 @@ class Console:
         self.rich = RichConsole(file=stream, no_color=plain, highlight=False, soft_wrap=True)
         self.plain = plain
         self.show_log = show_log
+        self.notes = notes  # info lines; off where the command prints what they say anyway (plan)
         self._clock = clock
         self._started = clock()
         # The heartbeat's thread and the engine's watcher change the status as the log does.
@@ -125,7 +127,8 @@ class Console:
             self.rich.print(f"[bold cyan]==>[/] [dim]{self.elapsed()}[/] {escape(text)}")
 
     def info(self, text: str) -> None:
-        self.rich.print(f"    {escape(text)}")
+        if self.notes:
+            self.rich.print(f"    {escape(text)}")
 
     def warn(self, text: str) -> None:
         self.rich.print(f"[yellow]warning:[/] {escape(text)}")

@@ -29,6 +29,7 @@ from .base import (
     source_location,
     source_pin,
 )
+from .build_vars import parse_arch_env
 from .flash_attn import LATEST, flash_attn_recipe
 from .torch_extension import torch_extension_recipe
 
@@ -172,8 +173,12 @@ def resolve_recipe(package: str, *, version: str | None = None, arch_env: str | 
         raise BadVersion("--version is empty", "give a release (e.g. --version 2.8.3), or leave it out")
     if arch_env is not None and not arch_env.strip():
         raise BadArgument(
-            "--arch-env is empty", "name the variable (e.g. --arch-env TORCH_CUDA_ARCH_LIST), or leave it out"
+            "--arch-env is empty",
+            "name the variable, and its form where it is not 90;100 (e.g. --arch-env NATTEN_CUDA_ARCH:dotted), "
+            "or leave it out",
         )
+    if arch_env is not None:
+        parse_arch_env(arch_env)  # a name and a form wheelbuild writes, or BadArgument now
     normalized = package.lower().replace("_", "-")
     if normalized in _KNOWN:
         return _KNOWN[normalized](version)

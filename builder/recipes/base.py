@@ -10,6 +10,7 @@ from typing import TypeAlias, assert_never
 
 from ..plan.memory_model import MemoryModel, default_model
 from ..variants import TorchCeiling
+from .build_vars import ArchVar, parse_arch_env
 
 # How a release still to be looked up on the index is written: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"
@@ -92,7 +93,8 @@ class Recipe:
     name: str
     source: Source
     version: str | None = None
-    arch_env: str | None = None  # env var the package reads its arch list from ("100;120")
+    # env var the package reads its arch list from: NAME ("100;120") or NAME:FORM (build_vars.py)
+    arch_env: str | None = None
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Peak memory and time of its units by archs compiled at once: what the planner plans with.
     memory_model: MemoryModel = field(default_factory=default_model)
@@ -107,6 +109,10 @@ class Recipe:
     smoke_test: str | None = None
     # The first torch it cannot compile against, and why: `--torch cu130` then picks an older one.
     torch_ceiling: TorchCeiling | None = None
+    # Variables its build files read an arch list (in their form) and their parallelism from,
+    # found by the survey: the build sets them to the archs and to MAX_JOBS.
+    arch_vars: tuple[ArchVar, ...] = ()
+    jobs_vars: tuple[str, ...] = ()
 
     def with_env(self, env: Mapping[str, str]) -> Recipe:
         """The same recipe with extra env for the build (`--env KEY=VALUE`)."""
@@ -130,8 +136,15 @@ class Recipe:
             ),
             **self.extra_env,
         }
+        for var in self.arch_vars:
+            if var.name not in self.extra_env:  # --env wins over what the survey found
+                env[var.name] = var.form.spell(archs, ptx)
+        for name in self.jobs_vars:
+            if name not in self.extra_env:
+                env[name] = str(max_jobs)
         if self.arch_env:
-            env[self.arch_env] = ";".join(str(a) for a in archs)
+            named = parse_arch_env(self.arch_env)
+            env[named.name] = named.form.spell(archs, ptx)
         if self.local_version_env and local_label:
             env[self.local_version_env] = local_label
         return env

@@ -31,8 +31,9 @@ from packaging.utils import canonicalize_name
 from ..bounded import ArchiveRefused, FileRefused, read_bounded, tar_gz_members
 from ..units import format_bytes
 from .survey_setup import SetupFindings, archs_in_string, read_setup_py
+from .survey_vars import FoundArchVar, FoundJobsVar, build_vars
 
-__all__ = ["Survey", "Switch", "survey_source"]
+__all__ = ["FoundArchVar", "FoundJobsVar", "Survey", "Switch", "survey_source"]
 
 FILE_LIMIT = 1 << 20  # bytes of one build file: real setup.py files are under 100 KiB
 SDIST_LIMIT = 1 << 30  # bytes decompressed from an sdist (flash-attn 2.8.3 with cutlass: 97 MB)
@@ -62,6 +63,9 @@ class Survey:
     # The C++ standards the build files give the compilers (-std=c++17, CMAKE_CXX_STANDARD 17),
     # each once, as written: the build raises an older one to what torch's headers require.
     cxx_standards: tuple[str, ...] = field(default=())
+    # Variables the build reads its CUDA arch list (in a form of its own) and its parallelism from.
+    arch_vars: tuple[FoundArchVar, ...] = field(default=())
+    jobs_vars: tuple[FoundJobsVar, ...] = field(default=())
 
 
 # Names that decide "build CUDA from source here", with why each is set. The value always comes
@@ -362,13 +366,15 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         "\n".join(_code_lines(t))
         for t in (texts.get("pyproject.toml", ""), _text(tree.files.get("setup.py", b"")))
     )
+    uses_cmake = _USES_CMAKE.search(drivers) is not None
     for name in BUILD_FILES:  # in this order, whatever the archive's
-        if name in texts and (name != "CMakeLists.txt" or _USES_CMAKE.search(drivers)):
+        if name in texts and (name != "CMakeLists.txt" or uses_cmake):
             archs |= _text_archs(texts[name])
             read.append(name)
     requires, requires_refused = build_requires(texts.get("pyproject.toml", ""))
     setup_text = _text(tree.files["setup.py"]) if setup else None
     standards = _cxx_standards(setup_text, [texts[name] for name in read if name != "setup.py"])
+    arch_vars, jobs_vars = build_vars(setup_text, setup, texts.get("CMakeLists.txt"), uses_cmake)
     return Survey(
         switches=_switches(setup) if setup else (),
         package_archs=tuple(sorted(archs)),
@@ -379,4 +385,6 @@ def survey_source(project_dir: Path, package: str) -> Survey:
         refused=(*refused, *requires_refused),
         build_requires=requires,
         cxx_standards=standards,
+        arch_vars=arch_vars,
+        jobs_vars=jobs_vars,
     )

@@ -48,6 +48,8 @@ class SetupFindings:
     cuda_needs_gpu: bool
     sources: tuple[str, ...]  # relative paths named literally as sources, normalised
     parsed: bool  # False: the file did not parse and regexes read it
+    # The default each read gives where it is a literal ("100;120"), by the variable's name.
+    env_defaults: tuple[tuple[str, str], ...] = ()
 
 
 def archs_in_string(text: str) -> set[int]:
@@ -228,6 +230,14 @@ def _env_reads(reader: _Reader) -> tuple[EnvRead, ...]:
     return tuple(EnvRead(name, value) for name, value in found.items())
 
 
+def _env_defaults(tree: ast.AST) -> tuple[tuple[str, str], ...]:
+    found: dict[str, str] = {}
+    for _node, name, default in _reads(tree):
+        if default is not None and (value := _constant(default)) is not None:
+            found.setdefault(name, value)
+    return tuple(found.items())
+
+
 def _strings(tree: ast.AST) -> Iterator[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -364,6 +374,7 @@ def read_setup_py(text: str) -> SetupFindings:
             cuda_needs_gpu=_gated_on_gpu(reader),
             sources=_sources(reader),
             parsed=True,
+            env_defaults=_env_defaults(reader.tree),
         )
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return _read_with_regexes(text)
@@ -381,11 +392,14 @@ def _read_with_regexes(text: str) -> SetupFindings:
     character): reads and comparisons on one line, strings outside comments."""
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     found: dict[str, str] = {}
+    defaults: dict[str, str] = {}
     for line in lines:
         for match in _ENV_TEXT.finditer(line):
             rest = line[match.end() :]
             compared = [(op in ("==", "in"), value) for op, _q, value in _COMPARED_TEXT.findall(rest)]
             found.setdefault(match[2], choose_value(compared, match[4]))
+            if match[4] is not None:
+                defaults.setdefault(match[2], match[4])
     strings = [m[2] for line in lines for m in _QUOTED.finditer(line)]
     body = "\n".join(lines)
     downloads = bool(re.search(r"\b(?:urlretrieve|urlopen|requests\.get)\b", body))
@@ -396,4 +410,5 @@ def _read_with_regexes(text: str) -> SetupFindings:
         cuda_needs_gpu=bool(re.search(r"cuda\.is_available\(\)", body)),
         sources=tuple(dict.fromkeys(p for s in strings if (p := source_path(s)))),
         parsed=False,
+        env_defaults=tuple(defaults.items()),
     )

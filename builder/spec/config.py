@@ -343,5 +343,6 @@ def provenance(resolved: Iterable[Resolved], files: FileConfig) -> list[str]:
         option = item.option
         named = source_name(item, files)
         rows.append((option.key, _shown(option, item.value), f"from {named}" if named else "(default)"))
+    keys = max((len(k) for k, _, _ in rows), default=0)
     width = max((len(v) for _, v, _ in rows), default=0)
-    return [f"  {key:<16} {value:<{width}}  {where}" for key, value, where in rows]
+    return [f"  {key:<{keys}}  {value:<{width}}  {where}" for key, value, where in rows]

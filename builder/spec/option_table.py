@@ -193,8 +193,10 @@ OPTIONS: tuple[Option, ...] = (
         key="arch-env",
         param="arch_env",
         kind=Kind.TEXT,
-        example='"TORCH_CUDA_ARCH_LIST"',
-        help="Env var a generic extension reads its arch list from (like FLASH_ATTN_CUDA_ARCHS).",
+        example='"NATTEN_CUDA_ARCH:dotted"',
+        help="Env var a generic extension reads its arch list from, and its form: NAME (90;100), "
+        "NAME:dotted (9.0;10.0), NAME:sm (sm_90;sm_100), NAME:cmake (90-real), each also -comma or "
+        "-space (NAME:dotted-comma). The survey sets the ones it finds read in a form it can tell.",
     ),
     Option(
         key="memory",

@@ -1,13 +1,16 @@
 """A source's metadata, read without running it: its name, version and Requires-Python, from an
 sdist's top-level PKG-INFO (the archive read as a hostile stream, capped in what it decompresses,
-in members and in PKG-INFO's bytes) or a project directory's pyproject.toml ``[project]``, else
-its PKG-INFO. Which Pythons Requires-Python admits is pythons.py's to decide."""
+in members and in PKG-INFO's bytes) or a project directory's pyproject.toml ``[project]`` (and
+its ``[tool.setuptools.dynamic]`` version), else its PKG-INFO, its setup.cfg, its setup.py's
+literal setup() keywords (setup_files.py). Which Pythons Requires-Python admits is pythons.py's
+to decide."""
 
 from __future__ import annotations
 
 import tarfile
 import tomllib
 import zlib
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from ..bounded import ArchiveRefused, tar_gz_members
 from ..errors import SourceUnavailable
+from .setup_files import directive, from_setup_cfg, from_setup_py
 
 PKG_INFO_LIMIT = 1 << 20  # bytes of PKG-INFO read: its headers come first, the long description last
 SDIST_LIMIT = 4 << 30  # bytes decompressed from an sdist before giving up on finding PKG-INFO
@@ -67,7 +71,7 @@ def _from_sdist(path: Path) -> SourceMetadata:
     return SourceMetadata()
 
 
-def _from_pyproject(path: Path) -> SourceMetadata:
+def _from_pyproject(path: Path, env: Mapping[str, str]) -> SourceMetadata:
     try:
         with path.open("rb") as f:
             document = tomllib.load(f)
@@ -81,7 +85,9 @@ def _from_pyproject(path: Path) -> SourceMetadata:
         raise SourceUnavailable(
             f"{path}: [project] requires-python is not a string", 'write it as requires-python = ">=3.10"'
         )
-    name, version = project.get("name"), project.get("version")  # a dynamic version is not here
+    name, version = project.get("name"), project.get("version")
+    if version is None and "version" in (project.get("dynamic") or ()):
+        version = _dynamic_version(path.parent, document, env)
     return SourceMetadata(
         name.strip() or None if isinstance(name, str) else None,
         version.strip() or None if isinstance(version, str) else None,
@@ -89,27 +95,59 @@ def _from_pyproject(path: Path) -> SourceMetadata:
     )
 
 
-def source_metadata(project: Path) -> SourceMetadata:
+def _dynamic_version(project: Path, document: dict[str, object], env: Mapping[str, str]) -> str | None:
+    """setuptools' ``[tool.setuptools.dynamic] version = {attr = ...}`` or ``{file = ...}``, read
+    as text; None for any other backend's dynamic version (only its build can say)."""
+    tool = document.get("tool")
+    setuptools = tool.get("setuptools") if isinstance(tool, dict) else None
+    dynamic = setuptools.get("dynamic") if isinstance(setuptools, dict) else None
+    version = dynamic.get("version") if isinstance(dynamic, dict) else None
+    if not isinstance(version, dict) or len(version) != 1:
+        return None
+    ((kind, where),) = version.items()
+    if kind not in {"attr", "file"} or not isinstance(where, str):
+        return None
+    return directive(project, f"{kind}: {where}", env)
+
+
+def _merged(found: SourceMetadata, more: SourceMetadata | None) -> SourceMetadata:
+    """*found*, each field it lacks taken from *more*."""
+    if more is None:
+        return found
+    return SourceMetadata(
+        found.name or more.name,
+        found.version or more.version,
+        found.requires_python or more.requires_python,
+    )
+
+
+def _complete(found: SourceMetadata) -> bool:
+    return None not in (found.name, found.version, found.requires_python)
+
+
+def source_metadata(project: Path, env: Mapping[str, str] | None = None) -> SourceMetadata:
     """The metadata of a source: an sdist (``.tar.gz``: its top-level PKG-INFO) or a project
-    directory (``pyproject.toml``'s ``[project]``, each field it lacks from its PKG-INFO). Empty
-    where it says nothing (a setup.py-only project cannot be read without running it). Raises
-    SourceUnavailable for an sdist or pyproject.toml that cannot be read."""
+    directory (``pyproject.toml``'s ``[project]``, each field it lacks from its PKG-INFO, its
+    setup.cfg, then its setup.py's literal setup() keywords; *env*: the build's --env, which a
+    setup.py may read its version from). Empty where it says nothing (a version a setup.py
+    computes cannot be read without running it). Raises SourceUnavailable for an sdist or
+    pyproject.toml that cannot be read."""
+    env = env or {}
     if project.is_dir():
         found = SourceMetadata()
         if (pyproject := project / "pyproject.toml").is_file():
-            found = _from_pyproject(pyproject)
+            found = _from_pyproject(pyproject, env)
         pkg_info = project / "PKG-INFO"
-        if pkg_info.is_file() and None in (found.name, found.version, found.requires_python):
+        if pkg_info.is_file() and not _complete(found):
             try:
                 with pkg_info.open("rb") as f:
-                    more = _from_pkg_info(f.read(PKG_INFO_LIMIT))
+                    found = _merged(found, _from_pkg_info(f.read(PKG_INFO_LIMIT)))
             except OSError as exc:
                 raise SourceUnavailable(f"cannot read {pkg_info}: {exc}", "check the file") from None
-            found = SourceMetadata(
-                found.name or more.name,
-                found.version or more.version,
-                found.requires_python or more.requires_python,
-            )
+        for name, read in (("setup.cfg", from_setup_cfg), ("setup.py", from_setup_py)):
+            if (project / name).is_file() and not _complete(found):
+                stated = read(project / name, env)
+                found = _merged(found, SourceMetadata(stated.name, stated.version, stated.requires_python))
         return found
     if project.is_file() and project.name.endswith(".tar.gz"):
         return _from_sdist(project)

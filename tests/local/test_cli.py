@@ -51,7 +51,7 @@ def test_plan_with_dist_shows_the_distributed_plan_and_its_bound(
     assert int(dist["MAX_JOBS"]) > int(local["MAX_JOBS"]) and dist["NVCC_THREADS"] == "1"
     assert _gib(dist["predicted peak"]) <= 20.0
     shown = run_cli(
-        "plan", "flash-attn", "--memory", "20g", "--cpus", "2", "--dist", "http://scheduler:10600"
+        "plan", "flash-attn", "--memory", "20g", "--cpus", "2", "--dist", "http://scheduler:10600", "-v"
     )
     assert "--dist: MAX_JOBS=" in shown.stdout and "bound:" in shown.stdout and "assumed" in shown.stdout
     refused = run_cli("plan", "flash-attn", "--dist-servers", "2x16x64g")
@@ -77,7 +77,7 @@ def test_plan_never_gives_fewer_jobs_for_more_memory(
 def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    args = ("plan", "flash-attn", "--memory", "400g", "--cpus", "128", "--archs", "100,120")
+    args = ("plan", "flash-attn", "--memory", "400g", "--cpus", "128", "--archs", "100,120", "-v")
     admitted, static = run_cli(*args), run_cli(*args, "--no-admission")
     assert admitted.returncode == 0 and static.returncode == 0, admitted.stderr + static.stderr
     assert "admission: ninja launches up to MAX_JOBS=" in admitted.stdout
@@ -90,7 +90,7 @@ def test_plan_shows_the_plan_a_build_runs_admitted_by_default(
 def test_plan_takes_cicc_admission_unless_told_not_to(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    args = ("plan", "flash-attn", "--memory", "64g", "--cpus", "64", "--archs", "100,120")
+    args = ("plan", "flash-attn", "--memory", "64g", "--cpus", "64", "--archs", "100,120", "-v")
     gated, whole = run_cli(*args), run_cli(*args, "--no-cicc-admission")
     assert gated.returncode == 0 and whole.returncode == 0, gated.stderr + whole.stderr
     assert "(cicc admission;" in gated.stdout and "each cicc once its own predicted peak" in gated.stdout
@@ -117,6 +117,6 @@ def test_plan_with_one_arch_never_uses_two_nvcc_threads(
 def test_plan_reads_this_machine_when_no_resources_are_given(
     run_cli: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    result = run_cli("plan", "--example")
+    result = run_cli("plan", "--example", "-v")
     assert result.returncode == 0, result.stderr
     assert "host available" in result.stdout and "kept for the host" in result.stdout

@@ -107,7 +107,7 @@ def test_plan_refuses_what_build_refuses_before_a_container_with_builds_code(
 @pytest.mark.usefixtures("flash_attn_sdist")
 def test_a_predicted_peak_over_the_limit_is_a_warning_and_with_strict_an_error(run_cli: RunCli) -> None:
     args = ("plan", "flash-attn", "--memory", "8g", "--cpus", "2")
-    warned = run_cli(*args)
+    warned = run_cli(*args, "-v")
     assert warned.returncode == 0, warned.stderr
     rows, _ = _sections(warned.stdout)
     peak = " ".join(rows["predicted peak"].split()[:2])
@@ -155,7 +155,7 @@ def _sections(stdout: str) -> tuple[dict[str, str], list[list[str]]]:
 def test_every_number_of_the_summary_is_said_in_a_why_line_of_the_plan_that_runs(
     run_cli: RunCli, resources: tuple[str, ...], runs: str
 ) -> None:
-    result = run_cli("plan", "flash-attn", *resources)
+    result = run_cli("plan", "flash-attn", *resources, "-v")
     assert result.returncode == 0, result.stderr
     rows, parts = _sections(result.stdout)
     assert rows["runs"] == runs

@@ -110,7 +110,7 @@ def test_plan_of_a_package_named_with_its_release_pins_pypis_sdist_and_plans_for
     of its setup.py said to be raised to what that torch requires."""
     done = subprocess.run(
         [Path(sys.executable).parent / "wheelbuild", "plan", "causal-conv1d==1.7.0", "--torch", "cu130",
-         "--torch-index-url", "https://pypi.org/simple", "--archs", "120", "--python", "3.11"],
+         "--torch-index-url", "https://pypi.org/simple", "--archs", "120", "--python", "3.11", "-v"],
         env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "XDG_CACHE_HOME": str(tmp_path)},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -124,7 +124,7 @@ def test_plan_of_a_package_named_with_its_release_pins_pypis_sdist_and_plans_for
 
 def _plan(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [Path(sys.executable).parent / "wheelbuild", "plan", *args, "--torch-index-url", "https://pypi.org/simple"],
+        [Path(sys.executable).parent / "wheelbuild", "plan", *args, "--torch-index-url", "https://pypi.org/simple", "-v"],
         env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "XDG_CACHE_HOME": str(tmp_path)},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
@@ -140,7 +140,8 @@ def test_plan_of_flash_attn_names_its_newest_release_the_newest_cu130_torch_and_
     assert done.returncode == 0, done.stdout + done.stderr
     newest = newest_sdist("flash-attn")
     assert f"flash-attn {newest} (the newest on the index): " in done.stderr
-    assert f"plan for flash-attn-{newest} (73 units;" in done.stdout or Version(newest) > Version(
+    assert done.stdout.startswith(f"plan for flash-attn {newest}\n")
+    assert f"  model           flash-attn-{newest} (73 units;" in done.stdout or Version(newest) > Version(
         "2.8.3.post2"
     )
     torch = newest_release(read_torch_index("https://pypi.org/simple"), parse_variant("cu130"), None).version

@@ -44,7 +44,7 @@ def test_plan_shows_each_value_and_its_source_from_the_real_command(here: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WHEELBUILD_")}
     env |= {"WHEELBUILD_MEMORY": "64g", "WHEELBUILD_GATE": "0", "WHEELBUILD_CACHE_DIR": str(here / "cache")}
     result = subprocess.run(
-        [str(WHEELBUILD), "plan", "./ext", "--nvcc-threads", "1"],
+        [str(WHEELBUILD), "plan", "./ext", "--nvcc-threads", "1", "-v"],
         cwd=here,
         env=env,
         capture_output=True,
@@ -89,7 +89,7 @@ def test_command_line_beats_env_beats_file_beats_default(
 ) -> None:
     if file:
         _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
-    result = invoke("plan", "--example", *args, **env)
+    result = invoke("plan", "--example", "-v", *args, **env)
     assert result.exit_code == 0, result.output
     assert _sources(result.stdout)["memory"] == expected
 
@@ -97,15 +97,15 @@ def test_command_line_beats_env_beats_file_beats_default(
 def test_config_file_and_its_variable_replace_the_current_directorys_file(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nmemory = "32g"\n')
     _write(here / "site" / "build.toml", '[tool.wheelbuild]\nmemory = "24g"\n')
-    by_option = invoke("plan", "--example", "--config-file", "site/build.toml")
+    by_option = invoke("plan", "--example", "-v", "--config-file", "site/build.toml")
     assert _sources(by_option.stdout)["memory"] == "24g from site/build.toml"
-    by_env = invoke("plan", "--example", WHEELBUILD_CONFIG_FILE="site/build.toml")
+    by_env = invoke("plan", "--example", "-v", WHEELBUILD_CONFIG_FILE="site/build.toml")
     assert _sources(by_env.stdout)["memory"] == "24g from site/build.toml"
 
 
 def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", '[tool.wheelbuild]\nadmission = true\nenv = { A = "1" }\n')
-    result = invoke("plan", "--example", WHEELBUILD_PYTHON="3.11 3.12", WHEELBUILD_REBUILD="true")
+    result = invoke("plan", "--example", "-v", WHEELBUILD_PYTHON="3.11 3.12", WHEELBUILD_REBUILD="true")
     sources = _sources(result.stdout)
     assert sources["python"] == "3.11 3.12 from WHEELBUILD_PYTHON"
     assert sources["rebuild"] == "true from WHEELBUILD_REBUILD"
@@ -115,11 +115,11 @@ def test_bool_and_list_options_come_from_env_and_file(here: Path, invoke: Invoke
 
 def test_an_options_old_name_still_reads_and_with_its_new_one_is_refused(here: Path, invoke: Invoke) -> None:
     _write(here / "wheelbuild.toml", "[tool.wheelbuild]\ncicc-gate = false\n")
-    result = invoke("plan", "--example")
+    result = invoke("plan", "--example", "-v")
     assert _sources(result.stdout)["cicc-admission"] == "false from wheelbuild.toml", result.output
     assert "(--no-cicc-admission)" in result.stdout
     _write(here / "wheelbuild.toml", "[tool.wheelbuild]\ncicc-gate = false\ncicc-admission = true\n")
-    both = invoke("plan", "--example")
+    both = invoke("plan", "--example", "-v")
     assert both.exit_code == 18, both.output
     assert both.stderr.splitlines()[0] == (
         "error: wheelbuild.toml: [tool.wheelbuild] sets cicc-admission twice (cicc-gate is its old name)"

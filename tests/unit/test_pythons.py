@@ -103,9 +103,11 @@ def test_a_project_dir_without_it_in_pyproject_falls_back_to_pkg_info(tmp_path: 
     assert requires_python_of(tmp_path) == ">=3.12"
 
 
-def test_the_bundled_fixture_and_a_setup_py_project_say_none(tmp_path: Path) -> None:
-    assert requires_python_of(Path(__file__).parents[1] / "fixtures" / "wbdemo") is None
+def test_a_setup_py_says_its_literal_python_requires_and_nothing_it_computes(tmp_path: Path) -> None:
+    assert requires_python_of(Path(__file__).parents[1] / "fixtures" / "wbdemo") == ">=3.9"
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(python_requires='>=3.9')\n")
+    assert requires_python_of(tmp_path) == ">=3.9"
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(python_requires=floor())\n")
     assert requires_python_of(tmp_path) is None
     assert requires_python_of(tmp_path / "missing") is None
     (tmp_path / "demo.zip").write_bytes(b"PK")
