@@ -51,6 +51,11 @@ class TorchRelease:
     def label(self) -> str:
         return f"cu130torch{self.minor}"
 
+    @property
+    def variant(self) -> str:
+        """As --torch takes it: 2.13.0+cu130."""
+        return f"{self.version}+cu130"
+
 
 @functools.cache
 def newest_cu130() -> TorchRelease:

@@ -74,7 +74,12 @@ def test_a_wheel_without_a_report_is_checked_statically_and_publish_says_so(
     alone.mkdir()
     shutil.copy2(fixture_build.wheel, alone)
     done = wheelbuild(
-        "publish", str(alone / fixture_build.wheel.name), "--torch", "cu130", "--to", str(tmp_path / "tree")
+        "publish",
+        str(alone / fixture_build.wheel.name),
+        "--torch",
+        FIXTURE_TORCH.variant,
+        "--to",
+        str(tmp_path / "tree"),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "checked statically only (no build report beside it, so it was never loaded)" in done.stderr

@@ -84,7 +84,9 @@ def test_publish_refuses_the_fixture_wheel_with_an_arch_stripped(
 ) -> None:
     so = zipfile.ZipFile(fixture_build.wheel).read(SO)
     stripped = _with_member(fixture_build.wheel, SO, _relabel_sass(so, 120, 90), tmp_path / "in")
-    done = wheelbuild("publish", str(stripped), "--torch", "cu130", "--to", str(tmp_path / "tree"))
+    done = wheelbuild(
+        "publish", str(stripped), "--torch", FIXTURE_TORCH.variant, "--to", str(tmp_path / "tree")
+    )
     assert done.returncode == 44, done.stdout + done.stderr
     assert "no SASS for sm_120 (it has sm_90, sm_100)" in done.stderr
     assert not (tmp_path / "tree" / "files").exists()  # nothing published
@@ -96,7 +98,9 @@ def test_publish_refuses_the_fixture_wheel_with_another_variants_label(
     (tmp_path / "in").mkdir()
     copy = Path(shutil.copy2(fixture_build.wheel, tmp_path / "in" / fixture_build.wheel.name))
     relabelled = stamp_wheel(copy, parse_variant("2.10.0+cu128"))
-    done = wheelbuild("publish", str(relabelled), "--torch", "cu130", "--to", str(tmp_path / "tree"))
+    done = wheelbuild(
+        "publish", str(relabelled), "--torch", FIXTURE_TORCH.variant, "--to", str(tmp_path / "tree")
+    )
     assert done.returncode == 45, done.stdout + done.stderr
     assert (
         f"local version label is cu128torch2.10, but the wheel was built for {FIXTURE_TORCH.label}"

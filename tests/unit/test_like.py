@@ -190,7 +190,7 @@ def test_plan_like_a_venv_plans_its_torch_python_and_says_where_each_came_from(
     planned = run_cli("plan", "wbdemo", "--like", str(venv), "-v")  # -v: the sources and notes
     assert planned.returncode == 0, planned.stderr
     assert (
-        f"  wbdemo ?+cu130torch2.13  cp{HOST_PYTHON.replace('.', '')}  torch 2.13.0+cu130  sm_100 sm_120"
+        f"  wbdemo 0.1.0+cu130torch2.13  cp{HOST_PYTHON.replace('.', '')}  torch 2.13.0+cu130  sm_100 sm_120"
         in (planned.stdout.splitlines())
     )
     sources = {
