@@ -18,12 +18,14 @@ from .. import secrets
 from ..errors import BadArgument
 from ..image.inputs import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from ..image.names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
+from ..plan import online
 from ..plan.dist import DistTarget, read_token
 from ..variants import TorchVariant
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
+ONLINE_RULE = "wheelbuild_online.py"  # plan/online.py, as images/wheelbuild-admit imports it
 ADMIT_DIR = "/tmp/wheelbuild-admit"  # the wrapper's ledger's folder (its default), shared with the host
 
 
@@ -262,6 +264,8 @@ def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
         create_args.append(f"--network={config.dist.network}")
     if config.admission and config.admit_dir is not None:
         create_args.append(f"--volume={config.admit_dir}:{ADMIT_DIR}")
+    if config.admission:  # the wrapper imports the rule it learns by from beside itself
+        create_args.append(f"--volume={Path(online.__file__).resolve()}:{SCRIPTS_INSIDE}/{ONLINE_RULE}:ro")
     for name in ATTEMPT_SCRIPTS:
         create_args.append(f"--volume={image_script(name, config.images_dir)}:{SCRIPTS_INSIDE}/{name}:ro")
     # cibuildwheel splits create_args as a shell would.

@@ -93,5 +93,7 @@ def test_the_shared_folder_is_mounted_as_the_ledgers_and_named_to_the_wrapper(
     admitted = cibuildwheel_env(make_config(admission=(1024 * MIB, "{}"), admit_dir=folder))
     assert f"--volume={folder}:{ADMIT_DIR}" in _create_args(admitted)
     assert f"WHEELBUILD_ADMIT_DIR={ADMIT_DIR}" in admitted["CIBW_ENVIRONMENT_LINUX"]
+    rule = (Path(__file__).parents[2] / "builder" / "plan" / "online.py").resolve()
+    assert f"--volume={rule}:/usr/local/bin/wheelbuild_online.py:ro" in _create_args(admitted)
     plain = cibuildwheel_env(make_config(admit_dir=folder))  # no admission: no ledger to share
     assert not any(ADMIT_DIR in arg for arg in _create_args(plain))
