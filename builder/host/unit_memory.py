@@ -254,25 +254,25 @@ MEASURED_MAX_UNITS = 2000
 
 def measured_now(tracker: UnitTracker, identifier: str | None) -> dict[str, object]:
     """What the wrapper reads: {"units": {stem: {"held": bytes at the last sample (0: not seen
-    then), "peak": the most seen, "done": its compile is over}}}, for the units of `identifier`
-    seen compiling (a cache hit's memory says nothing of a compile, so it corrects nothing),
-    the MEASURED_MAX_UNITS seen last. Units are named by their source's stem, as the watcher
-    knows them; the wrapper matches its ledger's source basenames by stem."""
+    then), "peak": the most seen, "done": its compile is over}}}, for the units seen compiling (a
+    cache hit's memory says nothing of a compile, so it corrects nothing), the MEASURED_MAX_UNITS
+    seen last. A unit another Python compiled (an earlier build of the attempt) is over, at its
+    peak there: the same source costs alike under another Python's headers, so a second Python's
+    compiles start from what the first measured. Units are named by their source's stem, as the
+    watcher knows them; the wrapper matches its ledger's source basenames by stem."""
     prefix = f"{identifier or '?'}:"
-    units = sorted(
-        (u for u in tracker.units.values() if u.compiled and u.unit.startswith(prefix)),
-        key=lambda u: (u.last_s, u.first_s),
-    )[-MEASURED_MAX_UNITS:]
-    return {
-        "units": {
-            u.unit.removeprefix(prefix): {
-                "held": tracker.held_now.get(u.unit, 0),
-                "peak": u.peak,
-                "done": u.last_s != tracker.last_at_s,
-            }
-            for u in units
-        }
-    }
+    shared: dict[str, dict[str, object]] = {}
+    for u in sorted((u for u in tracker.units.values() if u.compiled), key=lambda u: (u.last_s, u.first_s)):
+        stem = u.unit.rpartition(":")[2]
+        if u.unit.startswith(prefix):
+            held = tracker.held_now.get(u.unit, 0)
+            shared[stem] = {"held": held, "peak": u.peak, "done": u.last_s != tracker.last_at_s}
+        elif stem not in shared or shared[stem]["done"] is True:
+            earlier = shared.get(stem, {}).get("peak", 0)
+            peak = max(u.peak, earlier if isinstance(earlier, int) else 0)
+            shared[stem] = {"held": 0, "peak": peak, "done": True}
+        shared[stem] = shared.pop(stem)  # the last seen go last: the bound keeps them
+    return {"units": dict(list(shared.items())[-MEASURED_MAX_UNITS:])}
 
 
 def write_measured(folder: Path, measured: Mapping[str, object]) -> None:

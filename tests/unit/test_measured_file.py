@@ -44,7 +44,14 @@ def test_each_compiling_unit_is_shared_with_what_it_holds_now_its_peak_and_wheth
             "b_1": {"held": 410 * MIB, "peak": 410 * MIB, "done": False},
         }
     }
-    assert measured_now(tracker, "cp312-manylinux_x86_64") == {"units": {}}  # another Python's
+    # The next Python's build starts from what this one measured: each unit over, at its peak.
+    tracker.observe(3.0, "cp312-manylinux_x86_64", _compile(30, "src/a.cpp", 200 * MIB), None)
+    assert measured_now(tracker, "cp312-manylinux_x86_64") == {
+        "units": {
+            "b_1": {"held": 0, "peak": 410 * MIB, "done": True},
+            "a": {"held": 210 * MIB, "peak": 210 * MIB, "done": False},  # its own, compiling now
+        }
+    }
 
 
 def test_a_unit_seen_only_preprocessing_says_nothing_of_its_compile() -> None:
