@@ -134,7 +134,9 @@ def test_a_profile_marked_a_guess_is_planned_and_admitted_as_one(tmp_path: Path)
     from wheelbuild.plan.planner import BLIND, plan_build
 
     header = "unit\tfixed_mib\tper_arch_mib\tfront_s\tper_arch_s\tbasis\n"
-    text = f"#@ reserve_mib 512\n{header}csrc/a.cu\t100\t200\t1\t1\twritten\ncsrc/b.cpp\t400\t0\t1\t0\twritten\n"
+    text = (
+        f"#@ reserve_mib 512\n{header}csrc/a.cu\t100\t200\t1\t1\twritten\ncsrc/b.cpp\t400\t0\t1\t0\twritten\n"
+    )
     path = profile_path(tmp_path, "wbdemo", None, "13.1")
     path.parent.mkdir(parents=True)
     for guess, cold in (("#@ guess yes\n", 2.0), ("", 1.0)):
