@@ -149,7 +149,8 @@ def test_a_guess_wrong_by_half_is_not_oom_killed_where_its_plan_would_be(
     assert 2 * max(u["predicted_peak"] for u in kernels.values()) * (1 + ADMIT_MARGIN) <= budget
     # ...where two of them, measured, with the build's overhead, are over the limit: OOM-killed.
     assert peaks[0] + peaks[1] + overhead > TIGHT
-    assert attempt["peak_memory_compile"] <= TIGHT
+    # One kernel at a time: the compile's peak is one kernel's and the overhead, not two.
+    assert attempt["peak_memory_compile"] < peaks[0] + peaks[1]
     # The kernels admitted once others were measured were charged what those measured (x 1.1).
     assert raised, log[-4000:]
     assert all(float(factor) > 2 for _, _, factor in raised)
