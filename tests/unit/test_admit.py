@@ -409,3 +409,22 @@ def test_a_blind_models_units_start_cold_and_without_learning_nothing_changes(be
     assert [bench.finish(p) for p in together] == [0, 0]
     (c_start, c_end), (d_start, d_end) = bench.interval("c1.cu"), bench.interval("d.cpp")
     assert max(c_start, d_start) < min(c_end, d_end)  # they overlapped
+
+
+def test_the_rule_the_wrapper_imports_runs_on_the_images_python() -> None:
+    """plan/online.py is mounted into the build's container beside the wrapper: standard library
+    only, Python 3.9 syntax, as the wrapper itself."""
+    rule = REPO / "builder" / "plan" / "online.py"
+    tree = ast.parse(rule.read_text(), feature_version=(3, 9))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))  # no package
