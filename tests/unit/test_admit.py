@@ -428,3 +428,17 @@ def test_the_rule_the_wrapper_imports_runs_on_the_images_python() -> None:
     }
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))  # no package
+
+
+def test_a_bad_cold_factor_fails_loudly(bench: Bench) -> None:
+    bench.costs.write_text(json.dumps({"default": 4, "units": {}, "learn": {"cold": "warm"}}))
+    wrapper = bench.start("a.cu")
+    _, err = wrapper.communicate(timeout=10)
+    assert wrapper.returncode == 2
+    assert (
+        err
+        == "wheelbuild-admit: costs file "
+        + str(bench.costs)
+        + ": learn[\"cold\"] is 'warm', not a positive factor\n"
+    )
+    assert bench.started("a.cu") is None
