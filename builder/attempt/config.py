@@ -18,12 +18,15 @@ from .. import secrets
 from ..errors import BadArgument
 from ..image.inputs import IMAGES_DIR, SCRIPTS_INSIDE, image_script
 from ..image.names import PIP_CACHE_VOLUME, SCCACHE_VOLUME, TORCH_WHEELS_VOLUME
+from ..plan import online
 from ..plan.dist import DistTarget, read_token
 from ..variants import TorchVariant
 from .ownership import ATTEMPT_LABEL, OWNER_LABEL, RUN_LABEL, owner_token
 
 SCCACHE_DIR = "/root/.cache/sccache"
 ADMIT_COSTS_PATH = "/tmp/wheelbuild-admit-costs.json"
+ONLINE_RULE = "wheelbuild_online.py"  # plan/online.py, as images/wheelbuild-admit imports it
+ADMIT_DIR = "/tmp/wheelbuild-admit"  # the wrapper's ledger's folder (its default), shared with the host
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,6 +55,10 @@ class AttemptConfig:
     recache: bool = False
     # Admission by memory (images/wheelbuild-admit): the budget and the JSON costs file's text.
     admission: tuple[int, str] | None = None
+    # With admission: a host folder the container shares as the wrapper's ledger's (ADMIT_DIR),
+    # where the engine's watcher writes what each running unit measures, for the wrapper to learn
+    # from while the build runs (images/wheelbuild-admit); and the host sees the ledger.
+    admit_dir: Path | None = None
     # images/wheelbuild-ninja's order (JSON text): ninja launches the longest compiles first.
     ninja_order: str | None = None
     # Host env vars handed to the build by name (values never on a command line): a shared
@@ -255,6 +262,10 @@ def _create_args(config: AttemptConfig, secrets_dir: Path | None) -> list[str]:
         create_args.append("--gpus=all")
     if config.dist is not None and config.dist.network:
         create_args.append(f"--network={config.dist.network}")
+    if config.admission and config.admit_dir is not None:
+        create_args.append(f"--volume={config.admit_dir}:{ADMIT_DIR}")
+    if config.admission:  # the wrapper imports the rule it learns by from beside itself
+        create_args.append(f"--volume={Path(online.__file__).resolve()}:{SCRIPTS_INSIDE}/{ONLINE_RULE}:ro")
     for name in ATTEMPT_SCRIPTS:
         create_args.append(f"--volume={image_script(name, config.images_dir)}:{SCRIPTS_INSIDE}/{name}:ro")
     # cibuildwheel splits create_args as a shell would.
@@ -324,6 +335,7 @@ def _container_env(config: AttemptConfig) -> dict[str, str]:
                 "WHEELBUILD_ADMIT_BUDGET": str(budget),
                 "WHEELBUILD_ADMIT_COSTS": ADMIT_COSTS_PATH,
                 "WHEELBUILD_ADMIT_COSTS_JSON": costs,
+                "WHEELBUILD_ADMIT_DIR": ADMIT_DIR,
             }
         )
     return container_env

@@ -71,6 +71,8 @@ def _run_attempt(
     tail: deque[str] = deque(maxlen=400)
     progress = BuildLog()
     started = time.monotonic()
+    if config.admit_dir is not None:  # Docker would make it, root's, on a host not run as root
+        config.admit_dir.mkdir(parents=True, exist_ok=True)
     watcher = watch()
     with config.log_path.open("a", encoding="utf-8") as log, watcher:
         log.write(f"=== attempt {config.attempt_id}: {shlex.join(command)}\n")

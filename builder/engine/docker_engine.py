@@ -345,9 +345,12 @@ class DockerEngine:
     # One attempt: one cibuildwheel run in one container, watched (attempt_run.py, watcher.py)
 
     def watch(
-        self, attempt_id: str, on_memory: Callable[[MemorySample], None] | None = None
+        self,
+        attempt_id: str,
+        on_memory: Callable[[MemorySample], None] | None = None,
+        measured_dir: Path | None = None,
     ) -> AttemptWatcher:
-        return AttemptWatcher(self._docker, attempt_id, on_memory)
+        return AttemptWatcher(self._docker, attempt_id, on_memory, measured_dir)
 
     def run_attempt(
         self,
@@ -360,7 +363,7 @@ class DockerEngine:
         self._runs.add(config.run_id)
         label = f"{ATTEMPT_LABEL}={config.attempt_id}"
         return attempt_run.run_attempt(
-            config, on_line, lambda: self.watch(config.attempt_id, on_memory), self.remove_containers,
+            config, on_line, lambda: self.watch(config.attempt_id, on_memory, config.admit_dir), self.remove_containers,
             lambda online: set_network(self._docker, label, online),
         )  # fmt: skip
 

@@ -5,9 +5,11 @@ When a compiler is OOM-killed, ninja fails, cibuildwheel exits 1 and the contain
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -18,7 +20,7 @@ from ..attempt.buildlog import COMPILE_STEP, MemorySample, MemorySeries
 from ..attempt.outcome import OomEvidence
 from ..attempt.ownership import ATTEMPT_LABEL
 from ..host import cgroup
-from ..host.unit_memory import UnitTracker, read_processes
+from ..host.unit_memory import UnitTracker, measured_now, read_processes, write_measured
 
 
 class AttemptWatcher:
@@ -26,9 +28,16 @@ class AttemptWatcher:
     the container's State.OOMKilled, its cgroup oom_kill counter and memory use (another)."""
 
     def __init__(
-        self, client: Any, attempt_id: str, on_memory: Callable[[MemorySample], None] | None = None
+        self,
+        client: Any,
+        attempt_id: str,
+        on_memory: Callable[[MemorySample], None] | None = None,
+        measured_dir: Path | None = None,
     ) -> None:
         self._client = client
+        # The folder the container shares as the admission wrapper's ledger's: each sample's unit
+        # memory goes there (unit_memory.MEASURED_FILE), for admission to learn while it runs.
+        self._measured_dir = measured_dir
         self._label = f"{ATTEMPT_LABEL}={attempt_id}"
         self._on_memory = on_memory
         self._stop = threading.Event()
@@ -144,5 +153,13 @@ class AttemptWatcher:
             if phase.startswith(COMPILE_STEP):
                 self.units.observe(now, self.identifier, read_processes(where.path), used)
                 compiling = self.units.running(self.identifier)
+                self._share_measured()
             if self._on_memory is not None:
                 self._on_memory(MemorySample(used, self.peak_memory, found.memory_limit, compiling))
+
+    def _share_measured(self) -> None:
+        if self._measured_dir is None:
+            return
+        # A folder gone or full costs admission its correction, never the build.
+        with contextlib.suppress(OSError):
+            write_measured(self._measured_dir, measured_now(self.units, self.identifier))

@@ -19,22 +19,27 @@ same MAX_JOBS it predicts that build's peak.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "MEASURED_FILE",
+    "MEASURED_MAX_UNITS",
     "ProcessInfo",
     "UnitMemory",
     "UnitTracker",
     "attribute",
     "charged",
     "generates_code",
+    "measured_now",
     "read_processes",
     "unit_of",
     "waiting_for_admission",
+    "write_measured",
 ]
 
 _SOURCES = (".cu", ".cpp", ".cc", ".cxx", ".c")
@@ -176,6 +181,7 @@ class UnitTracker:
     peak_working_set: int = 0
     overhead_at_peak: int | None = None  # the working set at its peak less the units' memory then
     last_at_s: float | None = None  # the previous sample's time
+    held_now: dict[str, int] = field(default_factory=dict)  # each unit's memory at the last sample
 
     def observe(
         self, at_s: float, identifier: str | None, processes: Iterable[ProcessInfo], working_set: int | None
@@ -198,6 +204,7 @@ class UnitTracker:
                 waiting.add(stem)
         since = 0.0 if self.last_at_s is None else max(0.0, at_s - self.last_at_s)
         self.last_at_s = at_s
+        self.held_now = {f"{identifier or '?'}:{stem}": rss for stem, rss in per_unit.items()}
         for stem, rss in per_unit.items():
             unit = f"{identifier or '?'}:{stem}"
             old = self.units.get(unit)
@@ -234,6 +241,46 @@ class UnitTracker:
 
     def snapshot(self) -> tuple[tuple[UnitMemory, ...], int | None]:
         return tuple(sorted(self.units.values(), key=lambda u: u.first_s)), self.overhead_at_peak
+
+
+# The file the engine's watcher writes beside the admission wrapper's ledger, in the folder the
+# container shares with the host: what each unit of the Python now building was measured at, for
+# the wrapper to correct its costs by (images/wheelbuild-admit, learning while the build runs).
+MEASURED_FILE = "measured.json"
+# Its bound: the units seen last (a build of thousands of units keeps the newest; what a family
+# measured lives on in its units still listed).
+MEASURED_MAX_UNITS = 2000
+
+
+def measured_now(tracker: UnitTracker, identifier: str | None) -> dict[str, object]:
+    """What the wrapper reads: {"units": {stem: {"held": bytes at the last sample (0: not seen
+    then), "peak": the most seen, "done": its compile is over}}}, for the units seen compiling (a
+    cache hit's memory says nothing of a compile, so it corrects nothing), the MEASURED_MAX_UNITS
+    seen last. A unit another Python compiled (an earlier build of the attempt) is over, at its
+    peak there: the same source costs alike under another Python's headers, so a second Python's
+    compiles start from what the first measured. Units are named by their source's stem, as the
+    watcher knows them; the wrapper matches its ledger's source basenames by stem."""
+    prefix = f"{identifier or '?'}:"
+    shared: dict[str, dict[str, object]] = {}
+    for u in sorted((u for u in tracker.units.values() if u.compiled), key=lambda u: (u.last_s, u.first_s)):
+        stem = u.unit.rpartition(":")[2]
+        if u.unit.startswith(prefix):
+            held = tracker.held_now.get(u.unit, 0)
+            shared[stem] = {"held": held, "peak": u.peak, "done": u.last_s != tracker.last_at_s}
+        elif stem not in shared or shared[stem]["done"] is True:
+            earlier = shared.get(stem, {}).get("peak", 0)
+            peak = max(u.peak, earlier if isinstance(earlier, int) else 0)
+            shared[stem] = {"held": 0, "peak": peak, "done": True}
+        shared[stem] = shared.pop(stem)  # the last seen go last: the bound keeps them
+    return {"units": dict(list(shared.items())[-MEASURED_MAX_UNITS:])}
+
+
+def write_measured(folder: Path, measured: Mapping[str, object]) -> None:
+    """measured_now's answer to folder/MEASURED_FILE, whole: a temporary file renamed over it,
+    so a reader sees the last file or this one, never a part."""
+    temporary = folder / f".{MEASURED_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(measured, separators=(",", ":")), encoding="utf-8")
+    os.replace(temporary, folder / MEASURED_FILE)
 
 
 MAX_CMDLINE = 256 * 1024  # nvcc's command lines run to a few KiB; a bigger one is cut, not read whole

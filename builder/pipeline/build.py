@@ -247,6 +247,8 @@ def _attempt_config(run: Run, resolved: Resolution, number: int, plan: Plan) -> 
         pass_env=shared_cache_env(os.environ),
         dist=spec.dist,
         admission=admission_file(plan),
+        # The wrapper's ledger and what the watcher measured, kept with the run's files.
+        admit_dir=run.dir / f"admit-{number}" if plan.admission_budget is not None else None,
         ninja_order=ninja_order_file(plan),
         nvcc_archs=None if spec.keep_package_archs else spec.archs,
         nvcc_ptx=spec.ptx,

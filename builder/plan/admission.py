@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from ..units import PAGE, format_bytes
 from .memory_model import MemoryModel, UnitCost, launch_order
+from .online import COLD, COLD_PROFILE
 from .phases import cicc_windows, shape_of
 from .planner import OVERSUBSCRIBE, Plan, governed_by
 from .simulation import SimResult, simulate
@@ -305,7 +306,9 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     admitted at (its whole peak, or with cicc admission its cost outside cicc); with it,
     "cicc", what each of its ciccs is (device units only), and "cicc_beside", what one is beside
     a cicc of the same unit already admitted. An unknown unit's compile costs as
-    much as the heaviest unit's whole peak, and its ciccs run without waiting."""
+    much as the heaviest unit's whole peak, and its ciccs run without waiting. Without cicc
+    admission, "learn": the wrapper learns while the build runs, from this cold factor (a unit's
+    measured memory is its whole compile's; with cicc admission it is not yet learned from)."""
     costs = {
         u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs)
         for u in plan.model.units
@@ -313,7 +316,10 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     heaviest = max(c.whole for c in costs.values())
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
     if not (plan.cicc_admission and _cicc_admission_applies(plan.model)):
-        return {"default": heaviest, "units": {name: c.whole for name, c in costs.items()}, **slots}
+        # Whole units: the wrapper corrects their costs by what the watcher measures (online.py),
+        # a guess's starting at COLD times it, a profile's at its own.
+        learn = {"cold": COLD if plan.model.blind else COLD_PROFILE}
+        return {"default": heaviest, "units": {n: c.whole for n, c in costs.items()}, **slots, "learn": learn}
     return {
         "default": heaviest,
         "units": {name: c.compile for name, c in costs.items()},

@@ -224,6 +224,10 @@ def parse_profile(text: str, *, name: str) -> MemoryModel:
         reserve=round(float(settings.get("reserve_mib", "1024")) * MIB),
         margin=float(settings.get("margin", "0.05")),
         source=settings.get("source", ""),
+        # "#@ guess yes": its costs were written, not measured (a hand-made profile of a package
+        # nobody measured), so admission learning while the build runs trusts them no more
+        # than the default model's guess.
+        blind=settings.get("guess", "no") == "yes",
     )
 
 

@@ -1,5 +1,7 @@
 """Admission that learns while the build runs: each compile's measured memory corrects the costs of
-the compiles still to come. Pure; simulate() runs it, and bench/planner measures it.
+the compiles still to come. Pure; simulate() runs it, bench/planner measures it, and a real build's
+admission wrapper (images/wheelbuild-admit) imports this very file, mounted into the build's
+container as wheelbuild_online.py: so it imports the standard library only and parses as Python 3.9.
 
 The plan's costs are a model's (a profile, or for a package nobody measured the default model's
 guess). While the build runs, each compile's memory is measured (the watcher, or the sampled memory

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import re
 import os
 import signal
 import subprocess
@@ -336,3 +338,107 @@ def test_a_bad_slots_entry_fails_loudly(bench: Bench, bad: object) -> None:
     out, err = process.communicate(timeout=15)
     assert process.returncode == 2 and out == ""
     assert err.startswith("wheelbuild-admit: costs file ") and '"slots" is' in err
+
+
+# --- learning while the build runs: the watcher's measurements correct the costs ------------------
+
+
+def _learning(bench: Bench, cold: float) -> None:
+    gib = 1024**3
+    bench.configure(budget=10 * gib, default=4 * gib)
+    costs = json.loads(bench.costs.read_text())
+    bench.costs.write_text(json.dumps({**costs, "learn": {"cold": cold}}))
+
+
+def _measured(bench: Bench, units: dict[str, dict[str, object]]) -> None:
+    """What the engine's watcher writes beside the ledger (host/unit_memory.write_measured)."""
+    bench.ledger_dir.mkdir(exist_ok=True)
+    path = bench.ledger_dir / "measured.json"
+    path.with_suffix(".tmp").write_text(json.dumps({"units": units}))
+    path.with_suffix(".tmp").replace(path)
+
+
+def test_a_unit_measured_over_its_prediction_raises_the_cost_of_its_family_still_waiting(
+    bench: Bench,
+) -> None:
+    """Budget 10 GiB, every unit predicted at 4, a profile's cold factor 1: two units of one family
+    (k1.cu, k2.cu: a template's instances) would compile together (8 of 10). k1 is measured
+    holding 6 GiB, 1.5 x its prediction: k2 is then charged 4 x 1.5 x 1.1 = 6.6 GiB beside k1's
+    6.6 and waits until k1 is over, then says why it was admitted at more than predicted."""
+    gib = 1024**3
+    _learning(bench, cold=1.0)
+    first = bench.start("k1.cu", "--hold")
+    bench.wait_for(lambda: bench.started("k1.cu"), what="k1.cu to start")
+    _measured(bench, {"k1": {"held": 6 * gib, "peak": 6 * gib, "done": False}})
+    second = bench.queue("k2.cu")
+    ledger = bench.ledger()
+    assert ledger["waiting"][str(second.pid)]["bytes"] == math.ceil(4 * gib * 1.5 * 1.1)
+    assert ledger["waiting"][str(second.pid)]["predicted"] == 4 * gib
+    assert ledger["units"]["k1"] == {"name": "k1.cu", "predicted": 4 * gib}
+    assert bench.started("k2.cu") is None, "k2.cu was admitted beside k1.cu at its old cost"
+    bench.go("k1.cu")
+    assert bench.finish(first) == 0
+    _measured(bench, {"k1": {"held": 0, "peak": 6 * gib, "done": True}})
+    out, err = second.communicate(timeout=15)
+    assert second.returncode == 0 and out == ""
+    assert re.fullmatch(
+        r"wheelbuild-admit: k2\.cu admitted at 6\.60 GiB, 1\.65 x its predicted 4\.00 GiB: compiles like it "
+        r"measured more than predicted, so it waited \d+s\n",
+        err,
+    ), err
+    # Raised, and let in at once (nothing runs): it waited for nothing, and says nothing.
+    third = bench.start("k3.cu")
+    assert bench.finish(third) == 0
+
+
+def test_a_blind_models_units_start_cold_and_without_learning_nothing_changes(bench: Bench) -> None:
+    """The default model's guess (cold factor 2): a1.cu and b.cpp, predicted at 4 GiB each, cost 8
+    before anything is measured, so the second waits for the first (16 > 10); without "learn" in
+    the costs file they compile together, as before."""
+    _learning(bench, cold=2.0)
+    first = bench.start("a1.cu", "--hold")
+    bench.wait_for(lambda: bench.started("a1.cu"), what="a1.cu to start")
+    second = bench.queue("b.cpp")
+    assert bench.ledger()["waiting"][str(second.pid)]["bytes"] == 8 * 1024**3
+    bench.go("a1.cu")
+    assert bench.finish(first) == 0 and bench.finish(second) == 0
+    assert bench.interval("a1.cu")[1] <= bench.interval("b.cpp")[0]
+
+    bench.configure(budget=10 * 1024**3, default=4 * 1024**3)  # no "learn"
+    together = [bench.start(name, "--sleep", "1") for name in ("c1.cu", "d.cpp")]
+    assert [bench.finish(p) for p in together] == [0, 0]
+    (c_start, c_end), (d_start, d_end) = bench.interval("c1.cu"), bench.interval("d.cpp")
+    assert max(c_start, d_start) < min(c_end, d_end)  # they overlapped
+
+
+def test_the_rule_the_wrapper_imports_runs_on_the_images_python() -> None:
+    """plan/online.py is mounted into the build's container beside the wrapper: standard library
+    only, Python 3.9 syntax, as the wrapper itself."""
+    rule = REPO / "builder" / "plan" / "online.py"
+    tree = ast.parse(rule.read_text(), feature_version=(3, 9))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))  # no package
+
+
+def test_a_bad_cold_factor_fails_loudly(bench: Bench) -> None:
+    bench.costs.write_text(json.dumps({"default": 4, "units": {}, "learn": {"cold": "warm"}}))
+    wrapper = bench.start("a.cu")
+    _, err = wrapper.communicate(timeout=10)
+    assert wrapper.returncode == 2
+    assert (
+        err
+        == "wheelbuild-admit: costs file "
+        + str(bench.costs)
+        + ": learn[\"cold\"] is 'warm', not a positive factor\n"
+    )
+    assert bench.started("a.cu") is None

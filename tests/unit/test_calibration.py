@@ -125,3 +125,24 @@ def test_compare_sets_our_numbers_against_a_reference_table() -> None:
     ours = Measurement(unit=FWD32, archs=(100,), threads=1, peak=4400 * MIB, wall_s=120.0)
     (line,) = compare_with([ours], reference, "ref.tsv")
     assert "peak 4400 MiB vs 4000 in ref.tsv (x1.10), wall 120.0 s vs 100.0 (x1.20)" in line
+
+
+def test_a_profile_marked_a_guess_is_planned_and_admitted_as_one(tmp_path: Path) -> None:
+    """A hand-made profile in the calibrated profile's place, "#@ guess yes": the plan says it is
+    a guess, and the wrapper starts its units cold, as it does the default model's."""
+    from wheelbuild.plan.admission import admission_costs, with_admission
+    from wheelbuild.plan.planner import BLIND, plan_build
+
+    header = "unit\tfixed_mib\tper_arch_mib\tfront_s\tper_arch_s\tbasis\n"
+    text = (
+        f"#@ reserve_mib 512\n{header}csrc/a.cu\t100\t200\t1\t1\twritten\ncsrc/b.cpp\t400\t0\t1\t0\twritten\n"
+    )
+    path = profile_path(tmp_path, "wbdemo", None, "13.1")
+    path.parent.mkdir(parents=True)
+    for guess, cold in (("#@ guess yes\n", 2.0), ("", 1.0)):
+        path.write_text(guess + text)
+        model = load_calibrated(tmp_path, "wbdemo", None, "13.1")
+        assert model is not None and model.blind is bool(guess)
+        plan = plan_build(budget=4 * GIB, cpus=2, archs=2, model=model)
+        assert (BLIND in plan.reasons) is bool(guess)
+        assert admission_costs(with_admission(plan))["learn"] == {"cold": cold}

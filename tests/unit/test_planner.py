@@ -837,6 +837,10 @@ def test_cicc_admission_changes_only_the_costs_of_device_units() -> None:
     assert split["cicc"][name] == gated_costs.cicc  # type: ignore[index]
     assert "flash_api.cpp" not in split["cicc"]  # type: ignore[operator]
     assert split["units"]["flash_api.cpp"] == whole["units"]["flash_api.cpp"]  # type: ignore[index]
+    # Whole units learn while the build runs, a profile's from its own costs; ciccs do not yet.
+    assert whole["learn"] == {"cold": 1.0} and "learn" not in split
+    blind = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=default_model()))
+    assert admission_costs(blind)["learn"] == {"cold": 2.0}
 
 
 def test_admission_launches_twice_the_slots_as_lookahead_and_a_retry_halves_both() -> None:
