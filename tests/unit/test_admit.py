@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
