@@ -262,7 +262,7 @@ def test_publish_uploads_to_a_pypi_compatible_server_with_credentials_from_env(
     url, packages = pypiserver
     wrong = _upload(fixture_build.wheel, url, "not-the-password", tmp_path)
     assert wrong.returncode == 58, wrong.stdout + wrong.stderr
-    assert re.search(r"upload to \S+ failed: HTTP 40[13]", wrong.stderr), wrong.stderr
+    assert re.search(r"upload to \S+ refused: the server answered HTTP 40[13]", wrong.stderr), wrong.stderr
     assert "not-the-password" not in wrong.stdout + wrong.stderr
     assert list(packages.iterdir()) == []
 
