@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -109,6 +110,25 @@ def record_from_json(text: str) -> LearnedRecord | None:
     return record
 
 
+# One link of a learned model's source: what one build (or several) taught the model it scaled.
+_LEARNED_LINK = re.compile(
+    r"^learned from (?:build \S+: \d+ unit\(s\) measured|(\d+) builds, the newest \S+ \(\d+ unit\(s\) measured\)), scaling "
+)
+
+
+def learned_source(previous: str, run_id: str, measured: int) -> str:
+    """The source of a model learned from build *run_id* on top of a model whose source is
+    *previous*: one link however many builds taught it (their count and the newest), then the
+    source the first of them scaled, so the text does not grow with every build."""
+    builds, base = 1, previous
+    while found := _LEARNED_LINK.match(base):
+        builds += int(found[1]) if found[1] else 1
+        base = base[found.end() :]
+    if builds == 1:
+        return f"learned from build {run_id}: {measured} unit(s) measured, scaling {base}"
+    return f"learned from {builds} builds, the newest {run_id} ({measured} unit(s) measured), scaling {base}"
+
+
 def learn(
     model: MemoryModel,
     build: BuildMeasurement,
@@ -131,8 +151,7 @@ def learn(
     learned = replace(
         learned,
         reserve=reserve,
-        source=f"learned from build {build.run_id}: {len(measurements)} unit(s) measured, scaling "
-        f"{model.source or model.name}",
+        source=learned_source(model.source or model.name, build.run_id, len(measurements)),
     )
     archs = len(build.archs)
     record = LearnedRecord(

@@ -30,6 +30,7 @@ from wheelbuild.plan.learned import (
     LearnedRecord,
     learn,
     learned_path,
+    learned_source,
     load_learned,
     record_from_json,
     save_learned,
@@ -429,3 +430,18 @@ def test_a_retry_counts_its_recompiled_units_one_by_one_from_the_compile_log(tmp
     # Without the compile log there is no count, rather than a guess.
     blind = result(2, ("saxpy.o", "relu.o", "scale.o", "reduce.o"), ())
     assert attempt_record(plan, blind, [(plan, first)]).units_recompiled is None
+
+
+def test_a_models_source_says_how_many_builds_taught_it_and_does_not_grow_with_them() -> None:
+    base = "measured on the fixture: .cu ~190 MB for two archs"
+    first = learned_source(base, "run-1", 5)
+    assert first == f"learned from build run-1: 5 unit(s) measured, scaling {base}"
+    source = first
+    for n in range(2, 30):
+        source = learned_source(source, f"run-{n}", 1)
+    assert source == f"learned from 29 builds, the newest run-29 (1 unit(s) measured), scaling {base}"
+    # A model stored before, whose source chained one link per build, is read the same way.
+    chained = f"learned from build b: 1 unit(s) measured, scaling learned from build a: 2 unit(s) measured, scaling {base}"
+    assert learned_source(chained, "c", 3) == (
+        f"learned from 3 builds, the newest c (3 unit(s) measured), scaling {base}"
+    )
