@@ -48,7 +48,7 @@ def test_calibrate_measures_the_cheapest_unit_and_the_planner_then_uses_it(
     assert f"profile: {profile}" in done.stdout
 
     plan = subprocess.run(
-        [WHEELBUILD, "plan", "flash-attn==2.8.3", "--torch-index-url", TORCH_INDEX, "--memory", "64g", "--cpus", "128"],
+        [WHEELBUILD, "plan", "flash-attn==2.8.3", "--torch-index-url", TORCH_INDEX, "--memory", "64g", "--cpus", "128", "-v"],
         env={**os.environ, "WHEELBUILD_CACHE_DIR": str(tmp_path)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert plan.returncode == 0, plan.stderr

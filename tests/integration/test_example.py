@@ -142,7 +142,7 @@ def test_after_scripts_example_doctor_plan_and_gc_read_what_it_set(
     assert checks["base-image"]["status"] == "ok"
     assert checks["base-image"]["found"].startswith(f"wheelbuild.toml's base-image {base} (present here)")
 
-    plan = clone.wheelbuild("plan", "wbdemo")
+    plan = clone.wheelbuild("plan", "wbdemo", "-v")  # -v: each option's source
     assert plan.returncode == 0, plan.stderr
     sources = {
         line.split()[0]: line.split()[1:] for line in plan.stdout.splitlines() if line.startswith("  ")

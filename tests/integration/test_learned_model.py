@@ -41,7 +41,7 @@ def test_a_build_teaches_the_next_plan_and_the_plan_says_how_far_off_it_was(
     assert attempt["unit_error"] is not None and attempt["overhead_at_peak"] is not None
     assert f"model for the next plan: learned from build {built.run_id}" in built.stdout
 
-    planned = wheelbuild("plan", "wbdemo", *common, env=cache)
+    planned = wheelbuild("plan", "wbdemo", *common, "-v", env=cache)  # -v: the why lines
     assert planned.returncode == 0, planned.stderr
     line = next(line for line in planned.stdout.splitlines() if "its plan predicted" in line)
     assert built.run_id in line and "units measured" in line
@@ -54,7 +54,7 @@ def test_a_build_teaches_the_next_plan_and_the_plan_says_how_far_off_it_was(
     # Another env has learned nothing: its plan is the built-in one.
     other = wheelbuild(
         "plan", "wbdemo", "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--memory", "6g", "--cpus", "2",
-        env=cache,
+        "-v", env=cache,
     )  # fmt: skip
     assert other.returncode == 0, other.stderr
     assert "learned from build" not in other.stdout
