@@ -22,6 +22,11 @@ GIB = 1024**3
 
 
 # Which compiles overlap decides the peaks: other builds beside it would change them.
+# Nightly, not in CI: it holds only where the kernels start staggered. On an idle machine all four
+# were admitted at the profile's costs before the watcher had measured the first (its cold factor
+# is 1), so nothing was left to raise and no OOM came near (a CI run, 2026-12-06). The guess test
+# below (cold factor 2) is the proof CI runs.
+@pytest.mark.slow
 @pytest.mark.alone
 def test_a_model_wrong_by_half_is_corrected_while_the_first_build_runs(
     cuda_image: str, tmp_path: Path
