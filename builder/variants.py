@@ -176,6 +176,15 @@ _RULE_RE = re.compile(
 )
 
 
+def cuda_tag(cuda_version: str) -> str | None:
+    """The tag of a CUDA version as torch reports it (torch.version.cuda): "13.0" -> cu130,
+    "12.8" -> cu128 (TorchVariant.cuda_version the other way); None for anything else."""
+    major, _, minor = cuda_version.partition(".")
+    if not (major.isdigit() and minor[:1].isdigit()):
+        return None
+    return f"cu{int(major)}{minor[:1]}"
+
+
 def parse_torch_rule(text: str) -> TorchRule | None:
     """``cu130:newest-3..newest`` -> TorchRule; None for a full variant (``2.11.0+cu130``).
     Raises BadVariant for a rule that is not understood or names an unknown CUDA tag."""

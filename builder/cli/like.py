@@ -4,10 +4,10 @@ after the build the lines that install the wheel there, or, with --install, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from packaging.utils import parse_wheel_filename
 
 from ..errors import InstallFailed
 from ..host.python_env import PythonEnvironment, read_environment
@@ -15,22 +15,16 @@ from ..index.routes import route_install_lines, torch_route
 from ..pipeline.install import install_lines, install_wheel, wheels_for
 from ..pipeline.stages import BuildResult
 from ..progress.console import Console
-from ..spec.environment import EnvironmentChoice, environment_choice
+from ..spec.environment import environment_choice
 from .build_spec import BuildOptions
 from .options import LIKE_KEY
 
-__all__ = ["Like", "finish_like", "take_like"]
+__all__ = ["finish_like", "take_like"]
 
 _ROUTE_HOST = "<index>"  # where the user's tree is served: not known to build
 
 
-@dataclass(frozen=True)
-class Like:
-    env: PythonEnvironment
-    choice: EnvironmentChoice
-
-
-def take_like(given: BuildOptions, console: Console) -> Like | None:
+def take_like(given: BuildOptions, console: Console) -> PythonEnvironment | None:
     """Read --like's environment (when given) and set build's torch, python and archs from it,
     except those the command line named; say each value and where it came from."""
     path = given["like"]
@@ -56,25 +50,23 @@ def take_like(given: BuildOptions, console: Console) -> Like | None:
         taken.add(param)
         console.info(f"--like: {flag} {shown}: {said}")
     ctx.meta[LIKE_KEY] = frozenset(taken)
-    return Like(env, choice)
+    return env
 
 
-def finish_like(like: Like, result: BuildResult, console: Console, *, install: bool) -> None:
+def finish_like(env: PythonEnvironment, result: BuildResult, console: Console, *, install: bool) -> None:
     """The lines that install the built wheel into --like's environment (torch stays), the route
     a published copy is listed under, and with *install* the install itself."""
-    wheels = wheels_for(like.env, tuple(w.path for w in result.wheels))
+    wheels = wheels_for(env, tuple(w.path for w in result.wheels))
     if not wheels:
-        console.warn(
-            f"no wheel built installs into --like {like.env.interpreter} (CPython {like.env.python})"
-        )
+        console.warn(f"no wheel built installs into --like {env.interpreter} (CPython {env.python})")
         return
-    click.echo(f"install into --like {like.env.interpreter} (its torch {like.env.torch} stays):")
+    click.echo(f"install into --like {env.interpreter} (its torch {env.torch} stays):")
     for wheel in wheels:
-        for line in install_lines(like.env, wheel):
+        for line in install_lines(env, wheel):
             click.echo(f"  {line}")
-    route = torch_route(like.env.torch or "", like.env.torch_cuda)
+    route = torch_route(env.torch or "", env.torch_cuda)
     if route is not None:
-        project = wheels[0].name.split("-", 1)[0].replace("_", "-")
+        project = parse_wheel_filename(wheels[0].name)[0]
         uv, pip = route_install_lines(f"{_ROUTE_HOST}/{route}/simple/", project)
         click.echo(f"once published (wheelbuild publish), from the index's {route} route, no label needed:")
         click.echo(f"  {uv}")
@@ -87,5 +79,5 @@ def finish_like(like: Like, result: BuildResult, console: Console, *, install: b
                 "drop --no-gate, or install it by hand with the lines above",
             )
         for wheel in wheels:
-            installer = install_wheel(like.env, wheel)
-            console.step(f"installed {wheel.name} into --like {like.env.interpreter} with {installer}")
+            installer = install_wheel(env, wheel)
+            console.step(f"installed {wheel.name} into --like {env.interpreter} with {installer}")

@@ -32,7 +32,6 @@ out = {
     "implementation": sys.implementation.name,
     "platform": sysconfig.get_platform(),
     "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-    "executable": sys.executable,
     "torch": None, "torch_cuda": None, "gpus": [], "gpu_note": "",
 }
 try:

@@ -26,6 +26,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..variants import cuda_tag
+
 __all__ = [
     "PYPI_SIMPLE",
     "ROUTE",
@@ -67,12 +69,10 @@ def torch_route(torch_version: str, cuda_version: str | None) -> str | None:
         release = Version(torch_version).release
     except InvalidVersion:
         return None
-    if not cuda_version or len(release) < 2:
+    tag = cuda_tag(cuda_version or "")
+    if tag is None or len(release) < 2:
         return None
-    major, _, minor = cuda_version.partition(".")
-    if not (major.isdigit() and minor[:1].isdigit()):
-        return None
-    return route_name(f"cu{int(major)}{minor[:1]}", f"{release[0]}.{release[1]}")
+    return route_name(tag, f"{release[0]}.{release[1]}")
 
 
 def _admits(specifiers: SpecifierSet, major: int, minor: int) -> bool:

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import EnvironmentUnbuildable, EnvironmentWithoutTorch
 from ..host.python_env import PythonEnvironment
-from ..variants import DEFAULT_ARCHS
+from ..variants import DEFAULT_ARCHS, cuda_tag
 
 __all__ = ["EnvironmentChoice", "environment_choice"]
 
@@ -33,13 +33,6 @@ class EnvironmentChoice:
     torch_said: str  # "torch 2.13.0 with CUDA 13.0, installed there"
     python_said: str
     archs_said: str
-
-
-def _cuda_tag(cuda: str) -> str | None:
-    major, _, minor = cuda.partition(".")
-    if not (major.isdigit() and minor[:1].isdigit()):
-        return None
-    return f"cu{int(major)}{minor[:1]}"
 
 
 def environment_choice(env: PythonEnvironment) -> EnvironmentChoice:
@@ -68,7 +61,7 @@ def environment_choice(env: PythonEnvironment) -> EnvironmentChoice:
             f"{where}: its torch's version {env.torch!r} is not a PEP 440 version",
             "reinstall torch from PyPI or PyTorch's index, or name it: --torch 2.14.1+cu130",
         ) from None
-    tag = _cuda_tag(env.torch_cuda or "")
+    tag = cuda_tag(env.torch_cuda or "")
     if tag is None:
         raise EnvironmentUnbuildable(
             f"{where}: its torch {env.torch} is a CPU or ROCm build (torch.version.cuda is "
