@@ -10,7 +10,7 @@ from typing import TypeAlias, assert_never
 
 from ..plan.memory_model import MemoryModel, default_model
 from ..variants import TorchCeiling
-from .build_vars import ArchVar, parse_arch_env
+from .build_vars import TORCH_ARCH_FORM, ArchVar, parse_arch_env
 
 # How a release still to be looked up on the index is written: pypi:<project>==<version>.
 LOOKUP_PREFIX = "pypi:"
@@ -131,9 +131,7 @@ class Recipe:
             "MAX_JOBS": str(max_jobs),
             "NVCC_THREADS": str(nvcc_threads),
             # torch's own arch variable, for extensions that read no variable of their own.
-            "TORCH_CUDA_ARCH_LIST": ";".join(
-                f"{a // 10}.{a % 10}{'+PTX' if a in ptx else ''}" for a in archs
-            ),
+            "TORCH_CUDA_ARCH_LIST": TORCH_ARCH_FORM.spell(archs, ptx),
             **self.extra_env,
         }
         for var in self.arch_vars:

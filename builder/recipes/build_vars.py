@@ -15,6 +15,7 @@ from ..errors import BadArgument
 
 __all__ = [
     "FORMS",
+    "TORCH_ARCH_FORM",
     "ArchForm",
     "ArchVar",
     "arch_form_of_list",
@@ -55,6 +56,10 @@ class ArchForm:
         return self.separator.join(words)
 
 
+# How torch's own TORCH_CUDA_ARCH_LIST spells an arch list: "10.0;12.0+PTX".
+TORCH_ARCH_FORM = ArchForm("dotted")
+
+
 @dataclass(frozen=True)
 class ArchVar:
     """A variable the build reads its arch list from, and its form."""
@@ -88,7 +93,7 @@ def parse_arch_env(text: str) -> ArchVar:
         )
     if colon:
         return ArchVar(name, parse_form(form))
-    return ArchVar(name, ArchForm("dotted") if name == "TORCH_CUDA_ARCH_LIST" else ArchForm())
+    return ArchVar(name, TORCH_ARCH_FORM if name == "TORCH_CUDA_ARCH_LIST" else ArchForm())
 
 
 # --- telling a variable's role and form from how a build file reads it ----------------------
