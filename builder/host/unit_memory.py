@@ -204,9 +204,10 @@ class UnitTracker:
                 waiting.add(stem)
         since = 0.0 if self.last_at_s is None else max(0.0, at_s - self.last_at_s)
         self.last_at_s = at_s
-        self.held_now = {f"{identifier or '?'}:{stem}": rss for stem, rss in per_unit.items()}
+        self.held_now = {}
         for stem, rss in per_unit.items():
             unit = f"{identifier or '?'}:{stem}"
+            self.held_now[unit] = rss
             old = self.units.get(unit)
             here = ciccs.get(stem, 0)
             self.units[unit] = (
