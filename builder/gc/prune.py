@@ -27,6 +27,7 @@ from ..image.options import ImageOptions, cuda12_layer, image_inputs
 from ..image.ports import ImageIds
 from ..index import tree as index_tree
 from ..report.build_report import REPORT_NAME, BuildReport, read_report
+from ..spec import held_torch
 from ..variants import CUDA13_TOOLKITS
 from . import decisions, wheel_cache_use
 from .ports import GcEngine
@@ -351,6 +352,9 @@ def _prune_wheel_cache(
         return tuple(decisions.Removal(d, decisions.Status.KEPT, why) for d in trees)
     gone = answer.get("gone")
     removed = {f"{volume}/{name}" for name in (gone.get("trees", []) if isinstance(gone, dict) else [])}
+    if isinstance(gone, dict) and isinstance(gone.get("locks"), list):
+        # The store's cache folder: a build no longer counts on a torch whose lock went.
+        held_torch.forget(options.store.parent, (str(lock) for lock in gone["locks"]))
     done = []
     for decision in trees:
         if decision.name in removed or decision.name.endswith(wheel_cache_use.UNNEEDED):

@@ -55,6 +55,7 @@ from ..report.build_report import (
     write_report,
 )
 from ..secrets import redact_url
+from ..spec import held_torch
 from ..spec.build_spec import BuildSpec, PinMode, format_archs
 from ..spec.sources import cache_dir
 from ..units import format_bytes
@@ -96,6 +97,8 @@ def _pipeline(request: BuildSpec, options: ImageOptions, console: Console, engin
     plan = _plan(resolved, console)
     run.dir.mkdir(parents=True, exist_ok=True)
     attempts = _run_attempts(run, resolved, plan, console, engine)
+    # Which torch the wheel cache now holds: a later build may need no index for it.
+    held_torch.record(cache_dir(), resolved.spec.variant, attempts[-1][1].locked_files, run.id)
     zero = time.monotonic() - attempts[-1][1].duration_s  # when the last attempt began
     if learned := _remember(run, resolved, attempts[-1]):
         console.info(f"model for the next plan: {learned}")

@@ -37,6 +37,7 @@ from ..progress.console import Console
 from ..recipes import Recipe
 from ..recipes.build_vars import ArchVar, parse_arch_env
 from ..recipes.survey import FoundArchVar, Survey, survey_source
+from ..spec import held_torch
 from ..spec.build_spec import BuildSpec, Resources
 from ..spec.sources import PreparedSource, cache_dir
 from ..spec.torch_choice import asked_release, newest_of_any_minor, newest_release
@@ -395,6 +396,34 @@ def torch_index(
             "(build refuses until the index can be read)"
         )
         return None
+
+
+def torch_held_here(spec: BuildSpec, unreachable: TorchIndexUnreachable, console: Console) -> BuildSpec:
+    """A build whose torch index cannot be read: the spec for the torch and Pythons this machine's
+    wheel cache holds from that index (spec/held_torch.py; the Pythons named, each held, else every
+    one held), said so; else the index's error, naming what is held."""
+    variant, _ = resolve_torch(spec.variant, None, spec.pythons or None, console, spec.recipe)
+    held = {h.python: h for h in held_torch.held(cache_dir(), variant)}
+    pythons = spec.pythons or tuple(held)
+    if pythons and all(p in held for p in pythons):
+        runs = ", ".join(f"{p} by run {held[p].run}" for p in pythons)
+        console.warn(
+            f"{unreachable.cause}; building for torch {variant.torch_version} from this machine's wheel "
+            f"cache, which holds it ({runs}), without reading the index"
+        )
+        return replace(spec, variant=variant, pythons=pythons)
+    others = held_torch.releases_held(cache_dir(), variant)
+    lacking = ", ".join(p for p in pythons if p not in held) or "any Python"
+    here = (
+        f"; this machine's wheel cache holds {', '.join(others)} from it (--torch {others[-1]}+{variant.tag})"
+        if others
+        else ""
+    )
+    raise TorchIndexUnreachable(
+        f"{unreachable.cause}, and this machine's wheel cache has no torch {variant.torch_version} from it "
+        f"for {lacking}{here}",
+        unreachable.remedy,
+    ) from None
 
 
 def resolve_any_minor(

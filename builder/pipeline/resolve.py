@@ -8,7 +8,8 @@ In the order that wastes least: the release the recipe does not pin looked up on
 the compiler for the variant and archs; whether the CUDA 12 layer a cu12x variant needs can be
 had; the source (an sdist downloaded once into the cache) and the switches its build files call
 for; torch's page on its index; the Pythons named, or, where none are named, whether any Python
-at all can build the asked torch. Nothing up to here starts a container or builds an image, so
+at all can build the asked torch (a build whose torch index cannot be read goes ahead only for a
+torch and Pythons this machine's wheel cache holds from it). Nothing up to here starts a container or builds an image, so
 `plan` refuses what build refuses, with the same error and exit code. Then, for a build, the image
 (its interpreters decide the Pythons when none are named, and the newest torch for them), and the
 inputs key.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from packaging.utils import canonicalize_name
 
 from ..attempt.config import network_while_building
-from ..errors import BadPython
+from ..errors import BadPython, TorchIndexUnreachable
 from ..image.inputs import Image, ImageInputs
 from ..image.options import ImageOptions, image_inputs
 from ..image.ports import Images
@@ -52,6 +53,7 @@ from .preflight import (
     std_note,
     surveyed,
     toolkit_note,
+    torch_held_here,
     torch_index,
 )
 from .results import inputs_key
@@ -153,7 +155,11 @@ def resolve(
         model = spec.recipe.memory_model
         model = replace(model, name=name) if model.name == spec.recipe.name else model
         spec = replace(spec, recipe=replace(spec.recipe, name=name, memory_model=model))
-    index = torch_index(spec.variant, bool(spec.pythons), console, dry_run=dry_run)
+    try:
+        index = torch_index(spec.variant, bool(spec.pythons), console, dry_run=dry_run)
+    except TorchIndexUnreachable as unreachable:
+        # A build for a torch this machine has installed from that index needs no index.
+        spec, index = torch_held_here(spec, unreachable, console), None
     torch_why: str | None = None  # chosen for the Pythons named, else for the image's
     stage = None
     if spec.pythons:

@@ -64,7 +64,8 @@ def _unreachable(page: str, why: str) -> TorchIndexUnreachable:
     return TorchIndexUnreachable(
         f"could not read torch's page on the torch index, {page}: {why}",
         "check the network (proxy, CA bundle) and the index's credentials, or point --torch-index-url "
-        "at an index that has torch (plan with --python plans without it; build needs it)",
+        "at an index that has torch (plan with --python plans without it; build needs it, but for a torch "
+        "an earlier build here installed from it)",
     )
 
 

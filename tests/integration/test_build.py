@@ -15,6 +15,9 @@ from pathlib import Path
 import docker
 import pytest
 from wheelbuild.attempt.ownership import process_namespace
+from wheelbuild.spec import held_torch
+from wheelbuild.spec.sources import cache_dir
+from wheelbuild.variants import parse_variant
 from wheelbuild.wheel.contents import archs_in_wheel
 
 from tests.integration.conftest import (
@@ -161,6 +164,57 @@ def test_unchanged_inputs_reuse_the_finished_wheel_with_no_container_of_the_run_
     # What the engine saw it create: no container of the run (no attempt, no gate), and none left
     # (the image's Python probe, the run's only container, removes itself).
     assert watched.of_a_run() == [] and watched.left(docker_client) == [], watched.created
+
+
+def test_a_build_whose_torch_index_cannot_be_read_goes_ahead_for_the_torch_the_machine_holds(
+    fixture_build: FixtureBuild, docker_client: docker.DockerClient, base_image: str, tmp_path: Path
+) -> None:
+    """The fixture build locked torch FIXTURE_TORCH for cp311 in the machine's wheel cache, and
+    recorded so. With the torch index unreadable from wheelbuild's process (a dead proxy: the
+    index is real, the way to it is cut), a build of a torch the cache does not hold is refused
+    before any container, naming the one it holds; a build of the held torch goes ahead, and its
+    container installs torch from the wheel cache."""
+    variant = parse_variant(f"{FIXTURE_TORCH.version}+cu130", TORCH_INDEX)
+    record = {h.python: h for h in held_torch.held(cache_dir(), variant)}
+    assert "cp311" in record, record
+    assert record["cp311"].file.startswith(f"torch-{FIXTURE_TORCH.version}")
+    # A cache of its own, holding the record alone: no page of the index kept from earlier reads.
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_dir() / held_torch.FOLDER, cache / held_torch.FOLDER)
+    cut = {
+        "WHEELBUILD_CACHE_DIR": str(cache),
+        "https_proxy": "http://127.0.0.1:1",
+        "HTTPS_PROXY": "http://127.0.0.1:1",
+    }
+    refused = wheelbuild_watched(
+        docker_client, base_image,
+        "build", "wbdemo", "--torch", "2.12.1+cu130", "--torch-index-url", TORCH_INDEX, "--python", "3.11",
+        "--output-dir", str(tmp_path / "refused"),
+        env=cut,
+    )  # fmt: skip
+    assert refused.result.returncode == 25, refused.result.stdout[-2000:] + refused.result.stderr
+    assert "this machine's wheel cache has no torch 2.12.1 from it for cp311" in refused.result.stderr
+    assert f"(--torch {FIXTURE_TORCH.version}+cu130)" in refused.result.stderr
+    assert refused.created == (), refused.created
+    built = wheelbuild(
+        "build", "wbdemo", "--torch", f"{FIXTURE_TORCH.version}+cu130", "--torch-index-url", TORCH_INDEX,
+        "--python", "3.11", "--archs", "120", "--memory", "4g", "--no-torch-range", "--rebuild",
+        "--output-dir", str(tmp_path / "built"),
+        env=cut,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr
+    assert (
+        f"building for torch {FIXTURE_TORCH.version} from this machine's wheel cache"
+        in built.stdout + built.stderr
+    )
+    run_dir = tmp_path / "built" / "runs" / built.run_id
+    log = (run_dir / "build.log").read_text()
+    assert re.search(
+        rf"wheel cache: locked {variant.cache_key}-cp311 [0-9a-f]{{64}} torch-{FIXTURE_TORCH.version}", log
+    )
+    report = json.loads((run_dir / "build-report.json").read_text())
+    assert report["torch"]["variant"] == f"{FIXTURE_TORCH.version}+cu130"
+    assert [g["passed"] for g in report["gate"]] == [True], report["gate"]
 
 
 def test_second_python_reuses_the_first_pythons_kernels(cuda_image: str, tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from wheelbuild.gc import prune, wheel_cache_use
 from wheelbuild.image import names
 from wheelbuild.image.options import ImageOptions
 from wheelbuild.index import publish as publishing
+from wheelbuild.spec import held_torch
+from wheelbuild.variants import parse_variant
 
 from tests.clikit import NO_DOCKER, WHEELBUILD
 from tests.indexkit import make_wheel
@@ -618,6 +620,42 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
     assert done[wheel_cache_use.UNNEEDED.rsplit("/", 1)[-1]].status is gc.Status.REMOVED
     busy = prune.execute(_PruningEngine({"busy": True}), decided, options, lambda _: None)  # type: ignore[arg-type]
     assert {r.status for r in busy} == {gc.Status.KEPT}
+
+
+def test_the_locks_gc_prunes_are_forgotten_by_the_record_of_held_torch(tmp_path: Path) -> None:
+    """A build recorded torch 2.13.0 for cp311 and cp313 in the wheel cache; gc's prune answers
+    that cp311's lock went: a build no longer counts on it without the index, cp313 it still does."""
+    variant = parse_variant("2.13.0+cu130", "https://pypi.org/simple")
+    locks = [
+        (f"{variant.cache_key}-{tag}", "a" * 64, f"torch-2.13.0+cu130-{tag}-{tag}-manylinux_2_28_x86_64.whl")
+        for tag in ("cp311", "cp313")
+    ]
+    cache = tmp_path / "cache"
+    held_torch.record(cache, variant, locks, "r")
+    use = wheel_cache(
+        trees=[
+            {
+                "name": "cp311/aaaa.0123456789abcdef.2",
+                "used": NOW - 3 * DAY,
+                "drop": True,
+                "why": "",
+                "frees": 1,
+            }
+        ]
+    )
+    decided = gc.GcDecisions(gc.decide_wheel_cache(use, containers=(), caches=False))
+    gone = {"trees": ["cp311/aaaa.0123456789abcdef.2"], "locks": [f"{variant.cache_key}-cp311"]}
+    options = prune.GcOptions(
+        tmp_path,
+        cache / "results",
+        5,
+        False,
+        gc.Scope(),
+        ImageOptions(base_image="base:1", ca_bundle=None),
+        2**30,
+    )
+    prune.execute(_PruningEngine({"gone": gone, "pruned": True}), decided, options, lambda _: None)  # type: ignore[arg-type]
+    assert [h.python for h in held_torch.held(cache, variant)] == ["cp313"]
 
 
 def test_the_image_a_kept_run_used_is_kept_though_not_current_here() -> None:
