@@ -98,6 +98,11 @@ SDISTS: dict[str, PinnedSdist] = {
             "90/e5/b22697903982284fe284568fb2663a2196694a8eee637f5cf4ccfe435a38/auto_gptq-0.7.1.tar.gz",
             "5c61ad380e9b4c603757c254765e9083a90a820cd0aff1b5d2c6f7fd96c85e80",
         ),
+        _pin(
+            "natten", "0.21.7",
+            "c5/10/98fa5bc8e20937c757b5dbb2e7e949af38bc46aa92da804b0ceb07c90a86/natten-0.21.7.tar.gz",
+            "8417236b74db079b2d23899ec8f77514fb2dc73d4bbd6b346a45b6967fc05ffb",
+        ),
     )
 }  # fmt: skip
 

@@ -5,6 +5,7 @@ refused or ignored without a crash, without extracting or running anything."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,6 +67,44 @@ def test_a_real_sdist_says_what_it_needs_to_build_here(key: str) -> None:
     assert found.cuda_needs_gpu is gpu
     assert found.missing_sources == missing
     assert found.files_read[0] == "setup.py" and found.refused == ()
+
+
+def test_natten_real_sdist_names_its_arch_and_worker_variables_in_their_forms() -> None:
+    """natten 0.21.7, a CMake build driven from setup.py: it reads NATTEN_CUDA_ARCH as dotted
+    archs (9.0;10.0;12.0; without it no CUDA library at all) and NATTEN_N_WORKERS as its
+    parallelism. Read from the real sdist's text: nothing of it runs, not even its setup.py."""
+    path = fetch("natten==0.21.7")
+    found = survey_source(path.parent, path.name)
+    arch = {v.name: v for v in found.arch_vars}
+    assert set(arch) == {"NATTEN_CUDA_ARCH"}
+    form = arch["NATTEN_CUDA_ARCH"].form
+    assert form is not None and form.spell((90, 100, 120)) == "9.0;10.0;12.0"
+    assert {v.name for v in found.jobs_vars} >= {"NATTEN_N_WORKERS"}
+    assert found.refused == ()
+
+
+def test_natten_is_planned_by_name_with_its_variables_set_as_the_plan_says(tmp_path: Path) -> None:
+    """`wheelbuild plan natten==0.21.7`, named as pip names it: the sdist PyPI lists, checked by
+    its sha256, and the plan sets natten's own variables from the archs and MAX_JOBS it plans."""
+    env = {
+        **os.environ,
+        "WHEELBUILD_CACHE_DIR": str(tmp_path / "cache"),
+        "DOCKER_HOST": "unix:///nonexistent.sock",
+    }
+    done = subprocess.run(
+        [Path(sys.executable).parent / "wheelbuild", "plan", "natten==0.21.7", "--torch", "cu130",
+         "--torch-index-url", "https://pypi.org/simple", "--python", "3.11", "--archs", "90,100,120", "--max-jobs", "2", "--json"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0 and "could not read" in done.stderr:
+        pytest.skip(f"PyPI or the torch index is not reachable: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["package"]["source"]["sha256"] == SDISTS["natten==0.21.7"].sha256
+    assert plan["plan"]["max_jobs"] == 2
+    switches = plan["notes"]["switches"]
+    assert any(line.startswith("NATTEN_CUDA_ARCH=9.0;10.0;12.0: ") for line in switches), switches
+    assert any(line.startswith("NATTEN_N_WORKERS=2: ") for line in switches), switches
 
 
 def test_each_switch_says_why_in_one_line() -> None:
