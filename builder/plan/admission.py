@@ -83,7 +83,7 @@ LOOKAHEAD = 2
 
 
 def with_admission(
-    plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None, learning: bool = False
+    plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None, learning: bool | None = None
 ) -> Plan:
     """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
     launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
@@ -97,10 +97,13 @@ def with_admission(
     count is unknown (the default model) no longer caps MAX_JOBS at the static plan's: the
     wrapper, correcting its costs by what the running compiles measure, bounds the memory, so
     MAX_JOBS is the CPUs' as for a known unit list (without it, the static plan's worst case
-    at the default guess is the only bound a wrong guess leaves)."""
+    at the default guess is the only bound a wrong guess leaves). Unless given, it learns as the
+    costs file says: whenever whole units are admitted (admission_costs)."""
     per_cicc = plan.cicc_admission if cicc_admission is None else cicc_admission
     plan = replace(plan, cicc_admission=per_cicc)
     model = plan.model
+    if learning is None:
+        learning = not (per_cicc and _cicc_admission_applies(model))
     keep_jobs = keep_jobs or plan.given_jobs
     budget = max(PAGE, (plan.memory - model.reserve) // PAGE * PAGE)
     threads, lines = plan.nvcc_threads, list[str]()

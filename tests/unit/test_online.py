@@ -98,9 +98,11 @@ def test_admission_for_an_unknown_package_learning_launches_the_cpus_worth() -> 
     """The default model knows no unit count: without learning the static plan's worst case caps
     MAX_JOBS; learning, the wrapper's corrected costs bound the memory and MAX_JOBS is the CPUs'."""
     static = plan_build(budget=62 * GIB, cpus=64, archs=2, model=default_model())
-    plain = with_admission(static)
+    plain = with_admission(static, learning=False)
     learning = with_admission(static, learning=True)
     assert plain.max_jobs == static.max_jobs < 64
+    # A real build learns whenever it admits whole units (its costs file says "learn"), as here.
+    assert "learn" in admission_costs(with_admission(static)) and with_admission(static) == learning
     assert learning.max_jobs == 2 * learning.admission_slots if learning.admission_slots else False
     assert learning.admission_slots == 64
 
