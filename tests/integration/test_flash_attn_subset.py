@@ -55,8 +55,8 @@ MAX_MEMBER = 64 * 1024**2  # the sdist is the pinned one; its files are small
 SUBSET_CACHE = Path.home() / ".cache" / "wheelbuild-flash-attn-subset"
 
 
-def trimmed_sdist(original: Path, dest: Path, salt: str) -> Path:
-    """The sdist with setup.py's kernel list cut to KEPT, and each kept kernel salted (a comment
+def trimmed_sdist(original: Path, dest: Path, salt: str, kept: tuple[str, ...] = KEPT) -> Path:
+    """The sdist with setup.py's kernel list cut to *kept*, and each kept kernel salted (a comment
     the preprocessor keeps out, but sccache hashes the source text it reads first: a `#line`
     would do the same) so the compiler cache has never seen it."""
     out = dest / original.name
@@ -69,8 +69,8 @@ def trimmed_sdist(original: Path, dest: Path, salt: str) -> Path:
             data = source.extractfile(member).read()  # type: ignore[union-attr]
             name = member.name.rsplit("/", 1)[-1]
             if member.name.endswith("/setup.py") and member.name.count("/") == 1:
-                data = _trim_setup(data.decode()).encode()
-            elif name in KEPT:
+                data = _trim_setup(data.decode(), kept).encode()
+            elif name in kept:
                 data = f'static const char wheelbuild_subset_salt[] = "{salt}";\n'.encode() + data
             target.addfile(replace_size(member, len(data)), io.BytesIO(data))
     return out
@@ -81,17 +81,17 @@ def replace_size(member: tarfile.TarInfo, size: int) -> tarfile.TarInfo:
     return member
 
 
-def _trim_setup(text: str) -> str:
+def _trim_setup(text: str, kept: tuple[str, ...]) -> str:
     """Every `"csrc/flash_attn/src/<kernel>.cu",` line of setup.py but the kept ones."""
-    kept = re.sub(
+    trimmed = re.sub(
         r'^\s*"csrc/flash_attn/src/(flash_[a-z0-9_]+\.cu)",\n',
-        lambda m: m[0] if m[1] in KEPT else "",
+        lambda m: m[0] if m[1] in kept else "",
         text,
         flags=re.MULTILINE,
     )
-    listed = re.findall(r'^\s*"csrc/flash_attn/src/(flash_[a-z0-9_]+\.cu)",$', kept, flags=re.MULTILINE)
-    assert sorted(listed) == sorted(KEPT), f"setup.py changed shape: {listed}"
-    return kept
+    listed = re.findall(r'^\s*"csrc/flash_attn/src/(flash_[a-z0-9_]+\.cu)",$', trimmed, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(kept), f"setup.py changed shape: {listed}"
+    return trimmed
 
 
 def subset_model() -> MemoryModel:

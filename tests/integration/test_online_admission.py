@@ -159,3 +159,64 @@ def test_a_guess_wrong_by_half_is_not_oom_killed_where_its_plan_would_be(
     # The kernels admitted once others were measured were charged what those measured (x 1.1).
     assert raised, log[-4000:]
     assert all(float(factor) > 2 for _, _, factor in raised)
+
+
+BLIND_KEPT = ("flash_bwd_hdim64_fp16_sm80.cu", "flash_bwd_hdim128_fp16_sm80.cu")
+BLIND_LIMIT = 10 * GIB
+
+
+@pytest.mark.hours
+@pytest.mark.alone
+def test_real_flash_attn_kernels_built_as_an_unknown_package_are_not_oom_killed(
+    cuda_image: str, tmp_path: Path
+) -> None:
+    """flash-attn 2.8.3's two fp16 backward kernels (head dims 64, 128) and its binding, given as
+    an sdist file with an empty cache: a package nobody measured, planned from the default model
+    (4 GiB per arch per job) where these kernels peak at about 6 GiB. In 10 GiB two guesses fit
+    the budget together, and two of these kernels do not fit the limit together (before learning
+    that build was OOM-killed: bench/blind-first-build). Learning starts them cold, one at a
+    time: the first attempt builds it. About four minutes on 2 CPUs."""
+    from wheelbuild.recipes.flash_attn import SDISTS
+    from wheelbuild.spec.sources import prepare_source
+
+    from tests.integration.test_flash_attn_subset import trimmed_sdist
+
+    original = prepare_source(SDISTS["2.8.3"], print)
+    sdist = trimmed_sdist(original.project_dir / original.package, tmp_path, uuid.uuid4().hex, BLIND_KEPT)
+    result = wheelbuild(
+        "build", str(sdist), "--torch", "cu130", "--torch-index-url", TORCH_INDEX, "--archs", "120",
+        "--python", "3.11", "--memory", f"{BLIND_LIMIT // 1024**2}m", "--cpus", "2", "--no-gate",
+        "--no-torch-range", "--output-dir", str(tmp_path / "out"),
+        env={"WHEELBUILD_CACHE_DIR": str(tmp_path / "cache")},
+        timeout=3600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    run_dir = tmp_path / "out" / "runs" / result.run_id
+    report = json.loads((run_dir / "build-report.json").read_text())
+    plan = report["plan"]
+    assert plan["model"]["source"].startswith("default model"), plan["model"]
+    guess = 4 * GIB * (1 + ADMIT_MARGIN)
+    assert 2 * guess <= plan["admission_budget"]  # two guesses fit together
+    # Ninja launches the CPUs' worth and the lookahead, not the static plan's guess.
+    assert plan["max_jobs"] == 4 and plan["admission_slots"] == 2
+    (attempt,) = report["attempts"]
+    assert attempt["returncode"] == 0 and attempt["oom_evidence"] == []
+    kernels = {
+        u["unit"].rsplit(":", 1)[1].split(".")[0]: u
+        for u in attempt["units"]
+        if u.get("measured_peak") and "flash_bwd" in u["unit"]
+    }
+    assert len(kernels) == 2, attempt["units"]
+    peaks = [u["measured_peak"] for u in kernels.values()]
+    overhead = attempt["overhead_at_peak"] or 0
+    print(
+        f"\nblind flash-attn bwd in {BLIND_LIMIT / GIB:.0f} GiB: "
+        + ", ".join(f"{k} {u['measured_peak'] / GIB:.2f} GiB" for k, u in kernels.items())
+        + f", overhead {overhead / GIB:.2f} GiB, compile {attempt['build_s']} s,"
+        f" peak {attempt['peak_memory_compile'] / GIB:.2f} GiB"
+    )
+    # Each over the guess, and the two together over the limit: at the guess's costs, OOM-killed.
+    assert min(peaks) > 4 * GIB and sum(peaks) + overhead > BLIND_LIMIT
+    # They ran one at a time.
+    (first, second) = sorted((u["finished_s"] - u["measured_s"], u["finished_s"]) for u in kernels.values())
+    assert second[0] >= first[1] - 3, (first, second)
