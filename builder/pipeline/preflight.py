@@ -413,15 +413,12 @@ def torch_held_here(spec: BuildSpec, unreachable: TorchIndexUnreachable, console
         )
         return replace(spec, variant=variant, pythons=pythons)
     others = held_torch.releases_held(cache_dir(), variant)
+    if not others:  # nothing of this index here: the index's own error says it all
+        raise unreachable
     lacking = ", ".join(p for p in pythons if p not in held) or "any Python"
-    here = (
-        f"; this machine's wheel cache holds {', '.join(others)} from it (--torch {others[-1]}+{variant.tag})"
-        if others
-        else ""
-    )
     raise TorchIndexUnreachable(
         f"{unreachable.cause}, and this machine's wheel cache has no torch {variant.torch_version} from it "
-        f"for {lacking}{here}",
+        f"for {lacking}; it holds {', '.join(others)} from it (--torch {others[-1]}+{variant.tag})",
         unreachable.remedy,
     ) from None
 
