@@ -83,7 +83,7 @@ LOOKAHEAD = 2
 
 
 def with_admission(
-    plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None, learning: bool | None = None
+    plan: Plan, *, keep_jobs: bool = False, cicc_admission: bool | None = None, learning: bool = True
 ) -> Plan:
     """The same plan with its compiles admitted by memory (images/wheelbuild-admit): ninja may
     launch up to the CPUs (or the units), and each compile waits until its predicted peak fits
@@ -97,13 +97,11 @@ def with_admission(
     count is unknown (the default model) no longer caps MAX_JOBS at the static plan's: the
     wrapper, correcting its costs by what the running compiles measure, bounds the memory, so
     MAX_JOBS is the CPUs' as for a known unit list (without it, the static plan's worst case
-    at the default guess is the only bound a wrong guess leaves). Unless given, it learns as the
-    costs file says: whenever whole units are admitted (admission_costs)."""
+    at the default guess is the only bound a wrong guess leaves). A real build always learns
+    (admission_costs); the bench plans without learning to compare."""
     per_cicc = plan.cicc_admission if cicc_admission is None else cicc_admission
     plan = replace(plan, cicc_admission=per_cicc)
     model = plan.model
-    if learning is None:
-        learning = not (per_cicc and _cicc_admission_applies(model))
     keep_jobs = keep_jobs or plan.given_jobs
     budget = max(PAGE, (plan.memory - model.reserve) // PAGE * PAGE)
     threads, lines = plan.nvcc_threads, list[str]()
@@ -309,19 +307,20 @@ def admission_costs(plan: Plan) -> dict[str, object]:
     admitted at (its whole peak, or with cicc admission its cost outside cicc); with it,
     "cicc", what each of its ciccs is (device units only), and "cicc_beside", what one is beside
     a cicc of the same unit already admitted. An unknown unit's compile costs as
-    much as the heaviest unit's whole peak, and its ciccs run without waiting. Without cicc
-    admission, "learn": the wrapper learns while the build runs, from this cold factor (a unit's
-    measured memory is its whole compile's; with cicc admission it is not yet learned from)."""
+    much as the heaviest unit's whole peak, and its ciccs run without waiting. "learn": the
+    wrapper learns while the build runs, from this cold factor (a guess's COLD, a profile's
+    COLD_PROFILE); with cicc admission, "whole" too: each unit's whole peak, which its measured
+    memory (its whole compile's) is held against, its compile's and ciccs' costs scaled alike."""
     costs = {
         u.name.rsplit("/", 1)[-1]: unit_costs(plan.model, u, plan.nvcc_threads, plan.archs)
         for u in plan.model.units
     }
     heaviest = max(c.whole for c in costs.values())
     slots = {} if plan.admission_slots is None else {"slots": plan.admission_slots}
+    # The wrapper corrects the costs by what the watcher measures (online.py), a guess's starting
+    # at COLD times them, a profile's at their own.
+    learn = {"cold": COLD if plan.model.blind else COLD_PROFILE}
     if not (plan.cicc_admission and _cicc_admission_applies(plan.model)):
-        # Whole units: the wrapper corrects their costs by what the watcher measures (online.py),
-        # a guess's starting at COLD times it, a profile's at its own.
-        learn = {"cold": COLD if plan.model.blind else COLD_PROFILE}
         return {"default": heaviest, "units": {n: c.whole for n, c in costs.items()}, **slots, "learn": learn}
     return {
         "default": heaviest,
@@ -329,6 +328,8 @@ def admission_costs(plan: Plan) -> dict[str, object]:
         "cicc": {name: c.cicc for name, c in costs.items() if c.cicc is not None},
         "cicc_beside": {name: c.cicc_beside for name, c in costs.items() if c.cicc_beside is not None},
         **slots,
+        "learn": learn,
+        "whole": {name: c.whole for name, c in costs.items()},
     }
 
 

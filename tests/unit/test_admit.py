@@ -411,6 +411,59 @@ def test_a_blind_models_units_start_cold_and_without_learning_nothing_changes(be
     assert max(c_start, d_start) < min(c_end, d_end)  # they overlapped
 
 
+def test_with_cicc_admission_a_units_measured_peak_scales_its_kins_compile_and_cicc_costs() -> None:
+    """Cicc admission charges parts of a unit (its compile outside cicc, each cicc, a cicc beside
+    another); the watcher measures the whole compile. So the measured peak is held against the
+    unit's whole peak (costs file "whole"), and every part of its family's units is scaled by the
+    factor learned: k1 peaked at 6 GiB of a predicted 4 (1.5, settled: x 1.5 x 1.1), so k2's
+    compile entry, cicc and cost beside are each 1.65 times theirs. No floor of what k1 holds."""
+    from wheelbuild.plan import online
+
+    admit, gib = load_admit(), 1024**3
+    state: dict[str, object] = {
+        "running": {"1": {"bytes": gib, "predicted": gib, "unit": "k1.cu"}},
+        "waiting": {
+            "2": {"bytes": gib, "predicted": gib, "unit": "k2.cu"},
+            "3": {
+                "bytes": 2 * gib, "predicted": 2 * gib, "beside": gib, "predicted_beside": gib,
+                "unit": "k2.cu", "kind": "cicc",
+            },
+            "4": {"bytes": 3 * gib, "predicted": 3 * gib, "unit": "other.cu"},
+        },
+        "units": {},
+    }  # fmt: skip
+    whole = {"k1.cu": 4 * gib, "k2.cu": 4 * gib}
+    measured = {"k1": {"held": 5 * gib, "peak": 6 * gib, "done": True}}
+    factors = admit.relearn(state, measured, 1.0, online, whole)
+    waiting = state["waiting"]
+    assert isinstance(waiting, dict)
+    assert factors["2"] == factors["3"] == pytest.approx(1.5 * 1.1)
+    assert waiting["2"]["bytes"] == int(gib * 1.65)
+    assert (waiting["3"]["bytes"], waiting["3"]["beside"]) == (int(2 * gib * 1.65), int(gib * 1.65))
+    # What the costs file does not know is neither learned from nor corrected past the cold factor.
+    assert waiting["4"]["bytes"] == 3 * gib and "other" not in state["units"]  # type: ignore[operator]
+    assert state["units"] == {
+        "k1": {"name": "k1.cu", "predicted": 4 * gib},
+        "k2": {"name": "k2.cu", "predicted": 4 * gib},
+    }
+    # As predicted (what would have admitted it without learning): the costs file's own parts.
+    back = admit.as_predicted(state)["waiting"]
+    assert (back["3"]["bytes"], back["3"]["beside"]) == (2 * gib, gib)
+
+
+def test_a_costs_file_with_cicc_costs_and_no_whole_peaks_teaches_no_cicc(tmp_path: Path) -> None:
+    """A costs file of cicc admission written before it learned: the compile learns as before,
+    and "whole" is absent, so a cicc is admitted at its own cost (load_whole: None)."""
+    admit = load_admit()
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"default": 1, "cicc": {"a.cu": 1}, "learn": {"cold": 1.0}}))
+    assert admit.load_learning(str(path)) == 1.0 and admit.load_whole(str(path)) is None
+    path.write_text(
+        json.dumps({"default": 1, "cicc": {"a.cu": 1}, "learn": {"cold": 1.0}, "whole": {"a.cu": 5}})
+    )
+    assert admit.load_whole(str(path)) == {"a.cu": 5}
+
+
 def test_the_rule_the_wrapper_imports_runs_on_the_images_python() -> None:
     """plan/online.py is mounted into the build's container beside the wrapper: standard library
     only, Python 3.9 syntax, as the wrapper itself."""

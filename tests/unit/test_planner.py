@@ -837,8 +837,12 @@ def test_cicc_admission_changes_only_the_costs_of_device_units() -> None:
     assert split["cicc"][name] == gated_costs.cicc  # type: ignore[index]
     assert "flash_api.cpp" not in split["cicc"]  # type: ignore[operator]
     assert split["units"]["flash_api.cpp"] == whole["units"]["flash_api.cpp"]  # type: ignore[index]
-    # Whole units learn while the build runs, a profile's from its own costs; ciccs do not yet.
-    assert whole["learn"] == {"cold": 1.0} and "learn" not in split
+    # Both learn while the build runs, a profile's from its own costs; with cicc admission its
+    # measured peaks are held against each unit's whole peak.
+    assert whole["learn"] == split["learn"] == {"cold": 1.0}
+    parts, wholes = split["units"], split["whole"]
+    assert isinstance(parts, dict) and isinstance(wholes, dict) and "whole" not in whole
+    assert set(wholes) == set(parts) and all(wholes[n] >= c for n, c in parts.items())
     blind = with_admission(plan_build(budget=64 * GIB, cpus=128, archs=2, model=default_model()))
     assert admission_costs(blind)["learn"] == {"cold": 2.0}
 
