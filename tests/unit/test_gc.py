@@ -585,6 +585,13 @@ class _PruningEngine:
         return self.answer
 
 
+def _prune_options(output_dir: Path, store: Path, bound: int) -> prune.GcOptions:
+    """gc's options for a prune of the wheel cache: keep 5 runs, no --caches, the base image named."""
+    return prune.GcOptions(
+        output_dir, store, 5, False, gc.Scope(), ImageOptions(base_image="base:1", ca_bundle=None), bound
+    )
+
+
 def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_used_since(
     tmp_path: Path,
 ) -> None:
@@ -602,15 +609,7 @@ def test_gc_prunes_the_wheel_cache_once_and_says_which_tree_went_and_which_was_u
     )
     decided = gc.GcDecisions(gc.decide_wheel_cache(use, containers=(), caches=False))
     engine = _PruningEngine({"gone": {"trees": ["cp311/aaaa.0123456789abcdef.2"]}, "pruned": True})
-    options = prune.GcOptions(
-        tmp_path,
-        tmp_path / "store",
-        5,
-        False,
-        gc.Scope(),
-        ImageOptions(base_image="base:1", ca_bundle=None),
-        7 * 2**30,
-    )
+    options = _prune_options(tmp_path, tmp_path / "store", bound=7 * 2**30)
     pruned = prune.execute(engine, decided, options, lambda _: None)  # type: ignore[arg-type]
     done = {r.decision.name.rsplit("/", 1)[-1]: r for r in pruned}
     assert engine.asked == [("wheelbuild-torch-wheels", 7 * 2**30, True)]  # one prune, the bound passed
@@ -645,15 +644,7 @@ def test_the_locks_gc_prunes_are_forgotten_by_the_record_of_held_torch(tmp_path:
     )
     decided = gc.GcDecisions(gc.decide_wheel_cache(use, containers=(), caches=False))
     gone = {"trees": ["cp311/aaaa.0123456789abcdef.2"], "locks": [f"{variant.cache_key}-cp311"]}
-    options = prune.GcOptions(
-        tmp_path,
-        cache / "results",
-        5,
-        False,
-        gc.Scope(),
-        ImageOptions(base_image="base:1", ca_bundle=None),
-        2**30,
-    )
+    options = _prune_options(tmp_path, cache / "results", bound=2**30)
     prune.execute(_PruningEngine({"gone": gone, "pruned": True}), decided, options, lambda _: None)  # type: ignore[arg-type]
     assert [h.python for h in held_torch.held(cache, variant)] == ["cp313"]
 
