@@ -50,11 +50,17 @@ def _path(cache: Path, key: str) -> Path:
     return cache / FOLDER / f"{key}.json"
 
 
-def _read(path: Path) -> dict[str, dict[str, str]]:
+def _load(path: Path) -> object | None:
+    """The record's JSON, whatever it holds; None where it is absent, too big or not JSON."""
     try:
-        data = json.loads(read_bounded(path, _MAX_RECORD))
+        data: object = json.loads(read_bounded(path, _MAX_RECORD))
     except (OSError, ValueError):
-        return {}
+        return None
+    return data
+
+
+def _pythons(data: object) -> dict[str, dict[str, str]]:
+    """A record's Pythons; none from anything that is not a record."""
     pythons = data.get("pythons") if isinstance(data, dict) else None
     if not isinstance(pythons, dict):
         return {}
@@ -97,7 +103,7 @@ def record(
     if not found:
         return ()
     path = _path(cache, key)
-    _write(path, _header(variant), _read(path) | found)
+    _write(path, _header(variant), _pythons(_load(path)) | found)
     return tuple(sorted(found))
 
 
@@ -105,7 +111,7 @@ def held(cache: Path, variant: TorchVariant) -> tuple[HeldTorch, ...]:
     """The Pythons the wheel cache holds *variant*'s torch for, by the last record of them."""
     if variant.newest:  # a bare tag names no release: nothing can be held for it
         return ()
-    pythons = _read(_path(cache, variant.cache_key))
+    pythons = _pythons(_load(_path(cache, variant.cache_key)))
     return tuple(
         HeldTorch(tag, entry.get("run", "?"), entry.get("file", "?"))
         for tag, entry in sorted(pythons.items())
@@ -120,11 +126,10 @@ def forget(cache: Path, locks: Iterable[str]) -> None:
             gone.setdefault(match.group(1), set()).add(match.group(2))
     for key, tags in gone.items():
         path = _path(cache, key)
-        try:
-            data = json.loads(read_bounded(path, _MAX_RECORD))
-        except (OSError, ValueError):
+        data = _load(path)
+        if data is None:
             continue
-        pythons = {t: e for t, e in _read(path).items() if t not in tags}
+        pythons = {t: e for t, e in _pythons(data).items() if t not in tags}
         if not pythons or not isinstance(data, dict):
             path.unlink(missing_ok=True)
         else:
@@ -137,15 +142,12 @@ def releases_held(cache: Path, variant: TorchVariant) -> tuple[str, ...]:
     index = without_credentials(variant.index_url)[0]
     found = set()
     for path in sorted((cache / FOLDER).glob("*.json")):
-        try:
-            data = json.loads(read_bounded(path, _MAX_RECORD))
-        except (OSError, ValueError):
-            continue
+        data = _load(path)
         if (
             isinstance(data, dict)
             and data.get("tag") == variant.tag
             and data.get("index") == index
-            and _read(path)
+            and _pythons(data)
         ):
             found.add(str(data.get("torch")))
     return tuple(sorted(found, key=_version_key))
